@@ -1,0 +1,99 @@
+/* distlab: channels and links.
+ *
+ * A link is one direction of a connection between two ranks: one sending end, one receiving
+ * end. Collectives touch links only through dl_link_ops, so that a transport for many machines
+ * (MPI) adds a link type without touching the algorithms (DESIGN decision 4).
+ *
+ * The shared-memory link is a channel: a single-producer single-consumer ring of fixed-size
+ * slots (power-of-two count) with free-running 32-bit head/tail counters on separate cache
+ * lines, a cached copy of the peer's counter on each side, release on publish and acquire on
+ * observe. Each slot has a 64-byte header. A message travels
+ *   - inline in the header when it has at most DL_CHAN_INLINE bytes;
+ *   - eagerly, copied into the slot's payload area, when it fits in `eager_bytes`;
+ *   - by rendezvous otherwise: the header carries a pointer to the sender's buffer, the
+ *     receiver reads it in place (single copy) and releases the slot, which is the
+ *     acknowledgement. The sender must not modify a lent buffer until dl_link_flush() returns.
+ * Either way the same bytes cross the link and are counted.
+ *
+ * Waiting spins (with pause) and then sleeps on a futex when ranks fit the cores; when ranks
+ * exceed the cores it yields instead of spinning, then sleeps. Every wait polls the abort flag. */
+#ifndef DISTLAB_CHAN_H
+#define DISTLAB_CHAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_CHAN_INLINE 40
+
+typedef enum dl_wait_mode {
+    DL_WAIT_SPIN = 0,  /* spin with pause, then futex (ranks fit the cores) */
+    DL_WAIT_YIELD = 1  /* sched_yield, then futex (ranks exceed the cores) */
+} dl_wait_mode;
+
+/* How a rank waits: shared by all the links a rank's thread uses. */
+typedef struct dl_waiter {
+    dl_wait_mode mode;
+    int spins;               /* pause iterations (SPIN) or yields (YIELD) before sleeping */
+    atomic_int *abort_flag;  /* non-zero: leave every wait with DL_EABORT (may be NULL) */
+} dl_waiter;
+
+/* One message as seen by either end. */
+typedef struct dl_msg {
+    const void *data;  /* sender: bytes to send; receiver: where they can be read */
+    size_t bytes;
+    uint32_t check;    /* caller's fingerprint (collective, sequence, type); compared by receivers */
+} dl_msg;
+
+typedef struct dl_link_stats {
+    uint64_t bytes_sent, msgs_sent;
+    uint64_t bytes_recv, msgs_recv;
+    uint64_t wait_ns;  /* time spent waiting for the peer (either end) */
+    uint64_t copy_ns;  /* time spent copying payload into slots (sender, eager) */
+} dl_link_stats;
+
+typedef struct dl_link dl_link;
+
+typedef struct dl_link_ops {
+    /* Sender: post one message. Inline and eager messages are copied before return; larger
+     * ones are lent (rendezvous) until flush. Blocks while the ring is full. */
+    int (*post)(dl_link *l, const dl_msg *m, const dl_waiter *w);
+    /* Receiver: wait for the next message not yet acquired; m->data points at its bytes,
+     * valid until the matching release. Several may be acquired before releasing (FIFO). */
+    int (*acquire)(dl_link *l, dl_msg *m, const dl_waiter *w);
+    /* Receiver: release the oldest acquired message (its slot returns to the sender). */
+    int (*release)(dl_link *l);
+    /* Sender: wait until the receiver released every posted message. */
+    int (*flush)(dl_link *l, const dl_waiter *w);
+    /* Wake any thread sleeping on this link (used on abort). */
+    void (*wake)(dl_link *l);
+    void (*destroy)(dl_link *l);
+} dl_link_ops;
+
+struct dl_link {
+    const dl_link_ops *ops;
+    dl_link_stats stats; /* sender fields written by the sender, receiver fields by the receiver */
+    int src, dst;        /* world ranks */
+};
+
+static inline int dl_link_post(dl_link *l, const dl_msg *m, const dl_waiter *w) { return l->ops->post(l, m, w); }
+static inline int dl_link_acquire(dl_link *l, dl_msg *m, const dl_waiter *w) { return l->ops->acquire(l, m, w); }
+static inline int dl_link_release(dl_link *l) { return l->ops->release(l); }
+static inline int dl_link_flush(dl_link *l, const dl_waiter *w) { return l->ops->flush(l, w); }
+
+/* Create a shared-memory channel link from world rank `src` to `dst` with `nslots` slots (a power
+ * of two, >= 2) of `eager_bytes` payload each (0: inline or rendezvous only). */
+int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes);
+void dl_link_destroy(dl_link *l);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t dl_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* distlab: collectives over a communicator's links.
+ *
+ * Ring all-reduce is a reduce-scatter followed by an all-gather (NCCL's ring schedule); each
+ * chunk is cut into slices so that consecutive hops overlap. Types f32, f64, bf16 (bf16 travels
+ * as bf16; each hop adds in f32 and rounds once, to nearest even); ops sum, avg, max. Any count
+ * (0 too), n = 1, in-place (sendbuf == recvbuf, or for reduce-scatter / all-gather the rank's
+ * block of the full buffer) and out-of-place. Results are bitwise identical on every rank and
+ * from run to run.
+ *
+ * Counts: allreduce, broadcast, reduce take the element count of the whole buffer.
+ * reduce_scatter takes the full count: sendbuf holds `count` elements, recvbuf receives this
+ * rank's block (dl_block). allgather takes the full count: sendbuf holds this rank's block,
+ * recvbuf the `count` elements. alltoall takes the count per peer: both buffers hold n blocks.
+ *
+ * Non-blocking forms return a request completed by dl_wait / dl_test; they run on the rank's
+ * communication thread, in the order started, and buffers must stay untouched until completion.
+ * A blocking call made while requests are pending on the rank runs after them. */
+#ifndef DISTLAB_COLL_H
+#define DISTLAB_COLL_H
+
+#include "distlab/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int dl_allreduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                 dl_redop op, dl_purpose p);
+int dl_reduce_scatter(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                      dl_redop op, dl_purpose p);
+int dl_allgather(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                 dl_purpose p);
+/* sendbuf is read at the root only; every rank (the root too) receives into recvbuf. */
+int dl_broadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                 int root, dl_purpose p);
+/* recvbuf is written at the root only (may be NULL elsewhere). */
+int dl_reduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+              dl_redop op, int root, dl_purpose p);
+int dl_alltoall(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                dl_purpose p);
+int dl_barrier(dl_comm *c);
+
+typedef struct dl_request dl_request;
+int dl_iallreduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                  dl_redop op, dl_purpose p, dl_request **req);
+int dl_ireduce_scatter(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                       dl_redop op, dl_purpose p, dl_request **req);
+int dl_iallgather(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                  dl_purpose p, dl_request **req);
+int dl_ibroadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
+                  int root, dl_purpose p, dl_request **req);
+/* Wait for completion, free the request and return its status (NULL: DL_OK). */
+int dl_wait(dl_request *req);
+/* *done = 1 when complete (then call dl_wait to collect the status and free it). */
+int dl_test(dl_request *req, int *done);
+
+/* bf16 helpers: round to nearest even, and widen. */
+uint16_t dl_f32_to_bf16(float x);
+float dl_bf16_to_f32(uint16_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* distlab: machine topology (hwloc), rank placement and pinning.
+ *
+ * The real machine is always what threads are bound to. A synthetic topology string (as hwloc
+ * takes it, e.g. "pack:2 l3:2 core:4 pu:1") only changes how ranks are grouped into "nodes" and
+ * what the report says; with one, placement is computed on the synthetic machine and binding
+ * uses the real PU with the same index modulo the real PU count. */
+#ifndef DISTLAB_TOPO_H
+#define DISTLAB_TOPO_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dl_topo dl_topo;
+
+typedef enum dl_place_policy {
+    DL_PLACE_COMPACT = 0, /* rank i on PU i: neighbours share caches */
+    DL_PLACE_SCATTER = 1  /* spread ranks round-robin over packages, then L3s, then cores */
+} dl_place_policy;
+
+typedef enum dl_node_kind {
+    DL_NODE_PACKAGE = 0, /* one node per package (socket) */
+    DL_NODE_NUMA = 1,    /* one node per NUMA node */
+    DL_NODE_L3 = 2,      /* one node per L3 domain */
+    DL_NODE_FIXED = 3    /* a fixed number of ranks per node (ranks_per_node) */
+} dl_node_kind;
+
+typedef struct dl_topo_summary {
+    int pus, cores, l3s, numas, packages;
+    int synthetic;            /* 1 if built from a synthetic string */
+    long long l3_bytes;       /* size of the first L3 (0 if none) */
+    long long l2_bytes;       /* size of the first L2 (0 if none) */
+    char desc[256];           /* the synthetic string, or "this machine" */
+} dl_topo_summary;
+
+/* Load the topology: the real machine if `synthetic` is NULL or empty; otherwise the synthetic
+ * string. If `synthetic` is NULL the environment variable DISTLAB_TOPOLOGY is consulted. The real
+ * machine is always loaded too (for binding). */
+int dl_topo_load(dl_topo **out, const char *synthetic);
+void dl_topo_destroy(dl_topo *t);
+void dl_topo_get_summary(const dl_topo *t, dl_topo_summary *s);
+/* PUs of the real machine (what binding uses). */
+int dl_topo_real_pus(const dl_topo *t);
+
+typedef struct dl_placement {
+    int nranks;
+    int wrapped;   /* 1 if nranks exceeds the (real or synthetic) PU count and placement wraps */
+    int nnodes;    /* number of distinct nodes used */
+    int *pu;       /* [nranks] logical PU index in the (synthetic or real) topology */
+    int *os_pu;    /* [nranks] OS cpu index on the real machine the rank is bound to */
+    int *core;     /* [nranks] core index */
+    int *l3;       /* [nranks] L3 index (-1 if none) */
+    int *numa;     /* [nranks] NUMA index */
+    int *package;  /* [nranks] package index */
+    int *node;     /* [nranks] node index, 0..nnodes-1 */
+} dl_placement;
+
+/* Place `nranks` ranks. `ranks_per_node` is used only with DL_NODE_FIXED. */
+int dl_place(const dl_topo *t, int nranks, dl_place_policy policy, dl_node_kind nodes,
+             int ranks_per_node, dl_placement **out);
+void dl_placement_destroy(dl_placement *p);
+
+/* Bind the calling thread to the real OS cpu `os_pu` and return (in *actual) the cpu it is
+ * running on afterwards (sched_getcpu), so that pinning is verified. */
+int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual);
+
+/* Parse "compact"/"scatter" and "package"/"numa"/"l3"/"fixed" (names used on command lines). */
+int dl_place_policy_parse(const char *s, dl_place_policy *out);
+int dl_node_kind_parse(const char *s, dl_node_kind *out);
+const char *dl_place_policy_name(dl_place_policy p);
+const char *dl_node_kind_name(dl_node_kind k);
+
+/* Print the topology summary and the rank -> PU -> node table (what `distlab-bench topo`
+ * shows). `actual_cpu` may be NULL or hold the cpu each rank reported after binding. */
+void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int *actual_cpu);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
