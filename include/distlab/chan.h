@@ -52,8 +52,9 @@ typedef struct dl_msg {
 typedef struct dl_link_stats {
     uint64_t bytes_sent, msgs_sent;
     uint64_t bytes_recv, msgs_recv;
-    uint64_t wait_ns;  /* time spent waiting for the peer (either end) */
-    uint64_t copy_ns;  /* time spent copying payload into slots (sender, eager) */
+    uint64_t send_wait_ns; /* sender: time waiting for a free slot or for the receiver (flush) */
+    uint64_t recv_wait_ns; /* receiver: time waiting for a message */
+    uint64_t copy_ns;      /* sender: time copying payload into slots (eager) */
 } dl_link_stats;
 
 typedef struct dl_link dl_link;
