@@ -40,20 +40,41 @@ float dl_bf16_to_f32(uint16_t b)
 
 /* ---- reduction kernels: out = a (op) b; `div` > 1 divides the result (final step of avg) ---- */
 
+/* Two loops per case: in place (out == a, the common in-place collective) and out of place,
+ * each with restrict pointers, because a runtime overlap check would send out == a to a
+ * scalar fallback (3x slower at in-cache sizes). */
 #define DEF_REDUCE(NAME, T)                                                                      \
-    static void NAME(T *out, const T *a, const T *restrict b, size_t n, dl_redop op, double div) \
+    static void NAME##_oop(T *restrict out, const T *restrict a, const T *restrict b, size_t n,  \
+                           dl_redop op, T d)                                                     \
     {                                                                                            \
-        if (op == DL_MAX) {                                                                      \
+        if (op == DL_MAX)                                                                        \
             for (size_t i = 0; i < n; i++)                                                       \
                 out[i] = a[i] > b[i] ? a[i] : b[i];                                              \
-        } else if (div > 1.0) {                                                                  \
-            const T d = (T)div;                                                                  \
+        else if (d != (T)1)                                                                      \
             for (size_t i = 0; i < n; i++)                                                       \
                 out[i] = (a[i] + b[i]) / d;                                                      \
-        } else {                                                                                 \
+        else                                                                                     \
             for (size_t i = 0; i < n; i++)                                                       \
                 out[i] = a[i] + b[i];                                                            \
-        }                                                                                        \
+    }                                                                                            \
+    static void NAME##_ip(T *restrict out, const T *restrict b, size_t n, dl_redop op, T d)      \
+    {                                                                                            \
+        if (op == DL_MAX)                                                                        \
+            for (size_t i = 0; i < n; i++)                                                       \
+                out[i] = out[i] > b[i] ? out[i] : b[i];                                          \
+        else if (d != (T)1)                                                                      \
+            for (size_t i = 0; i < n; i++)                                                       \
+                out[i] = (out[i] + b[i]) / d;                                                    \
+        else                                                                                     \
+            for (size_t i = 0; i < n; i++)                                                       \
+                out[i] = out[i] + b[i];                                                          \
+    }                                                                                            \
+    static void NAME(T *out, const T *a, const T *b, size_t n, dl_redop op, double div)          \
+    {                                                                                            \
+        if (out == a)                                                                            \
+            NAME##_ip(out, b, n, op, (T)div);                                                    \
+        else                                                                                     \
+            NAME##_oop(out, a, b, n, op, (T)div);                                                \
     }
 DEF_REDUCE(reduce_f32, float)
 DEF_REDUCE(reduce_f64, double)
