@@ -352,7 +352,9 @@ int dl_place(const dl_topo *t, int nranks, dl_place_policy policy, dl_node_kind 
         int pu = order ? order[r % npus] : r % npus;
         const pu_info *pi = &t->pu[pu];
         p->pu[r] = pu;
-        p->os_pu[r] = t->real_os[pu % t->real_pus];
+        /* a synthetic machine only groups ranks: spread them evenly over the real PUs (rank
+         * order), so that a scatter placement does not pile ranks onto a few real cpus */
+        p->os_pu[r] = t->real_os[(t->sum.synthetic ? r : pu) % t->real_pus];
         p->core[r] = pi->core;
         p->l3[r] = pi->l3;
         p->numa[r] = pi->numa;

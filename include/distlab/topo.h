@@ -2,8 +2,8 @@
  *
  * The real machine is always what threads are bound to. A synthetic topology string (as hwloc
  * takes it, e.g. "pack:2 l3:2 core:4 pu:1") only changes how ranks are grouped into "nodes" and
- * what the report says; with one, placement is computed on the synthetic machine and binding
- * uses the real PU with the same index modulo the real PU count. */
+ * what the report says; with one, placement is computed on the synthetic machine and rank r is
+ * bound to real PU (r mod the real PU count), so that ranks stay spread over the real cpus. */
 #ifndef DISTLAB_TOPO_H
 #define DISTLAB_TOPO_H
 
