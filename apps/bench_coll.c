@@ -1,0 +1,1310 @@
+/* distlab-bench coll: the collective benchmark, following the nccl-tests contract.
+ *
+ * One dl_world_run: every rank thread loops over the rows (op, size) and, per row, over the
+ * out-of-place and in-place variants: warm-up calls, then timed iterations (barrier, t0, op, t1
+ * on each rank), then one checked call on deterministic inputs. Ranks write their per-iteration
+ * times and wrong-element counts into shared arrays; after a barrier at the end of each row,
+ * rank 0 reduces them (per iteration the max over ranks, then the median over iterations) and
+ * prints the row, so the table streams like nccl-tests'. JSON is written by the main thread
+ * after the run. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "cli.h"
+#include "bench_coll.h"
+
+enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALL,
+       OP_SENDRECV, NOPS };
+static const char *const op_name[NOPS] = {"allreduce", "reducescatter", "allgather", "broadcast",
+                                          "reduce",    "alltoall",      "sendrecv"};
+
+enum { MODE_OOP = 0, MODE_IP = 1, NMODES = 2 };
+static const char *const mode_key[NMODES] = {"out_of_place", "in_place"};
+
+#define MAX_RANKS 1024
+#define MAX_ROWS 100000
+#define MAX_TIMING_DOUBLES ((size_t)1 << 27) /* 1 GiB of timings at most */
+#define PURPOSE DL_PURPOSE_OTHER
+
+typedef struct coll_cfg {
+    int ops[NOPS], nops;
+    int nranks;
+    uint64_t minbytes, maxbytes, stepbytes; /* stepbytes 0: geometric steps by stepfactor */
+    int stepfactor;
+    int warmup, iters;
+    dl_dtype dtype;
+    dl_redop redop;
+    dl_algo algo;
+    int root;
+    int check;
+    int mode_on[NMODES];
+    const char *inplace_arg;
+    dl_world_opts w;
+    int csv, json;
+    int stream, stream_mib;
+} coll_cfg;
+
+typedef struct row {
+    int op;
+    uint64_t bytes; /* the size column (nccl-tests conventions) */
+    size_t count;   /* count passed to the library */
+    int root;       /* -1 for ops without a root */
+} row;
+
+typedef struct cell {
+    int valid;
+    double time_us, algbw, busbw, lim_pct; /* lim_pct: NAN when there is no limit */
+    uint64_t wrong;
+    int algo; /* dl_algo that ran; -1 for point-to-point */
+} cell;
+
+typedef struct bench {
+    const coll_cfg *c;
+    row *rows;
+    int nrows;
+    size_t buf_bytes; /* per buffer per rank */
+    size_t elt;
+    double *times;   /* [nrows][NMODES][iters][nranks] ns */
+    uint64_t *wrong; /* [nrows][NMODES][nranks] */
+    int *algo;       /* [nrows][NMODES], written by rank 0 */
+    cell *cells;     /* [nrows][NMODES], written by rank 0 */
+    double *scratch; /* [iters], rank 0 */
+    int *cpu, *node; /* [nranks] */
+    int nnodes, oversub;
+    dl_topo_summary topo;
+    int real_pus;
+    double stream_gbs; /* 0: not measured */
+    double stream_after_gbs; /* measured again after the run: shows how much the host drifted */
+    int stream_threads;
+    /* Deterministic inputs: rank q's element with global index g is val(q, g) = (7q + g) mod m,
+     * a small non-negative integer, so that every partial sum is an integer no larger than
+     * n(m-1), exact in the type (bf16: <= 256), whatever the order of the additions. The result
+     * of a reduction then depends only on g mod m: red[g mod m]. */
+    int m;
+    float *vf;
+    double *vd;
+    uint16_t *vb;
+    double *red;
+    double avg_tol; /* relative tolerance for avg (one division's rounding, with margin) */
+} bench;
+
+/* ---------------------------------------------------------------- deterministic data ---- */
+
+static inline float bf16_widen(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16; /* exact: bf16 is the top half of an f32 */
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline double get_elem(const void *buf, dl_dtype t, size_t i)
+{
+    switch (t) {
+    case DL_F32: return ((const float *)buf)[i];
+    case DL_F64: return ((const double *)buf)[i];
+    default: return bf16_widen(((const uint16_t *)buf)[i]);
+    }
+}
+
+static inline int first_k(const bench *b, int q, size_t g0)
+{
+    return (int)(((uint64_t)q * 7 % (uint64_t)b->m + g0 % (uint64_t)b->m) % (uint64_t)b->m);
+}
+
+/* buf[j] = val(q, g0 + j) */
+static void fill_seq(const bench *b, void *buf, size_t len, int q, size_t g0)
+{
+    int k = first_k(b, q, g0), m = b->m;
+    switch (b->c->dtype) {
+    case DL_F32:
+        for (size_t j = 0; j < len; j++) { ((float *)buf)[j] = b->vf[k]; if (++k == m) k = 0; }
+        break;
+    case DL_F64:
+        for (size_t j = 0; j < len; j++) { ((double *)buf)[j] = b->vd[k]; if (++k == m) k = 0; }
+        break;
+    default:
+        for (size_t j = 0; j < len; j++) { ((uint16_t *)buf)[j] = b->vb[k]; if (++k == m) k = 0; }
+        break;
+    }
+}
+
+/* -1 everywhere: never a correct value (inputs and results are >= 0). */
+static void fill_sentinel(const bench *b, void *buf, size_t len)
+{
+    switch (b->c->dtype) {
+    case DL_F32: for (size_t j = 0; j < len; j++) ((float *)buf)[j] = -1.0f; break;
+    case DL_F64: for (size_t j = 0; j < len; j++) ((double *)buf)[j] = -1.0; break;
+    default: {
+        uint16_t s = dl_f32_to_bf16(-1.0f);
+        for (size_t j = 0; j < len; j++) ((uint16_t *)buf)[j] = s;
+    }
+    }
+}
+
+/* Elements of buf that differ from val(q, g0 + j): data moved, never combined: exact. */
+static uint64_t wrong_seq(const bench *b, const void *buf, size_t len, int q, size_t g0)
+{
+    uint64_t bad = 0;
+    int k = first_k(b, q, g0), m = b->m;
+    for (size_t j = 0; j < len; j++) {
+        bad += get_elem(buf, b->c->dtype, j) != b->vd[k];
+        if (++k == m) k = 0;
+    }
+    return bad;
+}
+
+/* Elements of buf that differ from the reduction over all ranks at global index g0 + j.
+ * sum and max are exact; avg divides an exact integer sum once, so allow that rounding. */
+static uint64_t wrong_red(const bench *b, const void *buf, size_t len, size_t g0)
+{
+    uint64_t bad = 0;
+    int k = (int)(g0 % (uint64_t)b->m), m = b->m;
+    int avg = b->c->redop == DL_AVG;
+    for (size_t j = 0; j < len; j++) {
+        double got = get_elem(buf, b->c->dtype, j), want = b->red[k];
+        if (avg) bad += !(fabs(got - want) <= b->avg_tol * fabs(want)); /* NaN counts as wrong */
+        else bad += got != want;
+        if (++k == m) k = 0;
+    }
+    return bad;
+}
+
+static int pattern_init(bench *b, int n)
+{
+    const coll_cfg *c = b->c;
+    /* Largest integer every partial sum must stay within to be exact in the type. */
+    double exact = c->dtype == DL_BF16 ? 256.0 : c->dtype == DL_F32 ? 16777216.0 : 9007199254740992.0;
+    double mm = floor(exact / n);
+    b->m = (int)(mm < 64 ? mm : 64) + 1; /* values 0 .. m-1 */
+    b->vf = malloc(sizeof(float) * b->m);
+    b->vd = malloc(sizeof(double) * b->m);
+    b->vb = malloc(sizeof(uint16_t) * b->m);
+    b->red = malloc(sizeof(double) * b->m);
+    if (!b->vf || !b->vd || !b->vb || !b->red) return -1;
+    for (int k = 0; k < b->m; k++) {
+        b->vf[k] = (float)k;
+        b->vd[k] = (double)k;
+        b->vb[k] = dl_f32_to_bf16((float)k);
+        double sum = 0, mx = 0;
+        for (int q = 0; q < n; q++) {
+            double v = (double)first_k(b, q, (size_t)k);
+            sum += v;
+            if (v > mx) mx = v;
+        }
+        b->red[k] = c->redop == DL_MAX ? mx : c->redop == DL_AVG ? sum / n : sum;
+    }
+    /* avg: one rounding of the quotient (maybe two: via f32, or sum * (1/n)); 4 ulps' margin */
+    b->avg_tol = c->dtype == DL_BF16 ? 0x1p-6 : c->dtype == DL_F32 ? 0x1p-21 : 0x1p-50;
+    return 0;
+}
+
+/* ------------------------------------------------------------------- per-op conventions -- */
+
+static double bus_factor(int op, int n)
+{
+    switch (op) {
+    case OP_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case OP_REDUCESCATTER:
+    case OP_ALLGATHER:
+    case OP_ALLTOALL: return (double)(n - 1) / n;
+    default: return 1.0; /* broadcast, reduce, sendrecv */
+    }
+}
+
+/* Memory-bound limit on busbw, as a fraction of B, the STREAM copy bandwidth of n threads
+ * (read + write counted). Moving T bytes through memory takes at least T/B, and each op must
+ * at least read every input it combines or moves once and write every output once. S is the
+ * row's size:
+ *   allreduce      read n inputs of S, write n outputs of S: T = 2nS, algbw = S/t <= B/(2n),
+ *                  busbw = 2(n-1)/n algbw <= B(n-1)/n^2 (in place too).
+ *   reducescatter  read the n full inputs (nS), write n blocks of S/n (S): T = (n+1)S,
+ *                  busbw = (n-1)/n algbw <= B(n-1)/(n(n+1)).
+ *   allgather      read the n blocks once (S), write n full outputs (nS): T = (n+1)S, same
+ *                  bound; in place each rank's own block is already there: T = nS,
+ *                  busbw <= B(n-1)/n^2.
+ *   broadcast      read the root's S, write n outputs: T = (n+1)S, busbw = algbw <= B/(n+1);
+ *                  in place the root writes nothing: T = nS, busbw <= B/n.
+ *   reduce         read n inputs (nS), write the root's S: T = (n+1)S, busbw <= B/(n+1).
+ *   alltoall       read nS, write nS: T = 2nS, busbw = (n-1)/n algbw <= B(n-1)/(2n^2); in place
+ *                  the own blocks stay: T = 2(n-1)S, busbw <= B/(2n).
+ *   sendrecv       every rank reads its S and writes S received: T = 2nS, busbw <= B/(2n).
+ * Returns 0 where busbw is identically 0 (n = 1 for the ops whose factor is (n-1)/n). Sizes
+ * that fit the caches can exceed the limit: it bounds DRAM traffic. */
+static double limit_frac(int op, int mode, int n)
+{
+    double dn = n;
+    switch (op) {
+    case OP_ALLREDUCE: return (dn - 1) / (dn * dn);
+    case OP_REDUCESCATTER: return (dn - 1) / (dn * (dn + 1));
+    case OP_ALLGATHER: return mode == MODE_IP ? (dn - 1) / (dn * dn) : (dn - 1) / (dn * (dn + 1));
+    case OP_BROADCAST: return mode == MODE_IP ? 1.0 / dn : 1.0 / (dn + 1);
+    case OP_REDUCE: return 1.0 / (dn + 1);
+    case OP_ALLTOALL: return mode == MODE_IP ? 1.0 / (2 * dn) : (dn - 1) / (2 * dn * dn);
+    default: return 1.0 / (2 * dn);
+    }
+}
+
+static const char *limit_text(int op, int mode)
+{
+    switch (op) {
+    case OP_ALLREDUCE: return "B(n-1)/n^2";
+    case OP_REDUCESCATTER: return "B(n-1)/(n(n+1))";
+    case OP_ALLGATHER: return mode == MODE_IP ? "B(n-1)/n^2" : "B(n-1)/(n(n+1))";
+    case OP_BROADCAST: return mode == MODE_IP ? "B/n" : "B/(n+1)";
+    case OP_REDUCE: return "B/(n+1)";
+    case OP_ALLTOALL: return mode == MODE_IP ? "B/(2n)" : "B(n-1)/(2n^2)";
+    default: return "B/(2n)";
+    }
+}
+
+static int op_has_redop(int op)
+{
+    return op == OP_ALLREDUCE || op == OP_REDUCESCATTER || op == OP_REDUCE;
+}
+static int op_has_root(int op) { return op == OP_BROADCAST || op == OP_REDUCE; }
+
+/* sendrecv cannot run in place with blocking send/recv: a rank that receives first would
+ * overwrite the data it has yet to send. */
+static int mode_runs(const bench *b, int op, int mode)
+{
+    return b->c->mode_on[mode] && !(op == OP_SENDRECV && mode == MODE_IP);
+}
+
+/* ---------------------------------------------------------------------- the rank side ---- */
+
+typedef struct bufs {
+    const void *s; /* what the op reads */
+    void *d;       /* what the op writes */
+    size_t out_len;
+} bufs;
+
+static bufs layout(const bench *b, const row *rw, int mode, int r, int n, void *sendbuf,
+                   void *recvbuf)
+{
+    bufs x;
+    size_t off, len, elt = b->elt;
+    dl_block(rw->count, n, r, &off, &len);
+    x.s = sendbuf;
+    x.d = recvbuf;
+    x.out_len = rw->count;
+    switch (rw->op) {
+    case OP_REDUCESCATTER:
+        x.out_len = len;
+        if (mode == MODE_IP) { x.s = recvbuf; x.d = (char *)recvbuf + off * elt; }
+        break;
+    case OP_ALLGATHER:
+        if (mode == MODE_IP) x.s = (char *)recvbuf + off * elt;
+        break;
+    case OP_ALLTOALL:
+        x.out_len = rw->count * (size_t)n;
+        if (mode == MODE_IP) x.s = recvbuf;
+        break;
+    default:
+        if (mode == MODE_IP) x.s = recvbuf;
+        break;
+    }
+    return x;
+}
+
+static void fill_input(const bench *b, const row *rw, const bufs *x, int r, int n)
+{
+    size_t off, len;
+    void *s = (void *)x->s; /* our own buffer: writing it is fine */
+    switch (rw->op) {
+    case OP_ALLGATHER:
+        dl_block(rw->count, n, r, &off, &len);
+        fill_seq(b, s, len, r, off);
+        break;
+    case OP_BROADCAST:
+        if (r == rw->root) fill_seq(b, s, rw->count, r, 0);
+        break;
+    case OP_ALLTOALL: /* block p of rank r holds val(r, p*count + j) */
+        fill_seq(b, s, rw->count * (size_t)n, r, 0);
+        break;
+    default: /* allreduce, reducescatter (the full buffer), reduce, sendrecv */
+        fill_seq(b, s, rw->count, r, 0);
+        break;
+    }
+}
+
+static uint64_t count_wrong(const bench *b, const row *rw, const bufs *x, int r, int n)
+{
+    size_t off, len, elt = b->elt;
+    uint64_t bad = 0;
+    switch (rw->op) {
+    case OP_ALLREDUCE: return wrong_red(b, x->d, rw->count, 0);
+    case OP_REDUCESCATTER:
+        dl_block(rw->count, n, r, &off, &len);
+        return wrong_red(b, x->d, len, off);
+    case OP_ALLGATHER:
+        for (int q = 0; q < n; q++) {
+            dl_block(rw->count, n, q, &off, &len);
+            bad += wrong_seq(b, (const char *)x->d + off * elt, len, q, off);
+        }
+        return bad;
+    case OP_BROADCAST: return wrong_seq(b, x->d, rw->count, rw->root, 0);
+    case OP_REDUCE: return r == rw->root ? wrong_red(b, x->d, rw->count, 0) : 0;
+    case OP_ALLTOALL: /* block p came from rank p, which sent its block r */
+        for (int p = 0; p < n; p++)
+            bad += wrong_seq(b, (const char *)x->d + (size_t)p * rw->count * elt, rw->count, p,
+                             (size_t)r * rw->count);
+        return bad;
+    default: return wrong_seq(b, x->d, rw->count, (r + n - 1) % n, 0);
+    }
+}
+
+/* Ring shift with blocking point-to-point: even ranks send first, odd ranks receive first, so
+ * that no cycle of ranks all waits in send (with n odd the last, even, rank sends to rank 0,
+ * which is itself sending to rank 1, which receives first: the chain unwinds). */
+static int sendrecv(dl_comm *comm, const void *s, void *d, size_t count, dl_dtype t, int r, int n)
+{
+    int next = (r + 1) % n, prev = (r + n - 1) % n, rc;
+    if (r % 2 == 0) {
+        if ((rc = dl_send(comm, s, count, t, next, PURPOSE)) != DL_OK) return rc;
+        return dl_recv(comm, d, count, t, prev, PURPOSE);
+    }
+    if ((rc = dl_recv(comm, d, count, t, prev, PURPOSE)) != DL_OK) return rc;
+    return dl_send(comm, s, count, t, next, PURPOSE);
+}
+
+static int run_op(const bench *b, dl_comm *comm, const row *rw, const bufs *x, int r, int n)
+{
+    const coll_cfg *c = b->c;
+    switch (rw->op) {
+    case OP_ALLREDUCE: return dl_allreduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, PURPOSE);
+    case OP_REDUCESCATTER:
+        return dl_reduce_scatter(comm, x->s, x->d, rw->count, c->dtype, c->redop, PURPOSE);
+    case OP_ALLGATHER: return dl_allgather(comm, x->s, x->d, rw->count, c->dtype, PURPOSE);
+    case OP_BROADCAST: return dl_broadcast(comm, x->s, x->d, rw->count, c->dtype, rw->root, PURPOSE);
+    case OP_REDUCE:
+        return dl_reduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, rw->root, PURPOSE);
+    case OP_ALLTOALL: return dl_alltoall(comm, x->s, x->d, rw->count, c->dtype, PURPOSE);
+    default: return n > 1 ? sendrecv(comm, x->s, x->d, rw->count, c->dtype, r, n) : DL_OK;
+    }
+}
+
+static void print_row(bench *b, int i);
+static void print_preamble(bench *b);
+
+static int rank_fn(dl_ctx *ctx, void *arg)
+{
+    bench *b = arg;
+    const coll_cfg *c = b->c;
+    int r = dl_ctx_rank(ctx), n = dl_ctx_size(ctx), rc;
+    dl_comm *comm = dl_ctx_comm(ctx);
+    dl_arena *arena = dl_ctx_arena(ctx);
+    void *sendbuf = NULL, *recvbuf = NULL;
+
+    b->cpu[r] = dl_ctx_cpu(ctx);
+    b->node[r] = dl_ctx_node(ctx);
+    if (r == 0) {
+        b->nnodes = dl_ctx_nnodes(ctx);
+        b->oversub = dl_world_oversubscribed(dl_ctx_world(ctx));
+    }
+    dl_comm_set_algo(comm, c->algo);
+    /* Page-aligned arena buffers (glibc's memcpy is ~25x slower at 1-63 B mod 4096 offsets). */
+    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &sendbuf)) != DL_OK) return rc;
+    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &recvbuf)) != DL_OK) goto out;
+    if ((rc = dl_barrier(comm)) != DL_OK) goto out; /* placement written by every rank */
+    if (r == 0) print_preamble(b);
+
+    for (int i = 0; i < b->nrows; i++) {
+        const row *rw = &b->rows[i];
+        for (int mode = 0; mode < NMODES; mode++) {
+            if (!mode_runs(b, rw->op, mode)) continue;
+            bufs x = layout(b, rw, mode, r, n, sendbuf, recvbuf);
+            size_t ci = (size_t)i * NMODES + mode;
+            fill_input(b, rw, &x, r, n); /* sane values for the timed calls too */
+            for (int w = 0; w < c->warmup; w++)
+                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
+            for (int it = 0; it < c->iters; it++) {
+                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+                uint64_t t0 = dl_now_ns();
+                rc = run_op(b, comm, rw, &x, r, n);
+                uint64_t t1 = dl_now_ns();
+                if (rc != DL_OK) goto out;
+                b->times[(ci * c->iters + it) * n + r] = (double)(t1 - t0);
+            }
+            if (r == 0) b->algo[ci] = rw->op == OP_SENDRECV ? -1 : (int)dl_comm_last_algo(comm);
+            if (c->check) {
+                /* output first: in place, the input fill then overwrites the shared part */
+                fill_sentinel(b, x.d, x.out_len);
+                fill_input(b, rw, &x, r, n);
+                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
+                b->wrong[ci * n + r] = count_wrong(b, rw, &x, r, n);
+            }
+        }
+        /* Every rank's timings of this row are written: rank 0 reduces and prints them. */
+        if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+        if (r == 0) print_row(b, i);
+    }
+    rc = dl_barrier(comm);
+out:
+    dl_arena_free(arena, recvbuf);
+    dl_arena_free(arena, sendbuf);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- reporting ---- */
+
+static void reduce_row(bench *b, int i)
+{
+    const coll_cfg *c = b->c;
+    const row *rw = &b->rows[i];
+    int n = c->nranks;
+    for (int mode = 0; mode < NMODES; mode++) {
+        size_t ci = (size_t)i * NMODES + mode;
+        cell *ce = &b->cells[ci];
+        memset(ce, 0, sizeof *ce);
+        ce->lim_pct = NAN;
+        if (!mode_runs(b, rw->op, mode)) continue;
+        for (int it = 0; it < c->iters; it++) {
+            const double *t = &b->times[(ci * c->iters + it) * n];
+            double mx = 0;
+            for (int r = 0; r < n; r++) if (t[r] > mx) mx = t[r];
+            b->scratch[it] = mx; /* the iteration took as long as its slowest rank */
+        }
+        double ns = cli_median(b->scratch, (size_t)c->iters);
+        ce->valid = 1;
+        ce->time_us = ns / 1e3;
+        ce->algbw = ns > 0 ? (double)rw->bytes / ns : 0; /* bytes per ns == GB/s (1e9) */
+        ce->busbw = ce->algbw * bus_factor(rw->op, n);
+        double lim = b->stream_gbs * limit_frac(rw->op, mode, n);
+        if (b->stream_gbs > 0 && lim > 0 && bus_factor(rw->op, n) > 0)
+            ce->lim_pct = 100.0 * ce->busbw / lim;
+        for (int r = 0; r < n; r++) ce->wrong += b->wrong[ci * n + r];
+        ce->algo = b->algo[ci];
+    }
+}
+
+static const char *algo_str(int a) { return a < 0 ? "p2p" : dl_algo_name((dl_algo)a); }
+
+/* The algorithm column: one name, or "out/in" when the two variants ran different ones. */
+static void row_algo(const bench *b, int i, char *buf, size_t len)
+{
+    const cell *o = &b->cells[(size_t)i * NMODES], *p = o + 1;
+    if (o->valid && p->valid && o->algo != p->algo)
+        snprintf(buf, len, "%s/%s", algo_str(o->algo), algo_str(p->algo));
+    else
+        snprintf(buf, len, "%s", algo_str(o->valid ? o->algo : p->algo));
+}
+
+/* nccl-tests' time format: fewer decimals as times grow, fixed width. */
+static void fmt_time(char *buf, size_t len, double us)
+{
+    if (us >= 10000.0) snprintf(buf, len, "%9.0f", us);
+    else if (us >= 100.0) snprintf(buf, len, "%9.1f", us);
+    else snprintf(buf, len, "%9.2f", us);
+}
+
+static void print_section(bench *b, int op)
+{
+    const coll_cfg *c = b->c;
+    int n = c->nranks;
+    FILE *f = stdout;
+    fprintf(f, "#\n# %s: busbw = algbw x %s", op_name[op],
+            op == OP_ALLREDUCE ? "2(n-1)/n"
+            : (op == OP_REDUCESCATTER || op == OP_ALLGATHER || op == OP_ALLTOALL) ? "(n-1)/n"
+                                                                                   : "1");
+    if (b->stream_gbs > 0) {
+        for (int mode = 0; mode < NMODES; mode++) {
+            if (!mode_runs(b, op, mode)) continue;
+            double lim = b->stream_gbs * limit_frac(op, mode, n);
+            if (bus_factor(op, n) > 0 && lim > 0)
+                fprintf(f, "; %s limit %s = %.2f GB/s", mode == MODE_OOP ? "out-of-place" : "in-place",
+                        limit_text(op, mode), lim);
+        }
+    }
+    fputc('\n', f);
+    if (op == OP_SENDRECV && c->mode_on[MODE_IP])
+        fprintf(f, "# sendrecv: ring shift r -> r+1 with blocking send/recv; no in-place variant\n");
+    fprintf(f, "#%12s %13s %6s %6s %5s %-8s", "", "", "", "", "", "");
+    for (int mode = 0; mode < NMODES; mode++) {
+        /* centre the label over its 42 columns */
+        const char *label = mode == MODE_OOP ? "out-of-place" : "in-place";
+        int pad = (42 - (int)strlen(label)) / 2;
+        if (c->mode_on[mode]) fprintf(f, " %*s%s%*s", pad, "", label, 42 - pad - (int)strlen(label), "");
+    }
+    fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "size", "count", "type", "redop", "root", "algo");
+    for (int mode = 0; mode < NMODES; mode++)
+        if (c->mode_on[mode])
+            fprintf(f, " %9s %8s %8s %6s %7s", "time", "algbw", "busbw", "%lim", "#wrong");
+    fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "(B)", "(elements)", "", "", "", "");
+    for (int mode = 0; mode < NMODES; mode++)
+        if (c->mode_on[mode]) fprintf(f, " %9s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
+    fputc('\n', f);
+}
+
+static void csv_num(FILE *f, double v, int decimals)
+{
+    fputc(',', f);
+    if (isfinite(v)) fprintf(f, "%.*f", decimals, v);
+}
+
+static void print_row(bench *b, int i)
+{
+    const coll_cfg *c = b->c;
+    const row *rw = &b->rows[i];
+    char algo[64];
+    reduce_row(b, i);
+    if (c->json) return;
+    row_algo(b, i, algo, sizeof algo);
+    const char *redop = op_has_redop(rw->op) ? dl_redop_name(c->redop) : "none";
+    size_t count = rw->bytes / b->elt;
+    FILE *f = stdout;
+    if (c->csv) {
+        fprintf(f, "%s,%d,%" PRIu64 ",%zu,%s,%s,%d,%s", op_name[rw->op], c->nranks, rw->bytes,
+                count, dl_dtype_name(c->dtype), redop, rw->root, algo);
+        for (int mode = 0; mode < NMODES; mode++) {
+            const cell *ce = &b->cells[(size_t)i * NMODES + mode];
+            if (!ce->valid) { fputs(",,,,,", f); continue; }
+            csv_num(f, ce->time_us, 3);
+            csv_num(f, ce->algbw, 4);
+            csv_num(f, ce->busbw, 4);
+            csv_num(f, ce->lim_pct, 1);
+            if (c->check) fprintf(f, ",%" PRIu64, ce->wrong);
+            else fputc(',', f);
+        }
+        fputc('\n', f);
+        fflush(f);
+        return;
+    }
+    if (i == 0 || b->rows[i - 1].op != rw->op) print_section(b, rw->op);
+    fprintf(f, " %12" PRIu64 " %13zu %6s %6s %5d %-8s", rw->bytes, count, dl_dtype_name(c->dtype),
+            redop, rw->root, algo);
+    for (int mode = 0; mode < NMODES; mode++) {
+        if (!c->mode_on[mode]) continue;
+        const cell *ce = &b->cells[(size_t)i * NMODES + mode];
+        if (!ce->valid) {
+            fprintf(f, " %9s %8s %8s %6s %7s", "-", "-", "-", "-", "-");
+            continue;
+        }
+        char t[32], lim[16], wr[24];
+        fmt_time(t, sizeof t, ce->time_us);
+        if (isfinite(ce->lim_pct)) snprintf(lim, sizeof lim, "%5.0f%%", ce->lim_pct);
+        else snprintf(lim, sizeof lim, "-");
+        if (c->check) snprintf(wr, sizeof wr, "%" PRIu64, ce->wrong);
+        else snprintf(wr, sizeof wr, "N/A");
+        fprintf(f, " %s %8.2f %8.2f %6s %7s", t, ce->algbw, ce->busbw, lim, wr);
+    }
+    fputc('\n', f);
+    fflush(f);
+}
+
+static void print_preamble(bench *b)
+{
+    const coll_cfg *c = b->c;
+    int n = c->nranks;
+    if (c->json || c->csv) {
+        /* machine-readable output stays clean: the warning goes to stderr */
+        if (b->oversub)
+            cli_error("WARNING: %d ranks on %d PUs: ranks share cores, timings include contention",
+                      n, b->real_pus);
+    }
+    if (c->json) return;
+    if (c->csv) {
+        printf("op,ranks,size,count,type,redop,root,algo");
+        for (int mode = 0; mode < NMODES; mode++) {
+            const char *p = mode == MODE_OOP ? "oop" : "ip";
+            printf(",%s_time_us,%s_algbw_gbs,%s_busbw_gbs,%s_lim_pct,%s_wrong", p, p, p, p, p);
+        }
+        printf("\n");
+        fflush(stdout);
+        return;
+    }
+    printf("# nodes: %d (%s)\n", b->nnodes, dl_node_kind_name(c->w.nodes));
+    for (int r = 0; r < n; r++)
+        printf("#  Rank %3d  cpu %3d  node %2d\n", r, b->cpu[r], b->node[r]);
+    if (b->oversub)
+        printf("# WARNING: %d ranks on %d PUs: ranks share cores (oversubscribed); timings include "
+               "contention\n", n, b->real_pus);
+    fflush(stdout);
+}
+
+/* --------------------------------------------------------------------------- STREAM ---- */
+
+typedef struct stream_thr {
+    pthread_t tid;
+    const dl_topo *topo;
+    int os_pu;
+    size_t bytes;
+    int trials;
+    pthread_barrier_t *bar;
+    double *t; /* [trials] seconds */
+    int fail;
+} stream_thr;
+
+static void *stream_main(void *arg)
+{
+    stream_thr *s = arg;
+    int actual = -1;
+    char *src = NULL, *dst = NULL;
+    (void)dl_topo_bind_self(s->topo, s->os_pu, &actual); /* unpinned is still a measurement */
+    /* Page-aligned: keeps (dst - src) mod 4096 == 0, away from glibc's slow-memcpy offsets. */
+    if (posix_memalign((void **)&src, 4096, s->bytes) != 0) src = NULL;
+    if (posix_memalign((void **)&dst, 4096, s->bytes) != 0) dst = NULL;
+    s->fail = !src || !dst;
+    if (!s->fail) {
+        memset(src, 1, s->bytes); /* first touch by this thread: pages on its NUMA node */
+        memset(dst, 0, s->bytes);
+        memcpy(dst, src, s->bytes); /* warm-up */
+    }
+    for (int k = 0; k < s->trials; k++) {
+        pthread_barrier_wait(s->bar); /* all threads copy at once: shared memory bandwidth */
+        uint64_t t0 = dl_now_ns();
+        if (!s->fail) memcpy(dst, src, s->bytes);
+        uint64_t t1 = dl_now_ns();
+        s->t[k] = (double)(t1 - t0) * 1e-9;
+    }
+    if (!s->fail) s->fail = dst[s->bytes - 1] != 1; /* and the copy is not optimised away */
+    free(src);
+    free(dst);
+    return NULL;
+}
+
+/* STREAM-style copy bandwidth of `nthr` threads pinned as the first ranks are: each copies its
+ * own array; bytes counted as read + write (2 x size), as STREAM does; per trial the slowest
+ * thread's time; median over trials. Returns GB/s, or 0 on failure. */
+static double stream_copy(const dl_topo *topo, const coll_cfg *c, int nthr, size_t bytes)
+{
+    enum { TRIALS = 5 };
+    dl_placement *pl = NULL;
+    stream_thr *th = calloc((size_t)nthr, sizeof *th);
+    double *t = calloc((size_t)nthr * TRIALS, sizeof *t), per[TRIALS], gbs = 0;
+    pthread_barrier_t bar;
+    int started = 0, ok = th && t;
+    if (ok && dl_place(topo, nthr, c->w.policy, c->w.nodes,
+                       c->w.ranks_per_node > 0 ? c->w.ranks_per_node : 1, &pl) != DL_OK)
+        pl = NULL;
+    if (ok && pthread_barrier_init(&bar, NULL, (unsigned)nthr) != 0) ok = 0;
+    for (int i = 0; ok && i < nthr; i++) {
+        th[i] = (stream_thr){.topo = topo, .os_pu = pl ? pl->os_pu[i] : i, .bytes = bytes,
+                             .trials = TRIALS, .bar = &bar, .t = t + (size_t)i * TRIALS};
+        if (pthread_create(&th[i].tid, NULL, stream_main, &th[i]) != 0) {
+            /* the others would wait at the barrier forever: give up before starting any */
+            ok = 0;
+            break;
+        }
+        started++;
+    }
+    if (!ok && started > 0) {
+        /* cannot happen after the first thread in practice; keep the barrier count honest */
+        cli_error("STREAM: could not start %d threads", nthr);
+        exit(CLI_EXIT_FAIL);
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i].tid, NULL);
+        if (th[i].fail) ok = 0;
+    }
+    if (ok) {
+        for (int k = 0; k < TRIALS; k++) {
+            per[k] = 0;
+            for (int i = 0; i < nthr; i++) if (t[(size_t)i * TRIALS + k] > per[k]) per[k] = t[(size_t)i * TRIALS + k];
+        }
+        double sec = cli_median(per, TRIALS);
+        if (sec > 0) gbs = 2.0 * (double)bytes * nthr / sec / 1e9;
+    }
+    if (th && t && started == nthr) pthread_barrier_destroy(&bar);
+    if (pl) dl_placement_destroy(pl);
+    free(th);
+    free(t);
+    return gbs;
+}
+
+/* ------------------------------------------------------------------------ options ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: distlab-bench coll [OPTIONS]\n"
+"\n"
+"Collective benchmark in the style of nccl-tests: rank threads pinned to cores act as GPUs and\n"
+"exchange data only through ring channels. One row per size; out-of-place and in-place columns.\n"
+"\n"
+"What to run:\n"
+"  --op OP               allreduce|reducescatter|allgather|broadcast|reduce|alltoall|sendrecv|all\n"
+"                        (default allreduce; a comma list works too)\n"
+"  --ranks N, -g N       number of ranks (default 2; may exceed the cores: oversubscribed)\n"
+"  -b, --minbytes SIZE   smallest size (default 8)\n"
+"  -e, --maxbytes SIZE   largest size (default 64M)\n"
+"  -f, --stepfactor F    size factor (default 4; nccl-tests uses 2). Sizes are maxbytes/F^k down\n"
+"                        to minbytes, plus minbytes itself, so that both ends are measured\n"
+"                        (the defaults give 8, 16, 64, ..., 1M, 4M, 16M, 64M)\n"
+"  -i, --stepbytes SIZE  linear steps instead: minbytes, minbytes+SIZE, ... <= maxbytes\n"
+"  -w, --warmup N        untimed calls per row and variant (default 5)\n"
+"  -n, --iters N         timed calls per row and variant (default 20)\n"
+"  -d, --dtype T         f32|f64|bf16 (default f32)\n"
+"  -o, --redop OP        sum|avg|max (default sum)\n"
+"  --algo A              auto|ring|oneshot|rd (default auto; each row shows what ran)\n"
+"  -r, --root R          root of broadcast and reduce (default 0)\n"
+"  -c, --check 0|1       check results (default 1): inputs are small integers from a formula\n"
+"                        of (rank, index), so every result is exact and known; #wrong counts\n"
+"                        the elements that differ (avg: within one rounding)\n"
+"  --inplace 0|1|both    out-of-place only, in-place only, or both (default both)\n"
+"\n"
+"The simulated cluster:\n"
+"  --policy P            compact|scatter rank placement (default compact)\n"
+"  --nodes K             group ranks into nodes by package|numa|l3|fixed (default package)\n"
+"  --ranks-per-node N    ranks per node (implies --nodes fixed)\n"
+"  --topology STR        synthetic hwloc topology for grouping and the report, e.g.\n"
+"                        \"pack:2 l3:2 core:4 pu:1\" (binding always uses this machine)\n"
+"  --gpu-mem SIZE        memory capacity per rank (default unlimited)\n"
+"  --timeout SEC         watchdog timeout (default 60; 0 disables)\n"
+"  --slots N             slots per channel (power of two; library default)\n"
+"  --eager SIZE          eager payload per slot (library default)\n"
+"  --slice SIZE          collective slice size (library default)\n"
+"  --wait auto|spin|yield  how ranks wait (default auto: yield when oversubscribed)\n"
+"\n"
+"Output:\n"
+"  --csv                 rows as CSV with a header line (no comment lines)\n"
+"  --json                one JSON object: the header information and a \"rows\" array\n"
+"  --stream 0|1          measure STREAM copy bandwidth B first, and again after the run to\n"
+"                        show drift (default 1)\n"
+"  --stream-mib N        MiB copied per STREAM thread (default 64)\n"
+"  -h, --help            this help\n"
+"\n");
+    fprintf(f,
+"Columns: size (B) and count follow nccl-tests: allreduce, broadcast, reduce, sendrecv: one\n"
+"buffer; reducescatter and allgather: the full buffer (count is the library's full count);\n"
+"alltoall: the total per rank. time: median over iterations of the slowest rank's time (each\n"
+"iteration: barrier, then the call timed on every rank). algbw = size/time (GB/s = 1e9 B/s);\n"
+"busbw = algbw x factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n;\n"
+"broadcast, reduce, sendrecv 1. sendrecv is a ring shift (rank r sends to r+1) with blocking\n"
+"send/recv, even ranks sending first; out-of-place only, and skipped for one rank.\n"
+"\n"
+"%%lim = busbw / memory-bound limit. B is the STREAM copy bandwidth (read + write) of n threads\n"
+"(capped at the real PUs) measured in this run; each op must read its inputs and write its\n"
+"outputs at least once, T bytes in all, so time >= T/B. Limits (S = size): allreduce T = 2nS:\n"
+"busbw <= B(n-1)/n^2; reducescatter and allgather T = (n+1)S: B(n-1)/(n(n+1)) (allgather in\n"
+"place nS: B(n-1)/n^2); broadcast (n+1)S: B/(n+1) (in place nS: B/n); reduce (n+1)S: B/(n+1);\n"
+"alltoall 2nS: B(n-1)/(2n^2) (in place 2(n-1)S: B/(2n)); sendrecv 2nS: B/(2n). Sizes that fit\n"
+"in the caches can exceed 100%%.\n"
+"\n"
+"Exit status: 0 ok, 1 wrong results or a failed run, 2 bad usage.\n");
+}
+
+static int parse_ops(const char *s, coll_cfg *c)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf) { cli_error("--op: '%s' is too long", s); return -1; }
+    strcpy(buf, s);
+    memset(c->ops, 0, sizeof c->ops);
+    c->nops = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        static const struct { const char *name; int op; } alias[] = {
+            {"all_reduce", OP_ALLREDUCE}, {"reduce_scatter", OP_REDUCESCATTER},
+            {"all_gather", OP_ALLGATHER}, {"all_to_all", OP_ALLTOALL},
+            {"send_recv", OP_SENDRECV},   {"bcast", OP_BROADCAST}};
+        int found = -1;
+        if (strcmp(tok, "all") == 0) {
+            for (int o = 0; o < NOPS; o++) c->ops[o] = 1;
+            continue;
+        }
+        for (int o = 0; o < NOPS; o++) if (strcmp(tok, op_name[o]) == 0) found = o;
+        for (size_t a = 0; found < 0 && a < sizeof alias / sizeof alias[0]; a++)
+            if (strcmp(tok, alias[a].name) == 0) found = alias[a].op;
+        if (found < 0) {
+            cli_error("--op: unknown collective '%s' (allreduce, reducescatter, allgather, "
+                      "broadcast, reduce, alltoall, sendrecv, all)", tok);
+            return -1;
+        }
+        c->ops[found] = 1;
+    }
+    for (int o = 0; o < NOPS; o++) c->nops += c->ops[o];
+    if (c->nops == 0) { cli_error("--op: no collective given"); return -1; }
+    return 0;
+}
+
+enum {
+    O_OP = 256, O_ALGO, O_INPLACE, O_POLICY, O_NODES, O_RPN, O_TOPOLOGY, O_GPUMEM, O_TIMEOUT,
+    O_CSV, O_JSON, O_STREAM, O_STREAM_MIB, O_SLOTS, O_EAGER, O_SLICE, O_WAIT
+};
+
+static int parse_args(int argc, char **argv, coll_cfg *c)
+{
+    static const struct option lo[] = {
+        {"op", required_argument, NULL, O_OP},
+        {"ranks", required_argument, NULL, 'g'},
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"stepbytes", required_argument, NULL, 'i'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"warmup_iters", required_argument, NULL, 'w'},
+        {"iters", required_argument, NULL, 'n'},
+        {"dtype", required_argument, NULL, 'd'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"redop", required_argument, NULL, 'o'},
+        {"op_type", required_argument, NULL, 'o'},
+        {"algo", required_argument, NULL, O_ALGO},
+        {"root", required_argument, NULL, 'r'},
+        {"check", required_argument, NULL, 'c'},
+        {"inplace", required_argument, NULL, O_INPLACE},
+        {"policy", required_argument, NULL, O_POLICY},
+        {"nodes", required_argument, NULL, O_NODES},
+        {"ranks-per-node", required_argument, NULL, O_RPN},
+        {"topology", required_argument, NULL, O_TOPOLOGY},
+        {"gpu-mem", required_argument, NULL, O_GPUMEM},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"csv", no_argument, NULL, O_CSV},
+        {"json", no_argument, NULL, O_JSON},
+        {"stream", required_argument, NULL, O_STREAM},
+        {"stream-mib", required_argument, NULL, O_STREAM_MIB},
+        {"slots", required_argument, NULL, O_SLOTS},
+        {"eager", required_argument, NULL, O_EAGER},
+        {"slice", required_argument, NULL, O_SLICE},
+        {"wait", required_argument, NULL, O_WAIT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const uint64_t max_bytes = (uint64_t)1 << 40;
+    uint64_t u;
+    int v, rpn_set = 0, nodes_set = 0;
+
+    optind = 0; /* glibc: a full restart, whatever ran getopt before */
+    opterr = 0; /* our own one-line messages */
+    for (;;) {
+        int longidx = -1;
+        /* '+': stop at the first non-option (reported below); ':': tell missing arguments */
+        int ch = getopt_long(argc, argv, "+:hb:e:f:i:w:n:g:d:o:r:c:", lo, &longidx);
+        if (ch == -1) break;
+        switch (ch) {
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        case O_OP: if (parse_ops(optarg, c)) return -1; break;
+        case 'g': if (cli_parse_int("--ranks", optarg, 1, MAX_RANKS, &c->nranks)) return -1; break;
+        case 'b': if (cli_parse_size("--minbytes", optarg, 1, max_bytes, &c->minbytes)) return -1; break;
+        case 'e': if (cli_parse_size("--maxbytes", optarg, 1, max_bytes, &c->maxbytes)) return -1; break;
+        case 'f': if (cli_parse_int("--stepfactor", optarg, 2, 1 << 20, &c->stepfactor)) return -1; break;
+        case 'i': if (cli_parse_size("--stepbytes", optarg, 1, max_bytes, &c->stepbytes)) return -1; break;
+        case 'w': if (cli_parse_int("--warmup", optarg, 0, 1000000, &c->warmup)) return -1; break;
+        case 'n': if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
+        case 'd': {
+            const char *s = strcmp(optarg, "bfloat16") == 0 ? "bf16" : optarg;
+            if (dl_dtype_parse(s, &c->dtype) != DL_OK) {
+                cli_error("--dtype: unknown type '%s' (f32, f64, bf16)", optarg);
+                return -1;
+            }
+            break;
+        }
+        case 'o':
+            if (dl_redop_parse(optarg, &c->redop) != DL_OK) {
+                cli_error("--redop: unknown reduction '%s' (sum, avg, max)", optarg);
+                return -1;
+            }
+            break;
+        case O_ALGO:
+            if (dl_algo_parse(optarg, &c->algo) != DL_OK) {
+                cli_error("--algo: unknown algorithm '%s' (auto, ring, oneshot, rd)", optarg);
+                return -1;
+            }
+            break;
+        case 'r': if (cli_parse_int("--root", optarg, 0, MAX_RANKS - 1, &c->root)) return -1; break;
+        case 'c': if (cli_parse_bool("--check", optarg, &c->check)) return -1; break;
+        case O_INPLACE:
+            if (strcmp(optarg, "both") == 0) { c->mode_on[MODE_OOP] = c->mode_on[MODE_IP] = 1; }
+            else if (cli_parse_bool("--inplace", optarg, &v) == 0) {
+                c->mode_on[MODE_OOP] = !v;
+                c->mode_on[MODE_IP] = v;
+            } else return -1;
+            c->inplace_arg = optarg;
+            break;
+        case O_POLICY:
+            if (dl_place_policy_parse(optarg, &c->w.policy) != DL_OK) {
+                cli_error("--policy: unknown placement '%s' (compact, scatter)", optarg);
+                return -1;
+            }
+            break;
+        case O_NODES:
+            if (dl_node_kind_parse(optarg, &c->w.nodes) != DL_OK) {
+                cli_error("--nodes: unknown node kind '%s' (package, numa, l3, fixed)", optarg);
+                return -1;
+            }
+            nodes_set = 1;
+            break;
+        case O_RPN:
+            if (cli_parse_int("--ranks-per-node", optarg, 1, MAX_RANKS, &c->w.ranks_per_node)) return -1;
+            rpn_set = 1;
+            break;
+        case O_TOPOLOGY: c->w.topology = optarg; break;
+        case O_GPUMEM: if (cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &c->w.gpu_mem)) return -1; break;
+        case O_TIMEOUT: if (cli_parse_double("--timeout", optarg, 0, 1e6, &c->w.timeout_s)) return -1; break;
+        case O_CSV: c->csv = 1; break;
+        case O_JSON: c->json = 1; break;
+        case O_STREAM: if (cli_parse_bool("--stream", optarg, &c->stream)) return -1; break;
+        case O_STREAM_MIB: if (cli_parse_int("--stream-mib", optarg, 1, 1 << 16, &c->stream_mib)) return -1; break;
+        case O_SLOTS:
+            if (cli_parse_int("--slots", optarg, 2, 1 << 16, &c->w.nslots)) return -1;
+            if (c->w.nslots & (c->w.nslots - 1)) {
+                cli_error("--slots: %d is not a power of two", c->w.nslots);
+                return -1;
+            }
+            break;
+        case O_EAGER: if (cli_parse_size("--eager", optarg, 0, 1 << 30, &u)) return -1; c->w.eager_bytes = (size_t)u; break;
+        case O_SLICE: if (cli_parse_size("--slice", optarg, 1, 1 << 30, &u)) return -1; c->w.slice_bytes = (size_t)u; break;
+        case O_WAIT:
+            if (strcmp(optarg, "auto") == 0) c->w.wait_mode = -1;
+            else if (strcmp(optarg, "spin") == 0) c->w.wait_mode = DL_WAIT_SPIN;
+            else if (strcmp(optarg, "yield") == 0) c->w.wait_mode = DL_WAIT_YIELD;
+            else { cli_error("--wait: '%s' is not auto, spin or yield", optarg); return -1; }
+            break;
+        case ':':
+            if (optopt) cli_error("option '-%c' needs a value (see --help)", optopt);
+            else cli_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+            return -1;
+        default: /* '?' */
+            if (optopt) cli_error("unknown option '-%c' (see --help)", optopt);
+            else cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s' (see --help)", argv[optind]);
+        return -1;
+    }
+    if (rpn_set) {
+        if (nodes_set && c->w.nodes != DL_NODE_FIXED) {
+            cli_error("--ranks-per-node needs --nodes fixed");
+            return -1;
+        }
+        c->w.nodes = DL_NODE_FIXED;
+    } else if (c->w.nodes == DL_NODE_FIXED) {
+        cli_error("--nodes fixed needs --ranks-per-node N");
+        return -1;
+    }
+    if (c->maxbytes < c->minbytes) {
+        cli_error("--maxbytes (%" PRIu64 ") is smaller than --minbytes (%" PRIu64 ")", c->maxbytes,
+                  c->minbytes);
+        return -1;
+    }
+    if (c->root >= c->nranks) {
+        cli_error("--root %d: needs a rank below --ranks %d", c->root, c->nranks);
+        return -1;
+    }
+    if (c->csv && c->json) {
+        cli_error("--csv and --json are exclusive");
+        return -1;
+    }
+    c->w.nranks = c->nranks;
+    return 0;
+}
+
+/* Sizes: with -i, nccl-tests' linear list; otherwise max/f^k down to min, plus min. */
+static int make_sizes(const coll_cfg *c, uint64_t **out, int *nout)
+{
+    uint64_t *s = NULL;
+    int n = 0, cap = 0;
+    if (c->stepbytes) {
+        for (uint64_t x = c->minbytes; x <= c->maxbytes; x += c->stepbytes) {
+            if (n == MAX_ROWS) goto too_many;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                uint64_t *t = realloc(s, sizeof *s * (size_t)cap);
+                if (!t) goto too_many;
+                s = t;
+            }
+            s[n++] = x;
+            if (c->maxbytes - x < c->stepbytes) break; /* no overflow */
+        }
+    } else {
+        cap = 66;
+        if (!(s = malloc(sizeof *s * (size_t)cap))) goto too_many;
+        for (uint64_t x = c->maxbytes; x >= c->minbytes && n < cap - 1; x /= (uint64_t)c->stepfactor)
+            s[n++] = x;
+        if (n == 0 || s[n - 1] != c->minbytes) s[n++] = c->minbytes;
+        for (int i = 0; i < n / 2; i++) { uint64_t t = s[i]; s[i] = s[n - 1 - i]; s[n - 1 - i] = t; }
+    }
+    *out = s;
+    *nout = n;
+    return 0;
+too_many:
+    free(s);
+    cli_error("too many sizes (at most %d): raise --stepbytes", MAX_ROWS);
+    return -1;
+}
+
+/* ----------------------------------------------------------------------------- JSON ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+    if (isfinite(v)) fprintf(f, "%.6g", v);
+    else fputs("null", f);
+}
+
+static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int nrows_done,
+                       int rc)
+{
+    const coll_cfg *c = b->c;
+    FILE *f = stdout;
+    fprintf(f, "{\n  \"tool\": \"distlab-bench coll\",\n  \"version\": ");
+    json_str(f, dl_version());
+    fprintf(f, ",\n  \"ops\": [");
+    for (int o = 0, k = 0; o < NOPS; o++)
+        if (c->ops[o]) fprintf(f, "%s\"%s\"", k++ ? ", " : "", op_name[o]);
+    fprintf(f, "],\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": \"%s\",\n",
+            c->nranks, b->nnodes, dl_node_kind_name(c->w.nodes), dl_place_policy_name(c->w.policy));
+    fprintf(f, "  \"topology\": ");
+    json_str(f, b->topo.desc);
+    fprintf(f, ",\n  \"synthetic\": %s,\n  \"real_pus\": %d,\n  \"oversubscribed\": %s,\n",
+            b->topo.synthetic ? "true" : "false", b->real_pus, b->oversub ? "true" : "false");
+    fprintf(f, "  \"placement\": [");
+    for (int r = 0; r < c->nranks; r++)
+        fprintf(f, "%s{\"rank\": %d, \"cpu\": %d, \"node\": %d}", r ? ", " : "", r, b->cpu[r], b->node[r]);
+    fprintf(f, "],\n  \"dtype\": \"%s\",\n  \"redop\": \"%s\",\n  \"root\": %d,\n  \"algo\": \"%s\",\n",
+            dl_dtype_name(c->dtype), dl_redop_name(c->redop), c->root, dl_algo_name(c->algo));
+    fprintf(f, "  \"minbytes\": %" PRIu64 ",\n  \"maxbytes\": %" PRIu64 ",\n  \"stepfactor\": %d,\n"
+               "  \"stepbytes\": %" PRIu64 ",\n  \"warmup\": %d,\n  \"iters\": %d,\n  \"check\": %d,\n",
+            c->minbytes, c->maxbytes, c->stepfactor, c->stepbytes, c->warmup, c->iters, c->check);
+    fprintf(f, "  \"inplace\": \"%s\",\n  \"stream\": ", c->inplace_arg ? c->inplace_arg : "both");
+    if (b->stream_gbs > 0)
+        fprintf(f, "{\"threads\": %d, \"mib_per_thread\": %d, \"copy_gbs\": %.4g, "
+                   "\"copy_gbs_after\": %.4g},\n",
+                b->stream_threads, c->stream_mib, b->stream_gbs, b->stream_after_gbs);
+    else
+        fprintf(f, "null,\n");
+    fprintf(f, "  \"rows\": [");
+    for (int i = 0; i < nrows_done; i++) {
+        const row *rw = &b->rows[i];
+        char algo[64];
+        row_algo(b, i, algo, sizeof algo);
+        fprintf(f, "%s\n    {\"op\": \"%s\", \"size\": %" PRIu64 ", \"count\": %zu, \"type\": \"%s\", "
+                   "\"redop\": \"%s\", \"root\": %d, \"algo\": \"%s\"",
+                i ? "," : "", op_name[rw->op], rw->bytes, (size_t)(rw->bytes / b->elt),
+                dl_dtype_name(c->dtype), op_has_redop(rw->op) ? dl_redop_name(c->redop) : "none",
+                rw->root, algo);
+        for (int mode = 0; mode < NMODES; mode++) {
+            const cell *ce = &b->cells[(size_t)i * NMODES + mode];
+            fprintf(f, ", \"%s\": ", mode_key[mode]);
+            if (!ce->valid) { fputs("null", f); continue; }
+            fprintf(f, "{\"time_us\": ");
+            json_num(f, ce->time_us);
+            fprintf(f, ", \"algbw_gbs\": ");
+            json_num(f, ce->algbw);
+            fprintf(f, ", \"busbw_gbs\": ");
+            json_num(f, ce->busbw);
+            fprintf(f, ", \"lim_pct\": ");
+            json_num(f, ce->lim_pct);
+            if (c->check) fprintf(f, ", \"wrong\": %" PRIu64 "}", ce->wrong);
+            else fprintf(f, ", \"wrong\": null}");
+        }
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ],\n  \"avg_busbw_gbs\": ");
+    json_num(f, avg_bus);
+    fprintf(f, ",\n  \"wrong_total\": %" PRIu64 ",\n  \"status\": ", wrong_total);
+    json_str(f, rc == DL_OK ? "ok" : dl_strstatus(rc));
+    fprintf(f, "\n}\n");
+    fflush(f);
+}
+
+/* ------------------------------------------------------------------------------ main ---- */
+
+int bench_coll_main(int argc, char **argv)
+{
+    coll_cfg c;
+    memset(&c, 0, sizeof c);
+    dl_world_opts_init(&c.w);
+    c.ops[OP_ALLREDUCE] = 1;
+    c.nops = 1;
+    c.nranks = 2;
+    c.minbytes = 8;
+    c.maxbytes = (uint64_t)64 << 20;
+    c.stepfactor = 4;
+    c.warmup = 5;
+    c.iters = 20;
+    c.dtype = DL_F32;
+    c.redop = DL_SUM;
+    c.algo = DL_ALGO_AUTO;
+    c.check = 1;
+    c.mode_on[MODE_OOP] = c.mode_on[MODE_IP] = 1;
+    c.stream = 1;
+    c.stream_mib = 64;
+    if (parse_args(argc, argv, &c) != 0) return CLI_EXIT_USAGE;
+
+    int n = c.nranks, status = CLI_EXIT_OK;
+    bench b;
+    memset(&b, 0, sizeof b);
+    b.c = &c;
+    b.elt = dl_dtype_size(c.dtype);
+
+    /* Rows: for each op (in the fixed order above), each size. */
+    uint64_t *sizes = NULL;
+    int nsizes = 0;
+    if (make_sizes(&c, &sizes, &nsizes) != 0) return CLI_EXIT_USAGE;
+    if ((size_t)nsizes * (size_t)c.nops > MAX_ROWS) {
+        free(sizes);
+        cli_error("too many rows (at most %d)", MAX_ROWS);
+        return CLI_EXIT_USAGE;
+    }
+    b.rows = calloc((size_t)nsizes * (size_t)c.nops + 1, sizeof *b.rows);
+    if (!b.rows) { free(sizes); cli_error("out of memory"); return CLI_EXIT_FAIL; }
+    const char *skipped_sendrecv = NULL;
+    for (int o = 0; o < NOPS; o++) {
+        if (!c.ops[o]) continue;
+        if (o == OP_SENDRECV && n == 1) { skipped_sendrecv = "it needs at least 2 ranks"; continue; }
+        if (o == OP_SENDRECV && !c.mode_on[MODE_OOP]) {
+            skipped_sendrecv = "it has no in-place variant";
+            continue;
+        }
+        for (int k = 0; k < nsizes; k++) {
+            row *rw = &b.rows[b.nrows++];
+            size_t elems = (size_t)(sizes[k] / b.elt), need;
+            rw->op = o;
+            rw->root = op_has_root(o) ? c.root : -1;
+            if (o == OP_ALLTOALL) { /* per-peer count; the size column is the total per rank */
+                rw->count = elems / (size_t)n;
+                rw->bytes = (uint64_t)rw->count * (uint64_t)n * b.elt;
+            } else {
+                rw->count = elems;
+                rw->bytes = (uint64_t)elems * b.elt;
+            }
+            need = (size_t)rw->bytes; /* no buffer holds more than the size column */
+            if (need > b.buf_bytes) b.buf_bytes = need;
+        }
+    }
+    free(sizes);
+
+    size_t ncells = (size_t)b.nrows * NMODES;
+    if (ncells && (size_t)c.iters * (size_t)n > MAX_TIMING_DOUBLES / ncells) {
+        cli_error("rows x iterations x ranks too large for the timing table: lower --iters");
+        free(b.rows);
+        return CLI_EXIT_USAGE;
+    }
+
+    /* The topology: for the report, the real PU count and the STREAM threads' pinning. */
+    dl_topo *topo = NULL;
+    if (dl_topo_load(&topo, c.w.topology) != DL_OK) {
+        cli_error("topology: %s", dl_errmsg());
+        free(b.rows);
+        return CLI_EXIT_USAGE;
+    }
+    dl_topo_get_summary(topo, &b.topo);
+    b.real_pus = dl_topo_real_pus(topo);
+    b.oversub = n > b.real_pus;
+    b.nnodes = 1;
+
+    if (!c.json && !c.csv) {
+        printf("# distlab-bench coll (distlab %s)\n", dl_version());
+        printf("# op:");
+        for (int o = 0; o < NOPS; o++) if (c.ops[o]) printf(" %s", op_name[o]);
+        printf("  ranks: %d  dtype: %s  redop: %s  root: %d  algo: %s\n", n, dl_dtype_name(c.dtype),
+               dl_redop_name(c.redop), c.root, dl_algo_name(c.algo));
+        if (c.stepbytes)
+            printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64 "(bytes)", c.minbytes,
+                   c.maxbytes, c.stepbytes);
+        else
+            printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %d(factor)", c.minbytes,
+                   c.maxbytes, c.stepfactor);
+        printf(" warmup iters: %d iters: %d validation: %d inplace: %s\n", c.warmup, c.iters, c.check,
+               c.inplace_arg ? c.inplace_arg : "both");
+        printf("# topology: %s%s: PUs %d, cores %d, L3s %d (%lld MiB each), NUMA nodes %d, "
+               "packages %d; real PUs %d; placement %s\n",
+               b.topo.desc, b.topo.synthetic ? " (synthetic)" : "", b.topo.pus, b.topo.cores,
+               b.topo.l3s, b.topo.l3_bytes >> 20, b.topo.numas, b.topo.packages, b.real_pus,
+               dl_place_policy_name(c.w.policy));
+        fflush(stdout);
+    }
+
+    if (c.stream) {
+        b.stream_threads = n < b.real_pus ? n : b.real_pus;
+        if (b.stream_threads < 1) b.stream_threads = 1;
+        b.stream_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
+        if (b.stream_gbs <= 0) cli_error("STREAM measurement failed (no %%lim column)");
+        else if (!c.json && !c.csv)
+            printf("# STREAM copy: B = %.2f GB/s (%d thread%s x %d MiB, read + write counted, median "
+                   "of 5)\n", b.stream_gbs, b.stream_threads, b.stream_threads > 1 ? "s" : "",
+                   c.stream_mib);
+    }
+    if (!c.json && !c.csv && skipped_sendrecv)
+        printf("# sendrecv skipped: %s\n", skipped_sendrecv);
+
+    b.times = calloc(ncells * (size_t)c.iters * (size_t)n + 1, sizeof *b.times);
+    b.wrong = calloc(ncells * (size_t)n + 1, sizeof *b.wrong);
+    b.algo = calloc(ncells + 1, sizeof *b.algo);
+    b.cells = calloc(ncells + 1, sizeof *b.cells);
+    b.scratch = calloc((size_t)c.iters, sizeof *b.scratch);
+    b.cpu = calloc((size_t)n, sizeof *b.cpu);
+    b.node = calloc((size_t)n, sizeof *b.node);
+    if (!b.times || !b.wrong || !b.algo || !b.cells || !b.scratch || !b.cpu || !b.node ||
+        pattern_init(&b, n) != 0) {
+        cli_error("out of memory");
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    for (int r = 0; r < n; r++) b.cpu[r] = b.node[r] = -1;
+
+    dl_world *world = NULL;
+    int rc = dl_world_run_keep(&c.w, rank_fn, &b, &world);
+    if (rc != DL_OK) {
+        cli_error("run failed: %s (%s)", dl_errmsg(), dl_strstatus(rc));
+        status = rc == DL_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
+    if (world) dl_world_destroy(world);
+    if (b.stream_gbs > 0 && rc == DL_OK)
+        b.stream_after_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
+
+    /* Summary over the rows rank 0 finished (all of them unless the run failed). */
+    int done = 0;
+    for (int i = 0; i < b.nrows; i++)
+        if (b.cells[(size_t)i * NMODES].valid || b.cells[(size_t)i * NMODES + 1].valid) done = i + 1;
+    double bus_sum = 0;
+    int bus_n = 0;
+    uint64_t wrong_total = 0;
+    for (size_t ci = 0; ci < (size_t)done * NMODES; ci++) {
+        if (!b.cells[ci].valid) continue;
+        bus_sum += b.cells[ci].busbw;
+        bus_n++;
+        wrong_total += b.cells[ci].wrong;
+    }
+    double avg_bus = bus_n ? bus_sum / bus_n : NAN;
+    if (wrong_total > 0 && status == CLI_EXIT_OK) status = CLI_EXIT_FAIL;
+
+    if (c.json) {
+        print_json(&b, avg_bus, wrong_total, done, rc);
+    } else if (!c.csv) {
+        if (b.stream_after_gbs > 0)
+            printf("# STREAM copy after the run: B = %.2f GB/s (%%lim uses the first, %.2f GB/s)\n",
+                   b.stream_after_gbs, b.stream_gbs);
+        if (rc != DL_OK)
+            printf("# run failed (%s) after %d of %d rows\n", dl_strstatus(rc), done, b.nrows);
+        printf("# Out of bounds values : %" PRIu64 " %s%s\n", wrong_total, wrong_total ? "FAILED" : "OK",
+               c.check ? "" : " (not checked: --check 0)");
+        printf("# Avg bus bandwidth    : %.4f\n", bus_n ? avg_bus : 0.0);
+        printf("#\n# %d rows, %" PRIu64 " wrong\n", done, wrong_total);
+        fflush(stdout);
+    }
+    if (wrong_total > 0) cli_error("%" PRIu64 " wrong elements", wrong_total);
+
+done:
+    dl_topo_destroy(topo);
+    free(b.times);
+    free(b.wrong);
+    free(b.algo);
+    free(b.cells);
+    free(b.scratch);
+    free(b.cpu);
+    free(b.node);
+    free(b.vf);
+    free(b.vd);
+    free(b.vb);
+    free(b.red);
+    free(b.rows);
+    return status;
+}

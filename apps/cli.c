@@ -1,0 +1,109 @@
+/* Shared helpers of the distlab apps. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "cli.h"
+
+const char *cli_progname = "distlab-bench";
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cli_progname);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void cli_print_version(FILE *f)
+{
+    fprintf(f, "%s (distlab) %s\n", cli_progname, dl_version());
+}
+
+int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    /* dl_parse_size already insists on the whole string; a leading '-' would wrap, refuse it. */
+    if (s == NULL || *s == '\0' || *s == '-' || dl_parse_size(s, &v) != DL_OK) {
+        cli_error("%s: '%s' is not a size (e.g. 8, 64K, 64M, 1G)", what, s ? s : "");
+        return -1;
+    }
+    if (v < min || v > max) {
+        cli_error("%s: %s is out of range [%llu, %llu] bytes", what, s, (unsigned long long)min,
+                  (unsigned long long)max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_int(const char *what, const char *s, long min, long max, int *out)
+{
+    char *end = NULL;
+    if (s == NULL || *s == '\0') {
+        cli_error("%s: missing integer", what);
+        return -1;
+    }
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0') {
+        cli_error("%s: '%s' is not an integer", what, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        cli_error("%s: %s is out of range [%ld, %ld]", what, s, min, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int cli_parse_double(const char *what, const char *s, double min, double max, double *out)
+{
+    char *end = NULL;
+    if (s == NULL || *s == '\0') {
+        cli_error("%s: missing number", what);
+        return -1;
+    }
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v)) {
+        cli_error("%s: '%s' is not a number", what, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        cli_error("%s: %s is out of range [%g, %g]", what, s, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_bool(const char *what, const char *s, int *out)
+{
+    static const char *const no[] = {"0", "no", "off", "false"};
+    static const char *const yes[] = {"1", "yes", "on", "true"};
+    for (size_t i = 0; s != NULL && i < sizeof no / sizeof no[0]; i++) {
+        if (strcmp(s, no[i]) == 0) { *out = 0; return 0; }
+        if (strcmp(s, yes[i]) == 0) { *out = 1; return 0; }
+    }
+    cli_error("%s: '%s' is not 0 or 1", what, s ? s : "");
+    return -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double *v, size_t n)
+{
+    if (n == 0) return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

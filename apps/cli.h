@@ -1,0 +1,40 @@
+/* Small helpers shared by the distlab apps: strict number parsing, error printing, version,
+ * medians. Every parser prints its own "distlab-bench: ..." message and returns -1 on bad
+ * input, so that callers only map -1 to exit status 2. */
+#ifndef DISTLAB_APPS_CLI_H
+#define DISTLAB_APPS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Name printed in front of every message ("distlab-bench"). */
+extern const char *cli_progname;
+
+/* Exit statuses of the apps. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* Print "distlab-bench: <message>\n" on stderr. */
+void cli_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* "distlab-bench (distlab) 0.1.0" on f. */
+void cli_print_version(FILE *f);
+
+/* Parse the whole of `s` as a size ("64M", "4096", "1.5GiB": dl_parse_size) within [min, max].
+ * `what` names the option in the message. Returns 0 or -1 (message printed). */
+int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* Whole-string decimal integer within [min, max]. */
+int cli_parse_int(const char *what, const char *s, long min, long max, int *out);
+/* Whole-string finite double within [min, max]. */
+int cli_parse_double(const char *what, const char *s, double min, double max, double *out);
+/* "0"/"1" (also "no"/"yes", "off"/"on", "false"/"true"). */
+int cli_parse_bool(const char *what, const char *s, int *out);
+
+/* Median of v[0..n-1] (sorts v in place); 0 when n == 0. Even n: mean of the middle two. */
+double cli_median(double *v, size_t n);
+
+#endif

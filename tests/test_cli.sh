@@ -1,0 +1,128 @@
+#!/bin/sh
+# Command-line contract of distlab-bench: version, help, usage errors (exit 2, one line on
+# stderr), the collective benchmark's correctness column, CSV and JSON output, and the
+# synthetic-topology report. Run by `make check` from the build directory.
+# DISTLAB_TEST_SCALE=small: smaller sizes (sanitizer builds).
+
+if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-bench" ]; then
+  BENCH="$abs_top_builddir/apps/distlab-bench"
+else
+  BENCH="./apps/distlab-bench"
+fi
+if [ ! -x "$BENCH" ]; then
+  echo "test_cli: $BENCH not found (run from the build directory)"
+  exit 1
+fi
+: "${OPENBLAS_NUM_THREADS:=1}"
+export OPENBLAS_NUM_THREADS
+
+if [ "$DISTLAB_TEST_SCALE" = small ]; then
+  MAX3=4K; MAXALL=1K; ITERS=2
+else
+  MAX3=64K; MAXALL=4K; ITERS=3
+fi
+# a small STREAM array keeps the test fast; the measurement itself is still exercised
+STREAM="--stream-mib 4"
+
+TMP="${TMPDIR:-/tmp}/test_cli.$$"
+mkdir -p "$TMP" || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fails=0
+
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+
+# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
+run() {
+  name=$1; want=$2; shift 2
+  "$BENCH" "$@" >"$TMP/out" 2>"$TMP/err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit status $got, expected $want ($BENCH $*)"
+    sed 's/^/  stderr: /' "$TMP/err" | head -20
+    sed 's/^/  stdout: /' "$TMP/out" | tail -10
+    return 1
+  fi
+  echo "ok: $name"
+  return 0
+}
+
+# usage errors: status 2 and exactly one line on stderr
+usage_error() {
+  name=$1; shift
+  if run "$name" 2 "$@"; then
+    n=$(wc -l <"$TMP/err")
+    [ "$n" -eq 1 ] || fail "$name: $n lines on stderr, expected 1: $(cat "$TMP/err")"
+  fi
+}
+
+if run "--version" 0 --version; then
+  grep -q '^distlab-bench (distlab) [0-9][0-9.]*' "$TMP/out" || fail "--version printed: $(cat "$TMP/out")"
+fi
+if run "--help" 0 --help; then
+  grep -q 'coll' "$TMP/out" && grep -q 'topo' "$TMP/out" || fail "--help does not list coll and topo"
+fi
+run "coll --help" 0 coll --help
+usage_error "bad option" --no-such-option
+usage_error "bad coll option" coll --no-such-option
+usage_error "unknown subcommand" no-such-subcommand
+usage_error "coll --ranks 0" coll --ranks 0
+usage_error "coll --ranks x" coll --ranks x
+usage_error "coll -b without a value" coll -b
+usage_error "coll --dtype f16" coll --dtype f16
+usage_error "coll --root 2 --ranks 2" coll --root 2 --ranks 2
+
+# CSV: every data row checked and right (3 ranks: uneven blocks, odd ring).
+if run "coll --ranks 3 --csv" 0 coll --ranks 3 -b 8 -e "$MAX3" -n "$ITERS" -w 1 --csv $STREAM; then
+  awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i
+              if (!("oop_wrong" in col) || !("ip_wrong" in col)) { print "no #wrong columns"; bad = 1 }
+              next }
+    { rows++
+      if ($col["oop_wrong"] != "0" || $col["ip_wrong"] != "0") { print "wrong values: " $0; bad = 1 } }
+    END { if (rows < 2) { print "only " rows + 0 " data rows"; bad = 1 }
+          exit bad }' "$TMP/out" >"$TMP/awk" || fail "coll --ranks 3 --csv: $(cat "$TMP/awk")"
+fi
+
+# Every op, two ranks.
+if run "coll --op all" 0 coll --op all --ranks 2 -b 8 -e "$MAXALL" -n 2 -w 1 $STREAM; then
+  for op in allreduce reducescatter allgather broadcast reduce alltoall sendrecv; do
+    grep -q "^# $op:" "$TMP/out" || fail "coll --op all: no $op section"
+  done
+  grep -q '^# Out of bounds values : 0 OK' "$TMP/out" || fail "coll --op all: no 'Out of bounds values : 0 OK' line"
+  grep -q '^# Avg bus bandwidth' "$TMP/out" || fail "coll --op all: no 'Avg bus bandwidth' line"
+  grep -q '^# [0-9]* rows, 0 wrong' "$TMP/out" || fail "coll --op all: no 'rows, 0 wrong' line"
+fi
+
+# bf16 average and f64 max on 4 ranks (exact inputs; avg within one rounding).
+run "coll bf16 avg" 0 coll --op allreduce,reducescatter,reduce --ranks 4 -d bf16 -o avg -b 8 -e "$MAXALL" -n 2 -w 1 --stream 0
+run "coll f64 max" 0 coll --op allreduce,allgather --ranks 4 -d f64 -o max -b 8 -e "$MAXALL" -n 2 -w 1 --stream 0
+
+# JSON parses (when python3 is there) and has rows.
+if run "coll --json" 0 coll --ranks 2 -b 8 -e "$MAXALL" -n 2 -w 1 --json $STREAM; then
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["rows"], "no rows"
+assert all(r["out_of_place"]["wrong"] == 0 for r in d["rows"]), "wrong values"
+assert d["ranks"] == 2
+' <"$TMP/out" 2>"$TMP/py" || fail "coll --json: $(tail -1 "$TMP/py")"
+  else
+    grep -q '"rows"' "$TMP/out" || fail "coll --json: no rows"
+  fi
+fi
+
+# The synthetic topology is reported as such.
+if run "topo synthetic" 0 topo --ranks 4 --topology "pack:2 l3:2 core:4 pu:1"; then
+  grep -q synthetic "$TMP/out" || fail "topo --topology: output does not say 'synthetic'"
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "test_cli: $fails check(s) failed"
+  exit 1
+fi
+echo "test_cli: all checks passed"
+exit 0
