@@ -218,7 +218,10 @@ static void *rank_main(void *p)
     x->status = rc;
     if (rc != DL_OK) {
         const char *m = dl_errmsg();
-        snprintf(x->errmsg, sizeof x->errmsg, "rank %d: %s", x->rank,
+        char prefix[32];
+        int plen = snprintf(prefix, sizeof prefix, "rank %d: ", x->rank);
+        /* messages that already name the rank (the arena's) are not prefixed twice */
+        snprintf(x->errmsg, sizeof x->errmsg, "%s%s", strncmp(m, prefix, (size_t)plen) ? prefix : "",
                  m[0] ? m : dl_strstatus(rc));
         dl__world_fail(w, x->rank, rc, x->errmsg);
     }

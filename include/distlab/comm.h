@@ -33,8 +33,11 @@ typedef enum dl_purpose {
     DL_NPURPOSES
 } dl_purpose;
 
-/* Collective algorithms. AUTO (the default) picks a latency-optimal exchange for small messages
- * (one-shot at n = 2, recursive doubling at powers of two) and the ring otherwise. */
+/* Collective algorithms (all-reduce; the other collectives always use the ring or a chain).
+ * AUTO (the default) picks, for messages up to the eager size, a one-shot exchange (n = 2, or n
+ * <= 8 not a power of two) or recursive doubling (powers of two), and the ring otherwise.
+ * ONESHOT and RD apply only where they can (messages up to the eager size; RD at powers of two);
+ * elsewhere the ring runs. dl_comm_last_algo() always says what ran. */
 typedef enum dl_algo {
     DL_ALGO_AUTO = 0,
     DL_ALGO_RING = 1,
