@@ -506,8 +506,8 @@ void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int 
     fprintf(f, "%d NUMA %s, %d %s\n", s->numas, plural(s->numas, "node", "nodes"), s->packages,
             plural(s->packages, "package", "packages"));
     if (s->synthetic)
-        fprintf(f, "  binding: rank on synthetic PU i runs on real PU (i mod %d) of this "
-                   "machine\n",
+        fprintf(f, "  binding: rank r runs on real PU (r mod %d) of this machine; the synthetic "
+                   "machine only groups ranks\n",
                 t->real_pus);
     if (!p)
         return;

@@ -68,7 +68,8 @@ typedef struct dl_link_ops {
     int (*acquire)(dl_link *l, dl_msg *m, const dl_waiter *w);
     /* Receiver: release the oldest acquired message (its slot returns to the sender). */
     int (*release)(dl_link *l);
-    /* Sender: wait until the receiver released every posted message. */
+    /* Sender: wait until the receiver released every lent (rendezvous) message, so the sender may
+     * reuse its buffers; inline and eager messages were copied and are not waited for. */
     int (*flush)(dl_link *l, const dl_waiter *w);
     /* Wake any thread sleeping on this link (used on abort). */
     void (*wake)(dl_link *l);
