@@ -393,6 +393,13 @@ static int run_op(const bench *b, dl_comm *comm, const row *rw, const bufs *x, i
 static void print_row(bench *b, int i);
 static void print_preamble(bench *b);
 
+/* Calls per timed sample: min(100, 64 KiB / size), at least 1. */
+static int batch_reps(size_t bytes)
+{
+    size_t reps = bytes ? 65536 / bytes : 100;
+    return reps < 1 ? 1 : reps > 100 ? 100 : (int)reps;
+}
+
 static int rank_fn(dl_ctx *ctx, void *arg)
 {
     bench *b = arg;
@@ -424,13 +431,17 @@ static int rank_fn(dl_ctx *ctx, void *arg)
             fill_input(b, rw, &x, r, n); /* sane values for the timed calls too */
             for (int w = 0; w < c->warmup; w++)
                 if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
+            /* Small calls are timed in back-to-back batches, as nccl-tests does, so that the
+             * barrier's exit skew and the clock do not dominate a sub-microsecond call. */
+            int reps = batch_reps(rw->bytes);
             for (int it = 0; it < c->iters; it++) {
                 if ((rc = dl_barrier(comm)) != DL_OK) goto out;
                 uint64_t t0 = dl_now_ns();
-                rc = run_op(b, comm, rw, &x, r, n);
+                for (int k = 0; k < reps && rc == DL_OK; k++)
+                    rc = run_op(b, comm, rw, &x, r, n);
                 uint64_t t1 = dl_now_ns();
                 if (rc != DL_OK) goto out;
-                b->times[(ci * c->iters + it) * n + r] = (double)(t1 - t0);
+                b->times[(ci * c->iters + it) * n + r] = (double)(t1 - t0) / reps;
             }
             if (r == 0) b->algo[ci] = rw->op == OP_SENDRECV ? -1 : (int)dl_comm_last_algo(comm);
             if (c->check) {
@@ -774,7 +785,8 @@ static void usage(FILE *f)
 "Columns: size (B) and count follow nccl-tests: allreduce, broadcast, reduce, sendrecv: one\n"
 "buffer; reducescatter and allgather: the full buffer (count is the library's full count);\n"
 "alltoall: the total per rank. time: median over iterations of the slowest rank's time (each\n"
-"iteration: barrier, then the call timed on every rank). algbw = size/time (GB/s = 1e9 B/s);\n"
+"iteration: barrier, then min(100, 64K/size) calls back to back (at least 1) timed on every\n"
+"rank, time per call). algbw = size/time (GB/s = 1e9 B/s);\n"
 "busbw = algbw x factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n;\n"
 "broadcast, reduce, sendrecv 1. sendrecv is a ring shift (rank r sends to r+1) with blocking\n"
 "send/recv, even ranks sending first; out-of-place only, and skipped for one rank.\n"
