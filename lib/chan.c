@@ -1,9 +1,10 @@
 /* The shared-memory channel: an SPSC ring of slots between two ranks (see chan.h).
  *
- * Layout: the producer's published counter `head` and the consumer's `tail` live on separate
- * cache lines; each side also keeps a private cached copy of the other's counter so that the
- * common case touches no shared line but the slot itself. Counters are free-running 32-bit
- * values (nslots is a power of two, so wrap-around is harmless) and double as futex words. */
+ * Layout: the consumer polls each slot's own sequence word (one cache line carries sequence,
+ * header and inline payload); the consumer's release counter `tail` lives on a separate line,
+ * and the producer keeps a private cached copy of it, reloaded only when the ring looks full.
+ * Counters are free-running 32-bit values (nslots is a power of two, so wrap-around is
+ * harmless) and double as futex words. */
 #define _GNU_SOURCE
 #include "config.h"
 #include <errno.h>
@@ -18,12 +19,13 @@
 #include "distlab.h"
 #include "internal.h"
 
-enum { KIND_INLINE = 0, KIND_EAGER = 1, KIND_RDV = 2 };
-
-/* One slot header: exactly one cache line. */
+/* One slot header: exactly one cache line. The consumer polls the slot's own sequence word,
+ * so a message costs one cache-line transfer (header, inline payload and sequence together). The
+ * payload's kind follows from its size: inline (<= DL_CHAN_INLINE), eager (<= eager), else
+ * rendezvous. */
 typedef struct slot_hdr {
+    atomic_uint seq; /* message number + 1 once published */
     uint32_t check;
-    uint32_t kind;
     uint64_t bytes;
     const void *ptr;
     unsigned char inl[DL_CHAN_INLINE];
@@ -37,15 +39,15 @@ typedef struct chan {
     slot_hdr *hdr;          /* [nslots], page-aligned */
     unsigned char *payload; /* [nslots * eager], page-aligned */
 
-    _Alignas(64) atomic_uint head; /* messages published (producer) */
-    atomic_int head_sleep;         /* consumer sleeps on head */
-    _Alignas(64) atomic_uint tail; /* messages released (consumer) */
-    atomic_int tail_sleep;         /* producer sleeps on tail */
+    _Alignas(64) atomic_int head_sleep; /* consumer sleeps on a slot's sequence word */
+    _Alignas(64) atomic_uint tail;      /* messages released (consumer) */
+    atomic_uint acq_pub;                /* rendezvous messages announced as being read */
+    atomic_int tail_sleep;              /* producer sleeps on tail */
 
     /* producer-private */
     _Alignas(64) uint32_t p_head, p_tail_cache, p_rdv_end;
     /* consumer-private */
-    _Alignas(64) uint32_t c_acq, c_tail, c_head_cache;
+    _Alignas(64) uint32_t c_acq, c_tail;
 } chan;
 
 uint64_t dl_now_ns(void)
@@ -75,18 +77,20 @@ static void futex_wake(atomic_uint *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Wait while *word == v. Spins (or yields) first, then sleeps on the futex with a bounded
- * timeout so that an abort is seen even if a wake-up were missed. The sleep flag and the
- * re-check form a Dekker pair with the peer's store-then-check (both seq_cst). */
-static int wait_ne(atomic_uint *word, uint32_t v, atomic_int *sleep_flag, const dl_waiter *w,
-                   uint64_t *wait_ns)
+/* Wait until *word has reached `target` (free-running counters: (int32)(word - target) >= 0).
+ * Spins (or yields) first, then sleeps on the futex with a bounded timeout so that an abort is
+ * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
+ * the publisher's store-then-check (both seq_cst). */
+static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
+                      const dl_waiter *w, uint64_t *wait_ns)
 {
     uint64_t t0 = dl_now_ns();
     int spins = w ? w->spins : 1000;
     int mode = w ? (int)w->mode : DL_WAIT_SPIN;
     atomic_int *abort_flag = w ? w->abort_flag : NULL;
     for (int i = 0;; i++) {
-        if (atomic_load_explicit(word, memory_order_acquire) != v)
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if ((int32_t)(v - target) >= 0)
             break;
         if (abort_flag && atomic_load_explicit(abort_flag, memory_order_relaxed)) {
             *wait_ns += dl_now_ns() - t0;
@@ -108,47 +112,37 @@ static int wait_ne(atomic_uint *word, uint32_t v, atomic_int *sleep_flag, const 
     return DL_OK;
 }
 
-static inline void publish(atomic_uint *word, uint32_t val, atomic_int *sleep_flag)
-{
-    atomic_store(word, val); /* seq_cst: ordered before the sleep-flag load below */
-    if (atomic_load(sleep_flag))
-        futex_wake(word);
-}
-
 static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
 {
     chan *c = (chan *)l;
     uint32_t h = c->p_head;
     if (h - c->p_tail_cache >= c->nslots) {
+        /* the ring looks full: slot h is free once message h - nslots was released */
+        int rc = wait_reach(&c->tail, h - c->nslots + 1, &c->tail_sleep, w, &l->stats.send_wait_ns);
+        if (rc)
+            return rc;
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
-        while (h - c->p_tail_cache >= c->nslots) {
-            int rc = wait_ne(&c->tail, c->p_tail_cache, &c->tail_sleep, w, &l->stats.send_wait_ns);
-            if (rc)
-                return rc;
-            c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
-        }
     }
     slot_hdr *s = &c->hdr[h & c->mask];
     s->check = m->check;
     s->bytes = m->bytes;
     if (m->bytes <= DL_CHAN_INLINE) {
-        s->kind = KIND_INLINE;
         if (m->bytes)
             memcpy(s->inl, m->data, m->bytes);
     } else if (m->bytes <= c->eager) {
         uint64_t t0 = dl_now_ns();
-        s->kind = KIND_EAGER;
         memcpy(c->payload + (size_t)(h & c->mask) * c->eager, m->data, m->bytes);
         l->stats.copy_ns += dl_now_ns() - t0;
     } else {
-        s->kind = KIND_RDV;
         s->ptr = m->data;
         c->p_rdv_end = h + 1;
     }
     c->p_head = h + 1;
     l->stats.bytes_sent += m->bytes;
     l->stats.msgs_sent++;
-    publish(&c->head, h + 1, &c->head_sleep);
+    atomic_store(&s->seq, h + 1); /* seq_cst: ordered before the sleep-flag load below */
+    if (atomic_load(&c->head_sleep))
+        futex_wake(&s->seq);
     return DL_OK;
 }
 
@@ -156,22 +150,31 @@ static int chan_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
 {
     chan *c = (chan *)l;
     uint32_t a = c->c_acq;
-    if (a == c->c_head_cache) {
-        c->c_head_cache = atomic_load_explicit(&c->head, memory_order_acquire);
-        while (a == c->c_head_cache) {
-            int rc = wait_ne(&c->head, a, &c->head_sleep, w, &l->stats.recv_wait_ns);
-            if (rc)
-                return rc;
-            c->c_head_cache = atomic_load_explicit(&c->head, memory_order_acquire);
-        }
+    slot_hdr *s = &c->hdr[a & c->mask];
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != a + 1) {
+        int rc = wait_reach(&s->seq, a + 1, &c->head_sleep, w, &l->stats.recv_wait_ns);
+        if (rc)
+            return rc;
     }
-    const slot_hdr *s = &c->hdr[a & c->mask];
     m->check = s->check;
     m->bytes = s->bytes;
-    switch (s->kind) {
-    case KIND_INLINE: m->data = s->inl; break;
-    case KIND_EAGER: m->data = c->payload + (size_t)(a & c->mask) * c->eager; break;
-    default: m->data = s->ptr; break;
+    if (s->bytes <= DL_CHAN_INLINE) {
+        m->data = s->inl;
+    } else if (s->bytes <= c->eager) {
+        m->data = c->payload + (size_t)(a & c->mask) * c->eager;
+    } else {
+        /* Reading a lent buffer: announce it, then re-check the abort flag (a Dekker pair with
+         * chan_drain). After an abort the sender only waits for announced reads, so a read that
+         * is not announced in time must not happen: acknowledge everything and leave. */
+        atomic_store(&c->acq_pub, a + 1);
+        if (w && w->abort_flag && atomic_load(w->abort_flag)) {
+            c->c_acq = c->c_tail = a + 1;
+            atomic_store(&c->tail, a + 1);
+            if (atomic_load(&c->tail_sleep))
+                futex_wake(&c->tail);
+            return dl_error(DL_EABORT, "aborted while waiting on a channel");
+        }
+        m->data = s->ptr;
     }
     c->c_acq = a + 1;
     l->stats.bytes_recv += m->bytes;
@@ -186,7 +189,9 @@ static int chan_release(dl_link *l)
         return dl_error(DL_EINVAL, "channel %d->%d: release without an acquired message",
                         l->src, l->dst);
     c->c_tail++;
-    publish(&c->tail, c->c_tail, &c->tail_sleep);
+    atomic_store(&c->tail, c->c_tail); /* seq_cst: ordered before the sleep-flag load */
+    if (atomic_load(&c->tail_sleep))
+        futex_wake(&c->tail);
     return DL_OK;
 }
 
@@ -195,22 +200,37 @@ static int chan_release(dl_link *l)
 static int chan_flush(dl_link *l, const dl_waiter *w)
 {
     chan *c = (chan *)l;
-    uint32_t need = c->p_rdv_end;
+    int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns);
+    if (rc == DL_OK)
+        c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_relaxed);
+    return rc;
+}
+
+/* After an abort: wait, ignoring the abort flag, until the receiver has released every lent
+ * message it announced reading, so that the sender's caller may free its buffers. Receivers
+ * release what they read without waiting on anything, so this is short; it is bounded anyway. */
+static int chan_drain(dl_link *l)
+{
+    chan *c = (chan *)l;
+    uint64_t t0 = dl_now_ns();
     for (;;) {
-        uint32_t t = atomic_load_explicit(&c->tail, memory_order_acquire);
-        c->p_tail_cache = t;
+        uint32_t announced = atomic_load(&c->acq_pub);
+        uint32_t need = (int32_t)(announced - c->p_rdv_end) < 0 ? announced : c->p_rdv_end;
+        uint32_t t = atomic_load(&c->tail);
         if ((int32_t)(t - need) >= 0)
             return DL_OK;
-        int rc = wait_ne(&c->tail, t, &c->tail_sleep, w, &l->stats.send_wait_ns);
-        if (rc)
-            return rc;
+        if (dl_now_ns() - t0 > 30ull * 1000000000ull)
+            return dl_error(DL_ETIMEOUT, "channel %d->%d: receiver still reading a lent buffer "
+                            "30 s after an abort", l->src, l->dst);
+        sched_yield();
     }
 }
 
 static void chan_wake(dl_link *l)
 {
     chan *c = (chan *)l;
-    futex_wake(&c->head);
+    for (uint32_t i = 0; i < c->nslots; i++)
+        futex_wake(&c->hdr[i].seq);
     futex_wake(&c->tail);
 }
 
@@ -227,6 +247,7 @@ static const dl_link_ops chan_ops = {
     .acquire = chan_acquire,
     .release = chan_release,
     .flush = chan_flush,
+    .drain = chan_drain,
     .wake = chan_wake,
     .destroy = chan_destroy,
 };
@@ -255,8 +276,10 @@ int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_byt
         return dl_error(DL_ENOMEM, "channel %d->%d: out of memory for %d slots", src, dst, nslots);
     }
     memset(c->hdr, 0, sizeof(slot_hdr) * (size_t)nslots);
-    atomic_init(&c->head, 0);
+    for (int i = 0; i < nslots; i++)
+        atomic_init(&c->hdr[i].seq, 0);
     atomic_init(&c->tail, 0);
+    atomic_init(&c->acq_pub, 0);
     atomic_init(&c->head_sleep, 0);
     atomic_init(&c->tail_sleep, 0);
     *out = &c->base;

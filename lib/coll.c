@@ -527,6 +527,20 @@ static int check_purpose(const char *what, dl_purpose p)
     return DL_OK;
 }
 
+/* A failed call aborts the world (collectives cannot continue with one rank out), then waits
+ * until no peer reads a buffer this rank lent it, so the caller may free its buffers. */
+static void fail_and_drain(dl_comm *c)
+{
+    dl__world_abort(c->ctx->w);
+    dl_comm_shared *sh = c->sh;
+    for (int j = 0; j < sh->n; j++) {
+        dl_link *l = atomic_load_explicit(&sh->links[(size_t)c->rank * (size_t)sh->n + (size_t)j],
+                                          memory_order_acquire);
+        if (l)
+            l->ops->drain(l);
+    }
+}
+
 static int decorate(dl_comm *c, int rc, int op)
 {
     char prev[768];
@@ -609,10 +623,12 @@ static int run_op(dl_request *q)
     default: rc = dl_error(DL_EINVAL, "unknown operation %d", q->kind); break;
     }
     c->last_algo = algo;
-    if (rc == DL_OK)
+    if (rc == DL_OK) {
         c->st.algo_ops[algo]++;
-    else
+    } else {
         rc = decorate(c, rc, q->kind);
+        fail_and_drain(c);
+    }
     dl__op_end(c, rc);
     return rc;
 }
@@ -890,6 +906,7 @@ static int p2p(dl_comm *c, int send, void *buf, size_t count, dl_dtype t, int pe
         snprintf(prev, sizeof prev, "%s", dl_errmsg());
         rc = dl_error(rc, "%s %s rank %d on communicator %llu: %s", what, send ? "to" : "from",
                       peer, (unsigned long long)c->sh->uid, prev);
+        fail_and_drain(c);
     }
     dl__op_end(c, rc);
     return rc;

@@ -71,6 +71,9 @@ typedef struct dl_link_ops {
     /* Sender: wait until the receiver released every lent (rendezvous) message, so the sender may
      * reuse its buffers; inline and eager messages were copied and are not waited for. */
     int (*flush)(dl_link *l, const dl_waiter *w);
+    /* Sender, after an abort or a failed call: wait (ignoring the abort flag) until the
+     * receiver no longer reads any buffer lent to it, so the caller may free its buffers. */
+    int (*drain)(dl_link *l);
     /* Wake any thread sleeping on this link (used on abort). */
     void (*wake)(dl_link *l);
     void (*destroy)(dl_link *l);
