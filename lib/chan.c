@@ -202,7 +202,7 @@ static int chan_flush(dl_link *l, const dl_waiter *w)
     chan *c = (chan *)l;
     int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns);
     if (rc == DL_OK)
-        c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_relaxed);
+        c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
     return rc;
 }
 
