@@ -11,6 +11,7 @@
 #include "distlab/world.h"
 #include "distlab/comm.h"
 #include "distlab/coll.h"
+#include "distlab/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
