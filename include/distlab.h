@@ -12,6 +12,7 @@
 #include "distlab/comm.h"
 #include "distlab/coll.h"
 #include "distlab/plan.h"
+#include "distlab/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

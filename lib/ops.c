@@ -1,0 +1,416 @@
+/* Kernels of the GPT trainer (see include/distlab/ops.h for shapes and conventions).
+ *
+ * The kernels are written once, as a template on the element type: this file includes itself
+ * twice with DL_OPS_BODY defined, once with `real` = float (suffix _f32) and once with
+ * `real` = double (_f64), so both variants are real exported functions compiled from the same
+ * text. Type-specific pieces (GEMM, exp, erf, sqrt, log) are small static inline functions
+ * named x_f32 / x_f64 that the body reaches through FN(x).
+ *
+ * Speed: GEMMs are OpenBLAS; the elementwise loops are written so that gcc -O3 vectorises them
+ * (no calls, no aliasing surprises); reductions use several partial sums (gcc may not reorder a
+ * floating-point sum on its own). */
+#ifndef DL_OPS_BODY
+#include "config.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "distlab/ops.h"
+
+#define DL_CAT2(a, b) a##b
+#define DL_CAT(a, b) DL_CAT2(a, b)
+#define FN(name) DL_CAT(name, SFX)
+
+/* sqrt without the errno branch (v >= 0 here), so loops with a sqrt still vectorise. */
+#if defined(__GNUC__)
+#define DL_SQRTF(x) __builtin_sqrtf(x)
+#define DL_SQRT(x) __builtin_sqrt(x)
+#else
+#define DL_SQRTF(x) sqrtf(x)
+#define DL_SQRT(x) sqrt(x)
+#endif
+
+/* ---- type-specific helpers ---- */
+
+static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+}
+
+static inline void gemm_f64(int ta, int tb, int M, int N, int K, double alpha, const double *A,
+                            int lda, const double *Bm, int ldb, double beta, double *Cm, int ldc)
+{
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+}
+
+static inline float exp_f32(float x) { return expf(x); }
+static inline double exp_f64(double x) { return exp(x); }
+static inline float erf_f32(float x) { return erff(x); }
+static inline double erf_f64(double x) { return erf(x); }
+static inline float log_f32(float x) { return logf(x); }
+static inline double log_f64(double x) { return log(x); }
+static inline float sqrt_f32(float x) { return DL_SQRTF(x); }
+static inline double sqrt_f64(double x) { return DL_SQRT(x); }
+
+#define DL_OPS_BODY 1
+#define real float
+#define SFX _f32
+#include "ops.c"
+#undef real
+#undef SFX
+#define real double
+#define SFX _f64
+#include "ops.c"
+#undef real
+#undef SFX
+
+#else /* DL_OPS_BODY: everything below is compiled once per type */
+
+/* ---- reductions with 8 partial sums (vectorisable, and a little more accurate) ---- */
+
+static inline real FN(vsum)(const real *x, int n)
+{
+    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) s[l] += x[i + l];
+    real r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) r += x[i];
+    return r;
+}
+
+/* Σ (x - m)² */
+static inline real FN(vsumsqdev)(const real *x, real m, int n)
+{
+    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            real d = x[i + l] - m;
+            s[l] += d * d;
+        }
+    real r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) r += (x[i] - m) * (x[i] - m);
+    return r;
+}
+
+static inline real FN(vdot)(const real *x, const real *y, int n)
+{
+    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) s[l] += x[i + l] * y[i + l];
+    real r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) r += x[i] * y[i];
+    return r;
+}
+
+static inline real FN(vmax)(const real *x, int n)
+{
+    real m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* x[i] = exp(x[i] - m) for i < n; returns the sum. In place so the caller's row is reused. */
+static inline real FN(vexp_sum)(real *x, real m, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = FN(exp)(x[i] - m);
+    return FN(vsum)(x, n);
+}
+
+/* ---- encoder ---- */
+
+void FN(dl_encoder_fwd)(real *out, const int *tokens, const real *wte, const real *wpe, int B,
+                        int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            real *o = out + ((size_t)b * T + t) * C;
+            const real *we = wte + (size_t)tokens[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        }
+}
+
+void FN(dl_encoder_bwd)(real *dwte, real *dwpe, const real *dout, const int *tokens, int B,
+                        int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const real *d = dout + ((size_t)b * T + t) * C;
+            real *we = dwte + (size_t)tokens[b * T + t] * C, *pe = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) {
+                we[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+}
+
+/* ---- layernorm ---- */
+
+void FN(dl_layernorm_fwd)(real *out, real *mean, real *rstd, const real *inp, const real *w,
+                          const real *b, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;
+        real *o = out + (size_t)n * C;
+        /* two passes: the variance of the centred values, not E[x²] - m², which cancels */
+        real m = FN(vsum)(x, C) / (real)C;
+        real var = FN(vsumsqdev)(x, m, C) / (real)C;
+        real s = (real)1 / FN(sqrt)(var + (real)DL_LN_EPS);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void FN(dl_layernorm_bwd)(real *dinp, real *dw, real *db, const real *dout, const real *inp,
+                          const real *w, const real *mean, const real *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        real *dx = dinp + (size_t)n * C;
+        real m = mean[n], s = rstd[n];
+        /* y = w * xhat + b; dL/dx = s * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout */
+        real sg[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, sgx[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        int c = 0;
+        for (; c + 8 <= C; c += 8)
+            for (int l = 0; l < 8; l++) {
+                real g = w[c + l] * d[c + l];
+                sg[l] += g;
+                sgx[l] += g * ((x[c + l] - m) * s);
+            }
+        real g_mean = ((sg[0] + sg[1]) + (sg[2] + sg[3])) + ((sg[4] + sg[5]) + (sg[6] + sg[7]));
+        real gx_mean =
+            ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) + ((sgx[4] + sgx[5]) + (sgx[6] + sgx[7]));
+        for (; c < C; c++) {
+            real g = w[c] * d[c];
+            g_mean += g;
+            gx_mean += g * ((x[c] - m) * s);
+        }
+        g_mean /= (real)C;
+        gx_mean /= (real)C;
+        for (c = 0; c < C; c++) {
+            real xh = (x[c] - m) * s;
+            db[c] += d[c];
+            dw[c] += xh * d[c];
+            dx[c] += (w[c] * d[c] - g_mean - xh * gx_mean) * s;
+        }
+    }
+}
+
+/* ---- linear ---- */
+
+void FN(dl_linear_fwd)(real *out, const real *inp, const real *W, const real *bias, int N, int IC,
+                       int OC)
+{
+    /* bias first, then the GEMM accumulates onto it (beta = 1): no second pass over out */
+    if (bias) {
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(real));
+    }
+    FN(gemm)(0, 1, N, OC, IC, (real)1, inp, IC, W, IC, bias ? (real)1 : (real)0, out, OC);
+}
+
+void FN(dl_linear_bwd)(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
+                       const real *W, int N, int IC, int OC)
+{
+    if (dinp) FN(gemm)(0, 0, N, IC, OC, (real)1, dout, OC, W, IC, (real)1, dinp, IC);
+    if (dW) FN(gemm)(1, 0, OC, IC, N, (real)1, dout, OC, inp, IC, (real)1, dW, IC);
+    if (dbias) {
+        for (int n = 0; n < N; n++) {
+            const real *d = dout + (size_t)n * OC;
+            for (int o = 0; o < OC; o++) dbias[o] += d[o];
+        }
+    }
+}
+
+/* ---- GeLU (exact, erf) ---- */
+
+void FN(dl_gelu_fwd)(real *out, const real *inp, size_t n)
+{
+    const real r2 = (real)0.70710678118654752440; /* 1/√2 */
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        out[i] = (real)0.5 * x * ((real)1 + FN(erf)(x * r2));
+    }
+}
+
+void FN(dl_gelu_bwd)(real *dinp, const real *inp, const real *dout, size_t n)
+{
+    const real r2 = (real)0.70710678118654752440, rpi = (real)0.39894228040143267794; /* 1/√(2π) */
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real cdf = (real)0.5 * ((real)1 + FN(erf)(x * r2));
+        real pdf = rpi * FN(exp)((real)-0.5 * x * x);
+        dinp[i] += (cdf + x * pdf) * dout[i];
+    }
+}
+
+/* ---- residual ---- */
+
+void FN(dl_residual_fwd)(real *out, const real *a, const real *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+/* ---- causal multi-head attention ---- */
+
+void FN(dl_attention_fwd)(real *out, int ldout, real *att, const real *q, const real *k,
+                          const real *v, int ldqkv, int B, int T, int NH, int HS)
+{
+    const real scale = (real)1 / FN(sqrt)((real)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t row0 = (size_t)b * T, hoff = (size_t)h * HS;
+            const real *qb = q + row0 * ldqkv + hoff, *kb = k + row0 * ldqkv + hoff,
+                       *vb = v + row0 * ldqkv + hoff;
+            real *ob = out + row0 * ldout + hoff;
+            real *P = att + ((size_t)b * NH + h) * T * T;
+            /* S = scale · Q Kᵀ, by row blocks: rows [i0, i1) need keys [0, i1) only */
+            for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
+                int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
+                FN(gemm)(0, 1, i1 - i0, i1, HS, scale, qb + (size_t)i0 * ldqkv, ldqkv, kb, ldqkv,
+                         (real)0, P + (size_t)i0 * T, T);
+            }
+            /* causal softmax row by row; zero above the diagonal so P·V may use whole blocks */
+            for (int i = 0; i < T; i++) {
+                real *p = P + (size_t)i * T;
+                real mx = FN(vmax)(p, i + 1);
+                real inv = (real)1 / FN(vexp_sum)(p, mx, i + 1);
+                for (int j = 0; j <= i; j++) p[j] *= inv;
+                for (int j = i + 1; j < T; j++) p[j] = 0;
+            }
+            /* O = P V, same row blocks */
+            for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
+                int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
+                FN(gemm)(0, 0, i1 - i0, HS, i1, (real)1, P + (size_t)i0 * T, T, vb, ldqkv, (real)0,
+                         ob + (size_t)i0 * ldout, ldout);
+            }
+        }
+}
+
+void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                          int ldout, const real *q, const real *k, const real *v, int ldqkv,
+                          const real *att, int B, int T, int NH, int HS)
+{
+    const real scale = (real)1 / FN(sqrt)((real)HS);
+    real *D = scratch; /* dP, then dS in place: (T, T) */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t row0 = (size_t)b * T, hoff = (size_t)h * HS, o = row0 * ldqkv + hoff;
+            const real *qb = q + o, *kb = k + o, *vb = v + o;
+            real *dqb = dq + o, *dkb = dk + o, *dvb = dv + o;
+            const real *dob = dout + row0 * ldout + hoff;
+            const real *P = att + ((size_t)b * NH + h) * T * T;
+            for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
+                int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
+                /* dP[i0:i1, 0:i1] = dO Vᵀ */
+                FN(gemm)(0, 1, i1 - i0, i1, HS, (real)1, dob + (size_t)i0 * ldout, ldout, vb,
+                         ldqkv, (real)0, D + (size_t)i0 * T, T);
+                /* softmax backward: dS = P ⊙ (dP - Σ_j P dP), zero above the diagonal */
+                for (int i = i0; i < i1; i++) {
+                    const real *p = P + (size_t)i * T;
+                    real *d = D + (size_t)i * T;
+                    real s = FN(vdot)(p, d, i + 1);
+                    for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - s);
+                    for (int j = i + 1; j < i1; j++) d[j] = 0;
+                }
+                /* dQ[i0:i1] += scale · dS[i0:i1, 0:i1] K[0:i1] */
+                FN(gemm)(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, kb, ldqkv, (real)1,
+                         dqb + (size_t)i0 * ldqkv, ldqkv);
+            }
+            /* keys/values [j0, j1) receive from query rows [j0, T) only */
+            for (int j0 = 0; j0 < T; j0 += DL_ATT_BLOCK) {
+                int j1 = j0 + DL_ATT_BLOCK < T ? j0 + DL_ATT_BLOCK : T;
+                /* dK[j0:j1] += scale · dS[j0:T, j0:j1]ᵀ Q[j0:T] */
+                FN(gemm)(1, 0, j1 - j0, HS, T - j0, scale, D + (size_t)j0 * T + j0, T,
+                         qb + (size_t)j0 * ldqkv, ldqkv, (real)1, dkb + (size_t)j0 * ldqkv, ldqkv);
+                /* dV[j0:j1] += P[j0:T, j0:j1]ᵀ dO[j0:T] */
+                FN(gemm)(1, 0, j1 - j0, HS, T - j0, (real)1, P + (size_t)j0 * T + j0, T,
+                         dob + (size_t)j0 * ldout, ldout, (real)1, dvb + (size_t)j0 * ldqkv, ldqkv);
+            }
+        }
+}
+
+/* ---- softmax + cross-entropy ---- */
+
+double FN(dl_crossentropy_fwd)(real *probs, real *losses, const real *logits, const int *targets,
+                               int N, int V)
+{
+    double total = 0;
+    for (int n = 0; n < N; n++) {
+        const real *l = logits + (size_t)n * V;
+        real *p = probs + (size_t)n * V;
+        real mx = FN(vmax)(l, V);
+        real lt = l[targets[n]]; /* read before p (which may alias l) is overwritten */
+        if (p != l) memcpy(p, l, (size_t)V * sizeof(real));
+        real sum = FN(vexp_sum)(p, mx, V);
+        real inv = (real)1 / sum;
+        for (int j = 0; j < V; j++) p[j] *= inv;
+        /* -log softmax[target] = log Σ exp(l - max) + max - l[target], exact for large logits */
+        real loss = FN(log)(sum) + mx - lt;
+        if (losses) losses[n] = loss;
+        total += (double)loss;
+    }
+    return N > 0 ? total / N : 0.0;
+}
+
+void FN(dl_crossentropy_bwd)(real *dlogits, const real *probs, const int *targets, real dloss,
+                             int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const real *p = probs + (size_t)n * V;
+        real *d = dlogits + (size_t)n * V;
+        real pt = p[targets[n]]; /* before d (which may alias p) is written */
+        for (int j = 0; j < V; j++) d[j] = p[j] * dloss;
+        d[targets[n]] = (pt - (real)1) * dloss;
+    }
+}
+
+/* ---- AdamW ---- */
+
+void FN(dl_adamw)(real *param, const real *grad, real *m, real *v, size_t n, real lr, real beta1,
+                  real beta2, real eps, real wd, real grad_scale, long step)
+{
+    /* bias corrections in double (pow of a number close to 1); the arithmetic order is
+     * PyTorch's: decay, moments, then param -= step_size * m / (sqrt(v) / sqrt(bc2) + eps) */
+    double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
+    const real step_size = (real)((double)lr / bc1);
+    const real sqrt_bc2 = (real)sqrt(bc2);
+    const real decay = (real)1 - lr * wd, a1 = (real)1 - beta1, a2 = (real)1 - beta2;
+    for (size_t i = 0; i < n; i++) {
+        real g = grad[i] * grad_scale;
+        real mi = beta1 * m[i] + a1 * g;
+        real vi = beta2 * v[i] + a2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = param[i] * decay - step_size * mi / (FN(sqrt)(vi) / sqrt_bc2 + eps);
+    }
+}
+
+double FN(dl_sumsq)(const real *x, size_t n)
+{
+    double s[4] = { 0, 0, 0, 0 };
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++) s[l] += (double)x[i + l] * (double)x[i + l];
+    double r = (s[0] + s[1]) + (s[2] + s[3]);
+    for (; i < n; i++) r += (double)x[i] * (double)x[i];
+    return r;
+}
+
+#endif /* DL_OPS_BODY */
