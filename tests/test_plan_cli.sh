@@ -1,0 +1,153 @@
+#!/bin/sh
+# Command-line contract of distlab-plan: version, help, usage errors (exit 2, one line on stderr),
+# and the lecture's numbers in human, CSV and JSON output. Run by `make check` from the build
+# directory (the binary is ./apps/distlab-plan).
+
+if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-plan" ]; then
+  PLAN="$abs_top_builddir/apps/distlab-plan"
+else
+  PLAN="./apps/distlab-plan"
+fi
+if [ ! -x "$PLAN" ]; then
+  echo "test_plan_cli: $PLAN not found (run from the build directory)"
+  exit 1
+fi
+
+TMP="${TMPDIR:-/tmp}/test_plan_cli.$$"
+mkdir -p "$TMP" || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fails=0
+
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+
+# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
+run() {
+  name=$1; want=$2; shift 2
+  "$PLAN" "$@" >"$TMP/out" 2>"$TMP/err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit status $got, want $want (stderr: $(head -c 300 "$TMP/err"))"
+    return 1
+  fi
+  return 0
+}
+
+# usage error: status 2 and exactly one line on stderr naming the problem
+usage_error() {
+  name=$1; pattern=$2; shift 2
+  if run "$name" 2 "$@"; then
+    lines=$(wc -l <"$TMP/err")
+    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1"
+    grep -q -- "$pattern" "$TMP/err" || fail "$name: stderr lacks '$pattern': $(cat "$TMP/err")"
+    [ -s "$TMP/out" ] && fail "$name: wrote to stdout on a usage error"
+  fi
+}
+
+has() { # has NAME PATTERN: $TMP/out contains the fixed string
+  grep -qF -- "$2" "$TMP/out" || fail "$1: output lacks '$2'"
+}
+
+# ---- version and help ----
+if run version 0 --version; then
+  grep -q '^distlab-plan (distlab) [0-9]' "$TMP/out" || fail "version: $(cat "$TMP/out")"
+fi
+run help 0 --help && has help "search"
+for sub in memory comm zero pipeline search; do
+  run "$sub --help" 0 "$sub" --help && has "$sub --help" "Usage: distlab-plan $sub"
+done
+
+# ---- usage errors ----
+usage_error "no subcommand" "missing subcommand"
+usage_error "unknown subcommand" "unknown subcommand" frobnicate
+usage_error "unknown flag" "unknown option" memory --frob 1
+usage_error "flag of another subcommand" "unknown option" zero --gpus 8
+usage_error "unknown model" "unknown model preset" memory --model gpt-9
+usage_error "unknown hardware" "unknown hardware preset" search --hardware tpu9
+usage_error "zero layers" "layers" memory --layers 0 --hidden 1024 --heads 8
+usage_error "negative hidden" "hidden" memory --layers 4 --hidden -1024 --heads 8
+usage_error "t not dividing heads" "heads" memory --t 5
+usage_error "gpus not a multiple" "multiple" search --gpus 1020
+usage_error "zero gpus" "gpus" search --gpus 0
+usage_error "missing value" "needs a value" search --gpus
+usage_error "bad number" "not an integer" search --gpus many
+usage_error "bare count search" "bare parameter count" search --model maverick-400b
+usage_error "bad costs" "costs" pipeline --costs 1,,x
+usage_error "calibrate" "calibrate needs the trainer (not yet built)" calibrate
+usage_error "validate" "validate needs the trainer (not yet built)" validate
+grep -qx "distlab-plan: validate needs the trainer (not yet built)" "$TMP/err" || fail "validate message"
+
+# ---- the lecture's numbers ----
+if run "memory gpt3" 0 memory --model gpt3-175b; then
+  has "memory gpt3" "2.87 GB"
+  has "memory gpt3" "275 GB"
+  has "memory gpt3" "about 1100"
+  has "memory gpt3" "989 TFLOP/s / 900 GB/s"
+fi
+if run "memory 70b" 0 memory --model dense-70b --csv; then
+  grep -q '^total,16,1.12e+12$' "$TMP/out" || fail "memory 70b: 16 B/param, 1120 GB: $(grep total "$TMP/out")"
+  grep -q '^GPUs of 80 GB needed,,14$' "$TMP/out" || fail "memory 70b: 14 GPUs"
+fi
+if run "comm 7.5b" 0 comm; then
+  has "comm 7.5b" "compute 1.86 s"
+  has "comm 7.5b" "65.6 ms"
+  has "comm 7.5b" "591 ms"
+fi
+run "comm tp" 0 comm --model gpt3-175b --t 8 && has "comm tp" "352 MB"
+if run "zero" 0 zero --csv; then
+  for v in 1.2e+11 3.14062e+10 1.66406e+10 1.875e+09; do
+    grep -q ",$v," "$TMP/out" || fail "zero: no $v in $(cat "$TMP/out")"
+  done
+fi
+if run "pipeline" 0 pipeline --p 4 --m 8 --costs 3,1x10,4; then
+  has pipeline "27.3% (3/11)"
+  has pipeline "10-11"
+  grep -q 'slowest 5) vs even (slowest 6)' "$TMP/out" || fail "pipeline: partition maxima"
+fi
+run "exercise 4" 0 pipeline --p 8 --global-batch 512 --d 16 --csv &&
+  { grep -q '^8,32,1,0.179487,64$' "$TMP/out" || fail "exercise 4: $(cat "$TMP/out")"; }
+
+if run "search gpt3" 0 search --csv; then
+  n=$(tail -n +2 "$TMP/out" | wc -l)
+  fit=$(tail -n +2 "$TMP/out" | awk -F, '$6 == 1' | wc -l)
+  [ "$n" -eq 27 ] && [ "$fit" -eq 18 ] || fail "search gpt3: $n combinations, $fit fit (want 27, 18)"
+  head -1 "$TMP/out" | grep -q '^t,p,d,m,mem_gb,fits,bubble,step_s,compute_s,tp_s,pp_s,dp_s$' ||
+    fail "search csv header: $(head -1 "$TMP/out")"
+  sed -n 2p "$TMP/out" | grep -q '^8,8,16,' || fail "search gpt3 fastest: $(sed -n 2p "$TMP/out")"
+fi
+if run "search 405b" 0 search --model llama3-405b --gpus 1024 --gpus-per-node 8 --global-batch 1536 --seq 2048 --json; then
+  fit=$(grep -c '"fits": true' "$TMP/out")
+  [ "$fit" -eq 14 ] || fail "search 405b: $fit fit, want 14"
+  first=$(grep -m1 '"t":' "$TMP/out")
+  echo "$first" | grep -q '"t": 8, "p": 8, "d": 16' || fail "search 405b fastest: $first"
+  echo "$first" | awk -F'"mem_gb": ' '{split($2, a, ","); exit !(a[1] >= 30 && a[1] <= 34)}' ||
+    fail "search 405b memory: $first"
+  echo "$first" | awk -F'"step_s": ' '{split($2, a, ","); exit !(a[1] >= 22 && a[1] <= 26)}' ||
+    fail "search 405b step: $first"
+fi
+
+# ---- a hardware profile file ----
+cat >"$TMP/hw.txt" <<'PROFILE'
+# a profile as calibrate writes it
+distlab-hw-profile = 1
+name = h100-file
+flops = 989e12
+mfu = 0.4
+mem_bytes = 80e9
+intra_bw = 450e9
+inter_bw = 50e9
+gpus_per_node = 8
+PROFILE
+run "profile" 0 search --hardware "$TMP/hw.txt" --csv &&
+  { sed -n 2p "$TMP/out" | grep -q '^8,8,16,' || fail "profile: fastest $(sed -n 2p "$TMP/out")"; }
+echo "bogus = 1" >>"$TMP/hw.txt"
+usage_error "bad profile" "unknown key" search --hardware "$TMP/hw.txt"
+
+if [ "$fails" -ne 0 ]; then
+  echo "test_plan_cli: $fails failure(s)"
+  exit 1
+fi
+echo "test_plan_cli: all passed"
+exit 0
