@@ -690,6 +690,7 @@ static int cmd_memory(args *a)
     tbl_row(t); c_text("weights"); c_bytes(mem.weights);
     tbl_row(t); c_text("gradients"); c_bytes(mem.grads);
     tbl_row(t); c_text("optimizer"); c_bytes(mem.optim);
+    tbl_row(t); c_text("model states"); c_bytes(mem.states);
     tbl_row(t);
     if (dl_plan_model_has_shape(m)) c_text("activations (%d layers x %d micro-batches)", mem.stage_layers, mem.inflight);
     else c_text("activations (bare parameter count: not estimated)");
