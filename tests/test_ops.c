@@ -574,6 +574,28 @@ START_TEST(t_crossentropy_lse)
 }
 END_TEST
 
+/* The f32 softmax's exp over its whole range: rows (x, 0) give p0 = e^x / (e^x + 1), so for
+ * x from -87 to 0 p0 follows e^x (the only arguments the kernels pass to exp are <= 0). */
+START_TEST(t_softmax_exp_range)
+{
+    int n = 8701;
+    int *tgt = xalloc((size_t)n * sizeof(int));
+    float *l = falloc(2 * (size_t)n), *p = falloc(2 * (size_t)n);
+    for (int i = 0; i < n; i++) l[2 * i] = (float)(-87.0 + 87.0 * i / (n - 1)), l[2 * i + 1] = 0;
+    dl_crossentropy_fwd_f32(p, NULL, l, tgt, n, 2);
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        long double ex = expl((long double)l[2 * i]);
+        long double p0 = ex / (ex + 1), p1 = 1 / (ex + 1);
+        e = fmax(e, (double)(fabsl(p[2 * i] - p0) / p0));
+        e = fmax(e, (double)(fabsl(p[2 * i + 1] - p1) / p1));
+    }
+    e /= FLT_EPSILON / 2;
+    report("exp", "softmax f32 (u)", e);
+    ck_assert_msg(e <= 6, "f32 softmax vs expl: %.3g u", e);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* GeLU against erf                                                                             */
 
@@ -1038,6 +1060,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, t_attention_split);
     tcase_add_test(tc, t_crossentropy_lse);
     tcase_add_test(tc, t_gelu_erf);
+    tcase_add_test(tc, t_softmax_exp_range);
     tcase_add_loop_test(tc, t_adamw, 0, 2);
     tcase_add_test(tc, t_sumsq);
     tcase_add_test(tc, t_f32_vs_f64);

@@ -82,6 +82,8 @@ void dl_linear_bwd_f64(double *dinp, double *dW, double *dbias, const double *do
                        const double *inp, const double *W, int N, int IC, int OC);
 
 /* ---- GeLU, exact: gelu(x) = x * Φ(x) = 0.5 x (1 + erf(x / √2)) ------------------------------
+ * (not the tanh approximation). f64 calls libm's erf; f32 evaluates Φ with its own vectorised
+ * erfc (within about 2 ulp, more accurate than 1 + erff(x/√2) in the left tail).
  * fwd: out[i] = gelu(inp[i]), n elements (out may alias inp).
  * bwd: dinp[i] += (Φ(x) + x φ(x)) * dout[i], x = inp[i], φ the standard normal density. */
 void dl_gelu_fwd_f32(float *out, const float *inp, size_t n);
