@@ -13,6 +13,7 @@
 #include "distlab/coll.h"
 #include "distlab/plan.h"
 #include "distlab/ops.h"
+#include "distlab/model.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,201 @@
+#define _GNU_SOURCE
+/* GPT parameter layout, tensor-parallel sharding and counter-based initialisation. */
+#include "config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+
+void dl_gpt_config_default(dl_gpt_config *c)
+{
+    c->vocab = 256;
+    c->seq = 128;
+    c->layers = 4;
+    c->d_model = 256;
+    c->heads = 4;
+    c->tie = 0;
+}
+
+int dl_gpt_config_check(const dl_gpt_config *c, int tp)
+{
+    if (c->vocab < 1 || c->seq < 1 || c->layers < 1 || c->d_model < 1 || c->heads < 1)
+        return dl_error(DL_EINVAL, "model sizes must be positive (vocab %d, seq %d, layers %d, "
+                        "d-model %d, heads %d)", c->vocab, c->seq, c->layers, c->d_model, c->heads);
+    if (c->d_model % c->heads)
+        return dl_error(DL_EINVAL, "d-model %d is not divisible by heads %d (try d-model %d)",
+                        c->d_model, c->heads, (c->d_model / c->heads + 1) * c->heads);
+    if (tp < 1)
+        return dl_error(DL_EINVAL, "tp must be >= 1 (got %d)", tp);
+    if (c->heads % tp) {
+        int fit = 1;
+        for (int d = 1; d <= c->heads; d++)
+            if (c->heads % d == 0 && d <= tp)
+                fit = d;
+        return dl_error(DL_EINVAL, "heads %d are not divisible by tp %d (tp %d fits, or use a "
+                        "head count divisible by %d)", c->heads, tp, fit, tp);
+    }
+    return DL_OK;
+}
+
+int64_t dl_gpt_num_params(const dl_gpt_config *c)
+{
+    int64_t V = c->vocab, T = c->seq, C = c->d_model, L = c->layers;
+    int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    return V * C + T * C + L * block + 2 * C + (c->tie ? 0 : V * C);
+}
+
+static void add(dl_gpt_layout *l, int *k, size_t *off, const char *name, int layer, int64_t rows,
+                int64_t cols, int ndim, dl_shard_kind sh)
+{
+    dl_tensor_info *t = &l->t[*k];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "h.%d.%s", layer, name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->local[0] = rows;
+    t->local[1] = cols;
+    int tp = l->tp;
+    switch (sh) {
+    case DL_SHARD_ROWS:
+    case DL_SHARD_QKV: t->local[0] = rows / tp; break;
+    case DL_SHARD_COLS: t->local[1] = cols / tp; break;
+    default: break;
+    }
+    if (tp == 1)
+        sh = DL_SHARD_NONE;
+    t->shard = sh;
+    t->offset = *off;
+    t->numel = (size_t)(t->local[0] * t->local[1]);
+    t->layer = layer;
+    t->id = *k;
+    *off += t->numel;
+    (*k)++;
+}
+
+int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out)
+{
+    *out = NULL;
+    int rc = dl_gpt_config_check(c, tp);
+    if (rc)
+        return rc;
+    if (tp_rank < 0 || tp_rank >= tp)
+        return dl_error(DL_EINVAL, "tp rank %d out of range (tp %d)", tp_rank, tp);
+    dl_gpt_layout *l = calloc(1, sizeof *l);
+    int n = 2 + 12 * c->layers + 2 + (c->tie ? 0 : 1);
+    if (!l || !(l->t = calloc((size_t)n, sizeof *l->t))) {
+        free(l);
+        return dl_error(DL_ENOMEM, "model layout: out of memory");
+    }
+    l->cfg = *c;
+    l->tp = tp;
+    l->tp_rank = tp_rank;
+    int64_t V = c->vocab, T = c->seq, C = c->d_model;
+    int k = 0;
+    size_t off = 0;
+    add(l, &k, &off, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
+    add(l, &k, &off, "wpe.weight", -1, T, C, 2, DL_SHARD_NONE);
+    for (int i = 0; i < c->layers; i++) {
+        add(l, &k, &off, "ln_1.weight", i, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, "ln_1.bias", i, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, "attn.c_attn.weight", i, 3 * C, C, 2, DL_SHARD_QKV);
+        add(l, &k, &off, "attn.c_attn.bias", i, 3 * C, 1, 1, DL_SHARD_QKV);
+        add(l, &k, &off, "attn.c_proj.weight", i, C, C, 2, DL_SHARD_COLS);
+        add(l, &k, &off, "attn.c_proj.bias", i, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, "ln_2.weight", i, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, "ln_2.bias", i, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, "mlp.c_fc.weight", i, 4 * C, C, 2, DL_SHARD_ROWS);
+        add(l, &k, &off, "mlp.c_fc.bias", i, 4 * C, 1, 1, DL_SHARD_ROWS);
+        add(l, &k, &off, "mlp.c_proj.weight", i, C, 4 * C, 2, DL_SHARD_COLS);
+        add(l, &k, &off, "mlp.c_proj.bias", i, C, 1, 1, DL_SHARD_NONE);
+    }
+    add(l, &k, &off, "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
+    add(l, &k, &off, "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
+    if (!c->tie)
+        add(l, &k, &off, "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
+    l->ntensors = k;
+    l->numel = off;
+    *out = l;
+    return DL_OK;
+}
+
+void dl_gpt_layout_destroy(dl_gpt_layout *l)
+{
+    if (l) {
+        free(l->t);
+        free(l);
+    }
+}
+
+int dl_gpt_find(const dl_gpt_layout *l, const char *name)
+{
+    for (int k = 0; k < l->ntensors; k++)
+        if (!strcmp(l->t[k].name, name))
+            return k;
+    return -1;
+}
+
+int64_t dl_gpt_global_index(const dl_gpt_layout *l, int k, size_t i)
+{
+    const dl_tensor_info *t = &l->t[k];
+    int64_t lr = (int64_t)i / t->local[1], lc = (int64_t)i % t->local[1];
+    int r = l->tp_rank;
+    switch (t->shard) {
+    case DL_SHARD_ROWS: return (r * t->local[0] + lr) * t->shape[1] + lc;
+    case DL_SHARD_COLS: return lr * t->shape[1] + r * t->local[1] + lc;
+    case DL_SHARD_QKV: {
+        int64_t third = t->shape[0] / 3, per = third / l->tp; /* rows of one part on one rank */
+        int64_t part = lr / per, row = part * third + r * per + lr % per;
+        return row * t->shape[1] + lc;
+    }
+    default: return (int64_t)i;
+    }
+}
+
+/* splitmix64: the counter-based generator's mixing function */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+double dl_gpt_init_normal(uint64_t seed, int id, int64_t g)
+{
+    uint64_t key = mix(mix(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(id + 1)));
+    uint64_t a = mix(key + 2 * (uint64_t)g), b = mix(key + 2 * (uint64_t)g + 1);
+    double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
+    double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2); /* Box-Muller */
+}
+
+void dl_gpt_init(const dl_gpt_layout *l, void *params, int dsize, uint64_t seed)
+{
+    double proj_std = 0.02 / sqrt(2.0 * l->cfg.layers);
+    for (int k = 0; k < l->ntensors; k++) {
+        const dl_tensor_info *t = &l->t[k];
+        const char *base = strrchr(t->name, '.');
+        int is_bias = base && !strcmp(base, ".bias");
+        int is_ln = strstr(t->name, "ln_") != NULL;
+        int is_proj = strstr(t->name, "c_proj.weight") != NULL;
+        for (size_t i = 0; i < t->numel; i++) {
+            double v;
+            if (is_bias)
+                v = 0.0;
+            else if (is_ln)
+                v = 1.0;
+            else
+                v = (is_proj ? proj_std : 0.02) *
+                    dl_gpt_init_normal(seed, t->id, dl_gpt_global_index(l, k, i));
+            if (dsize == 8)
+                ((double *)params)[t->offset + i] = v;
+            else
+                ((float *)params)[t->offset + i] = (float)v;
+        }
+    }
+}
