@@ -12,7 +12,8 @@
  * - GeLU against erf and its derivative formula; attention split into 2 head groups against
  *   the full attention; cross-entropy against log-sum-exp; AdamW one step against the formula.
  *
- * DISTLAB_TEST_SCALE=small shrinks shapes and samples fewer elements (sanitizer builds). */
+ * DISTLAB_TEST_SCALE=small shrinks shapes and samples fewer elements (sanitizer builds);
+ * DISTLAB_TEST_VERBOSE=1 prints every measured error next to its bound's name. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <float.h>
@@ -627,8 +628,8 @@ START_TEST(t_gelu_erf)
     }
     report("erf", "gelu f64 (u)", e64), report("erf", "gelu' f64 (u)", ed64);
     report("erf", "gelu f32 (u)", e32), report("erf", "gelu' f32 (u)", ed32);
-    ck_assert_msg(e64 <= 8 && ed64 <= 8, "f64 gelu vs erf %.3g u, derivative %.3g u", e64, ed64);
-    ck_assert_msg(e32 <= 8 && ed32 <= 8, "f32 gelu vs erf %.3g u, derivative %.3g u", e32, ed32);
+    ck_assert_msg(e64 <= 4 && ed64 <= 4, "f64 gelu vs erf %.3g u, derivative %.3g u", e64, ed64);
+    ck_assert_msg(e32 <= 4 && ed32 <= 4, "f32 gelu vs erf %.3g u, derivative %.3g u", e32, ed32);
     ck_assert(y[0] == y[0] && fabs(y[0]) < 1e-20 && y[n - 1] == 10.0); /* tails */
 }
 END_TEST
