@@ -14,6 +14,7 @@
 #include "distlab/plan.h"
 #include "distlab/ops.h"
 #include "distlab/model.h"
+#include "distlab/gpt.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,66 @@
+/* distlab: a rank's GPT instance: parameters, gradients and activations in the rank's arena,
+ * forward and backward with Megatron tensor parallelism.
+ *
+ * Per transformer layer the tp group does exactly two all-reduces forward (the g operator after
+ * the attention and MLP output projections) and two backward (the f operator before the Q/K/V
+ * and first MLP projections), each of N·C elements (N = B·T rows). With tp = 1 there are none.
+ * Backward accumulates into the gradient buffer (micro-batches add up); the caller zeroes it. */
+#ifndef DISTLAB_GPT_H
+#define DISTLAB_GPT_H
+
+#include <stddef.h>
+#include "distlab/model.h"
+#include "distlab/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dl_gpt dl_gpt;
+
+typedef enum dl_recompute { DL_RECOMPUTE_NONE = 0, DL_RECOMPUTE_FULL = 1 } dl_recompute;
+
+typedef struct dl_gpt_opts {
+    dl_gpt_config cfg;
+    dl_dtype dtype;         /* DL_F32 or DL_F64 */
+    int micro_batch;        /* largest B a forward will see */
+    int tp;                 /* tensor-parallel degree (1: none) */
+    dl_comm *tp_comm;       /* the tp group (NULL when tp == 1); its rank is the tp rank */
+    dl_recompute recompute; /* FULL: keep only each layer's input, recompute the rest */
+    uint64_t seed;          /* parameter initialisation */
+    dl_arena *arena;        /* where everything is allocated (params, grads, activations) */
+} dl_gpt_opts;
+
+/* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are
+ * final (tensors become final from the end of the buffer towards offset 0). */
+typedef int (*dl_grad_ready_fn)(size_t first, void *arg);
+
+int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out);
+void dl_gpt_destroy(dl_gpt *g);
+
+const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g);
+void *dl_gpt_params(dl_gpt *g);    /* flat, layout order, f32 or f64 */
+void *dl_gpt_grads(dl_gpt *g);     /* same shape */
+size_t dl_gpt_numel(const dl_gpt *g);
+void dl_gpt_zero_grads(dl_gpt *g);
+
+/* Forward of B <= micro_batch sequences (inputs, targets: B·T bytes each, row-major).
+ * *loss = mean cross-entropy over the B·T positions. targets may be NULL (logits only). */
+int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss);
+
+/* Backward of the last forward: d(total loss)/d(loss of one position) = dloss (1/(B·T) for this
+ * batch's mean; 1/(positions in the global batch) with micro-batches and data parallelism).
+ * `ready` (may be NULL) is called as gradients become final. */
+int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg);
+
+/* Probabilities over the vocabulary at position t of sequence b after the last forward
+ * (V values, in the run's precision). */
+const void *dl_gpt_probs(const dl_gpt *g, int b, int t);
+
+/* Flat offset where layer l's tensors start (l == layers: where ln_f starts). */
+size_t dl_gpt_layer_offset(const dl_gpt *g, int l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

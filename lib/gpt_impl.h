@@ -1,0 +1,163 @@
+/* Forward and backward of a rank's GPT shard, written once for REAL = float and double.
+ * Included twice by gpt.c with REAL, SFX (f32 / f64) and DT (DL_F32 / DL_F64) defined. */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define OP(name) CAT(name, SFX)
+#define FN(name) CAT(name, SFX)
+
+typedef struct FN(acts_) {
+    REAL *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fchg;
+} FN(acts_);
+
+/* Pointers of layer set `s` inside the activation block. */
+static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
+{
+    REAL *p = (REAL *)g->act + (size_t)s * g->set_elems;
+    size_t N = g->N, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    FN(acts_) a;
+    a.ln1 = p, p += N * C;
+    a.ln1_mean = p, p += N;
+    a.ln1_rstd = p, p += N;
+    a.qkv = p, p += N * 3 * Cl;
+    a.att = p, p += (size_t)g->MB * g->NHl * g->T * g->T;
+    a.atty = p, p += N * Cl;
+    a.res2 = p, p += N * C;
+    a.ln2 = p, p += N * C;
+    a.ln2_mean = p, p += N;
+    a.ln2_rstd = p, p += N;
+    a.fch = p, p += N * Fl;
+    a.fchg = p;
+    return a;
+}
+
+#define PARAM(k) ((REAL *)g->params + g->lay->t[k].offset)
+#define GRAD(k) ((REAL *)g->grads + g->lay->t[k].offset)
+#define XRES(l) ((REAL *)g->xres + (size_t)(l) * g->N * g->C)
+
+static void FN(add_bias_)(REAL *out, const REAL *b, int N, int C)
+{
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            out[(size_t)i * C + c] += b[c];
+}
+
+/* the g operator: forward all-reduce (sum of the row-parallel partial products) */
+static int FN(tp_sum_)(dl_gpt *g, REAL *buf, size_t n)
+{
+    if (g->tp == 1)
+        return DL_OK;
+    return dl_allreduce(g->o.tp_comm, buf, buf, n, DT, DL_SUM, DL_PURPOSE_ACTIVATIONS);
+}
+
+static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
+{
+    int N = B * g->T, C = g->C, Cl = g->Cl, Fl = g->Fl, rc;
+    int k = g->k_layer[l];
+    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
+    REAL *x = XRES(l), *y = XRES(l + 1);
+    OP(dl_layernorm_fwd_)(a.ln1, a.ln1_mean, a.ln1_rstd, x, PARAM(k + 0), PARAM(k + 1), N, C);
+    /* f: identity forward; column-parallel Q/K/V of this rank's heads */
+    OP(dl_linear_fwd_)(a.qkv, a.ln1, PARAM(k + 2), PARAM(k + 3), N, C, 3 * Cl);
+    OP(dl_attention_fwd_)(a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, g->T,
+                          g->NHl, g->HS);
+    /* row-parallel output projection: partial sums, then g (all-reduce), then the whole bias */
+    OP(dl_linear_fwd_)(a.res2, a.atty, PARAM(k + 4), NULL, N, Cl, C);
+    if ((rc = FN(tp_sum_)(g, a.res2, (size_t)N * C)))
+        return rc;
+    FN(add_bias_)(a.res2, PARAM(k + 5), N, C);
+    OP(dl_residual_fwd_)(a.res2, a.res2, x, (size_t)N * C);
+    OP(dl_layernorm_fwd_)(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(k + 6), PARAM(k + 7), N, C);
+    OP(dl_linear_fwd_)(a.fch, a.ln2, PARAM(k + 8), PARAM(k + 9), N, C, Fl);
+    OP(dl_gelu_fwd_)(a.fchg, a.fch, (size_t)N * Fl);
+    OP(dl_linear_fwd_)(y, a.fchg, PARAM(k + 10), NULL, N, Fl, C);
+    if ((rc = FN(tp_sum_)(g, y, (size_t)N * C)))
+        return rc;
+    FN(add_bias_)(y, PARAM(k + 11), N, C);
+    OP(dl_residual_fwd_)(y, y, a.res2, (size_t)N * C);
+    return DL_OK;
+}
+
+/* dx holds dL/d(output of layer l) on entry and dL/d(input of layer l) on return. */
+static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
+{
+    int N = B * g->T, C = g->C, Cl = g->Cl, Fl = g->Fl, rc;
+    int k = g->k_layer[l];
+    if (g->o.recompute && (rc = FN(layer_fwd_)(g, l, B)))
+        return rc;
+    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
+    REAL *x = XRES(l), *dx = g->dx, *dln = g->dln, *dfch = g->dfch, *dfchg = g->dfchg;
+    REAL *dqkv = g->dqkv, *datty = g->datty;
+    memset(dfchg, 0, sizeof(REAL) * (size_t)N * Fl);
+    memset(dfch, 0, sizeof(REAL) * (size_t)N * Fl);
+    memset(dln, 0, sizeof(REAL) * (size_t)N * C);
+    /* MLP: g backward is the identity; the whole bias's gradient is the column sum of dx */
+    OP(dl_linear_bwd_)(dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl, C);
+    OP(dl_gelu_bwd_)(dfch, a.fch, dfchg, (size_t)N * Fl);
+    OP(dl_linear_bwd_)(dln, GRAD(k + 8), GRAD(k + 9), dfch, a.ln2, PARAM(k + 8), N, C, Fl);
+    if ((rc = FN(tp_sum_)(g, dln, (size_t)N * C))) /* f backward: all-reduce */
+        return rc;
+    OP(dl_layernorm_bwd_)(dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean,
+                          a.ln2_rstd, N, C);
+    /* attention */
+    memset(datty, 0, sizeof(REAL) * (size_t)N * Cl);
+    memset(dqkv, 0, sizeof(REAL) * (size_t)N * 3 * Cl);
+    memset(dln, 0, sizeof(REAL) * (size_t)N * C);
+    OP(dl_linear_bwd_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
+    OP(dl_attention_bwd_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
+                          a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
+    OP(dl_linear_bwd_)(dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C, 3 * Cl);
+    if ((rc = FN(tp_sum_)(g, dln, (size_t)N * C)))
+        return rc;
+    OP(dl_layernorm_bwd_)(dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean,
+                          a.ln1_rstd, N, C);
+    return DL_OK;
+}
+
+static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
+{
+    int N = B * g->T, C = g->C, V = g->V, rc;
+    OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
+    for (int l = 0; l < g->L; l++)
+        if ((rc = FN(layer_fwd_)(g, l, B)))
+            return rc;
+    OP(dl_layernorm_fwd_)(g->lnf, g->lnf_mean, g->lnf_rstd, XRES(g->L), PARAM(g->k_lnf),
+                          PARAM(g->k_lnf + 1), N, C);
+    OP(dl_linear_fwd_)(g->probs, g->lnf, PARAM(g->k_head), NULL, N, C, V);
+    double m = OP(dl_crossentropy_fwd_)(g->probs, g->losses, g->probs, targets, N, V);
+    if (loss)
+        *loss = m;
+    return DL_OK;
+}
+
+static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg)
+{
+    int B = g->lastB, N = B * g->T, C = g->C, V = g->V, rc;
+    OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
+    memset(g->dlnf, 0, sizeof(REAL) * (size_t)N * C);
+    OP(dl_linear_bwd_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head), N, C, V);
+    memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
+    OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(g->L),
+                          PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);
+    if (ready && (rc = ready(g->lay->t[g->k_lnf].offset, arg)))
+        return rc;
+    for (int l = g->L - 1; l >= 0; l--) {
+        if ((rc = FN(layer_bwd_)(g, l, B)))
+            return rc;
+        if (ready && (rc = ready(g->lay->t[g->k_layer[l]].offset, arg)))
+            return rc;
+    }
+    OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), g->dx, g->inputs, B, g->T, C);
+    if (ready && (rc = ready(0, arg)))
+        return rc;
+    return DL_OK;
+}
+
+#undef PARAM
+#undef GRAD
+#undef XRES
+#undef OP
+#undef FN
+#undef CAT
+#undef CAT_
