@@ -12,6 +12,7 @@
 #include "distlab/comm.h"
 #include "distlab/coll.h"
 #include "distlab/plan.h"
+#include "distlab/sched.h"
 #include "distlab/ops.h"
 #include "distlab/model.h"
 #include "distlab/gpt.h"
