@@ -16,6 +16,7 @@
 #include "distlab/ops.h"
 #include "distlab/model.h"
 #include "distlab/gpt.h"
+#include "distlab/data.h"
 
 #ifdef __cplusplus
 extern "C" {
