@@ -143,7 +143,7 @@ int dl_data_markov_generate(uint64_t seed, int K, const double *p, long burn_in,
         double u = (double)(splitmix64(key + GOLDEN * t) >> 11) * (1.0 / 9007199254740992.0);
         int j = 0;
         while (u >= cum[j]) j++;
-        unsigned c = (a + off[b * (unsigned)K + (unsigned)j]) & 255u;
+        unsigned c = off[b * (unsigned)K + (unsigned)j] ^ (a & 1u);
         if (t >= (uint64_t)burn_in) out[t - (uint64_t)burn_in] = (unsigned char)c;
         a = b;
         b = c;

@@ -1,11 +1,14 @@
 /* The trainer's data (include/distlab/data.h): the synthetic chain's entropy rate, offsets,
- * stationary distribution and determinism; the split; training samples and batches by global
- * index (every dp layout gives the single-rank batch); validation windows; errors.
+ * legal transitions, exact stationary distribution and determinism; the split; training samples
+ * and batches by global index (every dp layout gives the single-rank batch); validation windows;
+ * errors.
  *
  * Statistical checks use a long stream (16 MiB; 2 MiB with DISTLAB_TEST_SCALE=small). The
  * conditional entropy is estimated from the counts n(a, b, c) with the Miller-Madow correction
  * (plug-in + (sum over states of (observed outcomes - 1)) / 2N), whose remaining bias is far
- * below the tolerance; the statistical error is about 0.57 / sqrt(N) nats. */
+ * below the tolerance; the statistical error is about 0.57 / sqrt(N) nats. The stationary
+ * distribution pi of the default chain (seed 1) is computed exactly by power iteration over the
+ * 65536 states and the stream's state frequencies are compared with it. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -86,7 +89,7 @@ START_TEST(test_offsets_distinct)
 }
 END_TEST
 
-/* Empirical conditional entropy, branch frequencies and state distribution of a long stream. */
+/* Legal transitions, branch frequencies and empirical conditional entropy of a long stream. */
 START_TEST(test_empirical_entropy)
 {
     size_t N = stream_len();
@@ -98,14 +101,15 @@ START_TEST(test_empirical_entropy)
     ck_assert_int_eq(dl_data_markov_offsets(seed, 4, off), DL_OK);
     ck_assert_int_eq(dl_data_markov_generate(seed, 4, P_DEFAULT, 4096, N + 2, s), DL_OK);
 
-    /* every transition is one of the K allowed ones; count which branch it took */
+    /* every transition is one of the K allowed ones, c = off_j(b) ^ (a & 1); count which branch
+     * it took */
     uint64_t branch[5] = {0}; /* branch[4]: not a transition of the chain */
     for (size_t t = 2; t < N + 2; t++) {
         unsigned a = s[t - 2], b = s[t - 1], c = s[t];
         cnt[a << 16 | b << 8 | c]++;
-        unsigned dlt = (c - a) & 255u;
+        unsigned v = c ^ (a & 1u);
         int j = 0;
-        while (j < 4 && off[b * 4 + j] != dlt) j++;
+        while (j < 4 && off[b * 4 + j] != v) j++;
         branch[j]++;
     }
     ck_assert_msg(branch[4] == 0, "%llu bytes are not transitions of the chain",
@@ -120,8 +124,6 @@ START_TEST(test_empirical_entropy)
     /* conditional entropy from the counts: plug-in and Miller-Madow */
     double hsum = 0; /* sum n log n(a,b,c) - sum n(a,b) log n(a,b) */
     long extra = 0;  /* sum over states of (outcomes seen - 1) */
-    uint32_t *pair = calloc(65536, sizeof *pair); /* n(b, c) for the state distribution */
-    ck_assert(pair != NULL);
     for (unsigned ab = 0; ab < 65536; ab++) {
         const uint32_t *row = cnt + ((size_t)ab << 8);
         double nab = 0;
@@ -131,7 +133,6 @@ START_TEST(test_empirical_entropy)
                 nab += row[c];
                 hsum -= (double)row[c] * log((double)row[c]);
                 seen++;
-                pair[(ab & 255u) << 8 | c] += row[c];
             }
         if (nab > 0) {
             hsum += nab * log(nab);
@@ -147,68 +148,180 @@ START_TEST(test_empirical_entropy)
     ck_assert_msg(fabs(h_mm - h) < tol, "empirical conditional entropy %.5f vs exact %.5f nats",
                   h_mm, h);
 
-    /* the state (b, c) is uniform: chi-square per degree of freedom near 1 (the samples are a
-     * Markov chain, so allow some slack), and no state far from N / 65536 */
-    double e = (double)N / 65536.0, chi2 = 0, maxdev = 0;
-    for (unsigned x = 0; x < 65536; x++) {
-        double dv = (double)pair[x] - e;
-        chi2 += dv * dv / e;
-        if (fabs(dv) / e > maxdev) maxdev = fabs(dv) / e;
-    }
-    double per_df = chi2 / 65535.0;
-    fprintf(stderr, "test_data: state counts: chi2/df %.3f, max |n/E - 1| %.3f (E = %.1f)\n",
-            per_df, maxdev, e);
-    ck_assert_msg(per_df < 2.0 && per_df > 0.5, "chi2/df = %.3f", per_df);
-    ck_assert_msg(maxdev < 8.0 / sqrt(e) + 0.05, "max deviation %.3f of E = %.1f", maxdev, e);
-    free(pair);
     free(cnt);
     free(s);
 }
 END_TEST
 
-/* The exact state distribution from (0, 0) converges to uniform (irreducible, aperiodic) and the
- * uniform distribution is stationary (doubly stochastic). */
+/* One step of the exact state distribution: y = x P, state (a, b) at index a << 8 | b, moving
+ * to (b, off_j(b) ^ (a & 1)) with probability p_j. */
+static void chain_step(const unsigned char *off, const double *x, double *y)
+{
+    memset(y, 0, 65536 * sizeof *y);
+    for (unsigned ab = 0; ab < 65536; ab++) {
+        if (x[ab] == 0) continue;
+        unsigned a = ab >> 8, b = ab & 255u;
+        for (int j = 0; j < 4; j++) y[b << 8 | (off[b * 4 + j] ^ (a & 1u))] += P_DEFAULT[j] * x[ab];
+    }
+}
+
+static double l1_diff(const double *x, const double *y)
+{
+    double d = 0;
+    for (int i = 0; i < 65536; i++) d += fabs(x[i] - y[i]);
+    return d;
+}
+
+#define STAT_MAX_STEPS 20000
+
+/* The stationary distribution of the default chain (seed 1): power iteration from uniform until
+ * the L1 change of one step is < 1e-12 (or STAT_MAX_STEPS steps). Returns pi (malloc'd); the
+ * steps taken and the last change in *steps, *change. */
+static double *stationary(const unsigned char *off, int *steps, double *change)
+{
+    double *x = malloc(65536 * sizeof *x), *y = malloc(65536 * sizeof *y);
+    ck_assert(x && y);
+    for (int i = 0; i < 65536; i++) x[i] = 1.0 / 65536;
+    double ch = 1;
+    int k = 0;
+    while (k < STAT_MAX_STEPS && ch >= 1e-12) {
+        chain_step(off, x, y);
+        ch = l1_diff(x, y);
+        double *t = x;
+        x = y;
+        y = t;
+        k++;
+    }
+    free(y);
+    *steps = k;
+    *change = ch;
+    return x;
+}
+
+/* pi is stationary, sums to 1, and the entropy rate sum pi(a, b) H(P(. | a, b)) is H(p): every
+ * row of the transition matrix (built here from the documented rule, merging equal successors
+ * should there be any) has K distinct successors and entropy H(p). */
 START_TEST(test_stationary_exact)
 {
     unsigned char off[256 * 4];
     ck_assert_int_eq(dl_data_markov_offsets(1, 4, off), DL_OK);
-    double *x = calloc(65536, sizeof *x), *y = calloc(65536, sizeof *y);
-    ck_assert(x && y);
-    /* uniform in, uniform out (to rounding) */
-    for (int i = 0; i < 65536; i++) x[i] = 1.0 / 65536;
-    memset(y, 0, 65536 * sizeof *y);
+    int steps;
+    double change;
+    double *pi = stationary(off, &steps, &change);
+    double *y = malloc(65536 * sizeof *y);
+    ck_assert(y != NULL);
+    chain_step(off, pi, y);
+    double again = l1_diff(pi, y);
+    double sum = 0, pmin = INFINITY, pmax = 0;
+    int support = 0;
+    for (int i = 0; i < 65536; i++) {
+        sum += pi[i];
+        if (pi[i] > 1e-15) {
+            support++;
+            if (pi[i] < pmin) pmin = pi[i];
+            if (pi[i] > pmax) pmax = pi[i];
+        }
+    }
+    /* the byte marginal and the best bigram loss H(c | b) under pi (at most H(p) + ln 2) */
+    double hcb = 0;
+    int bytes_seen = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        double pb = 0, pbc[256] = {0};
+        for (unsigned c = 0; c < 256; c++) pb += pi[b << 8 | c];
+        for (unsigned a = 0; a < 256; a++) {
+            double w = pi[a << 8 | b];
+            if (w == 0) continue;
+            for (int j = 0; j < 4; j++) pbc[off[b * 4 + j] ^ (a & 1u)] += w * P_DEFAULT[j];
+        }
+        double pb_in = 0;
+        for (unsigned c = 0; c < 256; c++) pb_in += pbc[c];
+        if (pb > 1e-15) bytes_seen++;
+        for (unsigned c = 0; c < 256; c++)
+            if (pbc[c] > 0) hcb -= pbc[c] * log(pbc[c] / pb_in);
+    }
+    fprintf(stderr,
+            "test_data: stationary distribution (seed 1): %d power steps from uniform (last L1 "
+            "change %.2e, one more step %.2e); %d states with pi > 1e-15 over %d bytes; pi min "
+            "%.3e, max %.3e (uniform over the support %.3e); best bigram loss H(c|b) %.5f nats\n",
+            steps, change, again, support, bytes_seen, pmin, pmax, 1.0 / support, hcb);
+    ck_assert_msg(change < 1e-12, "power iteration: L1 change %.3e after %d steps", change, steps);
+    ck_assert_msg(again < 1e-10, "pi is not stationary: one step changes it by %.3e", again);
+    ck_assert_msg(fabs(sum - 1) < 1e-12, "pi sums to %.17g", sum);
+
+    /* rows: K distinct successors with probabilities p, entropy H(p); the rate under pi */
+    double h = dl_data_entropy_rate(P_DEFAULT, 4);
+    double rate = 0, worst = 0;
+    long bad = 0;
     for (unsigned ab = 0; ab < 65536; ab++) {
         unsigned a = ab >> 8, b = ab & 255u;
-        for (int j = 0; j < 4; j++) y[b << 8 | ((a + off[b * 4 + j]) & 255u)] += P_DEFAULT[j] * x[ab];
+        double row[256] = {0};
+        for (int j = 0; j < 4; j++) row[off[b * 4 + j] ^ (a & 1u)] += P_DEFAULT[j];
+        int nz = 0;
+        double hr = 0;
+        for (unsigned c = 0; c < 256; c++)
+            if (row[c] > 0) {
+                nz++;
+                hr -= row[c] * log(row[c]);
+            }
+        BAD(bad, nz == 4);
+        if (fabs(hr - h) > worst) worst = fabs(hr - h);
+        rate += pi[ab] * hr;
     }
-    long bad = 0;
-    for (int i = 0; i < 65536; i++) BAD(bad, fabs(y[i] * 65536 - 1) < 1e-12);
-    ck_assert_msg(bad == 0, "uniform is not stationary at %ld states", bad);
-    /* from (0, 0) */
-    memset(x, 0, 65536 * sizeof *x);
-    x[0] = 1;
-    double tv = 1;
-    int steps = 0;
-    for (; steps < 400 && tv > 1e-9; steps++) {
-        memset(y, 0, 65536 * sizeof *y);
-        for (unsigned ab = 0; ab < 65536; ab++) {
-            if (x[ab] == 0) continue;
-            unsigned a = ab >> 8, b = ab & 255u;
-            for (int j = 0; j < 4; j++)
-                y[b << 8 | ((a + off[b * 4 + j]) & 255u)] += P_DEFAULT[j] * x[ab];
-        }
-        double *t = x;
-        x = y;
-        y = t;
-        tv = 0;
-        for (int i = 0; i < 65536; i++) tv += fabs(x[i] - 1.0 / 65536);
-        tv *= 0.5;
-    }
-    fprintf(stderr, "test_data: exact distribution from (0,0): TV to uniform %.2e after %d steps\n",
-            tv, steps);
-    ck_assert_msg(tv < 1e-9, "TV distance to uniform %.3e after %d steps", tv, steps);
-    free(x);
+    fprintf(stderr, "test_data: entropy rate under pi %.15f, H(p) %.15f nats (max row |H - H(p)| "
+            "%.1e)\n", rate, h, worst);
+    ck_assert_msg(bad == 0, "%ld states without 4 distinct successors", bad);
+    ck_assert_msg(worst < 1e-15, "a row's entropy differs from H(p) by %.3e", worst);
+    ck_assert_msg(fabs(rate - h) < 1e-12, "entropy rate under pi %.17g vs H(p) %.17g", rate, h);
+    ck_assert_msg(hcb <= h + log(2.0) + 1e-12 && hcb > h, "H(c|b) = %.6f", hcb);
     free(y);
+    free(pi);
+}
+END_TEST
+
+/* A long generated stream visits the states with the frequencies pi: chi-square per degree of
+ * freedom near 1 over the states with expected count >= 5, and no state with pi = 0. */
+START_TEST(test_stationary_stream)
+{
+    unsigned char off[256 * 4];
+    ck_assert_int_eq(dl_data_markov_offsets(1, 4, off), DL_OK);
+    int steps;
+    double change;
+    double *pi = stationary(off, &steps, &change);
+    ck_assert_msg(change < 1e-12, "power iteration: L1 change %.3e after %d steps", change, steps);
+
+    size_t N = stream_len();
+    unsigned char *s = tu_alloc(N + 1);
+    uint32_t *cnt = calloc(65536, sizeof *cnt); /* n(b, c) of the N states (s[t-1], s[t]) */
+    ck_assert(s && cnt);
+    ck_assert_int_eq(dl_data_markov_generate(1, 4, P_DEFAULT, 4096, N + 1, s), DL_OK);
+    for (size_t t = 1; t < N + 1; t++) cnt[(unsigned)s[t - 1] << 8 | s[t]]++;
+
+    double chi2 = 0, emass = 0;
+    long cells = 0, outside = 0, zero_pi = 0;
+    for (unsigned x = 0; x < 65536; x++) {
+        double e = (double)N * pi[x];
+        if (pi[x] < 1e-15) zero_pi += cnt[x];
+        if (e >= 5) {
+            double dv = (double)cnt[x] - e;
+            chi2 += dv * dv / e;
+            emass += pi[x];
+            cells++;
+        } else {
+            outside += cnt[x];
+        }
+    }
+    double per_df = chi2 / (double)(cells - 1);
+    fprintf(stderr,
+            "test_data: stream of %zu states vs pi: chi2/df %.3f over %ld states with E >= 5 "
+            "(pi mass %.6f); %ld visits elsewhere, %ld to states with pi = 0\n",
+            N, per_df, cells, emass, outside, zero_pi);
+    ck_assert_msg(zero_pi == 0, "%ld visits to states with pi = 0", zero_pi);
+    ck_assert_msg(cells > 100, "only %ld states with expected count >= 5", cells);
+    /* the samples are a Markov chain, not independent draws: allow some slack around 1 */
+    ck_assert_msg(per_df > 0.5 && per_df < 2.0, "chi2/df = %.3f over %ld states", per_df, cells);
+    free(cnt);
+    free(s);
+    free(pi);
 }
 END_TEST
 
@@ -641,6 +754,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_offsets_distinct);
     tcase_add_test(tc, test_empirical_entropy);
     tcase_add_test(tc, test_stationary_exact);
+    tcase_add_test(tc, test_stationary_stream);
     tcase_add_test(tc, test_determinism);
     tcase_add_test(tc, test_ranks_identical);
     tcase_add_test(tc, test_split_file);

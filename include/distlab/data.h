@@ -4,29 +4,37 @@
  * ---- The built-in corpus: an order-2 Markov chain over bytes ----
  *
  * The state is the pair (a, b) of the two previous bytes. For every b the generator draws K
- * DISTINCT offsets off_0(b), ..., off_{K-1}(b) in [0, 256) (splitmix64 keyed by the seed; see
+ * DISTINCT values off_0(b), ..., off_{K-1}(b) in [0, 256) (splitmix64 keyed by the seed; see
  * dl_data_markov_offsets). The next byte is
  *
- *     c = (a + off_j(b)) mod 256   with probability p_j,   j = 0 .. K-1,
+ *     c = off_j(b) XOR (a & 1)   with probability p_j,   j = 0 .. K-1,
  *
  * and the state becomes (b, c). By default K = 4 and p = (1/2, 1/4, 1/8, 1/8).
  *
- * Why the entropy rate is exactly H(p):
- *   - every row of the transition matrix is a permutation of p: the K offsets are distinct, so
- *     the K successors (b, a + off_j(b)) of (a, b) are distinct states and the next byte has
- *     exactly the distribution p over K distinct values. Hence the conditional entropy of the
- *     next byte given the whole past (= given (a, b), the chain being of order 2) is H(p) from
- *     EVERY state, and the entropy rate is H(p) = -sum_j p_j ln p_j whatever the distribution
- *     of the state. For the default p this is 1.75 bits = 1.75 ln 2 = 1.21301 nats per byte:
- *     the lowest expected cross-entropy any model can reach on this stream, the loss floor the
- *     trainer prints (dl_data_entropy_rate, dl_data_floor);
- *   - the matrix is also doubly stochastic: state (b, c) is reached from exactly the K states
- *     (c - off_j(b), b), j = 0 .. K-1 (distinct because the offsets are), with probabilities p_j
- *     summing to 1. So the uniform distribution over the 65536 states is stationary (every byte
- *     and every pair of bytes is equally frequent in the long run), and no state is transient.
- *     With random offsets the chain is in practice irreducible and aperiodic, so the stream
- *     converges to that uniform distribution; tests/test_data.c verifies this for the default
- *     seed by iterating the exact distribution from (0, 0).
+ * Why the entropy rate is exactly H(p): every row of the transition matrix is a permutation of
+ * p. The K values off_j(b) are distinct and XOR with the same bit (a & 1) keeps them distinct, so
+ * the K successors (b, off_j(b) ^ (a & 1)) of (a, b) are distinct states and the next byte has
+ * exactly the distribution p over K distinct values. Hence the conditional entropy of the next
+ * byte given the whole past (= given (a, b), the chain being of order 2) is H(p) from EVERY
+ * state, and the entropy rate sum_{a,b} pi(a, b) H(P(. | a, b)) is exactly H(p) =
+ * -sum_j p_j ln p_j WHATEVER the stationary distribution pi (and from any start, since it holds
+ * for every state). For the default p this is 1.75 bits = 1.75 ln 2 = 1.21301 nats per byte: the
+ * lowest expected cross-entropy any model can reach on this stream, the loss floor the trainer
+ * prints (dl_data_entropy_rate, dl_data_floor).
+ *
+ * The stationary distribution pi is NOT uniform (the chain is not doubly stochastic): byte c
+ * always lies in {off_j(b), off_j(b) ^ 1}, so at most 2K successors of each byte ever occur and
+ * most of the 65536 pairs have pi = 0. None of this matters for the entropy rate (above).
+ * tests/test_data.c computes pi exactly for the default chain (power iteration over the 65536
+ * states: 1964 states with pi > 0, pi from 9.0e-6 to 3.7e-3), checks that the generated stream's
+ * state frequencies follow it and that sum pi H(row) = H(p).
+ *
+ * Why "order 2": a model learns the chain in two parts. The bigram table b -> off_j(b) (with
+ * probabilities p_j) predicts the next byte up to its low bit, which gets within ln 2 of the
+ * floor: the best loss from b alone, H(c | b), is at most H(p) + ln 2 = 1.906 nats by default
+ * (1.759 for seed 1). Attending to the previous byte's low bit (a & 1) closes the rest, down to
+ * H(p). (The earlier chain c = (a + off_j(b)) mod 256 made the next byte uniform given b alone,
+ * a modular-addition task on which small models stayed at ln 256 for hundreds of steps.)
  *
  * Generation: a sequential generator starts at state (0, 0), discards `burn_in` bytes, then
  * writes `synth_bytes` bytes; byte t (t = 0, 1, ...) of that run, counting the burn-in, uses
@@ -145,9 +153,10 @@ int dl_data_val_window(const dl_data *d, long i, int *inputs, int *targets);
 /* Entropy rate H(p) = -sum p_j ln p_j in nats (terms with p_j = 0 contribute 0). NAN when p is
  * NULL, K outside [1, DL_DATA_MAX_K], a p_j is negative or not finite, or |sum p - 1| > 1e-9. */
 double dl_data_entropy_rate(const double *p, int K);
-/* The offsets: off[b*K + j] = off_j(b), distinct for each b. Drawn as successive values
- * splitmix64(key + n * 0x9E3779B97F4A7C15) mod 256, n = 0, 1, ..., with key derived from the
- * seed, skipping a value already taken for the same b. DL_EINVAL for bad K or a null buffer. */
+/* The values off[b*K + j] = off_j(b), distinct for each b (the next byte is off_j(b) ^ (a & 1)).
+ * Drawn as successive values splitmix64(key + n * 0x9E3779B97F4A7C15) mod 256, n = 0, 1, ...,
+ * with key derived from the seed, skipping a value already taken for the same b. DL_EINVAL for
+ * bad K or a null buffer. */
 int dl_data_markov_offsets(uint64_t seed, int K, unsigned char *off);
 /* n bytes of the chain (seed, K, p) after burn_in discarded bytes from state (0, 0), into out:
  * exactly the bytes dl_data_open generates for synth_bytes = n. DL_EINVAL for bad arguments. */
