@@ -34,6 +34,11 @@ int cli_parse_double(const char *what, const char *s, double min, double max, do
 /* "0"/"1" (also "no"/"yes", "off"/"on", "false"/"true"). */
 int cli_parse_bool(const char *what, const char *s, int *out);
 
+/* OpenBLAS must run one thread per rank whatever the user's environment: it reads
+ * OPENBLAS_NUM_THREADS when it loads (before main), so unless the variable is already "1", set it
+ * and re-exec this program once (/proc/self/exe). */
+void cli_openblas_single_thread(char **argv);
+
 /* Median of v[0..n-1] (sorts v in place); 0 when n == 0. Even n: mean of the middle two. */
 double cli_median(double *v, size_t n);
 

@@ -10,7 +10,6 @@
 #include "bench_topo.h"
 
 /* Set once we re-exec'd ourselves, so that a failing or odd environment cannot loop. */
-#define REEXEC_MARKER "DISTLAB_BENCH_REEXEC"
 
 static void usage(FILE *f)
 {
@@ -28,25 +27,13 @@ static void usage(FILE *f)
             "  -h, --help      this help; `distlab-bench SUBCOMMAND --help` for a subcommand's\n"
             "  -V, --version   print the version\n"
             "\n"
-            "OpenBLAS runs one thread per rank: when OPENBLAS_NUM_THREADS is unset, distlab-bench\n"
-            "sets it to 1 and restarts itself so that OpenBLAS sees it when it loads.\n");
-}
-
-/* OpenBLAS reads OPENBLAS_NUM_THREADS when the library is loaded (before main), and
- * openblas_set_num_threads(1) later does not remove its worker threads, which made concurrent
- * sgemm calls ~2.4x slower here. So set it and re-exec ourselves once. */
-static void ensure_openblas_single_thread(char **argv)
-{
-    if (getenv("OPENBLAS_NUM_THREADS") != NULL || getenv(REEXEC_MARKER) != NULL) return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0 || setenv(REEXEC_MARKER, "1", 1) != 0) return;
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
-    /* No /proc (or exec refused): carry on; OpenBLAS keeps its threads, the results stay correct. */
+            "OpenBLAS runs one thread per rank: unless OPENBLAS_NUM_THREADS is 1, distlab-bench sets it\n"
+            "to 1 and restarts itself so that OpenBLAS sees it when it loads.\n");
 }
 
 int main(int argc, char **argv)
 {
-    ensure_openblas_single_thread(argv);
+    cli_openblas_single_thread(argv);
 
     if (argc < 2) return bench_coll_main(argc, argv); /* no subcommand: coll at its defaults */
 

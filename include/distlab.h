@@ -15,7 +15,9 @@
 #include "distlab/sched.h"
 #include "distlab/ops.h"
 #include "distlab/model.h"
+#include "distlab/ckpt.h"
 #include "distlab/gpt.h"
+#include "distlab/train.h"
 #include "distlab/data.h"
 
 #ifdef __cplusplus

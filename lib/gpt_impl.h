@@ -108,6 +108,10 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     OP(dl_attention_bwd_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
                           a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
     OP(dl_linear_bwd_)(dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C, 3 * Cl);
+    /* The key bias adds q·b_k to every score of a row, which softmax ignores: its gradient is
+     * exactly zero, and what the GEMM leaves there is rounding noise that Adam would amplify to
+     * lr-sized steps of random sign (and make layouts differ). Keep the exact zero. */
+    memset(GRAD(k + 3) + Cl, 0, sizeof(REAL) * (size_t)Cl);
     if ((rc = FN(tp_sum_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)(dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean,

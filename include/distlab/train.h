@@ -1,0 +1,101 @@
+/* distlab: the training engine: data and tensor parallelism over rank threads.
+ *
+ * World = dp x tp ranks (tp fastest, Megatron's order). Each rank holds its tp shard of the model
+ * (dl_gpt), takes its contiguous share of every global batch by global sample index, accumulates
+ * gradients over its micro-batches, all-reduces them over the dp group in buckets launched as soon
+ * as their gradients are final (on the rank's communication thread with `overlap`), clips by the
+ * global norm (reduced over the tp group, which holds the sharded parts), and takes an AdamW step
+ * with linear warm-up and cosine decay. Every layout trains the model one rank trains. */
+#ifndef DISTLAB_TRAIN_H
+#define DISTLAB_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "distlab/gpt.h"
+#include "distlab/arena.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dl_train_opts {
+    dl_gpt_config model;
+    dl_dtype dtype;          /* DL_F32 (default) or DL_F64 */
+    int dp, tp;              /* world = dp * tp */
+    int global_batch;        /* G = dp * microbatches * micro_batch (see dl_train_resolve) */
+    int micro_batch;
+    int microbatches;
+    int steps;
+    double lr, min_lr;       /* peak and final learning rate (cosine decay) */
+    int warmup;              /* linear warm-up steps */
+    double beta1, beta2, eps, weight_decay, clip; /* clip <= 0: no clipping */
+    uint64_t seed;           /* parameters */
+    dl_recompute recompute;
+    double bucket_mb;        /* gradient bucket size in MiB (0: one bucket per layer boundary) */
+    int overlap;             /* all-reduce buckets on the communication thread */
+    dl_algo algo;            /* collective algorithm for every communicator */
+    const char *data_path;   /* NULL: the synthetic corpus */
+    uint64_t data_seed;
+    int eval_every;          /* steps between validation evaluations (0: only at the end) */
+    int eval_windows;        /* validation windows per evaluation (0: all) */
+    int log_every;           /* progress line every N steps (0: none) */
+    uint64_t gpu_mem;        /* arena capacity per rank (0: unlimited) */
+    double timeout_s;        /* watchdog */
+    const char *topology;    /* synthetic topology for grouping, or NULL */
+    const char *save_path, *load_path;
+    int eval_only;           /* with load_path: evaluate, don't train */
+    int sample;              /* bytes to generate after training (0: none) */
+    int want_params;         /* gather the final parameters (f64, unsharded) into the result */
+    int want_grads;          /* gather the last step's gradients (f64, unsharded, before clipping) */
+    FILE *log;               /* progress lines (NULL: quiet) */
+} dl_train_opts;
+
+void dl_train_opts_init(dl_train_opts *o);
+
+/* Complete the batch sizes from any two of global_batch, micro_batch and microbatches (0 means
+ * unset; with one or none given, micro_batch defaults to 8 and microbatches to 1) and check the
+ * whole configuration. DL_EINVAL with one line saying what is wrong and what would fit. */
+int dl_train_resolve(dl_train_opts *o, int nranks);
+
+typedef struct dl_train_step {
+    int step;                /* 1-based */
+    double loss;             /* mean training loss of the global batch */
+    double val_loss;         /* NAN when not evaluated at this step */
+    double lr, grad_norm;
+    double ms;               /* wall time of the step (slowest rank) */
+    double tokens_per_s;
+} dl_train_step;
+
+typedef struct dl_train_result {
+    int nranks, nsteps;
+    dl_train_step *steps;    /* [nsteps] */
+    double floor;            /* entropy rate of the synthetic corpus (NAN for a file) */
+    double final_loss, final_val_loss;
+    double tokens_per_s;     /* median over steps after the first */
+    double ms_per_step;      /* median */
+    double gemm_gflops;      /* single-thread sgemm/dgemm GFLOP/s on the model's shapes */
+    double model_gflops_per_rank; /* model FLOP/s per rank (median step) */
+    /* bytes each rank sent per step by group and purpose (rank 0; dp replicas are symmetric) */
+    double dp_grad_bytes_per_step, tp_act_bytes_per_step, loss_bytes_per_step;
+    uint64_t grad_bytes;     /* one rank's gradient buffer */
+    uint64_t *peak;          /* [nranks * DL_MEM_NCATEGORIES] peak bytes per rank and category */
+    int64_t nparams;
+    double *params;          /* want_params: [nparams] unsharded, layout order of tp = 1 */
+    double *grads;           /* want_grads: same */
+    char *sample;            /* generated text (sample > 0), NUL-terminated */
+    int eval_windows_used;
+} dl_train_result;
+
+/* Train (or evaluate) with o->dp * o->tp rank threads. The result is filled even when the run
+ * fails part-way (steps done so far); free it with dl_train_result_free. */
+int dl_train_run(const dl_train_opts *o, dl_train_result *res);
+void dl_train_result_free(dl_train_result *r);
+
+/* Model FLOPs of one training step of G sequences (forward + backward, attention included,
+ * causal half): what "model FLOP/s" and GEMM utilisation count. */
+double dl_train_step_flops(const dl_gpt_config *c, int G);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

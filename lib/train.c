@@ -1,0 +1,612 @@
+/* The training engine: data and tensor parallelism, bucketed gradient all-reduce, global-norm
+ * clipping, AdamW with warm-up and cosine decay, evaluation, sampling, checkpoints. */
+#define _GNU_SOURCE
+#include "config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "distlab/train.h"
+#include "distlab/data.h"
+#include "distlab/ckpt.h"
+
+void dl_train_opts_init(dl_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    dl_gpt_config_default(&o->model);
+    o->model.layers = 2;
+    o->model.d_model = 128;
+    o->model.heads = 4;
+    o->model.seq = 64;
+    o->dtype = DL_F32;
+    o->dp = 1;
+    o->tp = 1;
+    o->steps = 200;
+    o->lr = 3e-3;
+    o->min_lr = 3e-4;
+    o->warmup = 20;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->weight_decay = 0.01;
+    o->clip = 1.0;
+    o->seed = 1;
+    o->data_seed = 1;
+    o->bucket_mb = 1.0;
+    o->algo = DL_ALGO_AUTO;
+    o->eval_every = 0;
+    o->eval_windows = 64;
+    o->log_every = 10;
+    o->timeout_s = 120;
+}
+
+int dl_train_resolve(dl_train_opts *o, int nranks)
+{
+    if (o->dp < 1 || o->tp < 1)
+        return dl_error(DL_EINVAL, "dp and tp must be >= 1 (got dp %d, tp %d)", o->dp, o->tp);
+    if (nranks > 0 && o->dp * o->tp != nranks)
+        return dl_error(DL_EINVAL, "dp %d x tp %d = %d is not the rank count %d", o->dp, o->tp,
+                        o->dp * o->tp, nranks);
+    int rc = dl_gpt_config_check(&o->model, o->tp);
+    if (rc)
+        return rc;
+    if (o->model.vocab != 256)
+        return dl_error(DL_EINVAL, "the vocabulary is bytes: 256 (got %d)", o->model.vocab);
+    int G = o->global_batch, mb = o->micro_batch, m = o->microbatches, d = o->dp;
+    if (G < 0 || mb < 0 || m < 0)
+        return dl_error(DL_EINVAL, "batch sizes must be positive");
+    int given = (G > 0) + (mb > 0) + (m > 0);
+    if (given == 3) {
+        if (G != d * m * mb)
+            return dl_error(DL_EINVAL, "global batch %d != dp %d x microbatches %d x micro-batch "
+                            "%d = %d: give any two of them", G, d, m, mb, d * m * mb);
+    } else if (G > 0 && mb > 0) {
+        if (G % (d * mb))
+            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d x micro-batch %d "
+                            "(try --global-batch %d)", G, d, mb, (G / (d * mb) + 1) * d * mb);
+        m = G / (d * mb);
+    } else if (G > 0 && m > 0) {
+        if (G % (d * m))
+            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d x microbatches "
+                            "%d (try --global-batch %d)", G, d, m, (G / (d * m) + 1) * d * m);
+        mb = G / (d * m);
+    } else if (G > 0) {
+        if (G % d)
+            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d (try "
+                            "--global-batch %d)", G, d, (G / d + 1) * d);
+        m = 1;
+        mb = G / d;
+    } else {
+        if (mb <= 0)
+            mb = 8;
+        if (m <= 0)
+            m = 1;
+    }
+    o->micro_batch = mb;
+    o->microbatches = m;
+    o->global_batch = d * m * mb;
+    if (o->steps < 0 || (o->steps == 0 && !o->eval_only))
+        return dl_error(DL_EINVAL, "steps must be >= 1 (got %d)", o->steps);
+    if (!(o->lr > 0) || o->min_lr < 0 || o->warmup < 0)
+        return dl_error(DL_EINVAL, "learning rate must be > 0, min-lr >= 0, warm-up >= 0");
+    if (o->eval_only && !o->load_path)
+        return dl_error(DL_EINVAL, "--eval-only needs --load FILE");
+    if (o->bucket_mb < 0)
+        return dl_error(DL_EINVAL, "bucket size must be >= 0 MiB");
+    if (o->dtype != DL_F32 && o->dtype != DL_F64)
+        return dl_error(DL_EINVAL, "dtype must be f32 or f64");
+    return DL_OK;
+}
+
+double dl_train_step_flops(const dl_gpt_config *c, int G)
+{
+    double L = c->layers, C = c->d_model, V = c->vocab, T = c->seq;
+    double fwd_per_token = 24.0 * L * C * C + 2.0 * V * C + 2.0 * L * C * (T + 1);
+    return 3.0 * fwd_per_token * T * G;
+}
+
+/* ---- shared state between the caller and the rank threads ---- */
+
+typedef struct run {
+    const dl_train_opts *o;
+    dl_train_result *res;
+    dl_data *data;
+    int nranks;
+    double *step_ms;   /* [steps * nranks] */
+    double *loss;      /* [steps] */
+    double *val;       /* [steps] */
+    double *norm;      /* [steps] */
+    double *lr;        /* [steps] */
+    int steps_done;
+} run;
+
+typedef struct rank_state {
+    run *R;
+    dl_ctx *ctx;
+    dl_mesh mesh;
+    dl_gpt *g;
+    void *m, *v;            /* AdamW state */
+    size_t numel;
+    int dsize;
+    dl_dtype dt;
+    /* bucketed gradient all-reduce */
+    size_t launched;        /* gradients at [launched, numel) have been handed to the dp reduce */
+    size_t bucket_elems;
+    dl_request *req[512];
+    int nreq;
+    uint64_t eval_tp_bytes; /* tp bytes sent by evaluations (excluded from per-step figures) */
+} rank_state;
+
+static int launch_bucket(rank_state *s, size_t first)
+{
+    const dl_train_opts *o = s->R->o;
+    size_t n = s->launched - first;
+    if (n == 0)
+        return DL_OK;
+    char *base = (char *)dl_gpt_grads(s->g) + first * (size_t)s->dsize;
+    int rc;
+    if (o->overlap && s->nreq < (int)(sizeof s->req / sizeof s->req[0]))
+        rc = dl_iallreduce(s->mesh.dp_comm, base, base, n, s->dt, DL_SUM, DL_PURPOSE_GRADS,
+                           &s->req[s->nreq++]);
+    else
+        rc = dl_allreduce(s->mesh.dp_comm, base, base, n, s->dt, DL_SUM, DL_PURPOSE_GRADS);
+    s->launched = first;
+    return rc;
+}
+
+/* Gradients at [first, numel) are final: launch a bucket once enough has accumulated. */
+static int grad_ready(size_t first, void *arg)
+{
+    rank_state *s = arg;
+    if (s->launched - first >= s->bucket_elems || (first == 0 && s->launched > 0))
+        return launch_bucket(s, first);
+    return DL_OK;
+}
+
+static int wait_buckets(rank_state *s)
+{
+    int rc = DL_OK;
+    for (int i = 0; i < s->nreq; i++) {
+        int r = dl_wait(s->req[i]);
+        if (r && !rc)
+            rc = r;
+    }
+    s->nreq = 0;
+    return rc;
+}
+
+static double lr_at(const dl_train_opts *o, int step /* 1-based */)
+{
+    if (o->warmup > 0 && step <= o->warmup)
+        return o->lr * step / o->warmup;
+    int decay = o->steps - o->warmup;
+    if (decay <= 0)
+        return o->lr;
+    double t = (double)(step - o->warmup) / decay;
+    return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
+}
+
+/* Squared global norm: sharded tensors on every tp rank, replicated ones once (tp rank 0). */
+static int grad_norm(rank_state *s, double *norm)
+{
+    const dl_gpt_layout *l = dl_gpt_get_layout(s->g);
+    const char *gr = dl_gpt_grads(s->g);
+    double sq = 0;
+    for (int k = 0; k < l->ntensors; k++) {
+        const dl_tensor_info *t = &l->t[k];
+        if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
+            continue;
+        const char *p = gr + t->offset * (size_t)s->dsize;
+        sq += s->dsize == 8 ? dl_sumsq_f64((const double *)p, t->numel)
+                            : dl_sumsq_f32((const float *)p, t->numel);
+    }
+    if (s->mesh.tp > 1) {
+        int rc = dl_allreduce(s->mesh.tp_comm, &sq, &sq, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
+        if (rc)
+            return rc;
+    }
+    *norm = sqrt(sq);
+    return DL_OK;
+}
+
+/* Mean validation loss over the first `windows` windows, split over the dp ranks. */
+static int evaluate(rank_state *s, double *out, int *used)
+{
+    const dl_train_opts *o = s->R->o;
+    long W = dl_data_val_windows(s->R->data);
+    if (o->eval_windows > 0 && o->eval_windows < W)
+        W = o->eval_windows;
+    int T = o->model.seq, mb = o->micro_batch, d = s->mesh.dp, r = s->mesh.dp_rank;
+    long lo = W * r / d, hi = W * (r + 1) / d;
+    int *in = malloc(sizeof(int) * (size_t)mb * T), *tg = malloc(sizeof(int) * (size_t)mb * T);
+    if (!in || !tg) {
+        free(in), free(tg);
+        return dl_error(DL_ENOMEM, "evaluation: out of memory");
+    }
+    double sum = 0;
+    int rc = DL_OK;
+    for (long w = lo; w < hi && rc == DL_OK; w += mb) {
+        int B = (int)(hi - w < mb ? hi - w : mb);
+        for (int b = 0; b < B && rc == DL_OK; b++)
+            rc = dl_data_val_window(s->R->data, w + b, in + (size_t)b * T, tg + (size_t)b * T);
+        double loss;
+        if (rc == DL_OK && (rc = dl_gpt_forward(s->g, in, tg, B, &loss)) == DL_OK)
+            sum += loss * B;
+    }
+    free(in), free(tg);
+    if (rc == DL_OK && d > 1)
+        rc = dl_allreduce(s->mesh.dp_comm, &sum, &sum, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
+    *out = W > 0 ? sum / (double)W : NAN;
+    *used = (int)W;
+    return rc;
+}
+
+/* Scatter this rank's shard (f32 or f64) into an unsharded f64 buffer (tp = 1 layout order). */
+static void gather_into(rank_state *s, const void *src, double *dst)
+{
+    if (s->mesh.dp_rank != 0)
+        return;
+    const dl_gpt_layout *l = dl_gpt_get_layout(s->g);
+    dl_gpt_layout *full;
+    if (dl_gpt_layout_create(&l->cfg, 1, 0, &full))
+        return;
+    for (int k = 0; k < l->ntensors; k++) {
+        const dl_tensor_info *t = &l->t[k];
+        if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
+            continue;
+        for (size_t i = 0; i < t->numel; i++) {
+            size_t j = t->offset + i;
+            double v = s->dsize == 8 ? ((const double *)src)[j] : ((const float *)src)[j];
+            dst[full->t[k].offset + (size_t)dl_gpt_global_index(l, k, i)] = v;
+        }
+    }
+    dl_gpt_layout_destroy(full);
+}
+
+static int sample_text(rank_state *s)
+{
+    const dl_train_opts *o = s->R->o;
+    int T = o->model.seq, V = o->model.vocab, n = o->sample;
+    const unsigned char *val = dl_data_bytes(s->R->data) + dl_data_train_len(s->R->data);
+    int *ctx = calloc((size_t)T, sizeof(int));
+    char *out = calloc((size_t)n + 1, 1);
+    if (!ctx || !out) {
+        free(ctx), free(out);
+        return dl_error(DL_ENOMEM, "sampling: out of memory");
+    }
+    int len = T < 16 ? T : 16; /* prompt: the start of the validation split */
+    for (int i = 0; i < len; i++)
+        ctx[i] = val[i];
+    uint64_t st = o->seed * 0x9E3779B97F4A7C15ull + 12345;
+    int rc = DL_OK;
+    for (int i = 0; i < n && rc == DL_OK; i++) {
+        if ((rc = dl_gpt_forward(s->g, ctx, NULL, 1, NULL)))
+            break;
+        const void *p = dl_gpt_probs(s->g, 0, len - 1);
+        st = st * 6364136223846793005ull + 1442695040888963407ull; /* same on every rank */
+        double u = (double)(st >> 11) * (1.0 / 9007199254740992.0), acc = 0;
+        int c = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += s->dsize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
+            if (u < acc) {
+                c = v;
+                break;
+            }
+        }
+        out[i] = (char)c;
+        if (len < T)
+            ctx[len++] = c;
+        else {
+            memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1));
+            ctx[T - 1] = c;
+        }
+    }
+    if (rc == DL_OK && dl_ctx_rank(s->ctx) == 0)
+        s->R->res->sample = out;
+    else
+        free(out);
+    free(ctx);
+    return rc;
+}
+
+static int train_rank(dl_ctx *ctx, void *arg)
+{
+    run *R = arg;
+    const dl_train_opts *o = R->o;
+    dl_train_result *res = R->res;
+    int rank = dl_ctx_rank(ctx), rc;
+    rank_state S = {.R = R, .ctx = ctx};
+    rank_state *s = &S;
+    dl_comm *world = dl_ctx_comm(ctx);
+    dl_comm_set_algo(world, o->algo);
+    if ((rc = dl_mesh_create(world, o->dp, 1, o->tp, 1, &s->mesh)))
+        return rc;
+    dl_comm_set_algo(s->mesh.dp_comm, o->algo);
+    dl_comm_set_algo(s->mesh.tp_comm, o->algo);
+    dl_comm_set_algo(s->mesh.pp_comm, o->algo);
+    s->dt = o->dtype;
+    s->dsize = o->dtype == DL_F64 ? 8 : 4;
+    dl_gpt_opts go = {.cfg = o->model, .dtype = o->dtype, .micro_batch = o->micro_batch,
+                      .tp = o->tp, .tp_comm = o->tp > 1 ? s->mesh.tp_comm : NULL,
+                      .recompute = o->recompute, .seed = o->seed, .arena = dl_ctx_arena(ctx)};
+    if ((rc = dl_gpt_create(&go, &s->g)))
+        goto out;
+    s->numel = dl_gpt_numel(s->g);
+    if (o->load_path &&
+        (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g), s->dsize)))
+        goto out;
+    int T = o->model.seq, mb = o->micro_batch, G = o->global_batch;
+    if (o->eval_only) {
+        double v;
+        int used;
+        if ((rc = evaluate(s, &v, &used)))
+            goto out;
+        if (rank == 0) {
+            res->final_val_loss = v;
+            res->eval_windows_used = used;
+        }
+        goto finish;
+    }
+    if ((rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_OPTIMIZER, s->numel * (size_t)s->dsize, &s->m)) ||
+        (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_OPTIMIZER, s->numel * (size_t)s->dsize, &s->v)))
+        goto out;
+    s->bucket_elems = (size_t)(o->bucket_mb * 1048576.0 / s->dsize);
+    int *in = malloc(sizeof(int) * (size_t)mb * T), *tg = malloc(sizeof(int) * (size_t)mb * T);
+    if (!in || !tg) {
+        free(in), free(tg);
+        rc = dl_error(DL_ENOMEM, "training: out of memory");
+        goto out;
+    }
+    dl_comm_reset_stats(s->mesh.dp_comm);
+    dl_comm_reset_stats(s->mesh.tp_comm);
+    dl_comm_reset_stats(world);
+    for (int step = 1; step <= o->steps && rc == DL_OK; step++) {
+        uint64_t t0 = dl_now_ns();
+        dl_gpt_zero_grads(s->g);
+        double loss_sum = 0;
+        s->launched = s->numel;
+        for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
+            double loss;
+            int last = micro == o->microbatches - 1 && o->dp > 1;
+            if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb, in, tg)) ||
+                (rc = dl_gpt_forward(s->g, in, tg, mb, &loss)) ||
+                (rc = dl_gpt_backward(s->g, 1.0 / ((double)G * T), last ? grad_ready : NULL, s)))
+                break;
+            loss_sum += loss * mb / G;
+        }
+        if (rc == DL_OK)
+            rc = wait_buckets(s);
+        if (rc == DL_OK && o->dp > 1)
+            rc = dl_allreduce(s->mesh.dp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
+                              DL_PURPOSE_LOSS);
+        double norm = 0;
+        if (rc == DL_OK)
+            rc = grad_norm(s, &norm);
+        if (rc)
+            break;
+        if (o->want_grads && step == o->steps)
+            gather_into(s, dl_gpt_grads(s->g), res->grads);
+        double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
+        if (s->dsize == 8)
+            dl_adamw_f64(dl_gpt_params(s->g), dl_gpt_grads(s->g), s->m, s->v, s->numel, lr,
+                         o->beta1, o->beta2, o->eps, o->weight_decay, scale, step);
+        else
+            dl_adamw_f32(dl_gpt_params(s->g), dl_gpt_grads(s->g), s->m, s->v, s->numel,
+                         (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                         (float)o->weight_decay, (float)scale, step);
+        R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
+        double val = NAN;
+        int used = 0;
+        if ((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps) {
+            /* evaluation traffic is not training traffic: keep it out of the per-step counters */
+            dl_comm_stats b0, b1;
+            dl_comm_get_stats(s->mesh.tp_comm, &b0);
+            if ((rc = evaluate(s, &val, &used)))
+                break;
+            dl_comm_get_stats(s->mesh.tp_comm, &b1);
+            s->eval_tp_bytes += b1.bytes_sent[DL_PURPOSE_ACTIVATIONS] - b0.bytes_sent[DL_PURPOSE_ACTIVATIONS];
+        }
+        if (rank == 0) {
+            R->loss[step - 1] = loss_sum;
+            R->val[step - 1] = val;
+            R->norm[step - 1] = norm;
+            R->lr[step - 1] = lr;
+            R->steps_done = step;
+            res->eval_windows_used = used ? used : res->eval_windows_used;
+            if (o->log && o->log_every > 0 && (step % o->log_every == 0 || step == 1 || step == o->steps)) {
+                dl_comm_stats st;
+                dl_comm_get_stats(world, &st);
+                uint64_t sent = 0;
+                for (int p = 0; p < DL_NPURPOSES; p++)
+                    sent += st.bytes_sent[p];
+                dl_comm_stats a, b;
+                dl_comm_get_stats(s->mesh.dp_comm, &a);
+                dl_comm_get_stats(s->mesh.tp_comm, &b);
+                for (int p = 0; p < DL_NPURPOSES; p++)
+                    sent += a.bytes_sent[p] + b.bytes_sent[p];
+                double ms = R->step_ms[(size_t)(step - 1) * R->nranks];
+                char vbuf[32] = "     -";
+                if (!isnan(val))
+                    snprintf(vbuf, sizeof vbuf, "%6.4f", val);
+                fprintf(o->log, "step %5d/%d | loss %6.4f | val %s | %8.0f tok/s | %7.1f ms/step | "
+                        "%7.2f MB sent/rank\n", step, o->steps, loss_sum, vbuf,
+                        (double)G * T / (ms / 1e3), ms, (double)sent / 1e6 / step);
+                fflush(o->log);
+            }
+        }
+    }
+    free(in), free(tg);
+    if (rc)
+        goto out;
+    if (rank == 0) {
+        dl_comm_stats a, b, w;
+        dl_comm_get_stats(s->mesh.dp_comm, &a);
+        dl_comm_get_stats(s->mesh.tp_comm, &b);
+        dl_comm_get_stats(world, &w);
+        double n = o->steps;
+        res->dp_grad_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
+        res->tp_act_bytes_per_step =
+            (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - s->eval_tp_bytes) / n;
+        res->loss_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_LOSS] +
+                                            b.bytes_sent[DL_PURPOSE_LOSS] +
+                                            w.bytes_sent[DL_PURPOSE_LOSS]) / n;
+        res->grad_bytes = (uint64_t)s->numel * (uint64_t)s->dsize;
+    }
+finish:
+    if (o->want_params)
+        gather_into(s, dl_gpt_params(s->g), res->params);
+    if (o->save_path &&
+        (rc = dl_ckpt_save(o->save_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g), s->dsize,
+                           world, s->mesh.dp_rank == 0)))
+        goto out;
+    if (o->sample > 0 && (rc = sample_text(s)))
+        goto out;
+out:
+    if (rc == DL_OK) {
+        /* measured before the model is freed: what this rank held at its peak */
+        dl_arena_stats as;
+        dl_arena_get_stats(dl_ctx_arena(ctx), &as);
+        for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
+            res->peak[(size_t)rank * DL_MEM_NCATEGORIES + c] = as.peak[c];
+    }
+    if (s->m)
+        dl_arena_free(dl_ctx_arena(ctx), s->m);
+    if (s->v)
+        dl_arena_free(dl_ctx_arena(ctx), s->v);
+    dl_gpt_destroy(s->g);
+    if (rc == DL_OK)
+        rc = dl_mesh_destroy(&s->mesh);
+    return rc;
+}
+
+/* Single-thread GEMM speed on the model's own shapes (forward and both backward GEMMs of every
+ * linear layer of one rank's shard), for the GEMM-utilisation figure. */
+static double measure_gemm(const dl_train_opts *o)
+{
+    int N = o->micro_batch * o->model.seq, C = o->model.d_model, t = o->tp, V = o->model.vocab;
+    int shapes[][2] = {{C, 3 * C / t}, {C / t, C}, {C, 4 * C / t}, {4 * C / t, C}, {C, V}};
+    size_t maxw = (size_t)4 * C * C, maxa = (size_t)N * (4 * C > V ? 4 * C : V);
+    int d8 = o->dtype == DL_F64;
+    size_t es = d8 ? 8 : 4;
+    void *x = calloc(maxa, es), *y = calloc(maxa, es), *w = calloc(maxw + (size_t)V * C, es),
+         *dw = calloc(maxw + (size_t)V * C, es), *dx = calloc(maxa, es);
+    double best = 0;
+    if (x && y && w && dw && dx) {
+        for (int rep = 0; rep < 3; rep++) {
+            double flops = 0;
+            uint64_t t0 = dl_now_ns();
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                int IC = shapes[k][0], OC = shapes[k][1];
+                if (d8) {
+                    dl_linear_fwd_f64(y, x, w, NULL, N, IC, OC);
+                    dl_linear_bwd_f64(dx, dw, NULL, y, x, w, N, IC, OC);
+                } else {
+                    dl_linear_fwd_f32(y, x, w, NULL, N, IC, OC);
+                    dl_linear_bwd_f32(dx, dw, NULL, y, x, w, N, IC, OC);
+                }
+                flops += 6.0 * N * IC * OC;
+            }
+            double g = flops / ((double)(dl_now_ns() - t0) / 1e9) / 1e9;
+            best = g > best ? g : best;
+        }
+    }
+    free(x), free(y), free(w), free(dw), free(dx);
+    return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
+{
+    memset(res, 0, sizeof *res);
+    dl_train_opts o = *oin;
+    int n = o.dp * o.tp;
+    int rc = dl_train_resolve(&o, n);
+    if (rc)
+        return rc;
+    dl_data_opts dopt;
+    dl_data_opts_init(&dopt);
+    dopt.path = o.data_path;
+    dopt.seq = o.model.seq;
+    dopt.seed = o.data_seed;
+    run R = {.o = &o, .res = res, .nranks = n};
+    if ((rc = dl_data_open(&dopt, &R.data)))
+        return rc;
+    int steps = o.eval_only ? 0 : o.steps;
+    res->nranks = n;
+    res->floor = dl_data_floor(R.data);
+    res->nparams = dl_gpt_num_params(&o.model);
+    res->peak = calloc((size_t)n * DL_MEM_NCATEGORIES, sizeof *res->peak);
+    R.step_ms = calloc((size_t)(steps + 1) * (size_t)n, sizeof(double));
+    R.loss = calloc((size_t)steps + 1, sizeof(double));
+    R.val = calloc((size_t)steps + 1, sizeof(double));
+    R.norm = calloc((size_t)steps + 1, sizeof(double));
+    R.lr = calloc((size_t)steps + 1, sizeof(double));
+    if (o.want_params)
+        res->params = calloc((size_t)res->nparams, sizeof(double));
+    if (o.want_grads)
+        res->grads = calloc((size_t)res->nparams, sizeof(double));
+    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr ||
+        (o.want_params && !res->params) || (o.want_grads && !res->grads)) {
+        rc = dl_error(DL_ENOMEM, "training: out of memory");
+        goto done;
+    }
+    if (!o.eval_only)
+        res->gemm_gflops = measure_gemm(&o);
+    dl_world_opts w;
+    dl_world_opts_init(&w);
+    w.nranks = n;
+    w.gpu_mem = o.gpu_mem;
+    w.timeout_s = o.timeout_s;
+    w.topology = o.topology;
+    rc = dl_world_run(&w, train_rank, &R);
+    res->nsteps = R.steps_done;
+    res->steps = calloc((size_t)R.steps_done + 1, sizeof *res->steps);
+    double *med = calloc((size_t)R.steps_done + 1, sizeof(double));
+    for (int i = 0; res->steps && med && i < R.steps_done; i++) {
+        double mx = 0;
+        for (int r = 0; r < n; r++)
+            mx = fmax(mx, R.step_ms[(size_t)i * n + r]);
+        dl_train_step *st = &res->steps[i];
+        st->step = i + 1;
+        st->loss = R.loss[i];
+        st->val_loss = R.val[i];
+        st->lr = R.lr[i];
+        st->grad_norm = R.norm[i];
+        st->ms = mx;
+        st->tokens_per_s = (double)o.global_batch * o.model.seq / (mx / 1e3);
+        med[i] = mx;
+    }
+    if (R.steps_done > 0 && med) {
+        res->final_loss = R.loss[R.steps_done - 1];
+        if (!isnan(R.val[R.steps_done - 1]))
+            res->final_val_loss = R.val[R.steps_done - 1];
+        /* the first step pays for page faults and thread start: leave it out when there are more */
+        int skip = R.steps_done > 1 ? 1 : 0;
+        qsort(med + skip, (size_t)(R.steps_done - skip), sizeof(double), cmp_double);
+        res->ms_per_step = med[skip + (R.steps_done - skip) / 2];
+        res->tokens_per_s = (double)o.global_batch * o.model.seq / (res->ms_per_step / 1e3);
+        res->model_gflops_per_rank =
+            dl_train_step_flops(&o.model, o.global_batch) / (res->ms_per_step / 1e3) / n / 1e9;
+    }
+    free(med);
+done:
+    free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr);
+    dl_data_free(R.data);
+    return rc;
+}
+
+void dl_train_result_free(dl_train_result *r)
+{
+    free(r->steps);
+    free(r->peak);
+    free(r->params);
+    free(r->grads);
+    free(r->sample);
+    memset(r, 0, sizeof *r);
+}
