@@ -310,6 +310,42 @@ static int sample_text(rank_state *s)
     return rc;
 }
 
+/* Step 1's gradients as a safetensors file (every rank writes its own slices) and its global
+ * batch (rank 0), for comparisons with other frameworks. */
+static int dump_step(rank_state *s)
+{
+    const dl_train_opts *o = s->R->o;
+    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(s->g), dl_gpt_grads(s->g), s->dsize,
+                          dl_ctx_comm(s->ctx), s->mesh.dp_rank == 0);
+    if (rc || dl_ctx_rank(s->ctx) != 0)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.tokens", o->dump_grads);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return dl_error(DL_ESYS, "cannot write '%s'", path);
+    int T = o->model.seq, G = o->global_batch;
+    int *in = malloc(sizeof(int) * (size_t)T * G), *tg = malloc(sizeof(int) * (size_t)T * G);
+    for (int i = 0; in && tg && i < G && rc == DL_OK; i++)
+        rc = dl_data_sample(s->R->data, i, in + (size_t)i * T, tg + (size_t)i * T);
+    if (!in || !tg)
+        rc = dl_error(DL_ENOMEM, "dump: out of memory");
+    if (rc == DL_OK) {
+        for (size_t i = 0; i < (size_t)T * G; i++) {
+            int32_t v = in[i];
+            fwrite(&v, 4, 1, f);
+        }
+        for (size_t i = 0; i < (size_t)T * G; i++) {
+            int32_t v = tg[i];
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    if (fclose(f) != 0 && rc == DL_OK)
+        rc = dl_error(DL_ESYS, "cannot write '%s'", path);
+    free(in), free(tg);
+    return rc;
+}
+
 static int train_rank(dl_ctx *ctx, void *arg)
 {
     run *R = arg;
@@ -387,6 +423,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
             break;
         if (o->want_grads && step == o->steps)
             gather_into(s, dl_gpt_grads(s->g), res->grads);
+        if (o->dump_grads && step == 1 && (rc = dump_step(s)))
+            break;
         double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
         if (s->dsize == 8)
             dl_adamw_f64(dl_gpt_params(s->g), dl_gpt_grads(s->g), s->m, s->v, s->numel, lr,

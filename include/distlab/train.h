@@ -47,6 +47,9 @@ typedef struct dl_train_opts {
     int sample;              /* bytes to generate after training (0: none) */
     int want_params;         /* gather the final parameters (f64, unsharded) into the result */
     int want_grads;          /* gather the last step's gradients (f64, unsharded, before clipping) */
+    const char *dump_grads;  /* write step 1's gradients (reduced, before clipping) to this file in
+                              * the safetensors layout of --save, and its global batch to
+                              * FILE.tokens (int32 LE: G*T inputs, then G*T targets) */
     FILE *log;               /* progress lines (NULL: quiet) */
 } dl_train_opts;
 
