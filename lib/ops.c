@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include <cblas.h>
 
@@ -40,11 +42,35 @@
 #define DL_CLONES
 #endif
 
+/* ---- GEMM shape log (for the trainer's GEMM-utilisation figure) ---- */
+
+static _Thread_local dl_gemm_log *gemm_log;
+
+void dl_ops_gemm_log(dl_gemm_log *log) { gemm_log = log; }
+
+static void log_gemm(int ta, int tb, int M, int N, int K)
+{
+    dl_gemm_log *l = gemm_log;
+    for (int i = 0; i < l->n; i++) {
+        dl_gemm_shape *s = &l->s[i];
+        if (s->ta == ta && s->tb == tb && s->M == M && s->N == N && s->K == K) {
+            s->count++;
+            return;
+        }
+    }
+    if (l->n < DL_GEMM_LOG_MAX)
+        l->s[l->n++] = (dl_gemm_shape){ta, tb, M, N, K, 1};
+    else
+        l->dropped++;
+}
+
 /* ---- type-specific helpers ---- */
 
 static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc)
 {
+    if (gemm_log)
+        log_gemm(ta, tb, M, N, K);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
 }
@@ -52,8 +78,45 @@ static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, co
 static inline void gemm_f64(int ta, int tb, int M, int N, int K, double alpha, const double *A,
                             int lda, const double *Bm, int ldb, double beta, double *Cm, int ldc)
 {
+    if (gemm_log)
+        log_gemm(ta, tb, M, N, K);
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+}
+
+double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps)
+{
+    size_t amax = 1, bmax = 1, cmax = 1;
+    for (int i = 0; i < log->n; i++) {
+        const dl_gemm_shape *s = &log->s[i];
+        size_t a = (size_t)s->M * s->K, b = (size_t)s->K * s->N, c = (size_t)s->M * s->N;
+        amax = a > amax ? a : amax, bmax = b > bmax ? b : bmax, cmax = c > cmax ? c : cmax;
+    }
+    size_t es = dsize == 8 ? 8 : 4;
+    void *A = calloc(amax, es), *B = calloc(bmax, es), *C = calloc(cmax, es);
+    double best = 0;
+    for (int r = 0; A && B && C && r < (reps < 1 ? 1 : reps); r++) {
+        struct timespec t0, t1;
+        double flops = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < log->n; i++) {
+            const dl_gemm_shape *s = &log->s[i];
+            int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+            for (long k = 0; k < s->count; k++) {
+                if (dsize == 8)
+                    gemm_f64(s->ta, s->tb, s->M, s->N, s->K, 1.0, A, lda, B, ldb, 1.0, C, s->N);
+                else
+                    gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 1.0f, C, s->N);
+            }
+            flops += 2.0 * s->M * s->N * s->K * (double)s->count;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double g = sec > 0 ? flops / sec / 1e9 : 0;
+        best = g > best ? g : best;
+    }
+    free(A), free(B), free(C);
+    return best;
 }
 
 /* f32 exp without a call, so that the loops around it vectorise (softmax, cross-entropy, GeLU).

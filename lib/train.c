@@ -119,6 +119,7 @@ typedef struct run {
     double *norm;      /* [steps] */
     double *lr;        /* [steps] */
     int steps_done;
+    dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
 } run;
 
 typedef struct rank_state {
@@ -398,6 +399,9 @@ static int train_rank(dl_ctx *ctx, void *arg)
     dl_comm_reset_stats(s->mesh.tp_comm);
     dl_comm_reset_stats(world);
     for (int step = 1; step <= o->steps && rc == DL_OK; step++) {
+        int logging = rank == 0 && R->gemm && step == (o->steps > 1 ? 2 : 1);
+        if (logging)
+            dl_ops_gemm_log(R->gemm);
         uint64_t t0 = dl_now_ns();
         dl_gpt_zero_grads(s->g);
         double loss_sum = 0;
@@ -434,6 +438,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
                          (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                          (float)o->weight_decay, (float)scale, step);
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
+        if (logging)
+            dl_ops_gemm_log(NULL);
         double val = NAN;
         int used = 0;
         if ((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps) {
@@ -518,41 +524,6 @@ out:
     return rc;
 }
 
-/* Single-thread GEMM speed on the model's own shapes (forward and both backward GEMMs of every
- * linear layer of one rank's shard), for the GEMM-utilisation figure. */
-static double measure_gemm(const dl_train_opts *o)
-{
-    int N = o->micro_batch * o->model.seq, C = o->model.d_model, t = o->tp, V = o->model.vocab;
-    int shapes[][2] = {{C, 3 * C / t}, {C / t, C}, {C, 4 * C / t}, {4 * C / t, C}, {C, V}};
-    size_t maxw = (size_t)4 * C * C, maxa = (size_t)N * (4 * C > V ? 4 * C : V);
-    int d8 = o->dtype == DL_F64;
-    size_t es = d8 ? 8 : 4;
-    void *x = calloc(maxa, es), *y = calloc(maxa, es), *w = calloc(maxw + (size_t)V * C, es),
-         *dw = calloc(maxw + (size_t)V * C, es), *dx = calloc(maxa, es);
-    double best = 0;
-    if (x && y && w && dw && dx) {
-        for (int rep = 0; rep < 3; rep++) {
-            double flops = 0;
-            uint64_t t0 = dl_now_ns();
-            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-                int IC = shapes[k][0], OC = shapes[k][1];
-                if (d8) {
-                    dl_linear_fwd_f64(y, x, w, NULL, N, IC, OC);
-                    dl_linear_bwd_f64(dx, dw, NULL, y, x, w, N, IC, OC);
-                } else {
-                    dl_linear_fwd_f32(y, x, w, NULL, N, IC, OC);
-                    dl_linear_bwd_f32(dx, dw, NULL, y, x, w, N, IC, OC);
-                }
-                flops += 6.0 * N * IC * OC;
-            }
-            double g = flops / ((double)(dl_now_ns() - t0) / 1e9) / 1e9;
-            best = g > best ? g : best;
-        }
-    }
-    free(x), free(y), free(w), free(dw), free(dx);
-    return best;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -594,15 +565,19 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         rc = dl_error(DL_ENOMEM, "training: out of memory");
         goto done;
     }
-    if (!o.eval_only)
-        res->gemm_gflops = measure_gemm(&o);
     dl_world_opts w;
     dl_world_opts_init(&w);
     w.nranks = n;
     w.gpu_mem = o.gpu_mem;
     w.timeout_s = o.timeout_s;
     w.topology = o.topology;
+    if (!o.eval_only)
+        R.gemm = calloc(1, sizeof *R.gemm);
     rc = dl_world_run(&w, train_rank, &R);
+    /* GEMM utilisation's reference: the step's own GEMMs replayed alone on one thread */
+    if (R.gemm && R.gemm->n > 0)
+        res->gemm_gflops = dl_ops_gemm_replay(R.gemm, o.dtype == DL_F64 ? 8 : 4, 5);
+    free(R.gemm);
     res->nsteps = R.steps_done;
     res->steps = calloc((size_t)R.steps_done + 1, sizeof *res->steps);
     double *med = calloc((size_t)R.steps_done + 1, sizeof(double));

@@ -148,6 +148,25 @@ void dl_adamw_f64(double *param, const double *grad, double *m, double *v, size_
                   double beta1, double beta2, double eps, double wd, double grad_scale,
                   long step);
 
+/* ---- GEMM shape log ------------------------------------------------------------------------
+ * While a log is set, every GEMM the calling thread's kernels run is recorded by shape (with a
+ * count), so that the same GEMMs can be replayed alone: "GEMM utilisation" = model FLOP/s over the
+ * FLOP/s of replaying the step's own GEMMs on one thread. */
+#define DL_GEMM_LOG_MAX 256
+typedef struct dl_gemm_shape {
+    int ta, tb, M, N, K; /* row-major C(M,N) = op(A)(M,K) op(B)(K,N) */
+    long count;
+} dl_gemm_shape;
+typedef struct dl_gemm_log {
+    int n;
+    long dropped;        /* calls not recorded (more than DL_GEMM_LOG_MAX shapes) */
+    dl_gemm_shape s[DL_GEMM_LOG_MAX];
+} dl_gemm_log;
+/* Start recording this thread's GEMMs into log (zero it first), or stop (NULL). */
+void dl_ops_gemm_log(dl_gemm_log *log);
+/* GFLOP/s of running the logged GEMMs once on this thread (best of reps), f32 (dsize 4) or f64. */
+double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps);
+
 /* Sum of squares of x (n elements), accumulated in double: a gradient's squared norm for
  * global-norm clipping (reduce the partial sums of all shards, then sqrt). */
 double dl_sumsq_f32(const float *x, size_t n);

@@ -76,7 +76,7 @@ typedef struct dl_train_result {
     double final_loss, final_val_loss;
     double tokens_per_s;     /* median over steps after the first */
     double ms_per_step;      /* median */
-    double gemm_gflops;      /* single-thread sgemm/dgemm GFLOP/s on the model's shapes */
+    double gemm_gflops;      /* GFLOP/s of replaying rank 0's GEMMs of one step alone on one thread */
     double model_gflops_per_rank; /* model FLOP/s per rank (median step) */
     /* bytes each rank sent per step by group and purpose (rank 0; dp replicas are symmetric) */
     double dp_grad_bytes_per_step, tp_act_bytes_per_step, loss_bytes_per_step;
