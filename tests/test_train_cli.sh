@@ -1,0 +1,265 @@
+#!/bin/sh
+# Command-line contract of distlab-train (issue 3): --version and --help; every refused
+# configuration exits 2 with ONE line on stderr naming the problem, before any thread starts
+# (nothing on stdout); a tiny run exits 0 and its JSON Lines (docs/JSON.md) parse with the right
+# record types; --save then --load under another layout with --eval-only reproduces the saving
+# run's validation loss; --check reports small differences from one rank.
+# Run by `make check` from the build directory (the binary is ./apps/distlab-train).
+# DISTLAB_TEST_SCALE=small: fewer layouts (sanitizer builds).
+# $M, $TINY and $lay are option lists, split into words on purpose.
+# shellcheck disable=SC2086
+
+if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-train" ]; then
+  TRAIN="$abs_top_builddir/apps/distlab-train"
+else
+  TRAIN="./apps/distlab-train"
+fi
+if [ ! -x "$TRAIN" ]; then
+  echo "test_train_cli: $TRAIN not found (run from the build directory)"
+  exit 1
+fi
+SMALL=0
+[ "${DISTLAB_TEST_SCALE:-}" = small ] && SMALL=1
+PY=
+if command -v python3 >/dev/null 2>&1; then PY=python3; fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train_cli.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fails=0
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+
+# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
+run() {
+  name=$1; want=$2; shift 2
+  "$TRAIN" "$@" >"$TMP/out" 2>"$TMP/err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit status $got, want $want (stderr: $(head -c 400 "$TMP/err"))"
+    return 1
+  fi
+  return 0
+}
+
+# refused NAME PATTERN ARGS...: status 2, exactly one line on stderr that matches PATTERN (a
+# grep -E regular expression), nothing on stdout (no thread started, no banner)
+refused() {
+  name=$1; pattern=$2; shift 2
+  if run "$name" 2 "$@"; then
+    lines=$(wc -l <"$TMP/err")
+    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1: $(cat "$TMP/err")"
+    grep -qE -- "$pattern" "$TMP/err" || fail "$name: stderr lacks /$pattern/: $(cat "$TMP/err")"
+    grep -q '^distlab-train: ' "$TMP/err" || fail "$name: message not prefixed 'distlab-train: '"
+    [ -s "$TMP/out" ] && fail "$name: wrote to stdout: $(head -c 200 "$TMP/out")"
+  fi
+  echo "refused $name: $(cat "$TMP/err")"
+}
+
+has() { # has NAME STRING: $TMP/out contains the fixed string
+  grep -qF -- "$2" "$TMP/out" || fail "$1: output lacks '$2'"
+}
+
+# ---- version and help ----
+if run version 0 --version; then
+  grep -q '^distlab-train (distlab) [0-9]' "$TMP/out" || fail "version: $(cat "$TMP/out")"
+fi
+run version-short 0 -V
+if run help 0 --help; then
+  has help "Usage: distlab-train"
+  for f in --dp --tp --layers --d-model --heads --seq --tie-embeddings --dtype --recompute \
+           --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
+           --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
+           --sample --save --dump-grads --load --eval-only --gpu-mem --timeout; do
+    grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
+  done
+  has help "Exit status"
+  [ -s "$TMP/err" ] && fail "help: wrote to stderr"
+fi
+run help-short 0 -h
+
+# ---- refused configurations: exit 2, one line ----
+M="--layers 1 --d-model 32 --heads 4 --seq 16 --steps 1 --log-every 0"
+# heads not divisible by tp, with what fits
+refused "heads % tp" 'heads 4.*not divisible by tp 3.*tp 2 fits' $M --dp 1 --tp 3
+refused "d-model % heads" 'd-model 32.*not divisible by heads 3' --layers 1 --d-model 32 --heads 3 --dp 1
+# batch sizes (dp x tp always equals the rank count here: the app derives the world from them)
+refused "global batch % dp" 'global batch 7 is not divisible by dp 2.*--global-batch 8' \
+  $M --dp 2 --global-batch 7
+refused "global batch % (dp x micro-batch)" \
+  'global batch 8 is not divisible by dp 2 x micro-batch 3.*--global-batch 12' \
+  $M --dp 2 --global-batch 8 --micro-batch 3
+refused "global batch % (dp x microbatches)" \
+  'global batch 6 is not divisible by dp 2 x microbatches 2.*--global-batch 8' \
+  $M --dp 2 --global-batch 6 --microbatches 2
+refused "three batch sizes disagree" 'global batch 8 != dp 2 x microbatches 3 x micro-batch 2' \
+  $M --dp 2 --global-batch 8 --micro-batch 2 --microbatches 3
+# data files
+refused "missing data file" "--data: cannot read '$TMP/nonexistent'" $M --dp 1 --data "$TMP/nonexistent"
+: >"$TMP/empty.bin"
+refused "empty data file" "'$TMP/empty.bin' is empty; need at least 34 bytes" $M --dp 1 --data "$TMP/empty.bin"
+printf '%050d' 0 >"$TMP/short.bin"
+refused "data file too short" "'$TMP/short.bin' has 50 bytes; need at least [0-9]+" \
+  $M --dp 1 --seq 32 --data "$TMP/short.bin"
+refused "data is a directory" "cannot read '$TMP'" $M --dp 1 --data "$TMP"
+# zero or negative sizes
+refused "--layers 0" '--layers: 0 is out of range' $M --dp 1 --layers 0
+refused "--d-model -1" '--d-model: -1 is out of range' $M --dp 1 --d-model -1
+refused "--heads 0" '--heads: 0 is out of range' $M --dp 1 --heads 0
+refused "--seq 0" '--seq: 0 is out of range' $M --dp 1 --seq 0
+refused "--steps 0" '--steps: 0 is out of range' $M --dp 1 --steps 0
+refused "--steps -3" '--steps: -3 is out of range' $M --dp 1 --steps -3
+refused "--dp 0" '--dp: 0 is out of range' $M --dp 0
+refused "--tp -2" '--tp: -2 is out of range' $M --dp 1 --tp -2
+refused "--micro-batch 0" '--micro-batch: 0 is out of range' $M --dp 1 --micro-batch 0
+refused "--global-batch -4" '--global-batch: -4 is out of range' $M --dp 1 --global-batch -4
+refused "--microbatches 0" '--microbatches: 0 is out of range' $M --dp 1 --microbatches 0
+refused "--layers abc" '--layers' $M --dp 1 --layers abc
+# other options
+refused "--eval-only without --load" '--eval-only needs --load' $M --dp 1 --eval-only
+refused "--load missing file" "--load: cannot read '$TMP/none.st'" $M --dp 1 --load "$TMP/none.st"
+refused "--dtype f16" "--dtype: 'f16' is not f32 or f64" $M --dp 1 --dtype f16
+refused "--recompute some" "--recompute: 'some' is not none or full" $M --dp 1 --recompute some
+refused "--json unwritable" "--json: cannot write '$TMP/no/dir.json'" $M --dp 1 --json "$TMP/no/dir.json"
+refused "unknown option" "unknown option.*--bogus" $M --dp 1 --bogus
+refused "unknown short option" "unknown option '-x'" $M --dp 1 -x
+refused "missing value" "missing value.*--dp" --dp
+refused "stray argument" "unexpected argument 'extra'" $M --dp 1 extra
+
+# ---- a tiny successful run and its JSON Lines ----
+TINY="--layers 1 --d-model 32 --heads 4 --seq 16 --micro-batch 2"
+if run tiny 0 --dp 2 $TINY --steps 3 --log-every 1 --eval-windows 16 --json "$TMP/run.jsonl" \
+       --save "$TMP/m.st"; then
+  has tiny "step     3/3"
+  has tiny "== summary: 3 steps, 2 ranks (dp 2 x tp 1)"
+  [ -s "$TMP/err" ] && fail "tiny: wrote to stderr: $(head -c 300 "$TMP/err")"
+  [ -s "$TMP/m.st" ] || fail "tiny: --save wrote no file"
+  n=$(wc -l <"$TMP/run.jsonl")
+  [ "$n" -eq 5 ] || fail "tiny: $n JSON lines, want 5 (config, 3 steps, summary)"
+  if [ -n "$PY" ]; then
+    $PY - "$TMP/run.jsonl" <<'EOF' || fail "tiny: JSON Lines check failed"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+types = [r.get("type") for r in recs]
+assert types == ["config", "step", "step", "step", "summary"], types
+c = recs[0]
+assert c["schema"] == "distlab/1" and c["app"] == "distlab-train", c
+for k, v in (("dp", 2), ("tp", 1), ("layers", 1), ("d_model", 32), ("heads", 4), ("seq", 16),
+             ("vocab", 256), ("global_batch", 4), ("micro_batch", 2), ("microbatches", 1),
+             ("steps", 3), ("dtype", "f32"), ("recompute", "none"), ("data", "synthetic"),
+             ("tie_embeddings", False)):
+    assert c[k] == v, (k, c[k], v)
+for i, s in enumerate(recs[1:4]):
+    assert s["step"] == i + 1, s
+    for k in ("loss", "lr", "grad_norm", "ms", "tokens_per_s"):
+        assert isinstance(s[k], (int, float)), (k, s)
+    assert 0 < s["loss"] < 10, s
+assert recs[1]["val_loss"] is None and recs[2]["val_loss"] is None
+assert isinstance(recs[3]["val_loss"], float), recs[3]
+m = recs[4]
+for k in ("loss_floor", "final_loss", "final_val_loss", "tokens_per_s", "ms_per_step",
+          "params", "grad_bytes_per_rank", "bytes_sent_per_rank_per_step",
+          "peak_bytes_per_rank"):
+    assert k in m, k
+assert m["final_loss"] == recs[3]["loss"] and m["final_val_loss"] == recs[3]["val_loss"], m
+assert abs(m["loss_floor"] - 1.75 * 0.6931471805599453) < 1e-8, m["loss_floor"]
+assert m["params"] == 29664, m["params"]
+b = m["bytes_sent_per_rank_per_step"]
+assert set(b) == {"dp_grads", "tp_activations", "loss_and_norm"}, b
+assert b["dp_grads"] == m["grad_bytes_per_rank"], b  # ring 2(d-1)/d = 1 at d = 2
+p = m["peak_bytes_per_rank"]
+assert [r["rank"] for r in p] == [0, 1], p
+for r in p:
+    assert set(r) == {"rank", "params", "grads", "optimizer", "activations", "comm", "other"}, r
+    assert r["params"] == 4 * 29664, r
+assert "check" not in m
+EOF
+  fi
+fi
+
+# ---- --save, then --load under other layouts with --eval-only: the same validation loss ----
+val_of() { # the "final_val_loss" of the summary record in $1
+  sed -n 's/.*"type":"summary".*"final_val_loss":\([^,}]*\).*/\1/p' "$1"
+}
+close() { # close A B: |A - B| <= 1e-6 |B|
+  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b;
+                                  exit !(a != "" && b != "" && d <= 1e-6 * m) }'
+}
+if [ -s "$TMP/m.st" ]; then
+  ref=$(val_of "$TMP/run.jsonl")
+  layouts="--dp 1 --tp 2 |--dp 1 "
+  [ "$SMALL" -eq 1 ] || layouts="$layouts|--dp 2 --tp 2 |--dp 2 --micro-batch 3 "
+  IFS='|'
+  for lay in $layouts; do # the list splits at '|' once; the body splits at spaces
+    unset IFS
+    # shellcheck disable=SC2086
+    if run "eval-only $lay" 0 $TINY $lay --eval-windows 16 --load "$TMP/m.st" --eval-only \
+           --json "$TMP/ev.jsonl"; then
+      has "eval-only $lay" "over 16 windows of 16 bytes"
+      got=$(val_of "$TMP/ev.jsonl")
+      grep -q '"eval_windows":16' "$TMP/ev.jsonl" || fail "eval-only $lay: eval_windows is not 16"
+      if close "$got" "$ref"; then
+        echo "ok: eval-only $lay: validation loss $got (saving run $ref)"
+      else
+        fail "eval-only $lay: validation loss $got, the saving run's $ref"
+      fi
+    fi
+  done
+fi
+
+# ---- a data file: the window rule of docs (window i starts at byte i*seq of the split) ----
+awk 'BEGIN { for (i = 0; i < 600; i++) printf "line %d: the quick brown fox %d\n", i, i * i % 97 }' \
+  >"$TMP/corpus.txt"
+n=$(wc -c <"$TMP/corpus.txt")
+# val_len = max(seq + 1, floor(0.1 n)); windows = floor((val_len - 1) / seq)
+nwin=$(awk -v n="$n" 'BEGIN { v = int(n * 0.1); if (v < 17) v = 17; print int((v - 1) / 16) }')
+if run "data save" 0 --dp 2 $TINY --steps 2 --log-every 0 --data "$TMP/corpus.txt" \
+       --eval-windows 0 --json "$TMP/d.jsonl" --save "$TMP/d.st"; then
+  ref=$(val_of "$TMP/d.jsonl")
+  if run "data eval-only" 0 --dp 1 --tp 2 $TINY --data "$TMP/corpus.txt" --eval-windows 0 \
+         --load "$TMP/d.st" --eval-only --json "$TMP/dev.jsonl"; then
+    has "data eval-only" "over $nwin windows of 16 bytes"
+    grep -q "\"eval_windows\":$nwin}" "$TMP/dev.jsonl" ||
+      fail "data eval-only: eval_windows is not $nwin: $(cat "$TMP/dev.jsonl")"
+    got=$(val_of "$TMP/dev.jsonl")
+    if close "$got" "$ref"; then
+      echo "ok: data eval-only: $nwin windows, validation loss $got (saving run $ref)"
+    else
+      fail "data eval-only: validation loss $got, the saving run's $ref"
+    fi
+  fi
+fi
+
+# ---- --check: the largest differences from one rank ----
+check_run() { # check_run NAME BOUND ARGS...
+  name=$1; bound=$2; shift 2
+  if run "$name" 0 "$@" --json "$TMP/chk.jsonl"; then
+    line=$(grep 'largest relative difference' "$TMP/out")
+    if [ -z "$line" ]; then
+      fail "$name: no 'largest relative difference' line"
+      return
+    fi
+    echo "ok: $name: $line"
+    l=$(echo "$line" | sed -n 's/.*losses \([^,]*\), parameters \([^ ]*\) .*/\1/p')
+    p=$(echo "$line" | sed -n 's/.*losses \([^,]*\), parameters \([^ ]*\) .*/\2/p')
+    awk -v l="$l" -v p="$p" -v b="$bound" 'BEGIN { exit !(l != "" && p != "" && l + 0 <= b + 0 && p + 0 <= b + 0) }' ||
+      fail "$name: differences losses '$l', parameters '$p' above $bound"
+    grep -q '"check":{"max_loss_rel_diff":[^,]*,"max_param_rel_diff":[^}]*}}' "$TMP/chk.jsonl" ||
+      fail "$name: the JSON summary lacks the check object"
+  fi
+}
+check_run "check dp 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --check
+if [ "$SMALL" -eq 0 ]; then
+  check_run "check dp 2 x tp 2 f64" 1e-12 --dp 2 --tp 2 $TINY --steps 3 --log-every 0 --check \
+    --dtype f64
+  check_run "check tp 2 microbatches f32" 1e-5 --dp 1 --tp 2 $TINY --microbatches 2 --steps 3 \
+    --log-every 0 --check
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "test_train_cli: $fails failure(s)"
+  exit 1
+fi
+echo "test_train_cli: all passed"
+exit 0
