@@ -102,7 +102,7 @@ static void json_num(FILE *f, const char *key, double v, int comma)
     if (isnan(v) || isinf(v))
         fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
     else
-        fprintf(f, "\"%s\":%.10g%s", key, v, comma ? "," : "");
+        fprintf(f, "\"%s\":%.17g%s", key, v, comma ? "," : "");
 }
 
 static void json_config(FILE *f, const dl_train_opts *o)
@@ -186,7 +186,8 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     if (chk) {
         fputs(",\"check\":{", f);
         json_num(f, "max_loss_rel_diff", chk->loss_diff, 1);
-        json_num(f, "max_param_rel_diff", chk->param_diff, 0);
+        json_num(f, "max_param_rel_diff", chk->param_diff, 1);
+        fprintf(f, "\"worst_tensor\":\"%s\"", chk->worst_tensor);
         fputc('}', f);
     }
     (void)o;
@@ -352,6 +353,22 @@ int main(int argc, char **argv)
         cli_error("--load: cannot read '%s'", o.load_path);
         return CLI_EXIT_USAGE;
     }
+    if (o.load_path) {
+        /* refuse a file that is not a checkpoint of this model before any thread starts */
+        dl_ckpt_info info;
+        if (dl_ckpt_inspect(o.load_path, &info)) {
+            cli_error("--load: %s", dl_errmsg());
+            return CLI_EXIT_USAGE;
+        }
+        const dl_gpt_config *f = &info.cfg, *m = &o.model;
+        if (info.has_config && (f->layers != m->layers || f->d_model != m->d_model ||
+                                f->heads != m->heads || f->seq != m->seq || f->tie != m->tie)) {
+            cli_error("--load: '%s' holds a model with --layers %d --d-model %d --heads %d --seq %d%s;"
+                      " give the same shape", o.load_path, f->layers, f->d_model, f->heads, f->seq,
+                      f->tie ? " --tie-embeddings" : "");
+            return CLI_EXIT_USAGE;
+        }
+    }
     if (dl_train_resolve(&o, o.dp * o.tp)) {
         cli_error("%s", dl_errmsg());
         return CLI_EXIT_USAGE;
@@ -382,10 +399,14 @@ int main(int argc, char **argv)
            o.model.layers, o.model.d_model, o.model.heads, o.model.seq,
            (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),
            o.recompute ? ", full recompute" : "");
-    printf("batch: global %d = dp %d x %d micro-batches x %d sequences of %d bytes; %d steps, lr "
-           "%g (warm-up %d, cosine to %g); data: %s\n", o.global_batch, o.dp, o.microbatches,
-           o.micro_batch, o.model.seq, o.steps, o.lr, o.warmup, o.min_lr,
-           o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
+    if (o.eval_only)
+        printf("evaluating '%s' on the validation split of %s\n", o.load_path,
+               o.data_path ? o.data_path : "the synthetic corpus");
+    else
+        printf("batch: global %d = dp %d x %d micro-batches x %d sequences of %d bytes; %d steps, "
+               "lr %g (warm-up %d, cosine to %g); data: %s\n", o.global_batch, o.dp,
+               o.microbatches, o.micro_batch, o.model.seq, o.steps, o.lr, o.warmup, o.min_lr,
+               o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
     fflush(stdout);
     if (jf)
         json_config(jf, &o);
@@ -427,7 +448,7 @@ int main(int argc, char **argv)
         printf("\"\n");
     }
     check_t chk = {0};
-    int status = CLI_EXIT_OK;
+    int status = CLI_EXIT_OK, check_ran = 0;
     if (check) {
         dl_train_opts one = o;
         one.dp = 1;
@@ -449,6 +470,7 @@ int main(int argc, char **argv)
                 chk.loss_diff = fmax(chk.loss_diff, fabs(r.steps[i].loss - r1.steps[i].loss) /
                                                         fabs(r1.steps[i].loss));
             chk.param_diff = compare_params(&o.model, r.params, r1.params, chk.worst_tensor);
+            check_ran = 1;
             printf("largest relative difference vs one rank: losses %.3g, parameters %.3g (%s; "
                    "per tensor max|a-b|/max|b|)\n", chk.loss_diff, chk.param_diff,
                    chk.worst_tensor);
@@ -457,7 +479,7 @@ int main(int argc, char **argv)
     }
     if (jf) {
         json_steps(jf, &r);
-        json_summary(jf, &o, &r, check ? &chk : NULL);
+        json_summary(jf, &o, &r, check_ran ? &chk : NULL);
         fclose(jf);
     }
     dl_train_result_free(&r);

@@ -136,7 +136,8 @@ typedef struct rank_state {
     size_t bucket_elems;
     dl_request *req[512];
     int nreq;
-    uint64_t eval_tp_bytes; /* tp bytes sent by evaluations (excluded from per-step figures) */
+    uint64_t eval_tp_bytes;   /* bytes sent by evaluations (excluded from per-step figures) */
+    uint64_t eval_loss_bytes;
 } rank_state;
 
 static int launch_bucket(rank_state *s, size_t first)
@@ -444,12 +445,15 @@ static int train_rank(dl_ctx *ctx, void *arg)
         int used = 0;
         if ((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps) {
             /* evaluation traffic is not training traffic: keep it out of the per-step counters */
-            dl_comm_stats b0, b1;
+            dl_comm_stats b0, b1, d0, d1;
             dl_comm_get_stats(s->mesh.tp_comm, &b0);
+            dl_comm_get_stats(s->mesh.dp_comm, &d0);
             if ((rc = evaluate(s, &val, &used)))
                 break;
             dl_comm_get_stats(s->mesh.tp_comm, &b1);
+            dl_comm_get_stats(s->mesh.dp_comm, &d1);
             s->eval_tp_bytes += b1.bytes_sent[DL_PURPOSE_ACTIVATIONS] - b0.bytes_sent[DL_PURPOSE_ACTIVATIONS];
+            s->eval_loss_bytes += d1.bytes_sent[DL_PURPOSE_LOSS] - d0.bytes_sent[DL_PURPOSE_LOSS];
         }
         if (rank == 0) {
             R->loss[step - 1] = loss_sum;
@@ -494,7 +498,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - s->eval_tp_bytes) / n;
         res->loss_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_LOSS] +
                                             b.bytes_sent[DL_PURPOSE_LOSS] +
-                                            w.bytes_sent[DL_PURPOSE_LOSS]) / n;
+                                            w.bytes_sent[DL_PURPOSE_LOSS] - s->eval_loss_bytes) / n;
         res->grad_bytes = (uint64_t)s->numel * (uint64_t)s->dsize;
     }
 finish:
