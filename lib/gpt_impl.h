@@ -43,13 +43,20 @@ static void FN(add_bias_)(REAL *out, const REAL *b, int N, int C)
             out[(size_t)i * C + c] += b[c];
 }
 
-/* the g operator: forward all-reduce (sum of the row-parallel partial products) */
-static int FN(tp_sum_)(dl_gpt *g, REAL *buf, size_t n)
+/* Megatron's two conjugate operators (lecture §3.3), over the tp group; identities at tp = 1.
+ * f sits before a column-parallel layer: identity forward, all-reduce of the input gradient
+ * backward. g sits after a row-parallel layer: all-reduce of the partial outputs forward,
+ * identity backward. */
+static int FN(tp_allreduce_)(dl_gpt *g, REAL *buf, size_t n)
 {
     if (g->tp == 1)
         return DL_OK;
     return dl_allreduce(g->o.tp_comm, buf, buf, n, DT, DL_SUM, DL_PURPOSE_ACTIVATIONS);
 }
+static int FN(f_forward_)(dl_gpt *g, REAL *x, size_t n) { (void)g, (void)x, (void)n; return DL_OK; }
+static int FN(f_backward_)(dl_gpt *g, REAL *dx, size_t n) { return FN(tp_allreduce_)(g, dx, n); }
+static int FN(g_forward_)(dl_gpt *g, REAL *y, size_t n) { return FN(tp_allreduce_)(g, y, n); }
+static int FN(g_backward_)(dl_gpt *g, REAL *dy, size_t n) { (void)g, (void)dy, (void)n; return DL_OK; }
 
 static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
 {
@@ -58,21 +65,25 @@ static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
     FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
     REAL *x = XRES(l), *y = XRES(l + 1);
     OP(dl_layernorm_fwd_)(a.ln1, a.ln1_mean, a.ln1_rstd, x, PARAM(k + 0), PARAM(k + 1), N, C);
-    /* f: identity forward; column-parallel Q/K/V of this rank's heads */
+    if ((rc = FN(f_forward_)(g, a.ln1, (size_t)N * C)))
+        return rc;
+    /* column-parallel Q/K/V of this rank's heads */
     OP(dl_linear_fwd_)(a.qkv, a.ln1, PARAM(k + 2), PARAM(k + 3), N, C, 3 * Cl);
     OP(dl_attention_fwd_)(a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, g->T,
                           g->NHl, g->HS);
     /* row-parallel output projection: partial sums, then g (all-reduce), then the whole bias */
     OP(dl_linear_fwd_)(a.res2, a.atty, PARAM(k + 4), NULL, N, Cl, C);
-    if ((rc = FN(tp_sum_)(g, a.res2, (size_t)N * C)))
+    if ((rc = FN(g_forward_)(g, a.res2, (size_t)N * C)))
         return rc;
     FN(add_bias_)(a.res2, PARAM(k + 5), N, C);
     OP(dl_residual_fwd_)(a.res2, a.res2, x, (size_t)N * C);
     OP(dl_layernorm_fwd_)(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(k + 6), PARAM(k + 7), N, C);
+    if ((rc = FN(f_forward_)(g, a.ln2, (size_t)N * C)))
+        return rc;
     OP(dl_linear_fwd_)(a.fch, a.ln2, PARAM(k + 8), PARAM(k + 9), N, C, Fl);
     OP(dl_gelu_fwd_)(a.fchg, a.fch, (size_t)N * Fl);
     OP(dl_linear_fwd_)(y, a.fchg, PARAM(k + 10), NULL, N, Fl, C);
-    if ((rc = FN(tp_sum_)(g, y, (size_t)N * C)))
+    if ((rc = FN(g_forward_)(g, y, (size_t)N * C)))
         return rc;
     FN(add_bias_)(y, PARAM(k + 11), N, C);
     OP(dl_residual_fwd_)(y, y, a.res2, (size_t)N * C);
@@ -92,11 +103,13 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     memset(dfchg, 0, sizeof(REAL) * (size_t)N * Fl);
     memset(dfch, 0, sizeof(REAL) * (size_t)N * Fl);
     memset(dln, 0, sizeof(REAL) * (size_t)N * C);
-    /* MLP: g backward is the identity; the whole bias's gradient is the column sum of dx */
+    /* MLP: g backward (identity); the whole bias's gradient is the column sum of dx */
+    if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
+        return rc;
     OP(dl_linear_bwd_)(dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl, C);
     OP(dl_gelu_bwd_)(dfch, a.fch, dfchg, (size_t)N * Fl);
     OP(dl_linear_bwd_)(dln, GRAD(k + 8), GRAD(k + 9), dfch, a.ln2, PARAM(k + 8), N, C, Fl);
-    if ((rc = FN(tp_sum_)(g, dln, (size_t)N * C))) /* f backward: all-reduce */
+    if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)(dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean,
                           a.ln2_rstd, N, C);
@@ -104,6 +117,8 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     memset(datty, 0, sizeof(REAL) * (size_t)N * Cl);
     memset(dqkv, 0, sizeof(REAL) * (size_t)N * 3 * Cl);
     memset(dln, 0, sizeof(REAL) * (size_t)N * C);
+    if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
+        return rc;
     OP(dl_linear_bwd_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
     OP(dl_attention_bwd_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
                           a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
@@ -112,7 +127,7 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
      * exactly zero, and what the GEMM leaves there is rounding noise that Adam would amplify to
      * lr-sized steps of random sign (and make layouts differ). Keep the exact zero. */
     memset(GRAD(k + 3) + Cl, 0, sizeof(REAL) * (size_t)Cl);
-    if ((rc = FN(tp_sum_)(g, dln, (size_t)N * C)))
+    if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)(dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean,
                           a.ln1_rstd, N, C);
