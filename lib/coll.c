@@ -272,6 +272,8 @@ static int ring(call *k, int mode, const char *sbuf, char *rbuf, size_t count, d
     }
     size_t R = nrounds(count, n, es, c->ctx->w->opts.slice_bytes);
     int nsteps = mode == RING_AR ? 2 * n - 1 : n;
+    /* non-temporal stores only pay off when the output does not fit the caches anyway */
+    int nt_final = count * es >= ((size_t)32 << 20);
     size_t own_off, own_len;
     dl_block(count, n, r, &own_off, &own_len);
     if (mode == RING_AG && sbuf != rbuf + own_off * es)
@@ -298,7 +300,7 @@ static int ring(call *k, int mode, const char *sbuf, char *rbuf, size_t count, d
             int last = s == nsteps - 1;
             if (mode == RING_AG || (mode == RING_AR && s >= n)) {
                 dst = rbuf + e0 * es; /* all-gather phase: copy */
-                if (last)
+                if (last && nt_final)
                     copy_final(dst, up, bytes);
                 else
                     memcpy(dst, up, bytes);
