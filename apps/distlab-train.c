@@ -44,6 +44,9 @@ static void usage(FILE *f)
 "  --bucket-mb X         gradient all-reduce bucket size in MiB (default 1; 0: per layer)\n"
 "  --overlap             run the bucket all-reduces on each rank's communication thread\n"
 "  --algo auto|ring      collective algorithm (ring: the lecture's byte counts exactly)\n"
+"  --zero 0|1|2          ZeRO stage over the dp group (default 0): 1 shards AdamW's state\n"
+"                        (reduce-scatter, update the shard, all-gather the parameters),\n"
+"                        2 also keeps the reduced gradient as a shard; a no-op with dp 1\n"
 "Data:\n"
 "  --data FILE           train on FILE's bytes (last 10%% held out); default: a synthetic\n"
 "                        order-2 Markov corpus whose entropy rate (the loss floor) is known\n"
@@ -75,7 +78,7 @@ enum {
     O_DP = 256, O_TP, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_TIE, O_DTYPE, O_RECOMP, O_GB, O_MB,
     O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
     O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
-    O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP
+    O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO
 };
 
 static const struct option longopts[] = {
@@ -91,6 +94,7 @@ static const struct option longopts[] = {
     {"json", 1, 0, O_JSON}, {"check", 0, 0, O_CHECK}, {"sample", 1, 0, O_SAMPLE},
     {"save", 1, 0, O_SAVE}, {"load", 1, 0, O_LOAD}, {"eval-only", 0, 0, O_EONLY},
     {"dump-grads", 1, 0, O_DUMP}, {"gpu-mem", 1, 0, O_GPUMEM}, {"timeout", 1, 0, O_TIMEOUT}, {"topology", 1, 0, O_TOPO},
+    {"zero", 1, 0, O_ZERO},
     {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
 };
 
@@ -214,6 +218,15 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
            r->dp_grad_bytes_per_step / 1e6, (double)r->grad_bytes / 1e6,
            o->dp > 1 ? 2.0 * (o->dp - 1) / o->dp * (double)r->grad_bytes / 1e6 : 0.0,
            r->tp_act_bytes_per_step / 1e6, r->loss_bytes_per_step);
+    if (r->zero)
+        printf("ZeRO stage %d over dp %d: %lld elements per rank padded to %lld (+%lld) = %d shards "
+               "of %lld; per step dp gradients (reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB "
+               "(ring 2(d-1)/d x padded = %.3f MB)\n", r->zero, o->dp,
+               (long long)(r->zero_padded - r->zero_padding), (long long)r->zero_padded,
+               (long long)r->zero_padding, o->dp, (long long)r->zero_shard,
+               r->dp_grad_bytes_per_step / 1e6, r->dp_param_bytes_per_step / 1e6,
+               2.0 * (o->dp - 1) / o->dp * (double)r->zero_padded * (double)r->grad_bytes /
+                   (double)(r->zero_padded - r->zero_padding) / 1e6);
     printf("peak memory per rank (MB):   ");
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
         printf(" %11s", cat_names[c]);
@@ -319,6 +332,14 @@ int main(int argc, char **argv)
         case O_GPUMEM: bad = cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &u); o.gpu_mem = u; break;
         case O_TIMEOUT: bad = cli_parse_double("--timeout", optarg, 0, 1e9, &d); o.timeout_s = d; break;
         case O_TOPO: o.topology = optarg; break;
+        case O_ZERO:
+            bad = cli_parse_int("--zero", optarg, 0, 3, &o.zero);
+            if (!bad && o.zero == 3) {
+                cli_error("--zero 3: ZeRO stage 3 (parameter sharding) is not yet implemented; "
+                          "use 0, 1 or 2");
+                bad = 1;
+            }
+            break;
         default:
             if (optopt && optopt < 256) cli_error("unknown option '-%c' (see --help)", optopt);
             else cli_error("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);

@@ -1,5 +1,7 @@
-/* The training engine: data and tensor parallelism, bucketed gradient all-reduce, global-norm
- * clipping, AdamW with warm-up and cosine decay, evaluation, sampling, checkpoints. */
+/* The training engine: data and tensor parallelism, bucketed gradient all-reduce (or, with ZeRO
+ * stages 1 and 2, reduce-scatter into dp shards, a sharded AdamW step and a parameter
+ * all-gather), global-norm clipping, AdamW with warm-up and cosine decay, evaluation, sampling,
+ * checkpoints. */
 #define _GNU_SOURCE
 #include "config.h"
 #include <math.h>
@@ -10,6 +12,7 @@
 #include "distlab/train.h"
 #include "distlab/data.h"
 #include "distlab/ckpt.h"
+#include "distlab/zero.h"
 
 void dl_train_opts_init(dl_train_opts *o)
 {
@@ -96,6 +99,11 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
         return dl_error(DL_EINVAL, "bucket size must be >= 0 MiB");
     if (o->dtype != DL_F32 && o->dtype != DL_F64)
         return dl_error(DL_EINVAL, "dtype must be f32 or f64");
+    if (o->zero == 3)
+        return dl_error(DL_EINVAL, "ZeRO stage 3 (parameter sharding) is not yet implemented: "
+                        "use stage 0, 1 or 2");
+    if (o->zero < 0 || o->zero > 2)
+        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1 or 2 (got %d)", o->zero);
     return DL_OK;
 }
 
@@ -122,6 +130,16 @@ typedef struct run {
     dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
 } run;
 
+/* a reduce-scatter round in flight: its staging buffer, and where its result still has to go */
+#define ZMAXBUF 4
+typedef struct zround {
+    dl_request *req;        /* NULL: completed (blocking) */
+    int buf;
+    const char *copy_src;   /* copy_n elements to copy_dst on completion (0: none) */
+    char *copy_dst;
+    size_t copy_n;
+} zround;
+
 typedef struct rank_state {
     run *R;
     dl_ctx *ctx;
@@ -138,6 +156,16 @@ typedef struct rank_state {
     int nreq;
     uint64_t eval_tp_bytes;   /* bytes sent by evaluations (excluded from per-step figures) */
     uint64_t eval_loss_bytes;
+    /* ZeRO stages 1-2 (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md) */
+    int stage;
+    dl_zero_shard z;        /* this rank's shard [z.begin, z.begin + z.shard) of the padded buffer */
+    char *gshard;           /* stage 2: the reduced gradient of the shard, z.shard elements */
+    size_t kc;              /* columns per reduce-scatter / all-gather round */
+    size_t col;             /* columns [col, z.shard) have been handed to the reduce-scatter */
+    int nbuf;               /* staging buffers (d * kc elements each): 1, or ZMAXBUF with overlap */
+    char *buf[ZMAXBUF];
+    zround q[ZMAXBUF];      /* rounds in flight, oldest first at q[qhead] */
+    int qhead, qn;
 } rank_state;
 
 static int launch_bucket(rank_state *s, size_t first)
@@ -157,10 +185,123 @@ static int launch_bucket(rank_state *s, size_t first)
     return rc;
 }
 
+/* ---- ZeRO stages 1-2: rounds of columns (include/distlab/zero.h) ---- */
+
+static int zround_finish(rank_state *s, zround *q)
+{
+    int rc = q->req ? dl_wait(q->req) : DL_OK;
+    q->req = NULL;
+    if (rc == DL_OK && q->copy_n)
+        memcpy(q->copy_dst, q->copy_src, q->copy_n * (size_t)s->dsize);
+    q->copy_n = 0;
+    return rc;
+}
+
+/* Complete the oldest round in flight (frees its staging buffer). */
+static int zround_pop(rank_state *s)
+{
+    zround *q = &s->q[s->qhead];
+    s->qhead = (s->qhead + 1) % ZMAXBUF;
+    s->qn--;
+    return zround_finish(s, q);
+}
+
+static int zero_wait_all(rank_state *s)
+{
+    int rc = DL_OK;
+    while (s->qn > 0) {
+        int r = zround_pop(s);
+        if (r && !rc)
+            rc = r;
+    }
+    return rc;
+}
+
+/* Reduce-scatter columns [lo, lo + k) of the gradient: every rank receives the sum over the dp
+ * group of ITS shard's columns: stage 2 into gshard, stage 1 into its own part of the gradient
+ * buffer (through the staging buffer where that part reaches into the padding). */
+static int zero_rs_round(rank_state *s, size_t lo, size_t k)
+{
+    const dl_train_opts *o = s->R->o;
+    int rc = DL_OK;
+    if (s->qn == s->nbuf && (rc = zround_pop(s)))
+        return rc;
+    int b = (s->qhead + s->qn) % ZMAXBUF % s->nbuf;
+    zround *q = &s->q[(s->qhead + s->qn) % ZMAXBUF];
+    *q = (zround){.buf = b};
+    size_t ds = (size_t)s->dsize, mine = s->z.begin + lo, d = (size_t)s->z.dp;
+    char *stg = s->buf[b], *grads = dl_gpt_grads(s->g), *recv;
+    dl_zero_pack(&s->z, grads, lo, k, s->dsize, stg);
+    if (s->stage == 2) {
+        recv = s->gshard + lo * ds;
+    } else if (mine + k <= s->numel) {
+        recv = grads + mine * ds;
+    } else {
+        recv = stg + (size_t)s->z.rank * k * ds; /* in place: the rank's block of the round */
+        q->copy_src = recv;
+        q->copy_dst = grads + mine * ds;
+        q->copy_n = s->numel > mine ? s->numel - mine : 0;
+    }
+    s->qn++;
+    if (o->overlap)
+        return dl_ireduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
+                                  DL_PURPOSE_GRADS, &q->req);
+    if ((rc = dl_reduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
+                                DL_PURPOSE_GRADS)))
+        return rc;
+    return zround_pop(s);
+}
+
+/* Gradients at [first, numel) are final: launch rounds of columns whose every row is final, kc
+ * columns at a time (with --bucket-mb 0: whatever is final), the rest when first reaches 0. */
+static int zero_ready(rank_state *s, size_t first)
+{
+    size_t lo = dl_zero_final_column(&s->z, first);
+    int rc = DL_OK;
+    while (rc == DL_OK && s->col > lo) {
+        size_t avail = s->col - lo;
+        if (avail < s->kc && first > 0 && s->bucket_elems > 0)
+            break;
+        size_t k = avail < s->kc ? avail : s->kc;
+        rc = zero_rs_round(s, s->col - k, k);
+        s->col -= k;
+    }
+    return rc;
+}
+
+/* All-gather a sharded buffer: `mine` holds this rank's shard (its `owned` real elements; may be
+ * the rank's own part of `full`), `full` receives every shard (its P elements). */
+static int zero_allgather(rank_state *s, void *full, const char *mine, dl_purpose p)
+{
+    size_t ds = (size_t)s->dsize, d = (size_t)s->z.dp, S = s->z.shard;
+    int rc = zero_wait_all(s);
+    char *stg = s->buf[0];
+    int skip = mine == (char *)full + s->z.begin * ds ? s->z.rank : -1;
+    for (size_t lo = 0; rc == DL_OK && lo < S; lo += s->kc) {
+        size_t k = S - lo < s->kc ? S - lo : s->kc;
+        char *own = stg + (size_t)s->z.rank * k * ds;
+        dl_zero_pack_row(&s->z, s->z.rank, mine + lo * ds, lo, k, s->dsize, stg);
+        if ((rc = dl_allgather(s->mesh.dp_comm, own, stg, d * k, s->dt, p)))
+            break;
+        dl_zero_unpack(&s->z, full, lo, k, s->dsize, stg, skip);
+    }
+    return rc;
+}
+
+/* This rank's reduced gradient shard, indexed from z.begin (stage 0: the whole buffer). */
+static char *grad_shard(rank_state *s)
+{
+    if (s->stage == 2)
+        return s->gshard;
+    return (char *)dl_gpt_grads(s->g) + s->z.begin * (size_t)s->dsize;
+}
+
 /* Gradients at [first, numel) are final: launch a bucket once enough has accumulated. */
 static int grad_ready(size_t first, void *arg)
 {
     rank_state *s = arg;
+    if (s->stage)
+        return zero_ready(s, first);
     if (s->launched - first >= s->bucket_elems || (first == 0 && s->launched > 0))
         return launch_bucket(s, first);
     return DL_OK;
@@ -189,19 +330,32 @@ static double lr_at(const dl_train_opts *o, int step /* 1-based */)
     return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
 }
 
-/* Squared global norm: sharded tensors on every tp rank, replicated ones once (tp rank 0). */
+/* Squared global norm: sharded tensors on every tp rank, replicated ones once (tp rank 0). With
+ * ZeRO each dp rank sums the part of every tensor that lies in its shard of the reduced gradient,
+ * and the dp group adds the shards up. */
 static int grad_norm(rank_state *s, double *norm)
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(s->g);
-    const char *gr = dl_gpt_grads(s->g);
+    const char *gr = grad_shard(s);
+    size_t lo = s->z.begin, hi = s->z.begin + s->z.owned;
     double sq = 0;
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
             continue;
-        const char *p = gr + t->offset * (size_t)s->dsize;
-        sq += s->dsize == 8 ? dl_sumsq_f64((const double *)p, t->numel)
-                            : dl_sumsq_f32((const float *)p, t->numel);
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel;
+        if (b > hi)
+            b = hi;
+        if (a >= b)
+            continue;
+        const char *p = gr + (a - lo) * (size_t)s->dsize;
+        sq += s->dsize == 8 ? dl_sumsq_f64((const double *)p, b - a)
+                            : dl_sumsq_f32((const float *)p, b - a);
+    }
+    if (s->stage && s->mesh.dp > 1) {
+        int rc = dl_allreduce(s->mesh.dp_comm, &sq, &sq, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
+        if (rc)
+            return rc;
     }
     if (s->mesh.tp > 1) {
         int rc = dl_allreduce(s->mesh.tp_comm, &sq, &sq, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
@@ -386,10 +540,36 @@ static int train_rank(dl_ctx *ctx, void *arg)
         }
         goto finish;
     }
-    if ((rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_OPTIMIZER, s->numel * (size_t)s->dsize, &s->m)) ||
-        (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_OPTIMIZER, s->numel * (size_t)s->dsize, &s->v)))
-        goto out;
+    /* ZeRO: with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
+    s->stage = o->dp > 1 ? o->zero : 0;
+    dl_zero_shard_init(&s->z, s->numel, s->stage ? o->dp : 1, s->stage ? s->mesh.dp_rank : 0);
     s->bucket_elems = (size_t)(o->bucket_mb * 1048576.0 / s->dsize);
+    /* AdamW state: the whole buffer, or this rank's shard (padding included: 2 x S elements) */
+    size_t nstate = s->stage ? s->z.shard : s->numel;
+    dl_arena *arena = dl_ctx_arena(ctx);
+    if ((rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, nstate * (size_t)s->dsize, &s->m)) ||
+        (rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, nstate * (size_t)s->dsize, &s->v)))
+        goto out;
+    if (s->stage) {
+        size_t d = (size_t)o->dp, S = s->z.shard;
+        /* a round: about one bucket (d x kc elements); --bucket-mb 0: a layer's worth */
+        size_t per = s->bucket_elems > 0
+                         ? s->bucket_elems
+                         : dl_gpt_layer_offset(s->g, 1) - dl_gpt_layer_offset(s->g, 0);
+        s->kc = (per + d - 1) / d;
+        if (s->kc < 1)
+            s->kc = 1;
+        if (s->kc > S)
+            s->kc = S;
+        s->nbuf = o->overlap ? ZMAXBUF : 1;
+        for (int b = 0; b < s->nbuf; b++)
+            if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, d * s->kc * (size_t)s->dsize,
+                                     (void **)&s->buf[b])))
+                goto out;
+        if (s->stage == 2 &&
+            (rc = dl_arena_alloc(arena, DL_MEM_GRADS, S * (size_t)s->dsize, (void **)&s->gshard)))
+            goto out;
+    }
     int *in = malloc(sizeof(int) * (size_t)mb * T), *tg = malloc(sizeof(int) * (size_t)mb * T);
     if (!in || !tg) {
         free(in), free(tg);
@@ -407,6 +587,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
         dl_gpt_zero_grads(s->g);
         double loss_sum = 0;
         s->launched = s->numel;
+        s->col = s->z.shard;
         for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
             double loss;
             int last = micro == o->microbatches - 1 && o->dp > 1;
@@ -416,8 +597,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 break;
             loss_sum += loss * mb / G;
         }
+        if (rc == DL_OK && s->stage) /* whatever the model did not report (nothing, normally) */
+            rc = zero_ready(s, 0);
         if (rc == DL_OK)
-            rc = wait_buckets(s);
+            rc = s->stage ? zero_wait_all(s) : wait_buckets(s);
         if (rc == DL_OK && o->dp > 1)
             rc = dl_allreduce(s->mesh.dp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
                               DL_PURPOSE_LOSS);
@@ -426,18 +609,28 @@ static int train_rank(dl_ctx *ctx, void *arg)
             rc = grad_norm(s, &norm);
         if (rc)
             break;
+        int want_full = (o->want_grads && step == o->steps) || (o->dump_grads && step == 1);
+        if (want_full && s->stage &&
+            (rc = zero_allgather(s, dl_gpt_grads(s->g), grad_shard(s), DL_PURPOSE_OTHER)))
+            break; /* the reduced gradient, whole, for the caller (not training traffic) */
         if (o->want_grads && step == o->steps)
             gather_into(s, dl_gpt_grads(s->g), res->grads);
         if (o->dump_grads && step == 1 && (rc = dump_step(s)))
             break;
         double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
+        /* stage 0: the whole buffer; ZeRO: this rank's shard (its real elements) */
+        char *pw = (char *)dl_gpt_params(s->g) + s->z.begin * (size_t)s->dsize, *gw = grad_shard(s);
+        size_t nw = s->stage ? s->z.owned : s->numel;
         if (s->dsize == 8)
-            dl_adamw_f64(dl_gpt_params(s->g), dl_gpt_grads(s->g), s->m, s->v, s->numel, lr,
-                         o->beta1, o->beta2, o->eps, o->weight_decay, scale, step);
+            dl_adamw_f64((double *)pw, (const double *)gw, s->m, s->v, nw, lr, o->beta1,
+                         o->beta2, o->eps, o->weight_decay, scale, step);
         else
-            dl_adamw_f32(dl_gpt_params(s->g), dl_gpt_grads(s->g), s->m, s->v, s->numel,
-                         (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                         (float)o->weight_decay, (float)scale, step);
+            dl_adamw_f32((float *)pw, (const float *)gw, s->m, s->v, nw, (float)lr,
+                         (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay,
+                         (float)scale, step);
+        if (s->stage &&
+            (rc = zero_allgather(s, dl_gpt_params(s->g), pw, DL_PURPOSE_PARAMS)))
+            break;
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
         if (logging)
             dl_ops_gemm_log(NULL);
@@ -494,6 +687,11 @@ static int train_rank(dl_ctx *ctx, void *arg)
         dl_comm_get_stats(world, &w);
         double n = o->steps;
         res->dp_grad_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
+        res->dp_param_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_PARAMS] / n;
+        res->zero = s->stage;
+        res->zero_padded = (int64_t)s->z.padded;
+        res->zero_padding = (int64_t)s->z.padding;
+        res->zero_shard = (int64_t)s->z.shard;
         res->tp_act_bytes_per_step =
             (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - s->eval_tp_bytes) / n;
         res->loss_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_LOSS] +
@@ -522,6 +720,10 @@ out:
         dl_arena_free(dl_ctx_arena(ctx), s->m);
     if (s->v)
         dl_arena_free(dl_ctx_arena(ctx), s->v);
+    zero_wait_all(s);
+    for (int b = 0; b < s->nbuf; b++)
+        dl_arena_free(dl_ctx_arena(ctx), s->buf[b]);
+    dl_arena_free(dl_ctx_arena(ctx), s->gshard);
     dl_gpt_destroy(s->g);
     if (rc == DL_OK)
         rc = dl_mesh_destroy(&s->mesh);

@@ -5,7 +5,10 @@
  * gradients over its micro-batches, all-reduces them over the dp group in buckets launched as soon
  * as their gradients are final (on the rank's communication thread with `overlap`), clips by the
  * global norm (reduced over the tp group, which holds the sharded parts), and takes an AdamW step
- * with linear warm-up and cosine decay. Every layout trains the model one rank trains. */
+ * with linear warm-up and cosine decay. Every layout trains the model one rank trains.
+ * With ZeRO stage 1 or 2 (`zero`) the gradients are reduce-scattered instead, each dp rank updates
+ * its shard of the flat buffer with AdamW state for that shard only, and the updated parameters
+ * are all-gathered (include/distlab/zero.h; docs/ARCHITECTURE.md, "The trainer"). */
 #ifndef DISTLAB_TRAIN_H
 #define DISTLAB_TRAIN_H
 
@@ -33,6 +36,8 @@ typedef struct dl_train_opts {
     dl_recompute recompute;
     double bucket_mb;        /* gradient bucket size in MiB (0: one bucket per layer boundary) */
     int overlap;             /* all-reduce buckets on the communication thread */
+    int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
+                              * 2 gradients too (3: not yet implemented); no-op with dp = 1 */
     dl_algo algo;            /* collective algorithm for every communicator */
     const char *data_path;   /* NULL: the synthetic corpus */
     uint64_t data_seed;
@@ -87,6 +92,11 @@ typedef struct dl_train_result {
     double *grads;           /* want_grads: same */
     char *sample;            /* generated text (sample > 0), NUL-terminated */
     int eval_windows_used;
+    /* ZeRO (the stage that ran: 0 when o->zero is 0 or dp is 1): each rank's flat buffer of
+     * grad_bytes / dtype-size = P elements padded to zero_padded = dp x zero_shard */
+    int zero;
+    int64_t zero_padded, zero_padding, zero_shard;
+    double dp_param_bytes_per_step; /* parameter all-gather over the dp group (rank 0) */
 } dl_train_result;
 
 /* Train (or evaluate) with o->dp * o->tp rank threads. The result is filled even when the run

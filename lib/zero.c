@@ -1,0 +1,68 @@
+/* ZeRO's sharding arithmetic: padding, contiguous dp shards, packing columns of the shards into
+ * the blocks of a reduce-scatter / all-gather (see include/distlab/zero.h). */
+#include "config.h"
+#include <string.h>
+#include "distlab/zero.h"
+
+void dl_zero_shard_init(dl_zero_shard *z, size_t numel, int dp, int rank)
+{
+    size_t d = dp > 0 ? (size_t)dp : 1;
+    memset(z, 0, sizeof *z);
+    z->numel = numel;
+    z->dp = (int)d;
+    z->rank = rank;
+    z->shard = (numel + d - 1) / d;
+    z->padded = z->shard * d;
+    z->padding = z->padded - numel;
+    z->begin = (size_t)rank * z->shard;
+    z->owned = numel > z->begin ? numel - z->begin : 0;
+    if (z->owned > z->shard)
+        z->owned = z->shard;
+}
+
+/* elements of row r's columns [lo, lo + k) that exist (below numel) */
+static size_t row_real(const dl_zero_shard *z, int r, size_t lo, size_t k)
+{
+    size_t a = (size_t)r * z->shard + lo;
+    if (a >= z->numel)
+        return 0;
+    return z->numel - a < k ? z->numel - a : k;
+}
+
+void dl_zero_pack_row(const dl_zero_shard *z, int r, const void *src, size_t lo, size_t k,
+                      int dsize, void *packed)
+{
+    size_t n = row_real(z, r, lo, k), ds = (size_t)dsize;
+    char *dst = (char *)packed + (size_t)r * k * ds;
+    if (n)
+        memcpy(dst, src, n * ds);
+    if (n < k)
+        memset(dst + n * ds, 0, (k - n) * ds);
+}
+
+void dl_zero_pack(const dl_zero_shard *z, const void *full, size_t lo, size_t k, int dsize,
+                  void *packed)
+{
+    size_t ds = (size_t)dsize;
+    for (int r = 0; r < z->dp; r++)
+        dl_zero_pack_row(z, r, (const char *)full + ((size_t)r * z->shard + lo) * ds, lo, k,
+                         dsize, packed);
+}
+
+void dl_zero_unpack(const dl_zero_shard *z, void *full, size_t lo, size_t k, int dsize,
+                    const void *packed, int skip)
+{
+    size_t ds = (size_t)dsize;
+    for (int r = 0; r < z->dp; r++) {
+        size_t n = row_real(z, r, lo, k);
+        if (r == skip || n == 0)
+            continue;
+        memcpy((char *)full + ((size_t)r * z->shard + lo) * ds,
+               (const char *)packed + (size_t)r * k * ds, n * ds);
+    }
+}
+
+size_t dl_zero_final_column(const dl_zero_shard *z, size_t first)
+{
+    return first < z->shard ? first : z->shard;
+}

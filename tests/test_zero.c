@@ -1,0 +1,396 @@
+/* ZeRO stages 1 and 2 (f32, f64) over the dp group: the sharding arithmetic (padding, contiguous
+ * shards, packing columns of the shards into reduce-scatter / all-gather blocks); stages 1 and 2
+ * train exactly the model stage 0 of the same layout trains (dp 4, dp 2 x tp 2; f64 within
+ * 1e-12, f32 within 1e-6, per tensor max|a-b|/max|b| of the final parameters, and the last
+ * step's reduced gradients); parameter counts not divisible by dp (padding); dp 1 (a no-op);
+ * overlap and per-layer rounds change nothing; the arena's optimizer peak is exactly
+ * 2 x padded/d elements per rank and the bytes each rank sends per step are exactly
+ * (d-1)/d x padded under GRADS (reduce-scatter) plus the same under PARAMS (all-gather), which is
+ * stage 0's all-reduce volume; stage 3 and stages outside 0..2 are refused. */
+#include "testutil.h"
+#include <check.h>
+#include <math.h>
+#include "distlab/zero.h"
+
+/* ---- the arithmetic ---- */
+
+START_TEST(shard_arithmetic)
+{
+    dl_zero_shard z;
+    size_t owned[4] = {3, 3, 3, 1};
+    for (int r = 0; r < 4; r++) {
+        dl_zero_shard_init(&z, 10, 4, r);
+        ck_assert_uint_eq(z.shard, 3);
+        ck_assert_uint_eq(z.padded, 12);
+        ck_assert_uint_eq(z.padding, 2);
+        ck_assert_uint_eq(z.begin, 3 * (size_t)r);
+        ck_assert_uint_eq(z.owned, owned[r]);
+    }
+    dl_zero_shard_init(&z, 5, 4, 3); /* S = 2: the last shard is all padding */
+    ck_assert_uint_eq(z.owned, 0);
+    dl_zero_shard_init(&z, 12, 4, 1);
+    ck_assert_uint_eq(z.padding, 0);
+    dl_zero_shard_init(&z, 7, 1, 0);
+    ck_assert_uint_eq(z.shard, 7);
+    ck_assert_uint_eq(z.owned, 7);
+    ck_assert_uint_eq(z.padding, 0);
+    /* final columns: row 0 comes first, so [first, S) once first < S */
+    dl_zero_shard_init(&z, 10, 4, 0);
+    ck_assert_uint_eq(dl_zero_final_column(&z, 9), 3);
+    ck_assert_uint_eq(dl_zero_final_column(&z, 3), 3);
+    ck_assert_uint_eq(dl_zero_final_column(&z, 2), 2);
+    ck_assert_uint_eq(dl_zero_final_column(&z, 0), 0);
+}
+END_TEST
+
+START_TEST(pack_unpack)
+{
+    /* P = 10, d = 4, S = 3: rows [0 1 2] [3 4 5] [6 7 8] [9 p p] */
+    double full[10], back[10], packed[8];
+    for (int i = 0; i < 10; i++)
+        full[i] = i + 1;
+    dl_zero_shard z;
+    dl_zero_shard_init(&z, 10, 4, 3);
+    dl_zero_pack(&z, full, 1, 2, 8, packed); /* columns 1..2 */
+    double want[8] = {2, 3, 5, 6, 8, 9, 0, 0};
+    for (int i = 0; i < 8; i++)
+        ck_assert(packed[i] == want[i]);
+    dl_zero_pack(&z, full, 0, 1, 8, packed); /* column 0 */
+    double want0[4] = {1, 4, 7, 10};
+    for (int i = 0; i < 4; i++)
+        ck_assert(packed[i] == want0[i]);
+    /* round trip over rounds of 2 columns, never writing past P */
+    for (int i = 0; i < 10; i++)
+        back[i] = -1;
+    for (size_t lo = 0; lo < 3; lo += 2) {
+        size_t k = 3 - lo < 2 ? 3 - lo : 2;
+        dl_zero_pack(&z, full, lo, k, 8, packed);
+        dl_zero_unpack(&z, back, lo, k, 8, packed, -1);
+    }
+    for (int i = 0; i < 10; i++)
+        ck_assert(back[i] == full[i]);
+    /* skip: the rank's own row is left alone; pack_row fills one block, padding as 0 */
+    for (int i = 0; i < 10; i++)
+        back[i] = -1;
+    dl_zero_pack(&z, full, 0, 3, 8, packed);
+    float f[12];
+    dl_zero_unpack(&z, back, 0, 3, 8, packed, 1);
+    for (int i = 0; i < 10; i++)
+        ck_assert(back[i] == (i >= 3 && i < 6 ? -1 : full[i]));
+    for (int i = 0; i < 12; i++)
+        f[i] = 7;
+    float src[3] = {1, 2, 3};
+    dl_zero_pack_row(&z, 3, src, 0, 3, 4, f);
+    ck_assert(f[9] == 1 && f[10] == 0 && f[11] == 0 && f[8] == 7);
+}
+END_TEST
+
+/* ---- training ---- */
+
+static dl_train_opts base(int dp, int tp, dl_dtype dt, int zero)
+{
+    dl_train_opts o;
+    dl_train_opts_init(&o);
+    o.model.layers = 2;
+    o.model.d_model = 32;
+    o.model.heads = 4;
+    o.model.seq = 16;
+    o.dtype = dt;
+    o.dp = dp;
+    o.tp = tp;
+    o.zero = zero;
+    o.micro_batch = 2;
+    o.microbatches = 2;
+    o.steps = DL_TEST_SMALL ? 3 : 5;
+    o.warmup = 2;
+    o.lr = dt == DL_F32 ? 1e-3 : 1e-2; /* f32: as tests/test_train.c (see stages_equal) */
+    o.min_lr = o.lr / 10;
+    o.eval_windows = 4;
+    o.log_every = 0;
+    o.bucket_mb = 0.01; /* several rounds */
+    o.want_params = 1;
+    o.want_grads = 1;
+    o.algo = DL_ALGO_RING;
+    o.timeout_s = 120;
+    return o;
+}
+
+/* per tensor max|a-b|/max|b| over the unsharded layout, the worst tensor */
+static double worst(const dl_gpt_config *c, const double *a, const double *b, char *name)
+{
+    dl_gpt_layout *l;
+    ck_assert_int_eq(dl_gpt_layout_create(c, 1, 0, &l), DL_OK);
+    double w = 0;
+    for (int k = 0; k < l->ntensors; k++) {
+        double md = 0, mb = 0;
+        for (size_t i = 0; i < l->t[k].numel; i++) {
+            size_t j = l->t[k].offset + i;
+            md = fmax(md, fabs(a[j] - b[j]));
+            mb = fmax(mb, fabs(b[j]));
+        }
+        double r = mb > 0 ? md / mb : md;
+        if (r >= w) {
+            w = r;
+            snprintf(name, 48, "%s", l->t[k].name);
+        }
+    }
+    dl_gpt_layout_destroy(l);
+    return w;
+}
+
+static void run(dl_train_opts *o, dl_train_result *r)
+{
+    ck_assert_msg(dl_train_run(o, r) == DL_OK, "dp %d tp %d zero %d: %s", o->dp, o->tp, o->zero,
+                  dl_errmsg());
+    ck_assert_int_eq(r->nsteps, o->steps);
+}
+
+/* The memory and byte figures of a ZeRO run, exactly. */
+static void check_figures(const dl_train_opts *o, const dl_train_result *r)
+{
+    int d = o->dp, ds = o->dtype == DL_F64 ? 8 : 4;
+    uint64_t P = r->grad_bytes / (uint64_t)ds;
+    int stage = d > 1 ? o->zero : 0;
+    ck_assert_int_eq(r->zero, stage);
+    uint64_t S = (P + (uint64_t)d - 1) / (uint64_t)d;
+    if (stage == 0)
+        S = P;
+    ck_assert_int_eq(r->zero_shard, (int64_t)S);
+    ck_assert_int_eq(r->zero_padded, (int64_t)(stage ? S * (uint64_t)d : P));
+    ck_assert_int_eq(r->zero_padding, r->zero_padded - (int64_t)P);
+    for (int k = 0; k < r->nranks; k++) {
+        const uint64_t *pk = &r->peak[(size_t)k * DL_MEM_NCATEGORIES];
+        /* AdamW's m and v: 2 x padded / d elements at stages 1-2 (2 P at stage 0) */
+        ck_assert_msg(pk[DL_MEM_OPTIMIZER] == 2 * S * (uint64_t)ds,
+                      "rank %d stage %d: optimizer peak %llu bytes, want 2 x %llu x %d", k, stage,
+                      (unsigned long long)pk[DL_MEM_OPTIMIZER], (unsigned long long)S, ds);
+        ck_assert(pk[DL_MEM_PARAMS] == P * (uint64_t)ds);
+        /* the model's full gradient buffer, plus the reduced shard at stage 2 */
+        ck_assert_msg(pk[DL_MEM_GRADS] == (P + (stage == 2 ? S : 0)) * (uint64_t)ds,
+                      "rank %d stage %d: grads peak %llu", k, stage,
+                      (unsigned long long)pk[DL_MEM_GRADS]);
+    }
+    if (stage) {
+        /* ring reduce-scatter and all-gather of rounds of d x k elements: (d-1) k each */
+        double each = (double)(d - 1) * (double)S * ds;
+        ck_assert_msg(r->dp_grad_bytes_per_step == each, "stage %d: %.1f grad bytes, want %.0f",
+                      stage, r->dp_grad_bytes_per_step, each);
+        ck_assert_msg(r->dp_param_bytes_per_step == each, "stage %d: %.1f param bytes, want %.0f",
+                      stage, r->dp_param_bytes_per_step, each);
+        double total = 2.0 * (d - 1) / d * (double)(S * (uint64_t)d) * ds;
+        ck_assert(fabs(r->dp_grad_bytes_per_step + r->dp_param_bytes_per_step - total) < 1e-6);
+    } else {
+        ck_assert(r->dp_param_bytes_per_step == 0);
+    }
+}
+
+/* Train `o` at stage 0 and at stages 1 and 2 (same layout): losses, grad norms, the last step's
+ * reduced gradients and the final parameters agree within tol.
+ *
+ * f32 with d > 2: stage 0's ring sums each element in the order of its bucket's block, stages 1-2
+ * in that of its shard's block (d = 2: a + b = b + a, bitwise the same run). The reduced
+ * gradients then differ by f32 rounding (measured <= 5e-7 per tensor, within tol), but an element
+ * whose gradient is a near-cancellation gets a large RELATIVE error that Adam, which divides by
+ * the gradient's own magnitude, turns into a parameter difference of order lr x that error: dp 4
+ * measured 3.9e-6 (wte, lr 1e-3 and 1e-2 alike) after 5 steps. That is rounding, not a different
+ * model; such runs bound the parameters and the last step's gradients (computed from those
+ * parameters) by param_tol = 1e-5 (tests/test_train.c's f32 bound), and check the reduced
+ * gradients of a first step (same inputs on every rank: only the summation order differs)
+ * within tol. */
+static void stages_equal_tol(dl_train_opts o, double tol, double param_tol);
+static void stages_equal(dl_train_opts o, double tol)
+{
+    stages_equal_tol(o, tol, o.dtype == DL_F32 && o.dp > 2 ? 1e-5 : tol);
+}
+
+static void stages_equal_tol(dl_train_opts o, double tol, double param_tol)
+{
+    dl_train_result r0, rz;
+    o.zero = 0;
+    run(&o, &r0);
+    check_figures(&o, &r0);
+    for (int z = 1; z <= 2; z++) {
+        dl_train_opts oz = o;
+        oz.zero = z;
+        run(&oz, &rz);
+        check_figures(&oz, &rz);
+        for (int i = 0; i < rz.nsteps; i++) {
+            double d = fabs(rz.steps[i].loss - r0.steps[i].loss) / fabs(r0.steps[i].loss);
+            ck_assert_msg(d <= tol, "stage %d step %d: loss %.17g vs stage 0 %.17g", z, i + 1,
+                          rz.steps[i].loss, r0.steps[i].loss);
+            double n = fabs(rz.steps[i].grad_norm - r0.steps[i].grad_norm) / r0.steps[i].grad_norm;
+            ck_assert_msg(n <= tol, "stage %d step %d: norm %.17g vs %.17g", z, i + 1,
+                          rz.steps[i].grad_norm, r0.steps[i].grad_norm);
+        }
+        char name[48];
+        double w = worst(&o.model, rz.params, r0.params, name);
+        ck_assert_msg(w <= param_tol, "dp %d tp %d %s stage %d: parameters differ from stage 0 by %.3g (%s)",
+                      o.dp, o.tp, dl_dtype_name(o.dtype), z, w, name);
+        double wg = worst(&o.model, rz.grads, r0.grads, name);
+        ck_assert_msg(wg <= param_tol, "dp %d tp %d %s stage %d: gradients differ by %.3g (%s)", o.dp,
+                      o.tp, dl_dtype_name(o.dtype), z, wg, name);
+        fprintf(stderr, "zero dp %d tp %d %s stage %d (P %lld, padding %lld): params %.3g, "
+                "grads %.3g vs stage 0\n", o.dp, o.tp, dl_dtype_name(o.dtype), z,
+                (long long)(rz.zero_padded - rz.zero_padding), (long long)rz.zero_padding, w, wg);
+        dl_train_result_free(&rz);
+    }
+    dl_train_result_free(&r0);
+    if (param_tol > tol && o.steps > 1) {
+        o.steps = 1;
+        stages_equal_tol(o, tol, tol);
+    }
+}
+
+START_TEST(dp4_f64) { stages_equal(base(4, 1, DL_F64, 0), 1e-12); }
+END_TEST
+START_TEST(dp2tp2_f64) { stages_equal(base(2, 2, DL_F64, 0), 1e-12); }
+END_TEST
+START_TEST(dp4_f32) { stages_equal(base(4, 1, DL_F32, 0), 1e-6); }
+END_TEST
+START_TEST(dp2tp2_f32) { stages_equal(base(2, 2, DL_F32, 0), 1e-6); }
+END_TEST
+START_TEST(dp2_f32) { stages_equal(base(2, 1, DL_F32, 0), 1e-6); }
+END_TEST
+
+/* C = 30: every tensor is a multiple of 30 elements (15 per tp rank for the split Q/K/V bias),
+ * so P is not a multiple of 4 (dp 4) nor, with an odd count of layers, of 2 (dp 2 x tp 2). */
+START_TEST(padding_dp4)
+{
+    dl_train_opts o = base(4, 1, DL_F64, 0);
+    o.model.layers = 1;
+    o.model.d_model = 30;
+    o.model.heads = 3;
+    dl_gpt_layout *l;
+    ck_assert_int_eq(dl_gpt_layout_create(&o.model, 1, 0, &l), DL_OK);
+    ck_assert_uint_ne(l->numel % 4, 0);
+    dl_gpt_layout_destroy(l);
+    stages_equal(o, 1e-12);
+    o.dtype = DL_F32;
+    o.lr = 1e-3;
+    o.min_lr = 1e-4;
+    stages_equal(o, 1e-6);
+}
+END_TEST
+
+START_TEST(padding_dp2tp2)
+{
+    dl_train_opts o = base(2, 2, DL_F64, 0);
+    o.model.layers = 1;
+    o.model.d_model = 30;
+    o.model.heads = 2;
+    dl_gpt_layout *l;
+    ck_assert_int_eq(dl_gpt_layout_create(&o.model, 2, 0, &l), DL_OK);
+    ck_assert_uint_ne(l->numel % 2, 0);
+    dl_gpt_layout_destroy(l);
+    stages_equal(o, 1e-12);
+}
+END_TEST
+
+/* dp 1: the one shard is the whole buffer; every stage runs stage 0 (bitwise the same run). */
+START_TEST(dp1_noop)
+{
+    for (int tp = 1; tp <= 2; tp++) {
+        dl_train_opts o = base(1, tp, DL_F64, 0);
+        dl_train_result r0, rz;
+        run(&o, &r0);
+        for (int z = 1; z <= 2; z++) {
+            dl_train_opts oz = o;
+            oz.zero = z;
+            run(&oz, &rz);
+            check_figures(&oz, &rz);
+            ck_assert_int_eq(rz.zero, 0);
+            ck_assert_int_eq(rz.zero_padding, 0);
+            ck_assert(memcmp(rz.params, r0.params, sizeof(double) * (size_t)r0.nparams) == 0);
+            dl_train_result_free(&rz);
+        }
+        dl_train_result_free(&r0);
+    }
+}
+END_TEST
+
+/* Overlap (rounds on the communication thread, up to 4 in flight) and per-layer rounds
+ * (--bucket-mb 0) change no arithmetic: bitwise the same parameters. */
+START_TEST(overlap_and_rounds_same)
+{
+    for (int z = 1; z <= 2; z++) {
+        dl_train_opts a = base(4, 1, DL_F64, z), b = a, c = a;
+        b.overlap = 1;
+        c.bucket_mb = 0;
+        c.overlap = 1;
+        dl_train_result ra, rb, rc;
+        run(&a, &ra);
+        run(&b, &rb);
+        run(&c, &rc);
+        check_figures(&b, &rb);
+        check_figures(&c, &rc);
+        size_t n = sizeof(double) * (size_t)ra.nparams;
+        ck_assert(memcmp(ra.params, rb.params, n) == 0);
+        ck_assert(memcmp(ra.params, rc.params, n) == 0);
+        ck_assert(memcmp(ra.grads, rc.grads, n) == 0);
+        dl_train_result_free(&ra);
+        dl_train_result_free(&rb);
+        dl_train_result_free(&rc);
+    }
+}
+END_TEST
+
+/* Stage 0's all-reduce sends 2(d-1)/d of the buffer under GRADS (up to each bucket's block
+ * remainders); stages 1-2 send the same volume, split between GRADS and PARAMS. */
+START_TEST(same_volume_as_stage0)
+{
+    dl_train_opts o = base(4, 1, DL_F32, 0);
+    o.want_params = o.want_grads = 0;
+    dl_train_result r0, r1;
+    run(&o, &r0);
+    o.zero = 1;
+    run(&o, &r1);
+    double padded = (double)r1.zero_padded * 4, full = (double)r0.grad_bytes;
+    ck_assert(fabs(r0.dp_grad_bytes_per_step - 1.5 * full) <= 2.0 * 4 * 4 * 64);
+    ck_assert(r1.dp_grad_bytes_per_step + r1.dp_param_bytes_per_step == 1.5 * padded);
+    dl_train_result_free(&r0);
+    dl_train_result_free(&r1);
+}
+END_TEST
+
+START_TEST(bad_stage)
+{
+    dl_train_opts o = base(2, 1, DL_F32, 3);
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "not yet implemented"));
+    o.zero = 4;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "0, 1 or 2"));
+    o.zero = -1;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    o.zero = 2;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("zero");
+    TCase *tc = tcase_create("zero");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, shard_arithmetic);
+    tcase_add_test(tc, pack_unpack);
+    tcase_add_test(tc, bad_stage);
+    tcase_add_test(tc, dp4_f64);
+    tcase_add_test(tc, dp2tp2_f64);
+    tcase_add_test(tc, dp4_f32);
+    tcase_add_test(tc, padding_dp4);
+    tcase_add_test(tc, dp1_noop);
+    tcase_add_test(tc, same_volume_as_stage0);
+    if (!DL_TEST_SMALL) {
+        tcase_add_test(tc, dp2tp2_f32);
+        tcase_add_test(tc, dp2_f32);
+        tcase_add_test(tc, padding_dp2tp2);
+        tcase_add_test(tc, overlap_and_rounds_same);
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
