@@ -17,7 +17,7 @@ struct dl_gpt {
     void *act;        /* L layer sets (one with full recompute) */
     void *xres;       /* residual stream: L + 1 buffers of N x C */
     void *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
-    void *dx, *dln, *dqkv, *datty, *dfch, *dfchg, *dlnf, *att_scratch;
+    void *dx, *dln, *dqkv, *datty, *dfchg, *dlnf, *att_scratch;
     int *inputs, *targets, *zero_targets;
     int lastB;
     void *blocks[24];
@@ -133,7 +133,6 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         {DL_MEM_ACTIVATIONS, N * C, &g->dln},
         {DL_MEM_ACTIVATIONS, N * 3 * Cl, &g->dqkv},
         {DL_MEM_ACTIVATIONS, N * Cl, &g->datty},
-        {DL_MEM_ACTIVATIONS, N * Fl, &g->dfch},
         {DL_MEM_ACTIVATIONS, N * Fl, &g->dfchg},
         {DL_MEM_ACTIVATIONS, N * C, &g->dlnf},
         {DL_MEM_ACTIVATIONS, T * T, &g->att_scratch},

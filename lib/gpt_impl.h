@@ -6,6 +6,8 @@
 #define OP(name) CAT(name, SFX)
 #define FN(name) CAT(name, SFX)
 
+/* fch: the first MLP linear's output; once the forward is done, the GeLU's derivative there
+ * (dl_gelu_fwd_deriv in place), which is all the backward needs of it. */
 typedef struct FN(acts_) {
     REAL *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
         *fchg;
@@ -35,13 +37,6 @@ static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
 #define PARAM(k) ((REAL *)g->params + g->lay->t[k].offset)
 #define GRAD(k) ((REAL *)g->grads + g->lay->t[k].offset)
 #define XRES(l) ((REAL *)g->xres + (size_t)(l) * g->N * g->C)
-
-static void FN(add_bias_)(REAL *out, const REAL *b, int N, int C)
-{
-    for (int i = 0; i < N; i++)
-        for (int c = 0; c < C; c++)
-            out[(size_t)i * C + c] += b[c];
-}
 
 /* Megatron's two conjugate operators (lecture §3.3), over the tp group; identities at tp = 1.
  * f sits before a column-parallel layer: identity forward, all-reduce of the input gradient
@@ -75,18 +70,17 @@ static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
     OP(dl_linear_fwd_)(a.res2, a.atty, PARAM(k + 4), NULL, N, Cl, C);
     if ((rc = FN(g_forward_)(g, a.res2, (size_t)N * C)))
         return rc;
-    FN(add_bias_)(a.res2, PARAM(k + 5), N, C);
-    OP(dl_residual_fwd_)(a.res2, a.res2, x, (size_t)N * C);
+    OP(dl_residual_bias_fwd_)(a.res2, a.res2, PARAM(k + 5), x, N, C); /* bias and residual */
     OP(dl_layernorm_fwd_)(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(k + 6), PARAM(k + 7), N, C);
     if ((rc = FN(f_forward_)(g, a.ln2, (size_t)N * C)))
         return rc;
     OP(dl_linear_fwd_)(a.fch, a.ln2, PARAM(k + 8), PARAM(k + 9), N, C, Fl);
-    OP(dl_gelu_fwd_)(a.fchg, a.fch, (size_t)N * Fl);
+    /* fch is read again only by the GeLU backward: keep its derivative there instead */
+    OP(dl_gelu_fwd_deriv_)(a.fchg, a.fch, a.fch, (size_t)N * Fl);
     OP(dl_linear_fwd_)(y, a.fchg, PARAM(k + 10), NULL, N, Fl, C);
     if ((rc = FN(g_forward_)(g, y, (size_t)N * C)))
         return rc;
-    FN(add_bias_)(y, PARAM(k + 11), N, C);
-    OP(dl_residual_fwd_)(y, y, a.res2, (size_t)N * C);
+    OP(dl_residual_bias_fwd_)(y, y, PARAM(k + 11), a.res2, N, C);
     return DL_OK;
 }
 
@@ -98,31 +92,31 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     if (g->o.recompute && (rc = FN(layer_fwd_)(g, l, B)))
         return rc;
     FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
-    REAL *x = XRES(l), *dx = g->dx, *dln = g->dln, *dfch = g->dfch, *dfchg = g->dfchg;
+    REAL *x = XRES(l), *dx = g->dx, *dln = g->dln, *dfchg = g->dfchg;
     REAL *dqkv = g->dqkv, *datty = g->datty;
-    memset(dfchg, 0, sizeof(REAL) * (size_t)N * Fl);
-    memset(dfch, 0, sizeof(REAL) * (size_t)N * Fl);
-    memset(dln, 0, sizeof(REAL) * (size_t)N * C);
+    /* The activation gradients dfchg, dln, datty, dqkv are fresh at each use: the `_write`
+     * kernels overwrite them (no zeroing). dx carries the residual stream and accumulates. */
     /* MLP: g backward (identity); the whole bias's gradient is the column sum of dx */
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
-    OP(dl_linear_bwd_)(dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl, C);
-    OP(dl_gelu_bwd_)(dfch, a.fch, dfchg, (size_t)N * Fl);
-    OP(dl_linear_bwd_)(dln, GRAD(k + 8), GRAD(k + 9), dfch, a.ln2, PARAM(k + 8), N, C, Fl);
+    OP(dl_linear_bwd_write_)(dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl,
+                             C);
+    /* GeLU backward in place (dfchg becomes d(pre-activation)) from the derivative the forward
+     * kept in fch, with the first MLP linear's bias gradient summed in the same pass */
+    OP(dl_gelu_bwd_deriv_)(dfchg, GRAD(k + 9), a.fch, dfchg, N, Fl);
+    OP(dl_linear_bwd_write_)(dln, GRAD(k + 8), NULL, dfchg, a.ln2, PARAM(k + 8), N, C, Fl);
     if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)(dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean,
                           a.ln2_rstd, N, C);
     /* attention */
-    memset(datty, 0, sizeof(REAL) * (size_t)N * Cl);
-    memset(dqkv, 0, sizeof(REAL) * (size_t)N * 3 * Cl);
-    memset(dln, 0, sizeof(REAL) * (size_t)N * C);
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
-    OP(dl_linear_bwd_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
-    OP(dl_attention_bwd_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
-                          a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
-    OP(dl_linear_bwd_)(dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C, 3 * Cl);
+    OP(dl_linear_bwd_write_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
+    OP(dl_attention_bwd_write_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
+                                a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
+    OP(dl_linear_bwd_write_)(dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C,
+                             3 * Cl);
     /* The key bias adds q·b_k to every score of a row, which softmax ignores: its gradient is
      * exactly zero, and what the GEMM leaves there is rounding noise that Adam would amplify to
      * lr-sized steps of random sign (and make layouts differ). Keep the exact zero. */
@@ -154,8 +148,8 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *
 {
     int B = g->lastB, N = B * g->T, C = g->C, V = g->V, rc;
     OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
-    memset(g->dlnf, 0, sizeof(REAL) * (size_t)N * C);
-    OP(dl_linear_bwd_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head), N, C, V);
+    OP(dl_linear_bwd_write_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head),
+                             N, C, V);
     memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
     OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(g->L),
                           PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);

@@ -362,10 +362,11 @@ void FN(dl_linear_fwd)(real *out, const real *inp, const real *W, const real *bi
     FN(gemm)(0, 1, N, OC, IC, (real)1, inp, IC, W, IC, bias ? (real)1 : (real)0, out, OC);
 }
 
-void FN(dl_linear_bwd)(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
-                       const real *W, int N, int IC, int OC)
+/* beta_inp: 1 accumulates into dinp, 0 writes it */
+static void FN(linear_bwd)(real *dinp, real beta_inp, real *dW, real *dbias, const real *dout,
+                           const real *inp, const real *W, int N, int IC, int OC)
 {
-    if (dinp) FN(gemm)(0, 0, N, IC, OC, (real)1, dout, OC, W, IC, (real)1, dinp, IC);
+    if (dinp) FN(gemm)(0, 0, N, IC, OC, (real)1, dout, OC, W, IC, beta_inp, dinp, IC);
     if (dW) FN(gemm)(1, 0, OC, IC, N, (real)1, dout, OC, inp, IC, (real)1, dW, IC);
     if (dbias) {
         for (int n = 0; n < N; n++) {
@@ -373,6 +374,20 @@ void FN(dl_linear_bwd)(real *dinp, real *dW, real *dbias, const real *dout, cons
             for (int o = 0; o < OC; o++) dbias[o] += d[o];
         }
     }
+}
+
+void FN(dl_linear_bwd)(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
+                       const real *W, int N, int IC, int OC)
+{
+    FN(linear_bwd)(dinp, (real)1, dW, dbias, dout, inp, W, N, IC, OC);
+}
+
+/* With beta = 0 the GEMM writes dinp: OpenBLAS clears C itself before accumulating (its own
+ * pass, so this saves the caller's memset but not the traffic), and 0 + x == x exactly. */
+void FN(dl_linear_bwd_write)(real *dinp, real *dW, real *dbias, const real *dout,
+                             const real *inp, const real *W, int N, int IC, int OC)
+{
+    FN(linear_bwd)(dinp, (real)0, dW, dbias, dout, inp, W, N, IC, OC);
 }
 
 /* ---- GeLU (exact, erf) ---- */
@@ -413,11 +428,64 @@ void FN(dl_gelu_bwd)(real *restrict dinp, const real *restrict inp, const real *
     }
 }
 
+/* The derivative is stored where the pre-activation was (deriv may alias inp): ivdep tells gcc
+ * that the in-place case has no loop-carried dependence, so it vectorises without an alias
+ * check that would fail for equal pointers. */
+#if DL_OPS_F32
+DL_CLONES
+#endif
+void FN(dl_gelu_fwd_deriv)(real *out, real *deriv, const real *inp, size_t n)
+{
+    const real rpi = (real)0.39894228040143267794; /* 1/√(2π) */
+#pragma GCC ivdep
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+#if DL_OPS_F32
+        float e;
+        float cdf = phi_f32(x, &e);
+        out[i] = x * cdf;
+#else
+        /* the expressions of dl_gelu_fwd and dl_gelu_bwd, so the results are bitwise theirs */
+        double E = erf(x * 0.70710678118654752440);
+        out[i] = 0.5 * x * (1.0 + E);
+        double cdf = 0.5 * (1.0 + E);
+        double e = exp(-0.5 * x * x);
+#endif
+        deriv[i] = cdf + x * rpi * e;
+    }
+}
+
+DL_CLONES
+void FN(dl_gelu_bwd_deriv)(real *dinp, real *dbias, const real *deriv, const real *dout, int N,
+                           int C)
+{
+    for (int n = 0; n < N; n++) {
+        real *d = dinp + (size_t)n * C;
+        const real *g = deriv + (size_t)n * C, *u = dout + (size_t)n * C;
+#pragma GCC ivdep
+        for (int c = 0; c < C; c++) d[c] = g[c] * u[c];
+        if (dbias) {
+            for (int c = 0; c < C; c++) dbias[c] += d[c];
+        }
+    }
+}
+
 /* ---- residual ---- */
 
 void FN(dl_residual_fwd)(real *out, const real *a, const real *b, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void FN(dl_residual_bias_fwd)(real *out, const real *a, const real *bias, const real *res, int N,
+                              int C)
+{
+    for (int n = 0; n < N; n++) {
+        real *o = out + (size_t)n * C;
+        const real *x = a + (size_t)n * C, *r = res + (size_t)n * C;
+#pragma GCC ivdep
+        for (int c = 0; c < C; c++) o[c] = (x[c] + bias[c]) + r[c];
+    }
 }
 
 void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
@@ -464,9 +532,11 @@ void FN(dl_attention_fwd)(real *out, int ldout, real *att, const real *q, const 
         }
 }
 
-void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                          int ldout, const real *q, const real *k, const real *v, int ldqkv,
-                          const real *att, int B, int T, int NH, int HS)
+/* beta 1: dq, dk, dv +=; beta 0: written (each block of rows gets exactly one GEMM per head) */
+static void FN(attention_bwd)(real *dq, real *dk, real *dv, real beta, real *scratch,
+                              const real *dout, int ldout, const real *q, const real *k,
+                              const real *v, int ldqkv, const real *att, int B, int T, int NH,
+                              int HS)
 {
     const real scale = (real)1 / FN(sqrt)((real)HS);
     real *D = scratch; /* dP, then dS in place: (T, T) */
@@ -491,7 +561,7 @@ void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const rea
                     for (int j = i + 1; j < i1; j++) d[j] = 0;
                 }
                 /* dQ[i0:i1] += scale · dS[i0:i1, 0:i1] K[0:i1] */
-                FN(gemm)(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, kb, ldqkv, (real)1,
+                FN(gemm)(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, kb, ldqkv, beta,
                          dqb + (size_t)i0 * ldqkv, ldqkv);
             }
             /* keys/values [j0, j1) receive from query rows [j0, T) only */
@@ -499,12 +569,26 @@ void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const rea
                 int j1 = j0 + DL_ATT_BLOCK < T ? j0 + DL_ATT_BLOCK : T;
                 /* dK[j0:j1] += scale · dS[j0:T, j0:j1]ᵀ Q[j0:T] */
                 FN(gemm)(1, 0, j1 - j0, HS, T - j0, scale, D + (size_t)j0 * T + j0, T,
-                         qb + (size_t)j0 * ldqkv, ldqkv, (real)1, dkb + (size_t)j0 * ldqkv, ldqkv);
+                         qb + (size_t)j0 * ldqkv, ldqkv, beta, dkb + (size_t)j0 * ldqkv, ldqkv);
                 /* dV[j0:j1] += P[j0:T, j0:j1]ᵀ dO[j0:T] */
                 FN(gemm)(1, 0, j1 - j0, HS, T - j0, (real)1, P + (size_t)j0 * T + j0, T,
-                         dob + (size_t)j0 * ldout, ldout, (real)1, dvb + (size_t)j0 * ldqkv, ldqkv);
+                         dob + (size_t)j0 * ldout, ldout, beta, dvb + (size_t)j0 * ldqkv, ldqkv);
             }
         }
+}
+
+void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                          int ldout, const real *q, const real *k, const real *v, int ldqkv,
+                          const real *att, int B, int T, int NH, int HS)
+{
+    FN(attention_bwd)(dq, dk, dv, (real)1, scratch, dout, ldout, q, k, v, ldqkv, att, B, T, NH, HS);
+}
+
+void FN(dl_attention_bwd_write)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                                int ldout, const real *q, const real *k, const real *v,
+                                int ldqkv, const real *att, int B, int T, int NH, int HS)
+{
+    FN(attention_bwd)(dq, dk, dv, (real)0, scratch, dout, ldout, q, k, v, ldqkv, att, B, T, NH, HS);
 }
 
 /* ---- softmax + cross-entropy ---- */

@@ -11,6 +11,8 @@
  * - f32 against f64 on the same (f32-representable) inputs, forward and backward of each op.
  * - GeLU against erf and its derivative formula; attention split into 2 head groups against
  *   the full attention; cross-entropy against log-sum-exp; AdamW one step against the formula.
+ * - The `_write` and fused kernels (linear, attention, GeLU with a stored derivative, bias +
+ *   residual) against the plain ones with zeroed outputs: bitwise equal, in place too.
  *
  * DISTLAB_TEST_SCALE=small shrinks shapes and samples fewer elements (sanitizer builds);
  * DISTLAB_TEST_VERBOSE=1 prints every measured error next to its bound's name. */
@@ -598,6 +600,90 @@ START_TEST(t_softmax_exp_range)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* write variants and fused kernels: bitwise the unfused, zero-then-accumulate results          */
+
+/* One body for f32 and f64: T is the type, S the suffix. Output buffers start as garbage, so a
+ * variant that reads what it should overwrite fails; in-place calls check the aliasing cases. */
+#define WRITE_VARIANTS(T, S)                                                                     \
+    static void write_variants_##S(void)                                                         \
+    {                                                                                            \
+        int N = 37, IC = 21, OC = 45, B = 2, TT = DL_TEST_SMALL ? 9 : DL_ATT_BLOCK + 7, NH = 2,   \
+            HS = 5, C = NH * HS;                                                                 \
+        size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;                    \
+        T *inp = xalloc(ni * sizeof(T)), *W = xalloc(nw * sizeof(T)), *d = xalloc(no * sizeof(T)); \
+        T *b = xalloc(OC * sizeof(T));                                                           \
+        double *r = drand(ni + nw + no + OC, -1, 1);                                             \
+        for (size_t i = 0; i < ni; i++) inp[i] = (T)r[i];                                        \
+        for (size_t i = 0; i < nw; i++) W[i] = (T)r[ni + i];                                     \
+        for (size_t i = 0; i < no; i++) d[i] = (T)(4 * r[ni + nw + i]);                          \
+        for (int i = 0; i < OC; i++) b[i] = (T)r[ni + nw + no + i];                              \
+        /* linear: dinp written == zeroed + accumulated; dW, dbias still accumulate */           \
+        T *x1 = xalloc(ni * sizeof(T)), *x2 = xalloc(ni * sizeof(T));                            \
+        T *w1 = xalloc(nw * sizeof(T)), *w2 = xalloc(nw * sizeof(T));                            \
+        T *b1 = xalloc(OC * sizeof(T)), *b2 = xalloc(OC * sizeof(T));                            \
+        for (size_t i = 0; i < ni; i++) x2[i] = (T)99;                                           \
+        for (size_t i = 0; i < nw; i++) w1[i] = w2[i] = (T)r[i % ni];                            \
+        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                       \
+        dl_linear_bwd_##S(x1, w1, b1, d, inp, W, N, IC, OC);                                     \
+        dl_linear_bwd_write_##S(x2, w2, b2, d, inp, W, N, IC, OC);                               \
+        ck_assert(memcmp(x1, x2, ni * sizeof(T)) == 0);                                          \
+        ck_assert(memcmp(w1, w2, nw * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);   \
+        /* GeLU: fwd_deriv's out is dl_gelu_fwd's, in place over the input too; bwd_deriv ==   \
+         * dl_gelu_bwd into zeros + the column sums, also in place over dout */                 \
+        T *y1 = xalloc(no * sizeof(T)), *y2 = xalloc(no * sizeof(T)), *g = xalloc(no * sizeof(T)); \
+        T *dd = xalloc(no * sizeof(T)), *e1 = xalloc(no * sizeof(T)), *e2 = xalloc(no * sizeof(T)); \
+        for (size_t i = 0; i < no; i++) g[i] = d[i], dd[i] = (T)r[i % ni], e2[i] = (T)-7;        \
+        dl_gelu_fwd_##S(y1, d, no);                                                              \
+        dl_gelu_fwd_deriv_##S(y2, g, g, no);                                                     \
+        ck_assert(memcmp(y1, y2, no * sizeof(T)) == 0);                                          \
+        dl_gelu_bwd_##S(e1, d, dd, no);                                                          \
+        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                       \
+        for (int n = 0; n < N; n++)                                                              \
+            for (int o = 0; o < OC; o++) b1[o] += e1[(size_t)n * OC + o];                        \
+        dl_gelu_bwd_deriv_##S(e2, b2, g, dd, N, OC);                                             \
+        ck_assert(memcmp(e1, e2, no * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);   \
+        dl_gelu_bwd_deriv_##S(dd, NULL, g, dd, N, OC);                                           \
+        ck_assert(memcmp(e1, dd, no * sizeof(T)) == 0);                                          \
+        /* bias + residual in one pass == bias, then residual; out aliasing a and res */         \
+        T *a1 = xalloc(no * sizeof(T)), *a2 = xalloc(no * sizeof(T)), *a3 = xalloc(no * sizeof(T)); \
+        for (size_t i = 0; i < no; i++) a1[i] = a2[i] = y1[i], a3[i] = (T)5;                     \
+        for (int n = 0; n < N; n++)                                                              \
+            for (int o = 0; o < OC; o++) a1[(size_t)n * OC + o] += b[o];                         \
+        dl_residual_fwd_##S(a1, a1, d, no);                                                      \
+        dl_residual_bias_fwd_##S(a3, a2, b, d, N, OC);                                           \
+        ck_assert(memcmp(a1, a3, no * sizeof(T)) == 0);                                          \
+        dl_residual_bias_fwd_##S(a2, a2, b, d, N, OC);                                           \
+        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                          \
+        for (size_t i = 0; i < no; i++) a2[i] = d[i];                                            \
+        dl_residual_bias_fwd_##S(a2, y1, b, a2, N, OC);                                          \
+        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                          \
+        /* attention: dq, dk, dv written == zeroed + accumulated (packed, several blocks) */     \
+        size_t nr = (size_t)B * TT, nq = nr * 3 * C;                                             \
+        T *qkv = xalloc(nq * sizeof(T)), *dout = xalloc(nr * C * sizeof(T));                     \
+        T *att = xalloc((size_t)B * NH * TT * TT * sizeof(T)), *o = xalloc(nr * C * sizeof(T));  \
+        T *sc = xalloc((size_t)TT * TT * sizeof(T));                                             \
+        T *q1 = xalloc(nq * sizeof(T)), *q2 = xalloc(nq * sizeof(T));                            \
+        double *ra = drand(nq + nr * C, -1.5, 1.5);                                              \
+        for (size_t i = 0; i < nq; i++) qkv[i] = (T)ra[i], q2[i] = (T)3;                         \
+        for (size_t i = 0; i < nr * C; i++) dout[i] = (T)ra[nq + i];                             \
+        dl_attention_fwd_##S(o, C, att, qkv, qkv + C, qkv + 2 * C, 3 * C, B, TT, NH, HS);        \
+        dl_attention_bwd_##S(q1, q1 + C, q1 + 2 * C, sc, dout, C, qkv, qkv + C, qkv + 2 * C,     \
+                             3 * C, att, B, TT, NH, HS);                                         \
+        dl_attention_bwd_write_##S(q2, q2 + C, q2 + 2 * C, sc, dout, C, qkv, qkv + C,            \
+                                   qkv + 2 * C, 3 * C, att, B, TT, NH, HS);                      \
+        ck_assert(memcmp(q1, q2, nq * sizeof(T)) == 0);                                          \
+    }
+WRITE_VARIANTS(float, f32)
+WRITE_VARIANTS(double, f64)
+
+START_TEST(t_write_variants)
+{
+    write_variants_f32();
+    write_variants_f64();
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* GeLU against erf                                                                             */
 
 START_TEST(t_gelu_erf)
@@ -1061,6 +1147,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, t_attention_split);
     tcase_add_test(tc, t_crossentropy_lse);
     tcase_add_test(tc, t_gelu_erf);
+    tcase_add_test(tc, t_write_variants);
     tcase_add_test(tc, t_softmax_exp_range);
     tcase_add_loop_test(tc, t_adamw, 0, 2);
     tcase_add_test(tc, t_sumsq);

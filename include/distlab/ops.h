@@ -14,6 +14,10 @@
  * parameter gradients and input (activation) gradients alike, so micro-batches add up and the
  * two branches of a residual add into one buffer. The caller zeroes gradient buffers before use.
  * The one exception is dl_crossentropy_bwd, which starts the chain and WRITES dlogits.
+ * Extension: the `_write` variants below (dl_linear_bwd_write, dl_attention_bwd_write,
+ * dl_gelu_bwd_deriv) WRITE the input gradient instead (its old contents are ignored, so a fresh
+ * buffer needs no zeroing); their results are exactly those of zeroing it and accumulating.
+ * Parameter gradients always accumulate.
  *
  * Linear weight layout: W is (OC, IC) row-major, out = inp · Wᵀ + bias, i.e. the layout of
  * PyTorch's nn.Linear.weight and of llm.c. Row o of W holds the weights of output feature o.
@@ -80,6 +84,11 @@ void dl_linear_bwd_f32(float *dinp, float *dW, float *dbias, const float *dout, 
                        const float *W, int N, int IC, int OC);
 void dl_linear_bwd_f64(double *dinp, double *dW, double *dbias, const double *dout,
                        const double *inp, const double *W, int N, int IC, int OC);
+/* As dl_linear_bwd, but WRITES dinp (dinp = dout·W; must not be NULL); dW, dbias still +=. */
+void dl_linear_bwd_write_f32(float *dinp, float *dW, float *dbias, const float *dout,
+                             const float *inp, const float *W, int N, int IC, int OC);
+void dl_linear_bwd_write_f64(double *dinp, double *dW, double *dbias, const double *dout,
+                             const double *inp, const double *W, int N, int IC, int OC);
 
 /* ---- GeLU, exact: gelu(x) = x * Φ(x) = 0.5 x (1 + erf(x / √2)) ------------------------------
  * (not the tanh approximation). f64 calls libm's erf; f32 evaluates Φ with its own vectorised
@@ -90,6 +99,20 @@ void dl_gelu_fwd_f32(float *out, const float *inp, size_t n);
 void dl_gelu_fwd_f64(double *out, const double *inp, size_t n);
 void dl_gelu_bwd_f32(float *dinp, const float *inp, const float *dout, size_t n);
 void dl_gelu_bwd_f64(double *dinp, const double *inp, const double *dout, size_t n);
+/* Forward that also stores what the backward needs, so the backward is one multiply:
+ * fwd_deriv: out[i] = gelu(x), deriv[i] = Φ(x) + x φ(x) (x = inp[i]); deriv may alias inp (the
+ *      pre-activation is not needed again), out must not alias either. out and deriv are
+ *      bitwise the values of dl_gelu_fwd and of the factor dl_gelu_bwd applies.
+ * bwd_deriv: WRITES dinp[i] = deriv[i] * dout[i] (dinp may alias dout), for N rows of C, and
+ *      when dbias is not NULL adds the column sums of dinp to dbias (C), as the next linear's
+ *      backward would: the bias gradient of the linear that produced the GeLU's input, fused.
+ *      Bitwise the results of dl_gelu_bwd into a zeroed dinp followed by that dbias sum. */
+void dl_gelu_fwd_deriv_f32(float *out, float *deriv, const float *inp, size_t n);
+void dl_gelu_fwd_deriv_f64(double *out, double *deriv, const double *inp, size_t n);
+void dl_gelu_bwd_deriv_f32(float *dinp, float *dbias, const float *deriv, const float *dout,
+                           int N, int C);
+void dl_gelu_bwd_deriv_f64(double *dinp, double *dbias, const double *deriv, const double *dout,
+                           int N, int C);
 
 /* ---- Residual add -----------------------------------------------------------------------------
  * fwd: out[i] = a[i] + b[i] (out may alias a or b).  bwd: da[i] += dout[i]; db[i] += dout[i]. */
@@ -97,6 +120,13 @@ void dl_residual_fwd_f32(float *out, const float *a, const float *b, size_t n);
 void dl_residual_fwd_f64(double *out, const double *a, const double *b, size_t n);
 void dl_residual_bwd_f32(float *da, float *db, const float *dout, size_t n);
 void dl_residual_bwd_f64(double *da, double *db, const double *dout, size_t n);
+/* Bias and residual in one pass (after a row-parallel linear and its all-reduce):
+ * out[n,c] = (a[n,c] + bias[c]) + res[n,c] for N rows of C; out may alias a or res. Bitwise the
+ * result of adding the bias to a and then dl_residual_fwd. */
+void dl_residual_bias_fwd_f32(float *out, const float *a, const float *bias, const float *res,
+                              int N, int C);
+void dl_residual_bias_fwd_f64(double *out, const double *a, const double *bias,
+                              const double *res, int N, int C);
 
 /* ---- Causal multi-head self-attention (after the Q/K/V projection, before the output one) ----
  * q, k, v: row (b,t) starts at [(b*T + t)*ldqkv]; head h of that row is the HS elements at
@@ -119,6 +149,15 @@ void dl_attention_bwd_f64(double *dq, double *dk, double *dv, double *scratch,
                           const double *dout, int ldout, const double *q, const double *k,
                           const double *v, int ldqkv, const double *att, int B, int T, int NH,
                           int HS);
+/* As dl_attention_bwd, but WRITES dq, dk and dv (every element of the B·T rows' NH heads). */
+void dl_attention_bwd_write_f32(float *dq, float *dk, float *dv, float *scratch,
+                                const float *dout, int ldout, const float *q, const float *k,
+                                const float *v, int ldqkv, const float *att, int B, int T,
+                                int NH, int HS);
+void dl_attention_bwd_write_f64(double *dq, double *dk, double *dv, double *scratch,
+                                const double *dout, int ldout, const double *q, const double *k,
+                                const double *v, int ldqkv, const double *att, int B, int T,
+                                int NH, int HS);
 
 /* ---- Softmax + cross-entropy over a vocabulary of V ------------------------------------------
  * fwd: logits (N,V), targets (N) in [0, V) -> probs (N,V) = softmax(logits) written (probs may
