@@ -1,6 +1,7 @@
 /* distlab-train: train a GPT-style byte model on rank threads with data and tensor parallelism. */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,10 +334,13 @@ int main(int argc, char **argv)
         case O_TIMEOUT: bad = cli_parse_double("--timeout", optarg, 0, 1e9, &d); o.timeout_s = d; break;
         case O_TOPO: o.topology = optarg; break;
         case O_ZERO:
-            bad = cli_parse_int("--zero", optarg, 0, 3, &o.zero);
+            bad = cli_parse_int("--zero", optarg, INT_MIN, INT_MAX, &o.zero);
             if (!bad && o.zero == 3) {
                 cli_error("--zero 3: ZeRO stage 3 (parameter sharding) is not yet implemented; "
                           "use 0, 1 or 2");
+                bad = 1;
+            } else if (!bad && (o.zero < 0 || o.zero > 2)) {
+                cli_error("--zero: %d is out of range [0, 2]", o.zero);
                 bad = 1;
             }
             break;

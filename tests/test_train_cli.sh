@@ -71,7 +71,7 @@ if run help 0 --help; then
   for f in --dp --tp --layers --d-model --heads --seq --tie-embeddings --dtype --recompute \
            --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
            --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
-           --sample --save --dump-grads --load --eval-only --gpu-mem --timeout; do
+           --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero; do
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
@@ -120,6 +120,9 @@ refused "--layers abc" '--layers' $M --dp 1 --layers abc
 refused "--eval-only without --load" '--eval-only needs --load' $M --dp 1 --eval-only
 refused "--load missing file" "--load: cannot read '$TMP/none.st'" $M --dp 1 --load "$TMP/none.st"
 refused "--dtype f16" "--dtype: 'f16' is not f32 or f64" $M --dp 1 --dtype f16
+refused "--zero 3" '--zero 3: ZeRO stage 3.*not yet implemented' $M --dp 2 --zero 3
+refused "--zero 4" '--zero: 4 is out of range' $M --dp 2 --zero 4
+refused "--zero -1" '--zero: -1 is out of range' $M --dp 2 --zero -1
 refused "--recompute some" "--recompute: 'some' is not none or full" $M --dp 1 --recompute some
 refused "--json unwritable" "--json: cannot write '$TMP/no/dir.json'" $M --dp 1 --json "$TMP/no/dir.json"
 refused "unknown option" "unknown option.*--bogus" $M --dp 1 --bogus
@@ -250,6 +253,9 @@ check_run() { # check_run NAME BOUND ARGS...
   fi
 }
 check_run "check dp 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --check
+# ZeRO: the same model as one rank; the summary names the stage, the padding and the shards
+check_run "check dp 2 zero 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --zero 2 --check
+has "check dp 2 zero 2 f32" "ZeRO stage 2 over dp 2"
 if [ "$SMALL" -eq 0 ]; then
   check_run "check dp 2 x tp 2 f64" 1e-12 --dp 2 --tp 2 $TINY --steps 3 --log-every 0 --check \
     --dtype f64

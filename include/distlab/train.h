@@ -36,8 +36,6 @@ typedef struct dl_train_opts {
     dl_recompute recompute;
     double bucket_mb;        /* gradient bucket size in MiB (0: one bucket per layer boundary) */
     int overlap;             /* all-reduce buckets on the communication thread */
-    int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
-                              * 2 gradients too (3: not yet implemented); no-op with dp = 1 */
     dl_algo algo;            /* collective algorithm for every communicator */
     const char *data_path;   /* NULL: the synthetic corpus */
     uint64_t data_seed;
@@ -56,6 +54,9 @@ typedef struct dl_train_opts {
                               * the safetensors layout of --save, and its global batch to
                               * FILE.tokens (int32 LE: G*T inputs, then G*T targets) */
     FILE *log;               /* progress lines (NULL: quiet) */
+    /* (appended: the fields above keep their offsets) */
+    int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
+                              * 2 gradients too (3: not yet implemented); no-op with dp = 1 */
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);
