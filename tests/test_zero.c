@@ -46,7 +46,7 @@ END_TEST
 START_TEST(pack_unpack)
 {
     /* P = 10, d = 4, S = 3: rows [0 1 2] [3 4 5] [6 7 8] [9 p p] */
-    double full[10], back[10], packed[8];
+    double full[10], back[10], packed[12];
     for (int i = 0; i < 10; i++)
         full[i] = i + 1;
     dl_zero_shard z;
