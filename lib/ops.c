@@ -39,7 +39,10 @@
  * The other elementwise and row kernels (LayerNorm, softmax glue of the attention, bias,
  * residual, cross-entropy, AdamW) are cloned too: gcc vectorises only what keeps the scalar
  * order of every floating-point operation, so each clone computes bitwise the same values. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__has_attribute)
+/* Not under the sanitizers: their runtimes are not initialised when the loader runs the ifunc
+ * resolvers of an instrumented library (TSan crashed at start-up in every test). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #if __has_attribute(target_clones)
 #define DL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
