@@ -115,11 +115,11 @@ static void json_config(FILE *f, const dl_train_opts *o)
     fprintf(f, "{\"type\":\"config\",\"schema\":\"distlab/1\",\"app\":\"distlab-train\","
                "\"version\":\"%s\",\"dp\":%d,\"tp\":%d,\"layers\":%d,\"d_model\":%d,\"heads\":%d,"
                "\"seq\":%d,\"vocab\":%d,\"tie_embeddings\":%s,\"dtype\":\"%s\",\"recompute\":\"%s\","
-               "\"global_batch\":%d,\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,",
+               "\"global_batch\":%d,\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"zero\":%d,",
             dl_version(), o->dp, o->tp, o->model.layers, o->model.d_model, o->model.heads,
             o->model.seq, o->model.vocab, o->model.tie ? "true" : "false", dl_dtype_name(o->dtype),
             o->recompute ? "full" : "none", o->global_batch, o->micro_batch, o->microbatches,
-            o->steps);
+            o->steps, o->zero);
     json_num(f, "lr", o->lr, 1);
     json_num(f, "min_lr", o->min_lr, 1);
     fprintf(f, "\"warmup\":%d,", o->warmup);
@@ -178,8 +178,12 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     fprintf(f, "\"bytes_sent_per_rank_per_step\":{");
     json_num(f, "dp_grads", r->dp_grad_bytes_per_step, 1);
     json_num(f, "tp_activations", r->tp_act_bytes_per_step, 1);
-    json_num(f, "loss_and_norm", r->loss_bytes_per_step, 0);
-    fprintf(f, "},\"peak_bytes_per_rank\":[");
+    json_num(f, "loss_and_norm", r->loss_bytes_per_step, 1);
+    json_num(f, "dp_params", r->dp_param_bytes_per_step, 0);
+    fprintf(f, "},\"zero\":{\"stage\":%d,\"padded_elements\":%lld,\"padding\":%lld,"
+               "\"shard_elements\":%lld}", r->zero, (long long)r->zero_padded,
+            (long long)r->zero_padding, (long long)r->zero_shard);
+    fprintf(f, ",\"peak_bytes_per_rank\":[");
     for (int k = 0; k < r->nranks; k++) {
         fprintf(f, "%s{\"rank\":%d", k ? "," : "", k);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
