@@ -169,8 +169,11 @@ assert m["final_loss"] == recs[3]["loss"] and m["final_val_loss"] == recs[3]["va
 assert abs(m["loss_floor"] - 1.75 * 0.6931471805599453) < 1e-8, m["loss_floor"]
 assert m["params"] == 29664, m["params"]
 b = m["bytes_sent_per_rank_per_step"]
-assert set(b) == {"dp_grads", "tp_activations", "loss_and_norm"}, b
+assert set(b) == {"dp_grads", "tp_activations", "loss_and_norm", "dp_params"}, b
 assert b["dp_grads"] == m["grad_bytes_per_rank"], b  # ring 2(d-1)/d = 1 at d = 2
+assert b["dp_params"] == 0 and b["loss_and_norm"] == 8, b  # no ZeRO; one f64 loss per step
+assert m["zero"] == {"stage": 0, "padded_elements": 29664, "padding": 0,
+                     "shard_elements": 29664}, m["zero"]
 p = m["peak_bytes_per_rank"]
 assert [r["rank"] for r in p] == [0, 1], p
 for r in p:
