@@ -5,9 +5,10 @@
  * (MPI) adds a link type without touching the algorithms (DESIGN decision 4).
  *
  * The shared-memory link is a channel: a single-producer single-consumer ring of fixed-size
- * slots (power-of-two count) with free-running 32-bit head/tail counters on separate cache
- * lines, a cached copy of the peer's counter on each side, release on publish and acquire on
- * observe. Each slot has a 64-byte header. A message travels
+ * slots (power-of-two count). The consumer polls each slot's own 32-bit sequence word (one cache
+ * line carries sequence, header and inline payload); the consumer's release counter lives on a
+ * separate cache line and the producer keeps a private cached copy of it, reloaded only when the
+ * ring looks full; release on publish, acquire on observe. A message travels
  *   - inline in the header when it has at most DL_CHAN_INLINE bytes;
  *   - eagerly, copied into the slot's payload area, when it fits in `eager_bytes`;
  *   - by rendezvous otherwise: the header carries a pointer to the sender's buffer, the
@@ -72,7 +73,8 @@ typedef struct dl_link_ops {
      * reuse its buffers; inline and eager messages were copied and are not waited for. */
     int (*flush)(dl_link *l, const dl_waiter *w);
     /* Sender, after an abort or a failed call: wait (ignoring the abort flag) until the
-     * receiver no longer reads any buffer lent to it, so the caller may free its buffers. */
+     * receiver no longer reads any buffer lent to it, so the caller may free its buffers
+     * (DL_ETIMEOUT after 30 s). */
     int (*drain)(dl_link *l);
     /* Wake any thread sleeping on this link (used on abort). */
     void (*wake)(dl_link *l);

@@ -3,8 +3,11 @@
  *
  * Per transformer layer the tp group does exactly two all-reduces forward (the g operator after
  * the attention and MLP output projections) and two backward (the f operator before the Q/K/V
- * and first MLP projections), each of N·C elements (N = B·T rows). With tp = 1 there are none.
- * Backward accumulates into the gradient buffer (micro-batches add up); the caller zeroes it. */
+ * and first MLP projections), each of N·C elements (N = B·T rows); with full recomputation the
+ * backward re-runs the forward too (four). With tp = 1 there are none.
+ * Backward accumulates into the gradient buffer (micro-batches add up); the caller zeroes it.
+ * Exception: the key third of each c_attn.bias gradient is set to exactly 0 (softmax ignores a
+ * per-row shift, so that is its exact value; the GEMM would leave rounding noise there). */
 #ifndef DISTLAB_GPT_H
 #define DISTLAB_GPT_H
 
@@ -45,7 +48,8 @@ size_t dl_gpt_numel(const dl_gpt *g);
 void dl_gpt_zero_grads(dl_gpt *g);
 
 /* Forward of B <= micro_batch sequences (inputs, targets: B·T bytes each, row-major).
- * *loss = mean cross-entropy over the B·T positions. targets may be NULL (logits only). */
+ * *loss = mean cross-entropy over the B·T positions. targets may be NULL: the probabilities are
+ * computed (dl_gpt_probs) and a loss, if asked for, is against all-zero targets. */
 int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss);
 
 /* Backward of the last forward: d(total loss)/d(loss of one position) = dloss (1/(B·T) for this

@@ -52,7 +52,8 @@ typedef struct dl_train_opts {
     int want_grads;          /* gather the last step's gradients (f64, unsharded, before clipping) */
     const char *dump_grads;  /* write step 1's gradients (reduced, before clipping) to this file in
                               * the safetensors layout of --save, and its global batch to
-                              * FILE.tokens (int32 LE: G*T inputs, then G*T targets) */
+                              * FILE.tokens (int32, host byte order = little-endian on x86-64:
+                              * G*T inputs, then G*T targets) */
     FILE *log;               /* progress lines (NULL: quiet) */
     /* (appended: the fields above keep their offsets) */
     int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
@@ -62,8 +63,8 @@ typedef struct dl_train_opts {
 void dl_train_opts_init(dl_train_opts *o);
 
 /* Complete the batch sizes from any two of global_batch, micro_batch and microbatches (0 means
- * unset; with one or none given, micro_batch defaults to 8 and microbatches to 1) and check the
- * whole configuration. DL_EINVAL with one line saying what is wrong and what would fit. */
+ * unset; global_batch alone gives micro_batch = global_batch / dp and microbatches = 1; otherwise
+ * a missing micro_batch defaults to 8 and microbatches to 1) and check the whole configuration. DL_EINVAL with one line saying what is wrong and what would fit. */
 int dl_train_resolve(dl_train_opts *o, int nranks);
 
 typedef struct dl_train_step {
