@@ -91,27 +91,6 @@ static void run(run_t *r)
     ck_assert_msg(rc == DL_OK, "%s", dl_errmsg());
 }
 
-/* max |a - b| / max |b| over each tensor, worst over tensors */
-static double worst_rel(const dl_gpt_config *c, const double *a, const double *b)
-{
-    dl_gpt_layout *l;
-    ck_assert_int_eq(dl_gpt_layout_create(c, 1, 0, &l), DL_OK);
-    double worst = 0;
-    for (int k = 0; k < l->ntensors; k++) {
-        double md = 0, mb = 0;
-        for (size_t i = 0; i < l->t[k].numel; i++) {
-            size_t j = l->t[k].offset + i;
-            md = fmax(md, fabs(a[j] - b[j]));
-            mb = fmax(mb, fabs(b[j]));
-        }
-        if (mb > 0)
-            worst = fmax(worst, md / mb);
-        else
-            ck_assert(md == 0);
-    }
-    dl_gpt_layout_destroy(l);
-    return worst;
-}
 
 START_TEST(finite_differences)
 {
@@ -165,7 +144,7 @@ static void check_tp(int tp, int heads)
     run(&par);
     ck_assert_msg(fabs(one.loss - par.loss) <= 1e-12 * fabs(one.loss), "loss %.17g vs %.17g",
                   one.loss, par.loss);
-    double w = worst_rel(&c, par.grads, one.grads);
+    double w = tu_worst_tensor_rel(&c, par.grads, one.grads, NULL);
     ck_assert_msg(w <= 1e-12, "tp %d gradients differ from one rank by %.3g", tp, w);
     /* exactly 2 all-reduces per layer forward and 2 backward */
     ck_assert_uint_eq(par.tp_ops_fwd, 2u * (unsigned)c.layers);
@@ -188,7 +167,7 @@ START_TEST(recompute_same)
     run(&a);
     run(&b);
     ck_assert(a.loss == b.loss);
-    ck_assert(worst_rel(&c, b.grads, a.grads) == 0.0);
+    ck_assert(tu_worst_tensor_rel(&c, b.grads, a.grads, NULL) == 0.0);
     ck_assert_uint_eq(b.tp_ops_bwd, 4u * (unsigned)c.layers); /* the forward's two again */
     free(a.grads);
     free(b.grads);

@@ -31,27 +31,6 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt)
     return o;
 }
 
-static double worst_param(const dl_gpt_config *c, const double *a, const double *b, char *name)
-{
-    dl_gpt_layout *l;
-    ck_assert_int_eq(dl_gpt_layout_create(c, 1, 0, &l), DL_OK);
-    double w = 0;
-    for (int k = 0; k < l->ntensors; k++) {
-        double md = 0, mb = 0;
-        for (size_t i = 0; i < l->t[k].numel; i++) {
-            size_t j = l->t[k].offset + i;
-            md = fmax(md, fabs(a[j] - b[j]));
-            mb = fmax(mb, fabs(b[j]));
-        }
-        double r = mb > 0 ? md / mb : md;
-        if (r >= w) {
-            w = r;
-            snprintf(name, 48, "%s", l->t[k].name);
-        }
-    }
-    dl_gpt_layout_destroy(l);
-    return w;
-}
 
 /* Train `o` and the same configuration on one rank (microbatches scaled so the global batch is
  * the same); compare losses and final parameters. */
@@ -75,7 +54,7 @@ static void equals_one_rank(dl_train_opts o, double tol)
                       i + 1, a.steps[i].loss, b.steps[i].loss);
     }
     char name[48];
-    double w = worst_param(&o.model, a.params, b.params, name);
+    double w = tu_worst_tensor_rel(&o.model, a.params, b.params, name);
     ck_assert_msg(w <= tol, "dp %d tp %d %s: parameters differ from one rank by %.3g (%s)", o.dp,
                   o.tp, dl_dtype_name(o.dtype), w, name);
     dl_train_result_free(&a);
@@ -162,7 +141,7 @@ START_TEST(overlap_same)
     ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
     ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
     char name[48];
-    ck_assert(worst_param(&a.model, ra.params, rb.params, name) == 0.0);
+    ck_assert(tu_worst_tensor_rel(&a.model, ra.params, rb.params, name) == 0.0);
     dl_train_result_free(&ra);
     dl_train_result_free(&rb);
 }

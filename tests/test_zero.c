@@ -115,28 +115,6 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt, int zero)
     return o;
 }
 
-/* per tensor max|a-b|/max|b| over the unsharded layout, the worst tensor */
-static double worst(const dl_gpt_config *c, const double *a, const double *b, char *name)
-{
-    dl_gpt_layout *l;
-    ck_assert_int_eq(dl_gpt_layout_create(c, 1, 0, &l), DL_OK);
-    double w = 0;
-    for (int k = 0; k < l->ntensors; k++) {
-        double md = 0, mb = 0;
-        for (size_t i = 0; i < l->t[k].numel; i++) {
-            size_t j = l->t[k].offset + i;
-            md = fmax(md, fabs(a[j] - b[j]));
-            mb = fmax(mb, fabs(b[j]));
-        }
-        double r = mb > 0 ? md / mb : md;
-        if (r >= w) {
-            w = r;
-            snprintf(name, 48, "%s", l->t[k].name);
-        }
-    }
-    dl_gpt_layout_destroy(l);
-    return w;
-}
 
 static void run(dl_train_opts *o, dl_train_result *r)
 {
@@ -223,10 +201,10 @@ static void stages_equal_tol(dl_train_opts o, double tol, double param_tol)
                           rz.steps[i].grad_norm, r0.steps[i].grad_norm);
         }
         char name[48];
-        double w = worst(&o.model, rz.params, r0.params, name);
+        double w = tu_worst_tensor_rel(&o.model, rz.params, r0.params, name);
         ck_assert_msg(w <= param_tol, "dp %d tp %d %s stage %d: parameters differ from stage 0 by %.3g (%s)",
                       o.dp, o.tp, dl_dtype_name(o.dtype), z, w, name);
-        double wg = worst(&o.model, rz.grads, r0.grads, name);
+        double wg = tu_worst_tensor_rel(&o.model, rz.grads, r0.grads, name);
         ck_assert_msg(wg <= param_tol, "dp %d tp %d %s stage %d: gradients differ by %.3g (%s)", o.dp,
                       o.tp, dl_dtype_name(o.dtype), z, wg, name);
         fprintf(stderr, "zero dp %d tp %d %s stage %d (P %lld, padding %lld): params %.3g, "

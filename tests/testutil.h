@@ -16,6 +16,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,38 @@ static inline int tu_has_int_token(const char *s, long v)
         if (before && after) return 1;
     }
     return 0;
+}
+
+
+/* ---- comparing whole models ---- */
+
+/* The issues' "equals one rank" metric: per tensor max|a - b| / max|b| over two unsharded f64
+ * buffers in the single-rank layout order of c (max|a - b| itself for an all-zero tensor); the
+ * worst tensor's value, and its name in `name` (48 bytes) when not NULL. -1 on a bad config. */
+static inline double tu_worst_tensor_rel(const dl_gpt_config *c, const double *a, const double *b,
+                                         char *name)
+{
+    dl_gpt_layout *l;
+    if (dl_gpt_layout_create(c, 1, 0, &l) != DL_OK)
+        return -1;
+    double w = 0;
+    for (int k = 0; k < l->ntensors; k++) {
+        double md = 0, mb = 0;
+        for (size_t i = 0; i < l->t[k].numel; i++) {
+            size_t j = l->t[k].offset + i;
+            double d = a[j] - b[j];
+            md = fmax(md, d < 0 ? -d : d);
+            mb = fmax(mb, b[j] < 0 ? -b[j] : b[j]);
+        }
+        double r = mb > 0 ? md / mb : md;
+        if (r >= w) {
+            w = r;
+            if (name)
+                snprintf(name, 48, "%s", l->t[k].name);
+        }
+    }
+    dl_gpt_layout_destroy(l);
+    return w;
 }
 
 #endif
