@@ -353,7 +353,10 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     *out = w;
     if (w->err_status != DL_OK) {
         FILE *log = o->log;
-        if (log && !o->quiet) {
+        /* the flight recorder explains hangs and disagreeing ranks; for any other error the
+         * message returned to the caller says it all */
+        int comm_error = w->err_status == DL_ETIMEOUT || w->err_status == DL_EMISMATCH;
+        if (log && !o->quiet && comm_error) {
             fprintf(log, "distlab: %s\n", w->err_msg);
             uint64_t base = UINT64_MAX;
             for (int r = 0; r < w->n; r++)

@@ -39,7 +39,8 @@ typedef struct dl_world_opts {
     size_t eager_bytes;       /* eager payload per slot (default 4096) */
     size_t slice_bytes;       /* collective slice size (default 256 KiB) */
     FILE *log;                /* where watchdog/flight-recorder reports go (default stderr; NULL: none) */
-    int quiet;                /* 1: don't print the flight recorder on errors */
+    int quiet;                /* 1: don't print the flight recorder (printed for DL_ETIMEOUT and
+                               * DL_EMISMATCH, with the error line) */
 } dl_world_opts;
 
 void dl_world_opts_init(dl_world_opts *o);
