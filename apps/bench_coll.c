@@ -18,6 +18,7 @@
 #include "distlab.h"
 #include "cli.h"
 #include "bench_coll.h"
+#include "bench_util.h"
 
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALL,
        OP_SENDRECV, NOPS };
@@ -641,92 +642,16 @@ static void print_preamble(bench *b)
 
 /* --------------------------------------------------------------------------- STREAM ---- */
 
-typedef struct stream_thr {
-    pthread_t tid;
-    const dl_topo *topo;
-    int os_pu;
-    size_t bytes;
-    int trials;
-    pthread_barrier_t *bar;
-    double *t; /* [trials] seconds */
-    int fail;
-} stream_thr;
-
-static void *stream_main(void *arg)
-{
-    stream_thr *s = arg;
-    int actual = -1;
-    char *src = NULL, *dst = NULL;
-    (void)dl_topo_bind_self(s->topo, s->os_pu, &actual); /* unpinned is still a measurement */
-    /* Page-aligned: keeps (dst - src) mod 4096 == 0, away from glibc's slow-memcpy offsets. */
-    if (posix_memalign((void **)&src, 4096, s->bytes) != 0) src = NULL;
-    if (posix_memalign((void **)&dst, 4096, s->bytes) != 0) dst = NULL;
-    s->fail = !src || !dst;
-    if (!s->fail) {
-        memset(src, 1, s->bytes); /* first touch by this thread: pages on its NUMA node */
-        memset(dst, 0, s->bytes);
-        memcpy(dst, src, s->bytes); /* warm-up */
-    }
-    for (int k = 0; k < s->trials; k++) {
-        pthread_barrier_wait(s->bar); /* all threads copy at once: shared memory bandwidth */
-        uint64_t t0 = dl_now_ns();
-        if (!s->fail) memcpy(dst, src, s->bytes);
-        uint64_t t1 = dl_now_ns();
-        s->t[k] = (double)(t1 - t0) * 1e-9;
-    }
-    if (!s->fail) s->fail = dst[s->bytes - 1] != 1; /* and the copy is not optimised away */
-    free(src);
-    free(dst);
-    return NULL;
-}
-
 /* STREAM-style copy bandwidth of `nthr` threads pinned as the first ranks are: each copies its
  * own array; bytes counted as read + write (2 x size), as STREAM does; per trial the slowest
- * thread's time; median over trials. Returns GB/s, or 0 on failure. */
+ * thread's time; median over trials. Returns GB/s, or 0 on failure. The kernel is shared with
+ * `distlab-bench stream` (bench_util.c). */
 static double stream_copy(const dl_topo *topo, const coll_cfg *c, int nthr, size_t bytes)
 {
     enum { TRIALS = 5 };
-    dl_placement *pl = NULL;
-    stream_thr *th = calloc((size_t)nthr, sizeof *th);
-    double *t = calloc((size_t)nthr * TRIALS, sizeof *t), per[TRIALS], gbs = 0;
-    pthread_barrier_t bar;
-    int started = 0, ok = th && t;
-    if (ok && dl_place(topo, nthr, c->w.policy, c->w.nodes,
-                       c->w.ranks_per_node > 0 ? c->w.ranks_per_node : 1, &pl) != DL_OK)
-        pl = NULL;
-    if (ok && pthread_barrier_init(&bar, NULL, (unsigned)nthr) != 0) ok = 0;
-    for (int i = 0; ok && i < nthr; i++) {
-        th[i] = (stream_thr){.topo = topo, .os_pu = pl ? pl->os_pu[i] : i, .bytes = bytes,
-                             .trials = TRIALS, .bar = &bar, .t = t + (size_t)i * TRIALS};
-        if (pthread_create(&th[i].tid, NULL, stream_main, &th[i]) != 0) {
-            /* the others would wait at the barrier forever: give up before starting any */
-            ok = 0;
-            break;
-        }
-        started++;
-    }
-    if (!ok && started > 0) {
-        /* cannot happen after the first thread in practice; keep the barrier count honest */
-        cli_error("STREAM: could not start %d threads", nthr);
-        exit(CLI_EXIT_FAIL);
-    }
-    for (int i = 0; i < started; i++) {
-        pthread_join(th[i].tid, NULL);
-        if (th[i].fail) ok = 0;
-    }
-    if (ok) {
-        for (int k = 0; k < TRIALS; k++) {
-            per[k] = 0;
-            for (int i = 0; i < nthr; i++) if (t[(size_t)i * TRIALS + k] > per[k]) per[k] = t[(size_t)i * TRIALS + k];
-        }
-        double sec = cli_median(per, TRIALS);
-        if (sec > 0) gbs = 2.0 * (double)bytes * nthr / sec / 1e9;
-    }
-    if (th && t && started == nthr) pthread_barrier_destroy(&bar);
-    if (pl) dl_placement_destroy(pl);
-    free(th);
-    free(t);
-    return gbs;
+    return bu_stream(topo, c->w.policy, c->w.nodes,
+                     c->w.ranks_per_node > 0 ? c->w.ranks_per_node : 1, nthr, bytes, BU_COPY,
+                     TRIALS);
 }
 
 /* ------------------------------------------------------------------------ options ---- */

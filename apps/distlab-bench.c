@@ -1,5 +1,6 @@
 /* distlab-bench: the timing harness. Subcommands `coll` (nccl-tests-style collective benchmark,
- * the default) and `topo` (topology and placement report). */
+ * the default), `topo` (topology and placement report), `gemm` (GEMM contention), `stream`
+ * (memory bandwidth) and `overlap` (communication hidden behind computation). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "cli.h"
 #include "bench_coll.h"
 #include "bench_topo.h"
+#include "bench_util.h"
 
 /* Set once we re-exec'd ourselves, so that a failing or odd environment cannot loop. */
 
@@ -19,9 +21,12 @@ static void usage(FILE *f)
             "The distlab timing harness: rank threads pinned to cores act as GPUs.\n"
             "\n"
             "Subcommands:\n"
-            "  coll   collective benchmark in the style of nccl-tests (the default: running\n"
-            "         distlab-bench alone, or with coll options only, runs it)\n"
-            "  topo   the machine's topology and the rank -> PU -> node placement\n"
+            "  coll     collective benchmark in the style of nccl-tests (the default: running\n"
+            "           distlab-bench alone, or with coll options only, runs it)\n"
+            "  topo     the machine's topology and the rank -> PU -> node placement\n"
+            "  gemm     GEMM FLOP/s per rank with 1 ... N ranks at once: the contention factor\n"
+            "  stream   memory bandwidth (copy, triad), 1 ... N threads, compact and scatter\n"
+            "  overlap  all-reduce alone, GEMMs alone, both at once: slowdowns, fraction hidden\n"
             "\n"
             "Options:\n"
             "  -h, --help      this help; `distlab-bench SUBCOMMAND --help` for a subcommand's\n"
@@ -44,7 +49,11 @@ int main(int argc, char **argv)
             char *hargv[] = {argv[2], "--help", NULL};
             if (strcmp(argv[2], "coll") == 0) return bench_coll_main(2, hargv);
             if (strcmp(argv[2], "topo") == 0) return bench_topo_main(2, hargv);
-            cli_error("unknown subcommand '%s' (subcommands: coll, topo)", argv[2]);
+            if (strcmp(argv[2], "gemm") == 0) return bench_gemm_main(2, hargv);
+            if (strcmp(argv[2], "stream") == 0) return bench_stream_main(2, hargv);
+            if (strcmp(argv[2], "overlap") == 0) return bench_overlap_main(2, hargv);
+            cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap)",
+                      argv[2]);
             return CLI_EXIT_USAGE;
         }
         usage(stdout);
@@ -56,11 +65,17 @@ int main(int argc, char **argv)
     }
     if (strcmp(sub, "coll") == 0) return bench_coll_main(argc - 1, argv + 1);
     if (strcmp(sub, "topo") == 0) return bench_topo_main(argc - 1, argv + 1);
+    if (strcmp(sub, "gemm") == 0) return bench_gemm_main(argc - 1, argv + 1);
+    if (strcmp(sub, "stream") == 0) return bench_stream_main(argc - 1, argv + 1);
+    if (strcmp(sub, "overlap") == 0) return bench_overlap_main(argc - 1, argv + 1);
+    /* hidden: the harness's arithmetic on synthetic timings (tests/test_bench_harness.sh) */
+    if (strcmp(sub, "selftest") == 0) return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     if (sub[0] == '-') {
         /* Options without a subcommand belong to coll (`distlab-bench -b 8 -e 1M`, as one would
          * call an nccl-tests binary). argv[0] stays the program name for coll's parser. */
         return bench_coll_main(argc, argv);
     }
-    cli_error("unknown subcommand '%s' (subcommands: coll, topo; see --help)", sub);
+    cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap; see --help)",
+              sub);
     return CLI_EXIT_USAGE;
 }

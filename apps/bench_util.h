@@ -1,0 +1,100 @@
+/* Shared pieces of the distlab-bench subcommands: the STREAM kernel (copy, triad), machine facts,
+ * JSON Lines / CSV helpers, the gnuplot driver, the model's GEMM shapes, and the harness's
+ * arithmetic (contention factor, hidden fraction) as small pure functions so that
+ * `distlab-bench selftest` can check them on synthetic timings. */
+#ifndef DISTLAB_APPS_BENCH_UTIL_H
+#define DISTLAB_APPS_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "distlab.h"
+
+/* ---- STREAM ---- */
+enum { BU_COPY = 0, BU_TRIAD = 1 };
+/* STREAM bandwidth of `nthr` threads placed by (policy, nodes, rpn) on the real machine, each
+ * with its own page-aligned arrays of `bytes` bytes (first-touched by the thread). Copy (memcpy)
+ * counts read + write (2 x bytes), triad a = b + s*c on doubles counts 3 x bytes, as STREAM does.
+ * Per trial the slowest thread's time; median over `trials`. Returns GB/s, 0 on failure. */
+double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn,
+                 int nthr, size_t bytes, int kernel, int trials);
+
+/* ---- the harness's arithmetic (pure; tested by `distlab-bench selftest`) ---- */
+/* Contention factor = per-rank rate alone / per-rank rate together = t_together / t_alone for
+ * the same work. 1 = no contention, 2 = each rank runs at half speed. NAN on bad input. */
+double bu_contention(double t_alone, double t_together);
+/* Overlap of a communication (alone: tc) and a computation (alone: tg) run at once: the
+ * communication took tc_both, the computation tg_both, the pair (start to both finished) t_both.
+ * hidden = fraction of the communication's own time that did not add to the pair's time,
+ * (tc + tg - t_both) / tc, clamped to [0, 1] (noise can push it outside). */
+typedef struct bu_overlap {
+    double comm_slowdown; /* tc_both / tc */
+    double comp_slowdown; /* tg_both / tg */
+    double hidden;        /* [0, 1] or NAN */
+} bu_overlap;
+bu_overlap bu_overlap_calc(double tc, double tg, double tc_both, double tg_both, double t_both);
+/* 1 when all pure-function checks pass; prints failures to f. */
+int bu_selftest(FILE *f);
+
+/* ---- GEMM shapes of the benchmark model ---- */
+typedef struct bu_model {
+    int layers, d_model, heads, seq, micro_batch;
+} bu_model;
+void bu_model_default(bu_model *m); /* the PyTorch peer's model: 4 x 256, 4 heads, T 128, B 8 */
+/* Fill log with the linear layers' GEMMs of one training step (forward and both backward GEMMs
+ * of qkv, attention projection, MLP fc and fc-proj per layer, the LM head's three): the shapes
+ * dl_linear_{fwd,bwd} run. Attention's per-head GEMMs are left out. */
+void bu_model_gemms(const bu_model *m, dl_gemm_log *log);
+double bu_gemm_log_flops(const dl_gemm_log *log);
+/* Buffers big enough for any shape of log; run every shape `count` times (sgemm). */
+typedef struct bu_gemm_bufs {
+    float *a, *b, *c;
+} bu_gemm_bufs;
+int bu_gemm_alloc(const dl_gemm_log *log, bu_gemm_bufs *g);
+void bu_gemm_free(bu_gemm_bufs *g);
+void bu_gemm_run(const dl_gemm_log *log, bu_gemm_bufs *g);
+void bu_gemm_one(const dl_gemm_shape *s, bu_gemm_bufs *g);
+
+/* ---- machine facts, output ---- */
+typedef struct bu_out {
+    const char *sub; /* "gemm", "stream", "overlap" */
+    int csv, json;
+} bu_out;
+/* The facts as "# " lines (text and CSV: gnuplot and pandas(comment='#') skip them), or as the
+ * `"machine"` object's members in JSON. */
+void bu_machine_text(FILE *f, const dl_topo *topo);
+void bu_machine_json(FILE *f, const dl_topo *topo);
+/* Start a JSON Lines record: {"type":"<type>","schema":"distlab/1","app":"distlab-bench",
+ * "subcommand":"<sub>" — the caller adds ,"key":value pairs and ends with bu_json_end. */
+void bu_json_begin(FILE *f, const char *sub, const char *type);
+void bu_json_end(FILE *f);
+void bu_json_num(FILE *f, const char *key, double v); /* ,"key":%.17g or null if not finite */
+void bu_json_int(FILE *f, const char *key, long long v);
+void bu_json_str(FILE *f, const char *key, const char *v);
+void bu_json_bool(FILE *f, const char *key, int v);
+
+/* Warn (stderr) when n exceeds the real PUs; returns 1 when it does. */
+int bu_warn_oversub(int n, int real_pus);
+
+/* --plot FILE.svg|FILE.png: check the extension (usage error: -1, message printed). */
+int bu_plot_check(const char *file);
+/* Write FILE's data file (FILE minus extension + ".dat") with `data` (already formatted), the
+ * gnuplot script (+ ".gp") whose body is `script` (after the terminal and output lines), and run
+ * gnuplot when /usr/bin/gnuplot exists; else say how to render. Returns 0, or -1 on failure. */
+int bu_plot(const char *file, const char *data, const char *script);
+
+/* Median of v[0..n-1] (sorts a copy). */
+double bu_median(const double *v, size_t n);
+
+/* The subcommands: argv[0] is the subcommand's name; return the exit status (0 ok, 1 a failed
+ * run, 2 bad usage). */
+int bench_gemm_main(int argc, char **argv);
+int bench_stream_main(int argc, char **argv);
+int bench_overlap_main(int argc, char **argv);
+
+/* Common options of gemm, stream and overlap, parsed by each subcommand's getopt loop. */
+typedef struct bu_common {
+    int csv, json, quick;
+    const char *plot;
+} bu_common;
+
+#endif

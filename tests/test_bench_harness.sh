@@ -1,0 +1,129 @@
+#!/bin/sh
+# distlab-bench gemm / stream / overlap: each runs in --quick mode and exits 0, its --csv and
+# --json output parse (python3 when present), bad options exit 2 with one line on stderr, --plot
+# writes its data and script, and the harness's arithmetic (contention factor, hidden fraction)
+# holds on synthetic timings (`distlab-bench selftest`, which exits 1 on any mismatch).
+# DISTLAB_TEST_SCALE=small: even smaller sizes (sanitizer builds).
+
+if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-bench" ]; then
+  BENCH="$abs_top_builddir/apps/distlab-bench"
+else
+  BENCH="./apps/distlab-bench"
+fi
+if [ ! -x "$BENCH" ]; then
+  echo "test_bench_harness: $BENCH not found (run from the build directory)"
+  exit 1
+fi
+: "${OPENBLAS_NUM_THREADS:=1}"
+export OPENBLAS_NUM_THREADS
+
+# Keep every run short: two ranks, tiny model and arrays (the code paths are what is tested).
+if [ "$DISTLAB_TEST_SCALE" = small ]; then
+  GEMM="--quick --ranks 2 --d-model 32 --seq 16 --micro-batch 2 --iters 2"
+  STREAM="--quick --ranks 2 --mib 1 --trials 2"
+  OVERLAP="--quick --ranks 2 --max 256K --trials 2 --gemm-dim 32"
+else
+  GEMM="--quick --ranks 2 --d-model 64 --seq 32 --micro-batch 4"
+  STREAM="--quick --ranks 2 --mib 4"
+  OVERLAP="--quick --ranks 2 --max 1M --gemm-dim 64"
+fi
+
+TMP="${TMPDIR:-/tmp}/test_bench_harness.$$"
+mkdir -p "$TMP" || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fails=0
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
+run() {
+  name=$1; want=$2; shift 2
+  "$BENCH" "$@" >"$TMP/out" 2>"$TMP/err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit $got, want $want"
+    sed 's/^/  | /' "$TMP/err" | head -5
+  fi
+}
+HAVE_PY=0
+command -v python3 >/dev/null 2>&1 && HAVE_PY=1
+
+# the arithmetic on synthetic timings
+run selftest 0 selftest
+grep -q '^selftest: ok$' "$TMP/out" || fail "selftest: no 'selftest: ok'"
+
+for sub in gemm stream overlap; do
+  eval "args=\$$(echo $sub | tr a-z A-Z)"
+  # shellcheck disable=SC2086
+  run "$sub text" 0 $sub $args
+  grep -q '^# OpenBLAS: ' "$TMP/out" || fail "$sub: no OpenBLAS line in the machine facts"
+  grep -q '^# machine: ' "$TMP/out" || fail "$sub: no machine line"
+  # shellcheck disable=SC2086
+  run "$sub csv" 0 $sub $args --csv
+  cp "$TMP/out" "$TMP/$sub.csv"
+  # shellcheck disable=SC2086
+  run "$sub json" 0 $sub $args --json
+  cp "$TMP/out" "$TMP/$sub.jsonl"
+  if [ $HAVE_PY = 1 ]; then
+    python3 - "$TMP/$sub.csv" "$TMP/$sub.jsonl" "$sub" <<'PY' || fail "$sub: CSV/JSON do not parse or disagree"
+import csv, json, math, sys
+csvf, jsonf, sub = sys.argv[1:]
+rows = list(csv.DictReader(l for l in open(csvf) if not l.startswith('#')))
+assert rows, "no CSV rows"
+recs = [json.loads(l) for l in open(jsonf)]
+kinds = [r["type"] for r in recs]
+assert kinds[0] == "config" and kinds[-1] == "summary" and set(kinds[1:-1]) == {"row"}, kinds
+for r in recs:
+    assert r["schema"] == "distlab/1" and r["app"] == "distlab-bench" and r["subcommand"] == sub
+assert "openblas" in recs[0]["machine"] and recs[0]["machine"]["pus"] >= 1
+assert recs[-1]["status"] == "ok"
+body = [r for r in recs if r["type"] == "row"]
+assert len(body) == len(rows), (len(body), len(rows))
+if sub == "gemm":
+    assert [int(r["ranks"]) for r in rows] == [1, 2]
+    assert abs(float(rows[0]["contention"]) - 1) < 1e-9
+    for r in body: assert r["gflops_per_rank"] > 0 and r["contention"] > 0
+elif sub == "stream":
+    assert {r["policy"] for r in rows} == {"compact", "scatter"}
+    for r in body: assert r["copy_gbs"] > 0 and r["triad_gbs"] > 0
+else:
+    assert {r["mode"] for r in rows} == {"thread", "alternating"}
+    for r in body:
+        assert r["hidden"] is None or 0 <= r["hidden"] <= 1
+        assert r["comm_alone_ms"] > 0 and r["gemm_alone_ms"] > 0
+PY
+  fi
+  run "$sub --help" 0 $sub --help
+  grep -q "^Usage: distlab-bench $sub" "$TMP/out" || fail "$sub --help: no usage"
+  # bad input: exit 2, one line on stderr, nothing on stdout
+  for bad in "--bogus" "--ranks 0" "--ranks x" "--plot out.pdf" "--csv --json" "extra"; do
+    # shellcheck disable=SC2086
+    run "$sub $bad" 2 $sub $bad
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "$sub $bad: $(wc -l <"$TMP/err") lines on stderr, want 1"
+    [ -s "$TMP/out" ] && fail "$sub $bad: wrote to stdout"
+  done
+done
+run "overlap --min > --max" 2 overlap --min 1M --max 64K
+run "gemm --heads 3" 2 gemm --heads 3 --d-model 32
+
+# --plot: the data and the script are written; the picture when gnuplot is installed
+# shellcheck disable=SC2086
+run "stream --plot" 0 stream $STREAM --plot "$TMP/bw.svg"
+[ -s "$TMP/bw.dat" ] && [ -s "$TMP/bw.gp" ] || fail "stream --plot: no data or script"
+if [ -x /usr/bin/gnuplot ]; then
+  grep -q '<svg' "$TMP/bw.svg" 2>/dev/null || fail "stream --plot: no SVG although gnuplot is installed"
+fi
+
+# the help lists the new subcommands
+run "help" 0 --help
+for sub in gemm stream overlap; do
+  grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
+done
+
+if [ $fails -ne 0 ]; then
+  echo "test_bench_harness: $fails failure(s)"
+  exit 1
+fi
+echo "test_bench_harness: ok"
+exit 0
