@@ -65,7 +65,7 @@ static void usage(FILE *f)
 "  --seq T          sequence length (default 128)\n"
 "  --micro-batch B  sequences per rank (default 8)\n"
 "  --iters N        timed passes per rank (default 7; median)\n"
-"  --quick          1 layer, 3 passes, at most 2 ranks\n"
+"  --quick          1 layer, 3 passes, at most 2 ranks (unless --ranks)\n"
 "  --csv            CSV rows (machine facts as leading '#' lines)\n"
 "  --json           JSON Lines: config, one row per rank count, summary (schema distlab/1)\n"
 "  --plot FILE      FILE.svg or FILE.png: GFLOP/s per rank and contention vs ranks (gnuplot)\n"

@@ -31,7 +31,7 @@ static void usage(FILE *f)
 "  --ranks N     most threads (default: the machine's PUs; more are marked oversubscribed)\n"
 "  --mib N       MiB per array per thread (default 64; --quick 16)\n"
 "  --trials N    trials per point (default 7; --quick 3)\n"
-"  --quick       smaller arrays, fewer trials\n"
+"  --quick       smaller arrays, fewer trials, at most 2 threads (unless --ranks)\n"
 "  --csv         CSV rows (machine facts as leading '#' lines)\n"
 "  --json        JSON Lines: config, one row per (policy, threads), summary (schema distlab/1)\n"
 "  --plot FILE   FILE.svg or FILE.png: bandwidth vs threads per policy and kernel (gnuplot)\n"
