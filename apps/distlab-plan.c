@@ -10,6 +10,7 @@
 #include <string.h>
 #include "distlab.h"
 #include "cli.h"
+#include "plan_calib.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tables: one set of rows printed three ways                                               */
@@ -337,7 +338,7 @@ static void usage_main(FILE *f)
             "  zero       the ZeRO table for Psi, K, N_d\n"
             "  pipeline   bubble, micro-batches in flight, balanced layer partition\n"
             "  search     the 3-D (t, p, d) enumeration sorted by step time\n"
-            "  calibrate, validate   (need the trainer; not yet built)\n"
+            "  calibrate, validate   measure this machine; check predictions against trainer runs\n"
             "\n"
             "  -h, --help       this help; `distlab-plan SUBCOMMAND --help` for a subcommand's\n"
             "  -V, --version    print the version\n");
@@ -1024,8 +1025,9 @@ int main(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (strcmp(sub, "calibrate") == 0 || strcmp(sub, "validate") == 0) {
-        fprintf(stderr, "distlab-plan: %s needs the trainer (not yet built)\n", sub);
-        return CLI_EXIT_USAGE;
+        cli_openblas_single_thread(argv); /* one OpenBLAS thread per rank (may re-exec) */
+        return sub[0] == 'c' ? plan_calibrate_main(argc - 1, argv + 1)
+                             : plan_validate_main(argc - 1, argv + 1);
     }
     int (*fn)(args *) = NULL;
     if (strcmp(sub, "memory") == 0) fn = cmd_memory;

@@ -120,9 +120,9 @@ int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what
  * A100: NVLink 3 300 GB/s per direction, HDR 200 Gb/s = 25 GB/s. B200: NVLink 5 900 GB/s per
  * direction, 800 Gb/s = 100 GB/s, 192 GB (the slides' "only 192 GB"). MFU 0.40 is code 01's. */
 static const dl_plan_hw hw_presets[] = {
-    {"a100", 312e12, 0.40, 80e9, 2.039e12, 300e9, 25e9, 0.0, 0.0, 8},
-    {"h100", 989e12, 0.40, 80e9, 3.35e12, 450e9, 50e9, 0.0, 0.0, 8},
-    {"b200", 2250e12, 0.40, 192e9, 8e12, 900e9, 100e9, 0.0, 0.0, 8},
+    {"a100", 312e12, 0.40, 80e9, 2.039e12, 300e9, 25e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {"h100", 989e12, 0.40, 80e9, 3.35e12, 450e9, 50e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {"b200", 2250e12, 0.40, 192e9, 8e12, 900e9, 100e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
 };
 #define N_HW_PRESETS ((int)(sizeof hw_presets / sizeof hw_presets[0]))
 
@@ -173,10 +173,11 @@ double dl_plan_ops_per_byte(const dl_plan_hw *hw)
 }
 
 enum { K_NAME, K_FLOPS, K_MFU, K_MEM, K_HBM, K_INTRA, K_INTER, K_INTRA_LAT, K_INTER_LAT, K_GPN,
-       K_VERSION, K_COUNT };
+       K_VERSION, K_RANKS, K_FLOPS1, K_P2P_BW, K_P2P_LAT, K_NONGEMM, K_FIXED, K_NGCONT, K_COUNT };
 static const char *const hw_keys[K_COUNT] = {
     "name", "flops", "mfu", "mem_bytes", "hbm_bw", "intra_bw", "inter_bw", "intra_lat",
-    "inter_lat", "gpus_per_node", "distlab-hw-profile"};
+    "inter_lat", "gpus_per_node", "distlab-hw-profile", "ranks", "flops_alone", "p2p_bw",
+    "p2p_lat", "nongemm_ratio", "sync_cost", "nongemm_contention"};
 
 static char *trim(char *s)
 {
@@ -247,6 +248,18 @@ int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
                                 origin, lineno, val);
             h.gpus_per_node = (int)x;
             break;
+        case K_RANKS:
+            if (x != floor(x) || x < 1 || x > 1e6)
+                return dl_error(DL_EINVAL, "%s:%d: ranks: '%s' is not a positive integer", origin,
+                                lineno, val);
+            h.ranks = (int)x;
+            break;
+        case K_FLOPS1: h.flops_alone = x; break;
+        case K_P2P_BW: h.p2p_bw = x; break;
+        case K_P2P_LAT: h.p2p_lat = x; break;
+        case K_NONGEMM: h.nongemm_ratio = x; break;
+        case K_FIXED: h.sync_cost = x; break;
+        case K_NGCONT: h.nongemm_contention = x; break;
         case K_VERSION:
             if (x != 1)
                 return dl_error(DL_EINVAL, "%s:%d: profile format version %s (this build reads 1)",
@@ -313,6 +326,18 @@ int dl_plan_hw_write(FILE *f, const dl_plan_hw *hw)
                     "gpus_per_node = %d\n",
                     hw->name, hw->flops, hw->mfu, hw->mem_bytes, hw->hbm_bw, hw->intra_bw,
                     hw->inter_bw, hw->intra_lat, hw->inter_lat, hw->gpus_per_node);
+    if (r >= 0 && hw->ranks > 0) r = fprintf(f, "ranks = %d             # ranks measured at once\n", hw->ranks);
+    if (r >= 0 && hw->flops_alone > 0)
+        r = fprintf(f, "flops_alone = %.6g    # GEMM FLOP/s of one rank alone\n", hw->flops_alone);
+    if (r >= 0 && hw->p2p_bw > 0) r = fprintf(f, "p2p_bw = %.6g         # bytes/s, dl_send/dl_recv\n", hw->p2p_bw);
+    if (r >= 0 && hw->p2p_lat > 0) r = fprintf(f, "p2p_lat = %.6g        # s per message\n", hw->p2p_lat);
+    if (r >= 0 && hw->nongemm_ratio > 0)
+        r = fprintf(f, "nongemm_ratio = %.6g  # non-GEMM s per GEMM s of a training step\n", hw->nongemm_ratio);
+    if (r >= 0 && hw->sync_cost > 0)
+        r = fprintf(f, "sync_cost = %.6g      # s per blocking collective beyond its bytes\n", hw->sync_cost);
+    if (r >= 0 && hw->nongemm_contention > 0)
+        r = fprintf(f, "nongemm_contention = %.6g  # non-GEMM time with `ranks` at once / alone\n",
+                    hw->nongemm_contention);
     if (r < 0 || fflush(f) != 0) return dl_error(DL_ESYS, "hardware profile: write failed");
     return DL_OK;
 }

@@ -75,9 +75,9 @@ usage_error "missing value" "needs a value" search --gpus
 usage_error "bad number" "not an integer" search --gpus many
 usage_error "bare count search" "bare parameter count" search --model maverick-400b
 usage_error "bad costs" "costs" pipeline --costs 1,,x
-usage_error "calibrate" "calibrate needs the trainer (not yet built)" calibrate
-usage_error "validate" "validate needs the trainer (not yet built)" validate
-grep -qx "distlab-plan: validate needs the trainer (not yet built)" "$TMP/err" || fail "validate message"
+usage_error "calibrate bad flag" "unknown or incomplete option" calibrate --bogus
+usage_error "validate bad flag" "unknown or incomplete option" validate --out x
+usage_error "calibrate one rank" "at least 2" calibrate --ranks 1
 
 # ---- the lecture's numbers ----
 if run "memory gpt3" 0 memory --model gpt3-175b; then

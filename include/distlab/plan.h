@@ -62,6 +62,14 @@ typedef struct dl_plan_hw {
     double intra_lat;      /* seconds per message hop inside a node (alpha; 0 in the presets) */
     double inter_lat;      /* seconds per message hop between nodes */
     int gpus_per_node;
+    /* (appended; optional profile keys written by `distlab-plan calibrate`, 0 = not measured) */
+    int ranks;             /* ranks that ran at once while measuring `flops` (contention included) */
+    double flops_alone;    /* GEMM FLOP/s of one rank running alone */
+    double p2p_bw;         /* point-to-point bytes/s (dl_send / dl_recv, one direction) */
+    double p2p_lat;        /* point-to-point seconds per message */
+    double nongemm_ratio;  /* seconds of non-GEMM work per second of GEMM in a training step */
+    double sync_cost;      /* seconds per blocking collective in a step beyond its bytes (rendezvous of busy ranks) */
+    double nongemm_contention; /* non-GEMM time with `ranks` ranks at once / alone */
 } dl_plan_hw;
 
 /* "a100", "h100", "b200" (case-insensitive). DL_EINVAL for an unknown name. */
@@ -83,6 +91,13 @@ int dl_plan_hw_check(const dl_plan_hw *hw);
  *   intra_lat = 0                   (optional, seconds)
  *   inter_lat = 0                   (optional)
  *   gpus_per_node = 8
+ *   ranks = 2                       (optional, calibrate: ranks measured at once)
+ *   flops_alone = 30e9              (optional: GEMM FLOP/s of one rank alone)
+ *   p2p_bw = 5e9                    (optional: dl_send/dl_recv bytes/s)
+ *   p2p_lat = 5e-6                  (optional: seconds per message)
+ *   nongemm_ratio = 0.8             (optional: non-GEMM s per GEMM s of a training step)
+ *   sync_cost = 2e-4                (optional: seconds per blocking collective beyond its bytes)
+ *   nongemm_contention = 1.5        (optional: non-GEMM time with `ranks` at once / alone)
  *
  * one `key = value` per line, numbers as strtod reads them. Unknown keys, repeated keys, missing
  * required keys (flops, mem_bytes, intra_bw, inter_bw, gpus_per_node) and bad numbers are
@@ -90,7 +105,7 @@ int dl_plan_hw_check(const dl_plan_hw *hw);
 int dl_plan_hw_load(const char *path, dl_plan_hw *hw);
 /* Parse the same format from a string (`origin` names it in messages). */
 int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw);
-/* Write *hw in that format (every key). DL_ESYS if the write fails. */
+/* Write *hw in that format (every key; the optional calibration keys only when non-zero). DL_ESYS if the write fails. */
 int dl_plan_hw_write(FILE *f, const dl_plan_hw *hw);
 /* BF16 operations per byte moved over NVLink in both directions: flops / (2 * intra_bw)
  * (H100: 989e12 / 900e9 = 1099, the lecture's "about 1100"). */

@@ -1,0 +1,626 @@
+/* distlab-plan calibrate / validate: the planner measured against this machine.
+ *
+ * calibrate measures, with the runtime itself, what the planner's step-time model needs for the
+ * trainer's model: GEMM FLOP/s per rank on the model's shapes (alone and with --ranks ranks at
+ * once), ring all-reduce and point-to-point bandwidth and latency, and the non-GEMM share of a
+ * training step (dl_train_run on one rank vs its GEMM time); it writes a hardware profile
+ * (dl_plan_hw_write, the optional calibration keys included).
+ *
+ * validate predicts distlab-train's step time and model-state memory per rank for local layouts
+ * (dp, tp, ZeRO 0-2; pipeline parallelism does not exist yet), runs each through dl_train_run
+ * for a few steps, and prints predicted vs measured with the error (docs/PLANNER.md,
+ * "Calibrated against this machine"). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "distlab.h"
+#include "cli.h"
+#include "bench_util.h"
+#include "distlab/zero.h"
+#include "plan_calib.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* The model and batch both subcommands use: distlab-train's defaults                         */
+
+typedef struct pc_model {
+    dl_gpt_config cfg;
+    int micro_batch; /* sequences per micro-batch per dp rank (distlab-train: 8) */
+} pc_model;
+
+static void pc_model_init(pc_model *m, int small)
+{
+    dl_gpt_config_default(&m->cfg);
+    m->cfg.layers = small ? 2 : 4;
+    m->cfg.d_model = small ? 64 : 128;
+    m->cfg.heads = 4;
+    m->cfg.seq = small ? 32 : 64;
+    m->micro_batch = 8;
+}
+
+/* GEMM FLOPs of one micro-batch: the blocks' (split over tp) and the LM head's (replicated). */
+static void pc_gemm_flops(const pc_model *m, double *blocks, double *head)
+{
+    static dl_gemm_log lg;
+    bu_model b = {m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch};
+    bu_model_gemms(&b, &lg);
+    double all = bu_gemm_log_flops(&lg);
+    b.layers = 0;
+    bu_model_gemms(&b, &lg);
+    *head = bu_gemm_log_flops(&lg);
+    *blocks = all - *head;
+}
+
+static int pc_cores(void)
+{
+    dl_topo *topo = NULL;
+    int n = 0;
+    if (dl_topo_load(&topo, "") == DL_OK) n = dl_topo_real_pus(topo);
+    dl_topo_destroy(topo);
+    if (n < 1) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Measurements                                                                               */
+
+typedef struct gemm_job {
+    const dl_gemm_log *log;
+    int iters;
+    double *t; /* [rank][iters] */
+} gemm_job;
+
+static int gemm_rank(dl_ctx *ctx, void *arg)
+{
+    gemm_job *g = arg;
+    int r = dl_ctx_rank(ctx), rc = DL_OK;
+    bu_gemm_bufs b;
+    if (bu_gemm_alloc(g->log, &b) != 0) return DL_ENOMEM;
+    bu_gemm_run(g->log, &b);
+    for (int it = 0; it < g->iters && rc == DL_OK; it++) {
+        rc = dl_barrier(dl_ctx_comm(ctx)); /* all ranks at once: contention included */
+        uint64_t t0 = dl_now_ns();
+        bu_gemm_run(g->log, &b);
+        g->t[(size_t)r * g->iters + it] = (double)(dl_now_ns() - t0) * 1e-9;
+    }
+    bu_gemm_free(&b);
+    return rc;
+}
+
+/* Seconds of one pass over log per rank with n ranks at once (mean over ranks of each one's best). */
+static double measure_gemm(const dl_gemm_log *log, int n, int iters)
+{
+    gemm_job g = {log, iters, calloc((size_t)n * iters, sizeof(double))};
+    if (!g.t) return NAN;
+    dl_world_opts wo;
+    dl_world_opts_init(&wo);
+    wo.nranks = n;
+    wo.topology = "";
+    wo.timeout_s = 0;
+    double mean = NAN;
+    if (dl_world_run(&wo, gemm_rank, &g) == DL_OK) {
+        mean = 0;
+        for (int r = 0; r < n; r++) { /* each rank's best pass (noise only adds time) */
+            double best = INFINITY;
+            for (int it = 0; it < iters; it++) if (g.t[(size_t)r * iters + it] < best) best = g.t[(size_t)r * iters + it];
+            mean += best / n;
+        }
+    }
+    free(g.t);
+    return mean;
+}
+
+enum { NSIZES = 4 };
+typedef struct comm_job {
+    int p2p;           /* 0: all-reduce over all ranks; 1: ping-pong between ranks 0 and 1 */
+    int nsizes, iters;
+    size_t count[NSIZES];
+    double t[NSIZES];  /* rank 0's median seconds (one-way for p2p) */
+} comm_job;
+
+static int comm_rank(dl_ctx *ctx, void *arg)
+{
+    comm_job *j = arg;
+    dl_comm *c = dl_ctx_comm(ctx);
+    int r = dl_ctx_rank(ctx), rc = DL_OK;
+    size_t maxc = 0;
+    for (int s = 0; s < j->nsizes; s++) if (j->count[s] > maxc) maxc = j->count[s];
+    float *a = calloc(maxc, sizeof *a), *b = calloc(maxc, sizeof *b);
+    double *t = calloc((size_t)j->iters, sizeof *t);
+    if (!a || !b || !t) rc = DL_ENOMEM;
+    for (int s = 0; s < j->nsizes && rc == DL_OK; s++) {
+        size_t n = j->count[s];
+        for (int it = -2; it < j->iters && rc == DL_OK; it++) { /* two warm-ups */
+            if ((rc = dl_barrier(c))) break;
+            uint64_t t0 = dl_now_ns();
+            if (!j->p2p) {
+                rc = dl_allreduce(c, a, b, n, DL_F32, DL_SUM, DL_PURPOSE_OTHER);
+            } else if (r == 0) {
+                if (!(rc = dl_send(c, a, n, DL_F32, 1, DL_PURPOSE_OTHER)))
+                    rc = dl_recv(c, b, n, DL_F32, 1, DL_PURPOSE_OTHER);
+            } else if (r == 1) {
+                if (!(rc = dl_recv(c, b, n, DL_F32, 0, DL_PURPOSE_OTHER)))
+                    rc = dl_send(c, a, n, DL_F32, 0, DL_PURPOSE_OTHER);
+            }
+            double dt = (double)(dl_now_ns() - t0) * 1e-9;
+            if (it >= 0) t[it] = j->p2p ? dt / 2 : dt;
+        }
+        if (r == 0 && rc == DL_OK) j->t[s] = bu_median(t, (size_t)j->iters);
+    }
+    free(a), free(b), free(t);
+    return rc;
+}
+
+/* Least-squares line t = a + b*S through the (S, t) points. */
+static void fit_line(const double *S, const double *t, int n, double *a, double *b)
+{
+    double ms = 0, mt = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) ms += S[i] / n, mt += t[i] / n;
+    for (int i = 0; i < n; i++) sxx += (S[i] - ms) * (S[i] - ms), sxy += (S[i] - ms) * (t[i] - mt);
+    *b = sxx > 0 ? sxy / sxx : 0;
+    *a = mt - *b * ms;
+}
+
+static int measure_comm(int n, int p2p, int quick, double *bw, double *lat, comm_job *out)
+{
+    comm_job j;
+    memset(&j, 0, sizeof j);
+    j.p2p = p2p;
+    j.nsizes = NSIZES;
+    j.iters = quick ? 7 : 21;
+    static const size_t counts[NSIZES] = {256, 16384, 262144, 1048576}; /* 1 KiB .. 4 MiB of f32 */
+    memcpy(j.count, counts, sizeof counts);
+    dl_world_opts wo;
+    dl_world_opts_init(&wo);
+    wo.nranks = n;
+    wo.topology = "";
+    wo.timeout_s = 0;
+    if (dl_world_run(&wo, comm_rank, &j) != DL_OK) return -1;
+    double S[NSIZES], t[NSIZES], a, b;
+    for (int s = 0; s < NSIZES; s++) S[s] = (double)j.count[s] * 4, t[s] = j.t[s];
+    fit_line(S, t, NSIZES, &a, &b);
+    if (!(b > 0)) b = t[NSIZES - 1] / S[NSIZES - 1];
+    if (!(a > 0)) a = t[0] - S[0] * b; /* the line passes below zero: the smallest message's excess */
+    if (!(a > 0)) a = 1e-9;
+    if (!p2p) { /* ring: t = 2(n-1) alpha + 2(n-1)/n S / beta */
+        *lat = a / (2.0 * (n - 1));
+        *bw = 2.0 * (n - 1) / (n * b);
+    } else {
+        *lat = a;
+        *bw = 1.0 / b;
+    }
+    if (out) *out = j;
+    return 0;
+}
+
+/* One dl_train_run of the layout; fills ms (median step) and the result (caller frees). */
+static int run_layout(const pc_model *m, int dp, int tp, int zero, int steps, dl_train_result *res)
+{
+    dl_train_opts o;
+    dl_train_opts_init(&o);
+    o.model = m->cfg;
+    o.dp = dp;
+    o.tp = tp;
+    o.zero = zero;
+    o.micro_batch = m->micro_batch;
+    o.microbatches = 1;
+    o.global_batch = dp * m->micro_batch;
+    o.steps = steps;
+    o.warmup = 1;
+    o.eval_every = 0;
+    o.eval_windows = 1;
+    o.log_every = 0;
+    o.log = NULL;
+    o.timeout_s = 0;
+    memset(res, 0, sizeof *res);
+    if (dl_train_resolve(&o, dp * tp) != DL_OK) return -1;
+    return dl_train_run(&o, res) == DL_OK ? 0 : -1;
+}
+
+/* The best (fastest) step after the first of `reps` runs, in ms: the host is shared and noisy,
+ * and background load only ever adds time, so the fastest step is the machine's own figure
+ * (calibrate and validate both use it). *res keeps the last run's result (memory peaks are the
+ * same every run). */
+static double run_best(const pc_model *m, int dp, int tp, int zero, int steps, int reps,
+                       dl_train_result *res)
+{
+    double best = INFINITY;
+    for (int i = 0; i < reps; i++) {
+        if (i > 0) dl_train_result_free(res);
+        if (run_layout(m, dp, tp, zero, steps, res) != 0) return NAN;
+        for (int k = 1; k < res->nsteps; k++)
+            if (res->steps[k].ms < best) best = res->steps[k].ms;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Predictions                                                                                */
+
+void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize,
+                      double bytes[3], size_t *numel_out)
+{
+    /* every tp rank holds the same number of elements (the shards are equal blocks) */
+    dl_gpt_layout *lay = NULL;
+    size_t P = 0;
+    if (dl_gpt_layout_create(c, tp, 0, &lay) == DL_OK) P = lay->numel;
+    dl_gpt_layout_destroy(lay);
+    int stage = dp > 1 ? zero : 0;
+    dl_zero_shard z;
+    dl_zero_shard_init(&z, P, stage ? dp : 1, 0);
+    bytes[0] = (double)P * dsize;                                         /* params */
+    bytes[1] = (double)P * dsize + (stage == 2 ? (double)z.shard * dsize : 0); /* grads (+ shard) */
+    bytes[2] = 2.0 * (double)(stage ? z.shard : P) * dsize;              /* AdamW m and v */
+    if (numel_out) *numel_out = P;
+}
+
+typedef struct pc_pred {
+    double gemm, nongemm, dp_comm, tp_comm, small_comm, sync, total; /* seconds */
+    int ncoll;        /* blocking collectives per step on the critical path */
+    int oversub;
+} pc_pred;
+
+/* Blocking collectives of one training step per rank (distlab-train's defaults: 1 MiB gradient
+ * buckets, no overlap): dp gradient buckets (ZeRO 1/2: a reduce-scatter and an all-gather per
+ * round of about a bucket), tp's 4 all-reduces per layer (2 forward, 2 backward) per
+ * micro-batch, and the loss and gradient-norm scalars. */
+static int pc_collectives(const pc_model *m, int dp, int tp, int zero, size_t P)
+{
+    size_t bucket = (size_t)(1.0 * 1048576.0 / 4);
+    int n = 0;
+    if (dp > 1) {
+        int rounds = (int)((P + bucket - 1) / bucket);
+        n += zero ? 2 * rounds : rounds;
+    }
+    if (tp > 1) n += 4 * m->cfg.layers;
+    if (dp * tp > 1) n += 2;
+    return n;
+}
+
+static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int tp, int zero,
+                            int cores, pc_pred *p)
+{
+    (void)zero; /* ZeRO 1/2: reduce-scatter + all-gather = the all-reduce's bytes */
+    memset(p, 0, sizeof *p);
+    double blocks, head;
+    pc_gemm_flops(m, &blocks, &head);
+    int n = dp * tp, R = hw->ranks > 0 ? hw->ranks : 1;
+    double rate1 = hw->flops_alone > 0 ? hw->flops_alone : hw->flops;
+    double cfR = hw->flops_alone > 0 ? hw->flops_alone / hw->flops : 1.0;
+    int k = n < cores ? n : cores;
+    double cf = k <= 1 ? 1.0 : (R > 1 ? 1.0 + (cfR - 1.0) * (k - 1) / (R - 1) : cfR);
+    p->gemm = (blocks / tp + head) / rate1 * cf;
+    double ncR = hw->nongemm_contention > 0 ? hw->nongemm_contention : cfR;
+    double ncf = k <= 1 ? 1.0 : (R > 1 ? 1.0 + (ncR - 1.0) * (k - 1) / (R - 1) : ncR);
+    p->nongemm = hw->nongemm_ratio * (blocks + head) / rate1 / tp * ncf;
+    double alpha = hw->intra_lat, beta = hw->intra_bw;
+    double pb[3];
+    size_t P;
+    pc_state_predict(&m->cfg, dp, tp, zero, 4, pb, &P);
+    if (dp > 1) p->dp_comm = 2.0 * (dp - 1) * (alpha + (double)P * 4 / (dp * beta));
+    if (tp > 1) {
+        double msg = (double)m->micro_batch * m->cfg.seq * m->cfg.d_model * 4;
+        p->tp_comm = 4.0 * m->cfg.layers * 2.0 * (tp - 1) * (alpha + msg / (tp * beta));
+    }
+    if (n > 1) p->small_comm = 2 * 2.0 * (n - 1) * alpha; /* loss and gradient-norm scalars */
+    p->ncoll = pc_collectives(m, dp, tp, zero, P);
+    p->sync = p->ncoll * hw->sync_cost;
+    p->oversub = n > cores;
+    double comp = p->gemm + p->nongemm + p->sync;
+    if (p->oversub) comp *= (double)n / cores;
+    p->total = comp + p->dp_comm + p->tp_comm + p->small_comm;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* calibrate                                                                                  */
+
+static int calibrate(const pc_model *m, int ranks, int quick, dl_plan_hw *hw, FILE *f)
+{
+    memset(hw, 0, sizeof *hw);
+    int cores = pc_cores();
+    snprintf(hw->name, sizeof hw->name, "this-machine");
+    hw->mfu = 1.0;
+    hw->ranks = ranks;
+    hw->gpus_per_node = ranks;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    hw->mem_bytes = pages > 0 && psz > 0 ? (double)pages * psz / ranks : 1e9;
+
+    static dl_gemm_log lg;
+    bu_model b = {m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch};
+    bu_model_gemms(&b, &lg);
+    double F = bu_gemm_log_flops(&lg);
+    int iters = quick ? 9 : 31;
+    double t1 = measure_gemm(&lg, 1, iters), tR = measure_gemm(&lg, ranks, iters);
+    if (!(t1 > 0) || !(tR > 0)) {
+        cli_error("calibrate: GEMM measurement failed: %s", dl_errmsg());
+        return -1;
+    }
+    hw->flops_alone = F / t1;
+    hw->flops = F / tR;
+    comm_job ar, pp;
+    if (measure_comm(ranks, 0, quick, &hw->intra_bw, &hw->intra_lat, &ar) ||
+        measure_comm(ranks, 1, quick, &hw->p2p_bw, &hw->p2p_lat, &pp)) {
+        cli_error("calibrate: communication measurement failed: %s", dl_errmsg());
+        return -1;
+    }
+    hw->inter_bw = hw->intra_bw; /* one node: no second link */
+    hw->inter_lat = hw->intra_lat;
+    dl_train_result res;
+    int steps = quick ? 10 : 30, reps = quick ? 3 : 5;
+    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
+    double step = INFINITY, stepR = INFINITY, steptp = INFINITY;
+    for (int i = 0; i < reps; i++) { /* interleaved: a burst of background load hits one of each */
+        double x;
+        x = run_best(m, 1, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+        if (x < step) step = x;
+        x = run_best(m, ranks, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+        if (x < stepR) stepR = x;
+        x = run_best(m, 1, tpR, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+        if (x < steptp) steptp = x;
+    }
+    if (!(step > 0) || !(stepR > 0) || !(steptp > 0) || !isfinite(step + stepR + steptp)) {
+        cli_error("calibrate: training run failed: %s", dl_errmsg());
+        return -1;
+    }
+    double tg = F / hw->flops_alone, tgR = F / hw->flops;
+    hw->nongemm_ratio = step > tg ? (step - tg) / tg : 0;
+    /* the same per-rank work on R ranks at once (dp = R), less its gradient all-reduce */
+    double P = 0, pb[3];
+    size_t numel;
+    pc_state_predict(&m->cfg, ranks, 1, 0, 4, pb, &numel);
+    P = (double)numel;
+    double arR = 2.0 * (ranks - 1) * (hw->intra_lat + P * 4 / (ranks * hw->intra_bw));
+    double ngR = stepR - tgR - arR, ng1 = step - tg;
+    hw->nongemm_contention = ng1 > 0 && ngR > 0 ? ngR / ng1 : 0;
+    /* tp = R: what the compute and byte model leave unexplained, per blocking collective (the
+     * cost of a rendezvous of busy ranks) */
+    pc_pred p;
+    hw->sync_cost = 0;
+    pc_predict_time(hw, m, 1, tpR, 0, ranks, &p);
+    hw->sync_cost = steptp > p.total && p.ncoll > 0 ? (steptp - p.total) / p.ncoll : 0;
+    if (f) {
+        fprintf(f, "# calibrate: %d cores, %d ranks at once; model L %d C %d H %d T %d, micro-batch %d\n",
+                cores, ranks, m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch);
+        fprintf(f, "# GEMM (the model's %d shapes, %.3g GFLOP a pass): %.2f GFLOP/s alone, %.2f per rank "
+                   "with %d at once (contention %.2fx)\n",
+                lg.n, F / 1e9, hw->flops_alone / 1e9, hw->flops / 1e9, ranks, t1 > 0 ? tR / t1 : NAN);
+        fprintf(f, "# all-reduce on %d ranks (median):", ranks);
+        for (int s = 0; s < ar.nsizes; s++) fprintf(f, " %zu B %.1f us;", ar.count[s] * 4, ar.t[s] * 1e6);
+        fprintf(f, "\n#   ring fit 2(n-1)(alpha + S/(n beta)): beta %.3g GB/s, alpha %.3g us\n",
+                hw->intra_bw / 1e9, hw->intra_lat * 1e6);
+        fprintf(f, "# point-to-point (ping-pong, one way):");
+        for (int s = 0; s < pp.nsizes; s++) fprintf(f, " %zu B %.1f us;", pp.count[s] * 4, pp.t[s] * 1e6);
+        fprintf(f, "\n#   fit alpha + S/beta: beta %.3g GB/s, alpha %.3g us\n", hw->p2p_bw / 1e9,
+                hw->p2p_lat * 1e6);
+        fprintf(f, "# training step on 1 rank (dl_train_run, %d steps, fastest step of %d runs): %.2f ms; "
+                   "its GEMMs alone %.2f ms; non-GEMM ratio %.3f\n",
+                steps, reps, step * 1e3, tg * 1e3, hw->nongemm_ratio);
+        fprintf(f, "# the same per rank on %d ranks at once (dp %d): %.2f ms; GEMMs %.2f ms, all-reduce "
+                   "%.2f ms; non-GEMM contention %.2fx\n",
+                ranks, ranks, stepR * 1e3, tgR * 1e3, arR * 1e3, hw->nongemm_contention);
+        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
+                   "collectives a step: %.1f us each\n",
+                tpR, tpR, steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6);
+        fprintf(f, "# pipeline parallelism: not measured (distlab has no pipeline parallelism yet)\n");
+    }
+    return 0;
+}
+
+static const char *const cal_help =
+    "Usage: distlab-plan calibrate [--out FILE] [--ranks N] [--quick] [--small]\n"
+    "\n"
+    "Measures this machine with the runtime itself and writes a hardware profile\n"
+    "(docs/PLANNER.md): GEMM FLOP/s per rank on the trainer's model shapes (alone and with N ranks\n"
+    "at once), ring all-reduce and point-to-point bandwidth and latency on N ranks, and the\n"
+    "non-GEMM share of a training step (dl_train_run on one rank). Pipeline parallelism does not\n"
+    "exist yet and is not measured.\n"
+    "  --out FILE   the profile (default distlab.hw; '-' for stdout)\n"
+    "  --ranks N    ranks at once (default: the cores, at least 2)\n"
+    "  --quick      fewer repetitions (seconds)\n"
+    "  --small      a smaller model (L 2, C 64, T 32; what DISTLAB_TEST_SCALE=small tests use)\n";
+
+static const char *const val_help =
+    "Usage: distlab-plan validate [--hardware FILE] [--ranks N] [--quick] [--small] [--steps N]\n"
+    "\n"
+    "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
+    "AdamW state, from the tp sharding and the ZeRO shard) for local layouts (dp, tp, ZeRO 1-2;\n"
+    "pipeline parallelism does not exist yet), runs them through the trainer for a few steps and\n"
+    "prints predicted vs measured. Layouts with more ranks than cores are marked oversubscribed:\n"
+    "the time goal (within 25%) applies to the others, the memory goal (within 2%) to all.\n"
+    "Exit status 0 when the goals hold, 1 otherwise.\n"
+    "  --hardware FILE  a profile from `distlab-plan calibrate` (default: calibrate now)\n"
+    "  --ranks N        largest layout (default 8; --quick 4)\n"
+    "  --quick          fewer layouts and steps\n"
+    "  --small          a smaller model (L 2, C 64, T 32); use the same for calibrate\n"
+    "  --steps N        training steps per layout (default 30; --quick 10)\n";
+
+typedef struct pc_args {
+    const char *out, *hardware;
+    int ranks, quick, small, steps;
+} pc_args;
+
+static int pc_parse(int argc, char **argv, int validate, pc_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->out = "distlab.hw";
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            fputs(validate ? val_help : cal_help, stdout);
+            return 1;
+        } else if (!strcmp(s, "--quick")) a->quick = 1;
+        else if (!strcmp(s, "--small")) a->small = 1;
+        else if (!strcmp(s, "--ranks") && v) {
+            if (cli_parse_int("--ranks", v, 1, 64, &a->ranks)) return -1;
+            i++;
+        } else if (validate && !strcmp(s, "--steps") && v) {
+            if (cli_parse_int("--steps", v, 2, 100000, &a->steps)) return -1;
+            i++;
+        } else if (!validate && !strcmp(s, "--out") && v) a->out = v, i++;
+        else if (validate && !strcmp(s, "--hardware") && v) a->hardware = v, i++;
+        else {
+            cli_error("%s: unknown or incomplete option '%s' (see --help)",
+                      validate ? "validate" : "calibrate", s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int plan_calibrate_main(int argc, char **argv)
+{
+    pc_args a;
+    int r = pc_parse(argc, argv, 0, &a);
+    if (r) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    int cores = pc_cores();
+    if (a.ranks == 0) a.ranks = cores < 2 ? 2 : cores;
+    if (a.ranks < 2) {
+        cli_error("calibrate: --ranks must be at least 2 (communication needs two ranks)");
+        return CLI_EXIT_USAGE;
+    }
+    pc_model m;
+    pc_model_init(&m, a.small);
+    dl_plan_hw hw;
+    if (calibrate(&m, a.ranks, a.quick, &hw, stdout) != 0) return CLI_EXIT_FAIL;
+    FILE *f = strcmp(a.out, "-") ? fopen(a.out, "w") : stdout;
+    if (!f) {
+        cli_error("calibrate: cannot write %s", a.out);
+        return CLI_EXIT_FAIL;
+    }
+    int st = dl_plan_hw_write(f, &hw);
+    if (f != stdout && fclose(f) != 0) st = DL_ESYS;
+    if (st != DL_OK) {
+        cli_error("calibrate: writing %s failed", a.out);
+        return CLI_EXIT_FAIL;
+    }
+    if (f != stdout) printf("wrote %s\n", a.out);
+    return CLI_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* validate                                                                                   */
+
+typedef struct pc_layout {
+    int dp, tp, zero;
+} pc_layout;
+
+int plan_validate_main(int argc, char **argv)
+{
+    pc_args a;
+    int r = pc_parse(argc, argv, 1, &a);
+    if (r) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (a.ranks == 0) a.ranks = a.quick ? 4 : 8;
+    if (a.steps == 0) a.steps = a.quick ? 10 : 30;
+    pc_model m;
+    pc_model_init(&m, a.small);
+    int cores = pc_cores();
+    dl_plan_hw hw;
+    if (a.hardware) {
+        if (dl_plan_hw_load(a.hardware, &hw) != DL_OK) {
+            cli_error("validate: %s", dl_errmsg());
+            return CLI_EXIT_USAGE;
+        }
+        printf("# hardware profile %s (%s): GEMM %.2f GFLOP/s per rank (%.2f alone), ring %.3g GB/s "
+               "alpha %.3g us, non-GEMM ratio %.3f\n",
+               a.hardware, hw.name, hw.flops / 1e9, hw.flops_alone / 1e9, hw.intra_bw / 1e9,
+               hw.intra_lat * 1e6, hw.nongemm_ratio);
+    } else if (calibrate(&m, cores < 2 ? 2 : cores, a.quick, &hw, stdout) != 0) {
+        return CLI_EXIT_FAIL;
+    }
+    static const pc_layout all[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 1, 1}, {2, 1, 2},
+                                    {2, 2, 0}, {4, 1, 0}, {1, 4, 0}, {4, 1, 2}, {2, 2, 1},
+                                    {8, 1, 0}, {2, 4, 0}};
+    int nall = (int)(sizeof all / sizeof all[0]);
+    printf("# model L %d C %d H %d T %d, micro-batch %d per dp rank (global batch dp x %d), f32, "
+           "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
+           m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
+           a.steps, a.quick ? 3 : 5, cores);
+    printf("# pipeline parallelism: no layouts (distlab has no pipeline parallelism yet)\n");
+    printf("%-16s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks", "over", "sample",
+           "pred_ms", "meas_ms", "err%", "states_pred", "states_meas", "err%", "paper_zero",
+           "peak_meas", "ok");
+    int ok_all = 1, nrun = 0, ntime = 0;
+    /* interleaved rounds: a burst of background load hits one run of several layouts, not every
+     * run of one layout; each layout keeps its fastest step over the rounds */
+    int reps = a.quick ? 3 : 5;
+    double best[sizeof all / sizeof all[0]];
+    int failed[sizeof all / sizeof all[0]];
+    double smeas0[sizeof all / sizeof all[0]], peak0[sizeof all / sizeof all[0]];
+    double worst[sizeof all / sizeof all[0]];
+    for (int i = 0; i < nall; i++) best[i] = INFINITY, failed[i] = 0, worst[i] = 0;
+    for (int round = 0; round < reps; round++)
+        for (int i = 0; i < nall; i++) {
+            const pc_layout *L = &all[i];
+            if (L->dp * L->tp > a.ranks || m.cfg.heads % L->tp || failed[i]) continue;
+            dl_train_result res;
+            double ms = run_best(&m, L->dp, L->tp, L->zero, a.steps, 1, &res);
+            if (!(ms > 0)) {
+                printf("# dp %d tp %d zero %d: run failed: %s\n", L->dp, L->tp, L->zero, dl_errmsg());
+                failed[i] = 1;
+                dl_train_result_free(&res);
+                continue;
+            }
+            if (ms < best[i]) best[i] = ms;
+            if (round == 0) {
+                double pb[3];
+                pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
+                double spred = pb[0] + pb[1] + pb[2];
+                peak0[i] = 0;
+                for (int rk = 0; rk < res.nranks; rk++) {
+                    const uint64_t *pk = res.peak + (size_t)rk * DL_MEM_NCATEGORIES;
+                    double sm = (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] +
+                                (double)pk[DL_MEM_OPTIMIZER];
+                    double e = 100.0 * (sm - spred) / spred;
+                    if (fabs(e) > fabs(worst[i])) worst[i] = e;
+                    if (rk == 0) {
+                        smeas0[i] = sm;
+                        for (int c = 0; c < DL_MEM_NCATEGORIES; c++) peak0[i] += (double)pk[c];
+                    }
+                }
+            }
+            dl_train_result_free(&res);
+        }
+    for (int i = 0; i < nall; i++) {
+        const pc_layout *L = &all[i];
+        int n = L->dp * L->tp;
+        if (n > a.ranks || m.cfg.heads % L->tp) continue;
+        if (failed[i]) {
+            ok_all = 0;
+            continue;
+        }
+        pc_pred p;
+        pc_predict_time(&hw, &m, L->dp, L->tp, L->zero, cores, &p);
+        double pb[3];
+        size_t P;
+        pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+        double spred = pb[0] + pb[1] + pb[2];
+        /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
+        dl_plan_opts po;
+        dl_plan_opts_init(&po);
+        po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
+        double paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
+        char name[32];
+        snprintf(name, sizeof name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
+        double meas = best[i], terr = 100.0 * (meas - p.total * 1e3) / (p.total * 1e3);
+        int tgoal = p.oversub || fabs(terr) <= 25.0, mgoal = fabs(worst[i]) <= 2.0;
+        if (!p.oversub) ntime++;
+        ok_all &= tgoal && mgoal;
+        nrun++;
+        int R = hw.ranks > 0 ? hw.ranks : 2;
+        int insample = L->zero == 0 && ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
+                                        (L->dp == 1 && L->tp == (m.cfg.heads % R == 0 ? R : 2)));
+        printf("%-16s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", name, n,
+               p.oversub ? "yes" : "no", insample ? "calib" : "new", p.total * 1e3, meas, terr, spred, smeas0[i], worst[i], paper,
+               peak0[i], tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
+    }
+    printf("# step time = GEMM (model shapes / GEMM rate x contention) + non-GEMM (ratio x GEMM) + "
+           "ring all-reduces (dp gradients; tp 4 per layer); states and peaks in bytes per rank "
+           "(rank 0; states err%% is the worst rank); sample: calib = calibrate ran this layout "
+           "to fit the profile (in-sample), new = not seen by calibrate\n");
+    printf("# %d layouts, %d within the cores; goals (time +-25%% within the cores, model states "
+           "+-2%% for all): %s\n",
+           nrun, ntime, ok_all && nrun >= 6 ? "met" : "NOT met");
+    return ok_all && nrun >= 6 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
