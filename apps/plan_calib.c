@@ -616,7 +616,7 @@ int plan_validate_main(int argc, char **argv)
                peak0[i], tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
     }
     printf("# step time = GEMM (model shapes / GEMM rate x contention) + non-GEMM (ratio x GEMM) + "
-           "ring all-reduces (dp gradients; tp 4 per layer); states and peaks in bytes per rank "
+           "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; states and peaks in bytes per rank "
            "(rank 0; states err%% is the worst rank); sample: calib = calibrate ran this layout "
            "to fit the profile (in-sample), new = not seen by calibrate\n");
     printf("# %d layouts, %d within the cores; goals (time +-25%% within the cores, model states "

@@ -431,6 +431,32 @@ START_TEST(t_hw_profile)
     ck_near(b.mfu, 1, 0);
     ck_near(b.intra_lat, 2e-7, 0);
     ck_assert_int_eq(b.gpus_per_node, 2);
+    ck_assert_int_eq(b.ranks, 0); /* the calibration keys are optional, 0 when absent */
+    ck_near(b.nongemm_ratio, 0, 0);
+
+    /* calibrate's optional keys round-trip through dl_plan_hw_write */
+    const char *cal = "flops = 1e11\nmem_bytes=4e9\nintra_bw = 4e10\ninter_bw = 4e10\n"
+                      "gpus_per_node = 2\nranks = 2\nflops_alone = 1.2e11\np2p_bw = 5e10\n"
+                      "p2p_lat = 1.5e-6\nnongemm_ratio = 0.25\nsync_cost = 3e-5\n"
+                      "nongemm_contention = 1.5\n";
+    ck_assert_msg(dl_plan_hw_parse(cal, "t", &a) == DL_OK, "%s", dl_errmsg());
+    char path2[] = "/tmp/test_plan_hwXXXXXX";
+    fd = mkstemp(path2);
+    ck_assert(fd >= 0);
+    f = fdopen(fd, "w");
+    ck_assert_int_eq(dl_plan_hw_write(f, &a), DL_OK);
+    fclose(f);
+    ck_assert_msg(dl_plan_hw_load(path2, &b) == DL_OK, "%s", dl_errmsg());
+    unlink(path2);
+    ck_assert_int_eq(b.ranks, 2);
+    ck_near(b.flops_alone, 1.2e11, 0);
+    ck_near(b.p2p_bw, 5e10, 0);
+    ck_near(b.p2p_lat, 1.5e-6, 0);
+    ck_near(b.nongemm_ratio, 0.25, 0);
+    ck_near(b.sync_cost, 3e-5, 0);
+    ck_near(b.nongemm_contention, 1.5, 0);
+    ck_assert_int_eq(dl_plan_hw_parse("flops = 1e11\nmem_bytes=4e9\nintra_bw = 4e10\ninter_bw = 4e10\n"
+                                      "gpus_per_node = 2\nranks = 1.5\n", "t", &b), DL_EINVAL);
 
     const char *bad[] = {
         "flops = 1e12\n",                                                  /* missing keys */
