@@ -1014,6 +1014,10 @@ int main(int argc, char **argv)
                 usage_sub(s2, stdout);
                 return CLI_EXIT_OK;
             }
+            if (!strcmp(s2, "calibrate") || !strcmp(s2, "validate")) {
+                char *hv[] = {(char *)s2, (char *)"--help", NULL};
+                return s2[0] == 'c' ? plan_calibrate_main(2, hv) : plan_validate_main(2, hv);
+            }
             cli_error("unknown subcommand '%s' (see --help)", s2);
             return CLI_EXIT_USAGE;
         }
