@@ -111,7 +111,8 @@ typedef struct dl_data dl_data;
 void dl_data_opts_init(dl_data_opts *o);
 
 /* Load the file or generate the synthetic corpus and split it. Errors: DL_EINVAL (seq < 1,
- * val_fraction outside (0, 1), bad K or p, synth_bytes or burn_in out of range, an empty file,
+ * val_fraction outside (0, 1), bad K or p, synth_bytes below the minimum corpus or burn_in < 0,
+ * an empty file,
  * a corpus too short for one training and one validation window: the message names the file,
  * its size and the bytes needed), DL_ESYS (the file cannot be opened or read: the message names
  * it and the system's reason), DL_ENOMEM. On success *out must be released with dl_data_free. */

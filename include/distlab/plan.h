@@ -154,8 +154,9 @@ typedef struct dl_plan_layout {
     int seq;            /* tokens per sequence (0: the model's) */
 } dl_plan_layout;
 
-/* Check the layout against the model (t divides heads and kv_heads, p <= layers, global batch a
- * multiple of d * micro_batch) and, if hw is given, t <= GPUs per node and dividing it. */
+/* Check the layout against the model (t divides heads and kv_heads, p <= layers, v >= 1 and
+ * p * v <= layers when v > 1, seq >= 0, global batch a multiple of d * micro_batch) and, if hw
+ * is given, t <= GPUs per node and dividing it. */
 int dl_plan_layout_check(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_layout *l);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -84,7 +84,8 @@ int dl_sched_1f1b(int p, int m, dl_sched **out);
  * backward k the same micro-batch with chunk v-1 - (k / p) % v; stage s runs
  * min(2 (p-s-1) + (v-1) p, m v) warm-up forwards (all of them when m = p), then 1F1B pairs,
  * then the remaining backwards, then OPT. m must be a multiple of p (DL_EINVAL otherwise);
- * v = 1 gives dl_sched_1f1b (Megatron switches to the plain schedule then). */
+ * with v = 1 the actions are 1F1B's (the kind stays INTERLEAVED, and m must still be a multiple
+ * of p). */
 int dl_sched_interleaved(int p, int m, int v, dl_sched **out);
 /* Asynchronous PipeDream 1F1B: the order of dl_sched_1f1b with an OPT right after every
  * backward and no flush. stash = 1: weight stashing (each backward uses its forward's weights). */
@@ -153,9 +154,10 @@ double dl_sched_bubble_formula(const dl_sched *s);
 /* ---- printing ---------------------------------------------------------------------------- */
 
 /* The lecture's grid, one line per stage: "GPU 1  " then one character per time unit: the
- * micro-batch's digit for a forward ('0'..'9', then 'A'..'Z'), its letter for a backward
- * ('a'..'z'; a backward of cost 2 prints "aa"), '*' for an optimizer step of non-zero cost and
- * U+00B7 '·' for idle. Every action must start and end on whole units (DL_EINVAL otherwise).
+ * micro-batch's digit for a forward ('0'..'9', then 'A'..'Z', then '+' from 36 on), its letter
+ * for a backward ('a'..'z', then '-' from 26 on; a backward of cost 2 prints "aa"), '*' for an
+ * optimizer step of non-zero cost and U+00B7 '·' for idle. Every action must start and end on
+ * whole units, and the makespan must not exceed 1e6 units (DL_EINVAL otherwise).
  * *out is a malloc'd string, each line ending in '\n'. */
 int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out);
 /* The lecture's caption: "GPipe（4 个微批次）：气泡 42.9%" (the percentage with one decimal,

@@ -3,8 +3,10 @@
  * A rank's flat buffer (its tp shard: P = dl_gpt_numel elements, parameters and gradients alike)
  * is padded to a multiple of the dp size d and cut into d contiguous shards of S = padded / d
  * elements: dp rank r owns [r·S, (r+1)·S) of the padded buffer (the ZeRO paper's partition). The
- * padding (< d elements) is at the end, so only the last shard holds any; it never exists in the
- * model's buffers (the packers below read it as zero and never write it).
+ * padding (< d elements) is at the end of the padded buffer; it usually falls in the last shard
+ * but can span several when it exceeds S (P = 5, d = 4: S = 2, shards 2 and 3 hold padding, rank
+ * 3 owns no real element). It never exists in the model's buffers (the packers below read it as
+ * zero and never write it).
  *
  * Collectives over shards ("columns"): view the padded buffer as d rows (the shards) of S
  * columns. The columns [lo, lo + k) of all rows are d·k elements; packed row after row they are
