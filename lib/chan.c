@@ -82,8 +82,9 @@ static void futex_wake(atomic_uint *word)
  * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
  * the publisher's store-then-check (both seq_cst). */
 static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
-                      const dl_waiter *w, uint64_t *wait_ns)
+                      const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps)
 {
+    int slept = 0;
     uint64_t t0 = dl_now_ns();
     int spins = w ? w->spins : 1000;
     int mode = w ? (int)w->mode : DL_WAIT_SPIN;
@@ -104,11 +105,14 @@ static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag
             continue;
         }
         atomic_store(sleep_flag, 1);
-        if (atomic_load(word) == v)
+        if (atomic_load(word) == v) {
             futex_wait(word, v, 20 * 1000 * 1000);
+            slept = 1;
+        }
         atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
     }
     *wait_ns += dl_now_ns() - t0;
+    *sleeps += (uint64_t)slept;
     return DL_OK;
 }
 
@@ -118,7 +122,8 @@ static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
     uint32_t h = c->p_head;
     if (h - c->p_tail_cache >= c->nslots) {
         /* the ring looks full: slot h is free once message h - nslots was released */
-        int rc = wait_reach(&c->tail, h - c->nslots + 1, &c->tail_sleep, w, &l->stats.send_wait_ns);
+        int rc = wait_reach(&c->tail, h - c->nslots + 1, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                            &l->stats.send_sleeps);
         if (rc)
             return rc;
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
@@ -152,7 +157,8 @@ static int chan_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     uint32_t a = c->c_acq;
     slot_hdr *s = &c->hdr[a & c->mask];
     if (atomic_load_explicit(&s->seq, memory_order_acquire) != a + 1) {
-        int rc = wait_reach(&s->seq, a + 1, &c->head_sleep, w, &l->stats.recv_wait_ns);
+        int rc = wait_reach(&s->seq, a + 1, &c->head_sleep, w, &l->stats.recv_wait_ns,
+                            &l->stats.recv_sleeps);
         if (rc)
             return rc;
     }
@@ -200,7 +206,8 @@ static int chan_release(dl_link *l)
 static int chan_flush(dl_link *l, const dl_waiter *w)
 {
     chan *c = (chan *)l;
-    int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns);
+    int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                            &l->stats.send_sleeps);
     if (rc == DL_OK)
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
     return rc;

@@ -201,10 +201,11 @@ static int get_link(call *k, int src, int dst, dl_link **l) { return dl__link(k-
 static int post(call *k, dl_link *l, const void *data, size_t bytes)
 {
     dl_msg m = {data, bytes, k->check};
-    uint64_t w0 = l->stats.send_wait_ns, c0 = l->stats.copy_ns;
+    uint64_t w0 = l->stats.send_wait_ns, c0 = l->stats.copy_ns, s0 = l->stats.send_sleeps;
     int rc = dl_link_post(l, &m, k->w);
     k->c->st.wait_ns += l->stats.send_wait_ns - w0;
     k->c->st.copy_ns += l->stats.copy_ns - c0;
+    k->c->st.sleeps += l->stats.send_sleeps - s0;
     if (rc)
         return rc;
     k->c->st.bytes_sent[k->p] += bytes;
@@ -215,9 +216,10 @@ static int post(call *k, dl_link *l, const void *data, size_t bytes)
 static int acquire(call *k, dl_link *l, size_t bytes, const void **data)
 {
     dl_msg m;
-    uint64_t w0 = l->stats.recv_wait_ns;
+    uint64_t w0 = l->stats.recv_wait_ns, s0 = l->stats.recv_sleeps;
     int rc = dl_link_acquire(l, &m, k->w);
     k->c->st.wait_ns += l->stats.recv_wait_ns - w0;
+    k->c->st.sleeps += l->stats.recv_sleeps - s0;
     if (rc)
         return rc;
     if (m.check != k->check || m.bytes != bytes) {
@@ -235,9 +237,10 @@ static int acquire(call *k, dl_link *l, size_t bytes, const void **data)
 
 static int flush(call *k, dl_link *l)
 {
-    uint64_t w0 = l->stats.send_wait_ns;
+    uint64_t w0 = l->stats.send_wait_ns, s0 = l->stats.send_sleeps;
     int rc = dl_link_flush(l, k->w);
     k->c->st.wait_ns += l->stats.send_wait_ns - w0;
+    k->c->st.sleeps += l->stats.send_sleeps - s0;
     return rc;
 }
 

@@ -189,6 +189,52 @@ START_TEST(full_ring_blocks)
 }
 END_TEST
 
+typedef struct {
+    dl_link *l;
+    dl_waiter w;
+    int rc;
+} sleepy_arg;
+
+static void *late_consumer(void *p)
+{
+    sleepy_arg *a = p;
+    dl_msg m;
+    a->rc = dl_link_acquire(a->l, &m, &a->w);
+    if (a->rc == DL_OK)
+        a->rc = dl_link_release(a->l);
+    return NULL;
+}
+
+/* A long wait goes to sleep on the futex and is counted, with its time; a message already
+ * there costs no wait at all. */
+START_TEST(sleep_counters)
+{
+    dl_link *l;
+    ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 0), DL_OK);
+    sleepy_arg a = {l, {DL_WAIT_SPIN, 100, NULL}, -1};
+    pthread_t t;
+    pthread_create(&t, NULL, late_consumer, &a);
+    usleep(150000);
+    char x = 1;
+    dl_msg m = {&x, 1, 0};
+    ck_assert_int_eq(dl_link_post(l, &m, &a.w), DL_OK);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(a.rc, DL_OK);
+    ck_assert_uint_ge(l->stats.recv_sleeps, 1);
+    ck_assert_uint_ge(l->stats.recv_wait_ns, 100000000u);
+    ck_assert_uint_eq(l->stats.send_sleeps, 0);
+    /* already there: no wait, no sleep */
+    uint64_t s0 = l->stats.recv_sleeps, w0 = l->stats.recv_wait_ns;
+    ck_assert_int_eq(dl_link_post(l, &m, &a.w), DL_OK);
+    dl_msg got;
+    ck_assert_int_eq(dl_link_acquire(l, &got, &a.w), DL_OK);
+    ck_assert_int_eq(dl_link_release(l), DL_OK);
+    ck_assert_uint_eq(l->stats.recv_sleeps, s0);
+    ck_assert_uint_eq(l->stats.recv_wait_ns, w0);
+    dl_link_destroy(l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chan");
@@ -198,6 +244,7 @@ int main(void)
     tcase_add_test(tc, release_without_acquire);
     tcase_add_test(tc, full_ring_blocks);
     tcase_add_test(tc, abort_wakes_waiter);
+    tcase_add_test(tc, sleep_counters);
     tcase_add_test(tc, stress_spin);
     tcase_add_test(tc, stress_yield);
     suite_add_tcase(s, tc);

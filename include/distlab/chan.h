@@ -56,6 +56,9 @@ typedef struct dl_link_stats {
     uint64_t send_wait_ns; /* sender: time waiting for a free slot or for the receiver (flush) */
     uint64_t recv_wait_ns; /* receiver: time waiting for a message */
     uint64_t copy_ns;      /* sender: time copying payload into slots (eager) */
+    uint64_t send_sleeps;  /* sender: waits that went to sleep on the futex (the rest spun or
+                            * yielded their way through) */
+    uint64_t recv_sleeps;  /* receiver: the same */
 } dl_link_stats;
 
 typedef struct dl_link dl_link;

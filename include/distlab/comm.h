@@ -82,6 +82,7 @@ typedef struct dl_comm_stats {
     uint64_t ops;                 /* operations started on this communicator (its sequence) */
     uint64_t algo_ops[DL_NALGOS]; /* collectives run with each algorithm */
     uint64_t wait_ns, copy_ns;    /* summed over this communicator's links */
+    uint64_t sleeps;              /* waits that slept on a futex (this rank's ends of its links) */
 } dl_comm_stats;
 
 /* This rank's counters on c. */
