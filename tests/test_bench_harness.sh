@@ -1,5 +1,5 @@
 #!/bin/sh
-# distlab-bench gemm / stream / overlap: each runs in --quick mode and exits 0, its --csv and
+# distlab-bench gemm / stream / overlap / contention: each runs in --quick mode and exits 0, its --csv and
 # --json output parse (python3 when present), bad options exit 2 with one line on stderr, --plot
 # writes its data and script, and the harness's arithmetic (contention factor, hidden fraction)
 # holds on synthetic timings (`distlab-bench selftest`, which exits 1 on any mismatch).
@@ -22,10 +22,12 @@ if [ "$DISTLAB_TEST_SCALE" = small ]; then
   GEMM="--quick --ranks 2 --d-model 32 --seq 16 --micro-batch 2 --iters 2"
   STREAM="--quick --ranks 2 --mib 1 --trials 2"
   OVERLAP="--quick --ranks 2 --max 256K --trials 2 --gemm-dim 32"
+  CONTENTION="--quick --ranks 1 --iters 10"
 else
   GEMM="--quick --ranks 2 --d-model 64 --seq 32 --micro-batch 4"
   STREAM="--quick --ranks 2 --mib 4"
   OVERLAP="--quick --ranks 2 --max 1M --gemm-dim 64"
+  CONTENTION="--quick --ranks 2 --iters 20"
 fi
 
 TMP="${TMPDIR:-/tmp}/test_bench_harness.$$"
@@ -53,7 +55,7 @@ command -v python3 >/dev/null 2>&1 && HAVE_PY=1
 run selftest 0 selftest
 grep -q '^selftest: ok$' "$TMP/out" || fail "selftest: no 'selftest: ok'"
 
-for sub in gemm stream overlap; do
+for sub in gemm stream overlap contention; do
   eval "args=\$$(echo $sub | tr a-z A-Z)"
   # shellcheck disable=SC2086
   run "$sub text" 0 $sub $args
@@ -87,6 +89,13 @@ if sub == "gemm":
 elif sub == "stream":
     assert {r["policy"] for r in rows} == {"compact", "scatter"}
     for r in body: assert r["copy_gbs"] > 0 and r["triad_gbs"] > 0
+elif sub == "contention":
+    # two passes: ranks that fit and twice as many, three sizes each in --quick
+    assert len({int(r["ranks"]) for r in rows}) == 2 and len(rows) == 6, rows
+    for r in body:
+        assert 0 <= r["wait_pct"] <= 100 and abs(r["wait_pct"] + r["work_pct"] - 100) < 1e-9
+        assert r["us_per_op"] > 0 and r["sleeps_per_op"] >= 0
+        assert r["wait_mode"] == ("yield" if r["oversubscribed"] else "spin")
 else:
     assert {r["mode"] for r in rows} == {"thread", "alternating"}
     for r in body:
@@ -117,7 +126,7 @@ fi
 
 # the help lists the new subcommands
 run "help" 0 --help
-for sub in gemm stream overlap; do
+for sub in gemm stream overlap contention; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 

@@ -1,0 +1,227 @@
+/* distlab-bench contention: where the time of a collective goes on each rank, from the channel
+ * counters: waiting for a peer (and how often that wait went to sleep on a futex) against doing
+ * the work (copying, reducing), for ranks that fit the cores and for twice as many (the
+ * oversubscribed case, where ranks yield instead of spinning). */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "cli.h"
+#include "bench_util.h"
+
+typedef struct ccfg {
+    int ranks, iters;
+    bu_common o;
+} ccfg;
+
+enum { MAXR = 256 };
+
+/* What one world run measures, per rank. */
+typedef struct crun {
+    size_t bytes;
+    int iters;
+    double op_ns[MAXR];    /* time inside the all-reduces */
+    double wait_ns[MAXR];  /* of which waiting for peers (channel counters) */
+    double sleeps[MAXR];   /* waits that slept on a futex */
+    int mode;              /* the wait mode the world chose */
+    int algo;
+} crun;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: distlab-bench contention [OPTIONS]\n"
+"\n"
+"For all-reduces of 8 B, 64 KiB, 1 MiB and 16 MiB (f32, auto algorithm) on N ranks and on 2N\n"
+"ranks (oversubscribed), the time each rank spends inside the collective split into waiting for\n"
+"its peers and working (copying and reducing), from the channels' counters, and how many waits\n"
+"slept on a futex rather than spinning (N fit the cores) or yielding (2N do not).\n"
+"wait%% = waiting / time in the collective, averaged over ranks; sleeps/op per rank.\n"
+"\n"
+"Options:\n"
+"  --ranks N     ranks that fit (default: the machine's PUs); 2N are run too\n"
+"  --iters N     all-reduces per size (default 200; --quick 50)\n"
+"  --quick       fewer iterations, sizes up to 1 MiB\n"
+"  --csv         CSV rows (machine facts as leading '#' lines)\n"
+"  --json        JSON Lines: config, one row per (ranks, size), summary (schema distlab/1)\n"
+"  -h, --help    this help\n");
+}
+
+static int parse(int argc, char **argv, ccfg *c)
+{
+    enum { O_RANKS = 256, O_ITERS, O_QUICK, O_CSV, O_JSON };
+    static const struct option lo[] = {
+        {"ranks", required_argument, NULL, O_RANKS}, {"iters", required_argument, NULL, O_ITERS},
+        {"quick", no_argument, NULL, O_QUICK}, {"csv", no_argument, NULL, O_CSV},
+        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int opt;
+    opterr = 0;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (opt) {
+        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, MAXR / 2, &c->ranks)) return -1; break;
+        case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
+        case O_QUICK: c->o.quick = 1; break;
+        case O_CSV: c->o.csv = 1; break;
+        case O_JSON: c->o.json = 1; break;
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        default:
+            cli_error("contention: unknown option or missing value '%s' (see --help)",
+                      argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_error("contention: unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    if (c->o.csv && c->o.json) {
+        cli_error("contention: --csv and --json are exclusive");
+        return -1;
+    }
+    if (!c->iters) c->iters = c->o.quick ? 50 : 200;
+    return 0;
+}
+
+static int rank_fn(dl_ctx *x, void *arg)
+{
+    crun *r = arg;
+    int k = dl_ctx_rank(x);
+    dl_comm *c = dl_ctx_comm(x);
+    size_t n = r->bytes / 4 ? r->bytes / 4 : 1;
+    float *buf;
+    int rc = dl_arena_alloc(dl_ctx_arena(x), DL_MEM_COMM, n * 4, (void **)&buf);
+    if (rc) return rc;
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7);
+    for (int w = 0; w < 5 && rc == DL_OK; w++)
+        rc = dl_allreduce(c, buf, buf, n, DL_F32, DL_MAX, DL_PURPOSE_OTHER);
+    if (rc == DL_OK) rc = dl_barrier(c);
+    dl_comm_reset_stats(c);
+    uint64_t inside = 0;
+    for (int i = 0; i < r->iters && rc == DL_OK; i++) {
+        uint64_t t0 = dl_now_ns();
+        rc = dl_allreduce(c, buf, buf, n, DL_F32, DL_MAX, DL_PURPOSE_OTHER);
+        inside += dl_now_ns() - t0;
+    }
+    dl_comm_stats st;
+    dl_comm_get_stats(c, &st);
+    r->op_ns[k] = (double)inside;
+    r->wait_ns[k] = (double)st.wait_ns;
+    r->sleeps[k] = (double)st.sleeps;
+    if (k == 0) {
+        r->mode = (int)dl_ctx_waiter(x)->mode;
+        r->algo = (int)dl_comm_last_algo(c);
+    }
+    dl_arena_free(dl_ctx_arena(x), buf);
+    return rc;
+}
+
+int bench_contention_main(int argc, char **argv)
+{
+    ccfg c;
+    memset(&c, 0, sizeof c);
+    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    dl_topo *topo = NULL;
+    if (dl_topo_load(&topo, "") != DL_OK) {
+        cli_error("contention: cannot load the topology: %s", dl_errmsg());
+        return CLI_EXIT_FAIL;
+    }
+    int pus = dl_topo_real_pus(topo);
+    if (!c.ranks) c.ranks = pus;
+    static const size_t sizes[] = {8, 64 << 10, 1 << 20, 16 << 20};
+    int nsizes = c.o.quick ? 3 : 4;
+    FILE *f = stdout;
+    if (c.o.json) {
+        bu_json_begin(f, "contention", "config");
+        bu_machine_json(f, topo);
+        bu_json_int(f, "ranks", c.ranks);
+        bu_json_int(f, "iters", c.iters);
+        bu_json_bool(f, "quick", c.o.quick);
+        bu_json_end(f);
+    } else {
+        bu_machine_text(f, topo);
+        fprintf(f, "# contention: all-reduce (f32, auto), %d per size; time inside split from the "
+                   "channel counters\n", c.iters);
+        if (c.o.csv)
+            fprintf(f, "ranks,oversubscribed,wait_mode,bytes,algo,us_per_op,wait_pct,work_pct,"
+                       "sleeps_per_op\n");
+        else
+            fprintf(f, "# %5s %-5s %10s %-8s %10s %7s %7s %13s\n", "ranks", "wait", "bytes", "algo",
+                    "us/op", "wait%", "work%", "sleeps/op/rank");
+    }
+    int status = CLI_EXIT_OK, rows = 0;
+    double worst_over = 0, worst_fit = 0;
+    for (int pass = 0; pass < 2 && status == CLI_EXIT_OK; pass++) {
+        int n = pass ? 2 * c.ranks : c.ranks;
+        if (n > MAXR) break;
+        int over = n > pus;
+        for (int s = 0; s < nsizes; s++) {
+            crun *r = calloc(1, sizeof *r);
+            if (!r) { status = CLI_EXIT_FAIL; break; }
+            r->bytes = sizes[s];
+            r->iters = c.iters;
+            dl_world_opts w;
+            dl_world_opts_init(&w);
+            w.nranks = n;
+            if (dl_world_run(&w, rank_fn, r) != DL_OK) {
+                cli_error("contention: %d ranks, %zu B: %s", n, sizes[s], dl_errmsg());
+                free(r);
+                status = CLI_EXIT_FAIL;
+                break;
+            }
+            double op = 0, wait = 0, sl = 0, mx = 0;
+            for (int k = 0; k < n; k++) {
+                op += r->op_ns[k];
+                wait += r->wait_ns[k];
+                sl += r->sleeps[k];
+                mx = fmax(mx, r->op_ns[k]);
+            }
+            double wait_pct = op > 0 ? 100.0 * wait / op : 0, us = mx / r->iters / 1e3;
+            double sleeps = sl / n / r->iters;
+            const char *mode = r->mode == DL_WAIT_YIELD ? "yield" : "spin";
+            const char *algo = dl_algo_name((dl_algo)r->algo);
+            if (over) worst_over = fmax(worst_over, wait_pct);
+            else worst_fit = fmax(worst_fit, wait_pct);
+            if (c.o.json) {
+                bu_json_begin(f, "contention", "row");
+                bu_json_int(f, "ranks", n);
+                bu_json_bool(f, "oversubscribed", over);
+                bu_json_str(f, "wait_mode", mode);
+                bu_json_int(f, "bytes", (long long)sizes[s]);
+                bu_json_str(f, "algo", algo);
+                bu_json_num(f, "us_per_op", us);
+                bu_json_num(f, "wait_pct", wait_pct);
+                bu_json_num(f, "work_pct", 100.0 - wait_pct);
+                bu_json_num(f, "sleeps_per_op", sleeps);
+                bu_json_end(f);
+            } else if (c.o.csv) {
+                fprintf(f, "%d,%d,%s,%zu,%s,%.3f,%.1f,%.1f,%.4f\n", n, over, mode, sizes[s], algo,
+                        us, wait_pct, 100.0 - wait_pct, sleeps);
+            } else {
+                fprintf(f, "  %5d %-5s %10zu %-8s %10.2f %6.1f%% %6.1f%% %13.4f%s\n", n, mode,
+                        sizes[s], algo, us, wait_pct, 100.0 - wait_pct, sleeps,
+                        over ? "  (oversubscribed)" : "");
+            }
+            fflush(f);
+            rows++;
+            free(r);
+        }
+    }
+    if (c.o.json) {
+        bu_json_begin(f, "contention", "summary");
+        bu_json_int(f, "rows", rows);
+        bu_json_num(f, "max_wait_pct_fitting", worst_fit);
+        bu_json_num(f, "max_wait_pct_oversubscribed", worst_over);
+        bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
+        bu_json_end(f);
+    } else if (!c.o.csv && rows > 0) {
+        fprintf(f, "# waiting, largest share: %.1f%% with ranks fitting the cores, %.1f%% "
+                   "oversubscribed\n", worst_fit, worst_over);
+    }
+    dl_topo_destroy(topo);
+    return status;
+}
