@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "  stream   memory bandwidth (copy, triad), 1 ... N threads, compact and scatter\n"
             "  overlap  all-reduce alone, GEMMs alone, both at once: slowdowns, fraction hidden\n"
             "  contention  time in collectives split into waiting and working; futex sleeps\n"
+            "  scaling  the trainer's strong and weak scaling over dp and tp\n"
             "\n"
             "Options:\n"
             "  -h, --help      this help; `distlab-bench SUBCOMMAND --help` for a subcommand's\n"
@@ -54,7 +55,8 @@ int main(int argc, char **argv)
             if (strcmp(argv[2], "stream") == 0) return bench_stream_main(2, hargv);
             if (strcmp(argv[2], "overlap") == 0) return bench_overlap_main(2, hargv);
             if (strcmp(argv[2], "contention") == 0) return bench_contention_main(2, hargv);
-            cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention)",
+            if (strcmp(argv[2], "scaling") == 0) return bench_scaling_main(2, hargv);
+            cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling)",
                       argv[2]);
             return CLI_EXIT_USAGE;
         }
@@ -71,6 +73,7 @@ int main(int argc, char **argv)
     if (strcmp(sub, "stream") == 0) return bench_stream_main(argc - 1, argv + 1);
     if (strcmp(sub, "overlap") == 0) return bench_overlap_main(argc - 1, argv + 1);
     if (strcmp(sub, "contention") == 0) return bench_contention_main(argc - 1, argv + 1);
+    if (strcmp(sub, "scaling") == 0) return bench_scaling_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0) return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     if (sub[0] == '-') {
@@ -78,7 +81,7 @@ int main(int argc, char **argv)
          * call an nccl-tests binary). argv[0] stays the program name for coll's parser. */
         return bench_coll_main(argc, argv);
     }
-    cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention; see --help)",
+    cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling; see --help)",
               sub);
     return CLI_EXIT_USAGE;
 }

@@ -124,9 +124,28 @@ if [ -x /usr/bin/gnuplot ]; then
   grep -q '<svg' "$TMP/bw.svg" 2>/dev/null || fail "stream --plot: no SVG although gnuplot is installed"
 fi
 
+# scaling: a tiny model, its JSON parses and speed-ups are relative to one rank
+run "scaling" 0 scaling --quick --ranks 2 --steps 2 --layers 1 --d-model 32 --seq 16 --json
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "scaling: JSON does not parse or is inconsistent"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert recs[0]["type"] == "config" and recs[-1]["type"] == "summary" and recs[-1]["status"] == "ok"
+rows = [r for r in recs if r["type"] == "row"]
+assert {(r["mode"], r["par"]) for r in rows} == {("strong", "dp"), ("weak", "dp"), ("strong", "tp")}
+for r in rows:
+    assert r["ranks"] == r["dp"] * r["tp"] and r["tokens_per_s"] > 0
+    assert abs(r["efficiency"] * r["ranks"] - r["speedup"]) < 1e-9
+    if r["ranks"] == 1: assert r["speedup"] == 1
+    if r["par"] == "dp" and r["ranks"] > 1: assert r["dp_grad_bytes_per_rank_per_step"] > 0
+PY
+fi
+run "scaling --bogus" 2 scaling --bogus
+run "scaling --heads 3" 2 scaling --heads 3 --d-model 32
+
 # the help lists the new subcommands
 run "help" 0 --help
-for sub in gemm stream overlap contention; do
+for sub in gemm stream overlap contention scaling; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 

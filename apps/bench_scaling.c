@@ -1,0 +1,247 @@
+/* distlab-bench scaling: the trainer's strong scaling (fixed global batch) and weak scaling
+ * (fixed batch per data-parallel rank) for data and tensor parallelism, from 1 rank up to the
+ * machine's PUs and beyond (marked oversubscribed): tokens/s, speed-up over one rank,
+ * efficiency, and the bytes each rank sends per step. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "cli.h"
+#include "bench_util.h"
+
+typedef struct scfg {
+    int ranks, steps, seqs, oversub;
+    bu_model m;
+    bu_common o;
+} scfg;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: distlab-bench scaling [OPTIONS]\n"
+"\n"
+"Trains the benchmark model for a few steps in each layout and reports tokens/s, speed-up over\n"
+"one rank and efficiency (speed-up / ranks):\n"
+"  strong dp: a fixed global batch (--seqs x the most ranks) split over 1, 2, 4 ... ranks;\n"
+"  weak dp:   --seqs sequences per rank, so the global batch grows with the ranks;\n"
+"  strong tp: the --seqs x the most ranks sequences on a model split over 1, 2, 4 ... ranks\n"
+"             (up to the head count). Weak scaling of tp would grow the model: not measured.\n"
+"Ranks beyond the machine's PUs (--oversubscribe) are marked; their timings include\n"
+"contention by construction. The bytes are what each rank sends per step (dp gradients, tp\n"
+"activations). Where the time goes within a step needs the trace (a later issue).\n"
+"\n"
+"Options:\n"
+"  --ranks N        most ranks that fit (default: the machine's PUs)\n"
+"  --oversubscribe  also run 2N ranks\n"
+"  --steps N        steps per layout, median step after the first (default 8; --quick 4)\n"
+"  --seqs N         sequences per rank (default 8; --quick 2)\n"
+"  --layers N --d-model N --heads N --seq N   the model (default 4, 256, 4, 128; --quick 2, 64,\n"
+"                   4, 32)\n"
+"  --quick          the small model and fewer steps\n"
+"  --csv            CSV rows (machine facts as leading '#' lines)\n"
+"  --json           JSON Lines: config, one row per layout, summary (schema distlab/1)\n"
+"  -h, --help       this help\n");
+}
+
+static int parse(int argc, char **argv, scfg *c)
+{
+    enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_QUICK,
+           O_CSV, O_JSON };
+    static const struct option lo[] = {
+        {"ranks", required_argument, NULL, O_RANKS}, {"oversubscribe", no_argument, NULL, O_OVER},
+        {"steps", required_argument, NULL, O_STEPS}, {"seqs", required_argument, NULL, O_SEQS},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"d-model", required_argument, NULL, O_DMODEL},
+        {"heads", required_argument, NULL, O_HEADS}, {"seq", required_argument, NULL, O_SEQ},
+        {"quick", no_argument, NULL, O_QUICK}, {"csv", no_argument, NULL, O_CSV},
+        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int opt, layers = 0, dmodel = 0, heads = 0, seq = 0;
+    opterr = 0;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (opt) {
+        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 256, &c->ranks)) return -1; break;
+        case O_OVER: c->oversub = 1; break;
+        case O_STEPS: if (cli_parse_int("--steps", optarg, 2, 100000, &c->steps)) return -1; break;
+        case O_SEQS: if (cli_parse_int("--seqs", optarg, 1, 1 << 16, &c->seqs)) return -1; break;
+        case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 4096, &layers)) return -1; break;
+        case O_DMODEL: if (cli_parse_int("--d-model", optarg, 1, 1 << 16, &dmodel)) return -1; break;
+        case O_HEADS: if (cli_parse_int("--heads", optarg, 1, 4096, &heads)) return -1; break;
+        case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq)) return -1; break;
+        case O_QUICK: c->o.quick = 1; break;
+        case O_CSV: c->o.csv = 1; break;
+        case O_JSON: c->o.json = 1; break;
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        default:
+            cli_error("scaling: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_error("scaling: unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    if (c->o.csv && c->o.json) {
+        cli_error("scaling: --csv and --json are exclusive");
+        return -1;
+    }
+    c->m.layers = layers ? layers : c->o.quick ? 2 : 4;
+    c->m.d_model = dmodel ? dmodel : c->o.quick ? 64 : 256;
+    c->m.heads = heads ? heads : 4;
+    c->m.seq = seq ? seq : c->o.quick ? 32 : 128;
+    if (!c->steps) c->steps = c->o.quick ? 4 : 8;
+    if (!c->seqs) c->seqs = c->o.quick ? 2 : 8;
+    dl_gpt_config g;
+    dl_gpt_config_default(&g);
+    g.layers = c->m.layers, g.d_model = c->m.d_model, g.heads = c->m.heads, g.seq = c->m.seq;
+    if (dl_gpt_config_check(&g, 1)) {
+        cli_error("scaling: %s", dl_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct point {
+    const char *mode, *par;
+    int ranks, dp, tp, global, over;
+    double tps, ms, speedup, eff, grad_bytes, act_bytes;
+} point;
+
+static int run_point(const scfg *c, point *p)
+{
+    dl_train_opts o;
+    dl_train_opts_init(&o);
+    o.model.layers = c->m.layers;
+    o.model.d_model = c->m.d_model;
+    o.model.heads = c->m.heads;
+    o.model.seq = c->m.seq;
+    o.dp = p->dp;
+    o.tp = p->tp;
+    o.global_batch = p->global;
+    o.micro_batch = p->global / p->dp;
+    o.microbatches = 1;
+    o.steps = c->steps;
+    o.warmup = 1;
+    o.eval_windows = 1;
+    o.log_every = 0;
+    dl_train_result r;
+    int rc = dl_train_run(&o, &r);
+    if (rc == DL_OK) {
+        p->tps = r.tokens_per_s;
+        p->ms = r.ms_per_step;
+        p->grad_bytes = r.dp_grad_bytes_per_step;
+        p->act_bytes = r.tp_act_bytes_per_step;
+    }
+    dl_train_result_free(&r);
+    return rc;
+}
+
+static void print_point(FILE *f, const scfg *c, const point *p)
+{
+    if (c->o.json) {
+        bu_json_begin(f, "scaling", "row");
+        bu_json_str(f, "mode", p->mode);
+        bu_json_str(f, "par", p->par);
+        bu_json_int(f, "ranks", p->ranks);
+        bu_json_int(f, "dp", p->dp);
+        bu_json_int(f, "tp", p->tp);
+        bu_json_bool(f, "oversubscribed", p->over);
+        bu_json_int(f, "global_batch", p->global);
+        bu_json_num(f, "tokens_per_s", p->tps);
+        bu_json_num(f, "ms_per_step", p->ms);
+        bu_json_num(f, "speedup", p->speedup);
+        bu_json_num(f, "efficiency", p->eff);
+        bu_json_num(f, "dp_grad_bytes_per_rank_per_step", p->grad_bytes);
+        bu_json_num(f, "tp_act_bytes_per_rank_per_step", p->act_bytes);
+        bu_json_end(f);
+    } else if (c->o.csv) {
+        fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%.1f,%.3f,%.4f,%.4f,%.0f,%.0f\n", p->mode, p->par,
+                p->ranks, p->dp, p->tp, p->over, p->global, p->tps, p->ms, p->speedup, p->eff,
+                p->grad_bytes, p->act_bytes);
+    } else {
+        fprintf(f, "  %-6s %-3s %5d %7d %10.0f %9.1f %8.2fx %6.0f%% %10.2f %10.2f%s\n", p->mode,
+                p->par, p->ranks, p->global, p->tps, p->ms, p->speedup, 100 * p->eff,
+                p->grad_bytes / 1e6, p->act_bytes / 1e6, p->over ? "  (oversubscribed)" : "");
+    }
+    fflush(f);
+}
+
+int bench_scaling_main(int argc, char **argv)
+{
+    scfg c;
+    memset(&c, 0, sizeof c);
+    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    dl_topo *topo = NULL;
+    if (dl_topo_load(&topo, "") != DL_OK) {
+        cli_error("scaling: cannot load the topology: %s", dl_errmsg());
+        return CLI_EXIT_FAIL;
+    }
+    int pus = dl_topo_real_pus(topo);
+    if (!c.ranks) c.ranks = pus;
+    int most = c.oversub ? 2 * c.ranks : c.ranks;
+    FILE *f = stdout;
+    if (c.o.json) {
+        bu_json_begin(f, "scaling", "config");
+        bu_machine_json(f, topo);
+        bu_json_int(f, "ranks", c.ranks);
+        bu_json_bool(f, "oversubscribe", c.oversub);
+        bu_json_int(f, "steps", c.steps);
+        bu_json_int(f, "seqs_per_rank", c.seqs);
+        bu_json_int(f, "layers", c.m.layers);
+        bu_json_int(f, "d_model", c.m.d_model);
+        bu_json_int(f, "heads", c.m.heads);
+        bu_json_int(f, "seq", c.m.seq);
+        bu_json_end(f);
+    } else {
+        bu_machine_text(f, topo);
+        fprintf(f, "# scaling: model %d layers, d-model %d, %d heads, seq %d, f32; %d steps per "
+                   "layout (median after the first); %d sequences per rank\n", c.m.layers,
+                c.m.d_model, c.m.heads, c.m.seq, c.steps, c.seqs);
+        if (c.o.csv)
+            fprintf(f, "mode,par,ranks,dp,tp,oversubscribed,global_batch,tokens_per_s,ms_per_step,"
+                       "speedup,efficiency,dp_grad_bytes,tp_act_bytes\n");
+        else
+            fprintf(f, "# %-6s %-3s %5s %7s %10s %9s %9s %7s %10s %10s\n", "mode", "par", "ranks",
+                    "batch", "tokens/s", "ms/step", "speed-up", "effic.", "dp MB/step",
+                    "tp MB/step");
+    }
+    int status = CLI_EXIT_OK, rows = 0;
+    double best_eff_fit = 0;
+    /* strong dp, weak dp, strong tp: ranks 1, 2, 4, ... up to `most` */
+    for (int kind = 0; kind < 3 && status == CLI_EXIT_OK; kind++) {
+        double base = 0;
+        for (int n = 1; n <= most && status == CLI_EXIT_OK; n *= 2) {
+            point p = {.mode = kind == 1 ? "weak" : "strong", .par = kind == 2 ? "tp" : "dp",
+                       .ranks = n, .over = n > pus};
+            p.dp = kind == 2 ? 1 : n;
+            p.tp = kind == 2 ? n : 1;
+            if (kind == 2 && c.m.heads % n) break; /* tp must divide the heads */
+            p.global = kind == 1 ? c.seqs * n : c.seqs * most;
+            if (kind != 2 && p.global % n) continue;
+            if (run_point(&c, &p) != DL_OK) {
+                cli_error("scaling: %s %s on %d ranks: %s", p.mode, p.par, n, dl_errmsg());
+                status = CLI_EXIT_FAIL;
+                break;
+            }
+            if (n == 1) base = p.tps;
+            p.speedup = base > 0 ? p.tps / base : NAN;
+            p.eff = p.speedup / n;
+            if (!p.over && n > 1 && p.eff > best_eff_fit) best_eff_fit = p.eff;
+            print_point(f, &c, &p);
+            rows++;
+        }
+    }
+    if (c.o.json) {
+        bu_json_begin(f, "scaling", "summary");
+        bu_json_int(f, "rows", rows);
+        bu_json_num(f, "best_efficiency_fitting", best_eff_fit);
+        bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
+        bu_json_end(f);
+    }
+    dl_topo_destroy(topo);
+    return status;
+}
