@@ -43,13 +43,14 @@ static void usage(FILE *f)
 "  --quick          the small model and fewer steps\n"
 "  --csv            CSV rows (machine facts as leading '#' lines)\n"
 "  --json           JSON Lines: config, one row per layout, summary (schema distlab/1)\n"
+"  --plot FILE      FILE.svg or FILE.png: speed-up and efficiency against ranks (gnuplot)\n"
 "  -h, --help       this help\n");
 }
 
 static int parse(int argc, char **argv, scfg *c)
 {
     enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_QUICK,
-           O_CSV, O_JSON };
+           O_CSV, O_JSON, O_PLOT };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"oversubscribe", no_argument, NULL, O_OVER},
         {"steps", required_argument, NULL, O_STEPS}, {"seqs", required_argument, NULL, O_SEQS},
@@ -57,8 +58,8 @@ static int parse(int argc, char **argv, scfg *c)
         {"d-model", required_argument, NULL, O_DMODEL},
         {"heads", required_argument, NULL, O_HEADS}, {"seq", required_argument, NULL, O_SEQ},
         {"quick", no_argument, NULL, O_QUICK}, {"csv", no_argument, NULL, O_CSV},
-        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"json", no_argument, NULL, O_JSON}, {"plot", required_argument, NULL, O_PLOT},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int opt, layers = 0, dmodel = 0, heads = 0, seq = 0;
     opterr = 0;
     optind = 1;
@@ -75,6 +76,7 @@ static int parse(int argc, char **argv, scfg *c)
         case O_QUICK: c->o.quick = 1; break;
         case O_CSV: c->o.csv = 1; break;
         case O_JSON: c->o.json = 1; break;
+        case O_PLOT: if (bu_plot_check(optarg)) return -1; c->o.plot = optarg; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
             cli_error("scaling: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
@@ -211,9 +213,15 @@ int bench_scaling_main(int argc, char **argv)
     }
     int status = CLI_EXIT_OK, rows = 0;
     double best_eff_fit = 0;
+    char *dat = NULL;
+    size_t datlen = 0;
+    FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
     /* strong dp, weak dp, strong tp: ranks 1, 2, 4, ... up to `most` */
     for (int kind = 0; kind < 3 && status == CLI_EXIT_OK; kind++) {
         double base = 0;
+        if (df)
+            fprintf(df, "%s# %s %s: ranks speedup efficiency\n", kind ? "\n\n" : "",
+                    kind == 1 ? "weak" : "strong", kind == 2 ? "tp" : "dp");
         for (int n = 1; n <= most && status == CLI_EXIT_OK; n *= 2) {
             point p = {.mode = kind == 1 ? "weak" : "strong", .par = kind == 2 ? "tp" : "dp",
                        .ranks = n, .over = n > pus};
@@ -232,6 +240,7 @@ int bench_scaling_main(int argc, char **argv)
             p.eff = p.speedup / n;
             if (!p.over && n > 1 && p.eff > best_eff_fit) best_eff_fit = p.eff;
             print_point(f, &c, &p);
+            if (df) fprintf(df, "%d %.6g %.6g\n", n, p.speedup, p.eff);
             rows++;
         }
     }
@@ -241,6 +250,23 @@ int bench_scaling_main(int argc, char **argv)
         bu_json_num(f, "best_efficiency_fitting", best_eff_fit);
         bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
         bu_json_end(f);
+    }
+    if (df) {
+        fclose(df);
+        if (status == CLI_EXIT_OK &&
+            bu_plot(c.o.plot, dat,
+                    "set title 'distlab-bench scaling: the trainer'\n"
+                    "set xlabel 'ranks'\nset ylabel 'speed-up over one rank'\n"
+                    "set y2label 'efficiency'\nset y2tics\nset yrange [0:*]\nset y2range [0:1.1]\n"
+                    "set logscale x 2\n"
+                    "plot datafile index 0 using 1:2 with linespoints title 'strong dp', \\\n"
+                    "     datafile index 1 using 1:2 with linespoints title 'weak dp', \\\n"
+                    "     datafile index 2 using 1:2 with linespoints title 'strong tp', \\\n"
+                    "     datafile index 0 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong dp', \\\n"
+                    "     datafile index 1 using 1:3 axes x1y2 with lines dt 2 title 'eff. weak dp', \\\n"
+                    "     datafile index 2 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong tp'\n") != 0)
+            status = CLI_EXIT_FAIL;
+        free(dat);
     }
     dl_topo_destroy(topo);
     return status;
