@@ -52,11 +52,11 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, ccfg *c)
 {
-    enum { O_RANKS = 256, O_ITERS, O_QUICK, O_CSV, O_JSON };
+    enum { O_RANKS = 256, O_ITERS };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"iters", required_argument, NULL, O_ITERS},
-        {"quick", no_argument, NULL, O_QUICK}, {"csv", no_argument, NULL, O_CSV},
-        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'},
+        {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},
+        {"json", no_argument, NULL, BU_O_JSON}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int opt;
     opterr = 0;
@@ -65,24 +65,12 @@ static int parse(int argc, char **argv, ccfg *c)
         switch (opt) {
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, MAXR / 2, &c->ranks)) return -1; break;
         case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
-        case O_QUICK: c->o.quick = 1; break;
-        case O_CSV: c->o.csv = 1; break;
-        case O_JSON: c->o.json = 1; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            cli_error("contention: unknown option or missing value '%s' (see --help)",
-                      argv[optind - 1]);
-            return -1;
+            if (bu_common_opt("contention", opt, argv, &c->o)) return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("contention: unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    if (c->o.csv && c->o.json) {
-        cli_error("contention: --csv and --json are exclusive");
-        return -1;
-    }
+    if (bu_common_done("contention", argc, argv, &c->o)) return -1;
     if (!c->iters) c->iters = c->o.quick ? 50 : 200;
     return 0;
 }

@@ -74,15 +74,14 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, gcfg *c)
 {
-    enum { O_RANKS = 256, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_MB, O_ITERS, O_QUICK, O_CSV,
-           O_JSON, O_PLOT };
+    enum { O_RANKS = 256, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_MB, O_ITERS };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"layers", required_argument, NULL, O_LAYERS},
         {"d-model", required_argument, NULL, O_DMODEL}, {"heads", required_argument, NULL, O_HEADS},
         {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MB},
-        {"iters", required_argument, NULL, O_ITERS}, {"quick", no_argument, NULL, O_QUICK},
-        {"csv", no_argument, NULL, O_CSV}, {"json", no_argument, NULL, O_JSON},
-        {"plot", required_argument, NULL, O_PLOT}, {"help", no_argument, NULL, 'h'},
+        {"iters", required_argument, NULL, O_ITERS}, {"quick", no_argument, NULL, BU_O_QUICK},
+        {"csv", no_argument, NULL, BU_O_CSV}, {"json", no_argument, NULL, BU_O_JSON},
+        {"plot", required_argument, NULL, BU_O_PLOT}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int iters = 0, layers = 0, opt;
     opterr = 0; /* one message of our own, not getopt's */
@@ -96,24 +95,12 @@ static int parse(int argc, char **argv, gcfg *c)
         case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 65536, &c->m.seq)) return -1; break;
         case O_MB: if (cli_parse_int("--micro-batch", optarg, 1, 4096, &c->m.micro_batch)) return -1; break;
         case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 100000, &iters)) return -1; break;
-        case O_QUICK: c->o.quick = 1; break;
-        case O_CSV: c->o.csv = 1; break;
-        case O_JSON: c->o.json = 1; break;
-        case O_PLOT: if (bu_plot_check(optarg)) return -1; c->o.plot = optarg; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            cli_error("gemm: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
-            return -1;
+            if (bu_common_opt("gemm", opt, argv, &c->o)) return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("gemm: unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    if (c->o.csv && c->o.json) {
-        cli_error("gemm: --csv and --json are exclusive");
-        return -1;
-    }
+    if (bu_common_done("gemm", argc, argv, &c->o)) return -1;
     if (c->m.d_model % c->m.heads != 0) {
         cli_error("gemm: --heads %d must divide --d-model %d", c->m.heads, c->m.d_model);
         return -1;

@@ -194,13 +194,13 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, ocfg *c)
 {
-    enum { O_RANKS = 256, O_MIN, O_MAX, O_DIM, O_TRIALS, O_QUICK, O_CSV, O_JSON, O_PLOT };
+    enum { O_RANKS = 256, O_MIN, O_MAX, O_DIM, O_TRIALS };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"min", required_argument, NULL, O_MIN},
         {"max", required_argument, NULL, O_MAX}, {"gemm-dim", required_argument, NULL, O_DIM},
-        {"trials", required_argument, NULL, O_TRIALS}, {"quick", no_argument, NULL, O_QUICK},
-        {"csv", no_argument, NULL, O_CSV}, {"json", no_argument, NULL, O_JSON},
-        {"plot", required_argument, NULL, O_PLOT}, {"help", no_argument, NULL, 'h'},
+        {"trials", required_argument, NULL, O_TRIALS}, {"quick", no_argument, NULL, BU_O_QUICK},
+        {"csv", no_argument, NULL, BU_O_CSV}, {"json", no_argument, NULL, BU_O_JSON},
+        {"plot", required_argument, NULL, BU_O_PLOT}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int opt;
     opterr = 0; /* one message of our own, not getopt's */
@@ -212,24 +212,12 @@ static int parse(int argc, char **argv, ocfg *c)
         case O_MAX: if (cli_parse_size("--max", optarg, 4, 1ull << 32, &c->maxb)) return -1; break;
         case O_DIM: if (cli_parse_int("--gemm-dim", optarg, 1, 8192, &c->gemm_dim)) return -1; break;
         case O_TRIALS: if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials)) return -1; break;
-        case O_QUICK: c->o.quick = 1; break;
-        case O_CSV: c->o.csv = 1; break;
-        case O_JSON: c->o.json = 1; break;
-        case O_PLOT: if (bu_plot_check(optarg)) return -1; c->o.plot = optarg; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            cli_error("overlap: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
-            return -1;
+            if (bu_common_opt("overlap", opt, argv, &c->o)) return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("overlap: unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    if (c->o.csv && c->o.json) {
-        cli_error("overlap: --csv and --json are exclusive");
-        return -1;
-    }
+    if (bu_common_done("overlap", argc, argv, &c->o)) return -1;
     if (!c->minb) c->minb = 64 << 10;
     if (!c->maxb) c->maxb = c->o.quick ? 4u << 20 : 256u << 20;
     if (c->minb > c->maxb) {

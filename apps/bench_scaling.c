@@ -49,16 +49,15 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, scfg *c)
 {
-    enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_QUICK,
-           O_CSV, O_JSON, O_PLOT };
+    enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"oversubscribe", no_argument, NULL, O_OVER},
         {"steps", required_argument, NULL, O_STEPS}, {"seqs", required_argument, NULL, O_SEQS},
         {"layers", required_argument, NULL, O_LAYERS},
         {"d-model", required_argument, NULL, O_DMODEL},
         {"heads", required_argument, NULL, O_HEADS}, {"seq", required_argument, NULL, O_SEQ},
-        {"quick", no_argument, NULL, O_QUICK}, {"csv", no_argument, NULL, O_CSV},
-        {"json", no_argument, NULL, O_JSON}, {"plot", required_argument, NULL, O_PLOT},
+        {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},
+        {"json", no_argument, NULL, BU_O_JSON}, {"plot", required_argument, NULL, BU_O_PLOT},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int opt, layers = 0, dmodel = 0, heads = 0, seq = 0;
     opterr = 0;
@@ -73,24 +72,12 @@ static int parse(int argc, char **argv, scfg *c)
         case O_DMODEL: if (cli_parse_int("--d-model", optarg, 1, 1 << 16, &dmodel)) return -1; break;
         case O_HEADS: if (cli_parse_int("--heads", optarg, 1, 4096, &heads)) return -1; break;
         case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq)) return -1; break;
-        case O_QUICK: c->o.quick = 1; break;
-        case O_CSV: c->o.csv = 1; break;
-        case O_JSON: c->o.json = 1; break;
-        case O_PLOT: if (bu_plot_check(optarg)) return -1; c->o.plot = optarg; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            cli_error("scaling: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
-            return -1;
+            if (bu_common_opt("scaling", opt, argv, &c->o)) return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("scaling: unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    if (c->o.csv && c->o.json) {
-        cli_error("scaling: --csv and --json are exclusive");
-        return -1;
-    }
+    if (bu_common_done("scaling", argc, argv, &c->o)) return -1;
     c->m.layers = layers ? layers : c->o.quick ? 2 : 4;
     c->m.d_model = dmodel ? dmodel : c->o.quick ? 64 : 256;
     c->m.heads = heads ? heads : 4;

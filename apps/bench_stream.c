@@ -40,12 +40,12 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, scfg *c)
 {
-    enum { O_RANKS = 256, O_MIB, O_TRIALS, O_QUICK, O_CSV, O_JSON, O_PLOT };
+    enum { O_RANKS = 256, O_MIB, O_TRIALS };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"mib", required_argument, NULL, O_MIB},
-        {"trials", required_argument, NULL, O_TRIALS}, {"quick", no_argument, NULL, O_QUICK},
-        {"csv", no_argument, NULL, O_CSV}, {"json", no_argument, NULL, O_JSON},
-        {"plot", required_argument, NULL, O_PLOT}, {"help", no_argument, NULL, 'h'},
+        {"trials", required_argument, NULL, O_TRIALS}, {"quick", no_argument, NULL, BU_O_QUICK},
+        {"csv", no_argument, NULL, BU_O_CSV}, {"json", no_argument, NULL, BU_O_JSON},
+        {"plot", required_argument, NULL, BU_O_PLOT}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int opt;
     opterr = 0; /* one message of our own, not getopt's */
@@ -55,24 +55,12 @@ static int parse(int argc, char **argv, scfg *c)
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
         case O_MIB: if (cli_parse_int("--mib", optarg, 1, 1 << 16, &c->mib)) return -1; break;
         case O_TRIALS: if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials)) return -1; break;
-        case O_QUICK: c->o.quick = 1; break;
-        case O_CSV: c->o.csv = 1; break;
-        case O_JSON: c->o.json = 1; break;
-        case O_PLOT: if (bu_plot_check(optarg)) return -1; c->o.plot = optarg; break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            cli_error("stream: unknown option or missing value '%s' (see --help)", argv[optind - 1]);
-            return -1;
+            if (bu_common_opt("stream", opt, argv, &c->o)) return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("stream: unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    if (c->o.csv && c->o.json) {
-        cli_error("stream: --csv and --json are exclusive");
-        return -1;
-    }
+    if (bu_common_done("stream", argc, argv, &c->o)) return -1;
     if (!c->mib) c->mib = c->o.quick ? 16 : 64;
     if (!c->trials) c->trials = c->o.quick ? 3 : 7;
     return 0;

@@ -492,3 +492,32 @@ int bu_plot(const char *file, const char *data, const char *script)
     fprintf(stderr, "distlab-bench: wrote %s (data %s, script %s)\n", file, dat, gp);
     return 0;
 }
+
+int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o)
+{
+    switch (opt) {
+    case BU_O_QUICK: o->quick = 1; return 0;
+    case BU_O_CSV: o->csv = 1; return 0;
+    case BU_O_JSON: o->json = 1; return 0;
+    case BU_O_PLOT:
+        if (bu_plot_check(optarg)) return -1;
+        o->plot = optarg;
+        return 0;
+    default:
+        cli_error("%s: unknown option or missing value '%s' (see --help)", sub, argv[optind - 1]);
+        return -1;
+    }
+}
+
+int bu_common_done(const char *sub, int argc, char **argv, const bu_common *o)
+{
+    if (optind < argc) {
+        cli_error("%s: unexpected argument '%s'", sub, argv[optind]);
+        return -1;
+    }
+    if (o->csv && o->json) {
+        cli_error("%s: --csv and --json are exclusive", sub);
+        return -1;
+    }
+    return 0;
+}

@@ -99,4 +99,16 @@ typedef struct bu_common {
     const char *plot;
 } bu_common;
 
+/* getopt codes of the common options (a subcommand's own start at 256), and their long options */
+enum { BU_O_QUICK = 1000, BU_O_CSV, BU_O_JSON, BU_O_PLOT };
+#define BU_LONGOPTS_COMMON                                                                     \
+    {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},            \
+        {"json", no_argument, NULL, BU_O_JSON}
+#define BU_LONGOPT_PLOT {"plot", required_argument, NULL, BU_O_PLOT}
+/* A getopt result that is none of subcommand `sub`'s own options: a common option (returns 0)
+ * or a usage error (returns -1, one line printed). */
+int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o);
+/* After the getopt loop: no stray arguments, and --csv and --json not both (0, or -1 printed). */
+int bu_common_done(const char *sub, int argc, char **argv, const bu_common *o);
+
 #endif
