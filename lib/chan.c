@@ -233,6 +233,29 @@ static int chan_drain(dl_link *l)
     }
 }
 
+/* The producer's posted count is 64-bit (stats) and the ring counters are 32-bit free-running:
+ * released = posted - messages still in flight (at most nslots). */
+static uint64_t chan_released(dl_link *l)
+{
+    chan *c = (chan *)l;
+    uint32_t t = atomic_load_explicit(&c->tail, memory_order_acquire);
+    return l->stats.msgs_sent - (uint64_t)(uint32_t)(c->p_head - t);
+}
+
+static int chan_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
+{
+    chan *c = (chan *)l;
+    if (n > l->stats.msgs_sent)
+        return dl_error(DL_EINVAL, "channel %d->%d: waiting for %llu released messages of %llu "
+                        "posted", l->src, l->dst, (unsigned long long)n,
+                        (unsigned long long)l->stats.msgs_sent);
+    if (chan_released(l) >= n)
+        return DL_OK;
+    uint32_t target = c->p_head - (uint32_t)(l->stats.msgs_sent - n);
+    return wait_reach(&c->tail, target, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                      &l->stats.send_sleeps);
+}
+
 static void chan_wake(dl_link *l)
 {
     chan *c = (chan *)l;
@@ -257,6 +280,8 @@ static const dl_link_ops chan_ops = {
     .drain = chan_drain,
     .wake = chan_wake,
     .destroy = chan_destroy,
+    .released = chan_released,
+    .wait_released = chan_wait_released,
 };
 
 int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes)

@@ -82,6 +82,11 @@ typedef struct dl_link_ops {
     /* Wake any thread sleeping on this link (used on abort). */
     void (*wake)(dl_link *l);
     void (*destroy)(dl_link *l);
+    /* Sender: messages of this link (all kinds) the receiver has released so far; message k
+     * (0-based, in posting order) is done with once released > k. */
+    uint64_t (*released)(dl_link *l);
+    /* Sender: wait until released >= n (n no larger than the messages posted). */
+    int (*wait_released)(dl_link *l, uint64_t n, const dl_waiter *w);
 } dl_link_ops;
 
 struct dl_link {
@@ -94,6 +99,8 @@ static inline int dl_link_post(dl_link *l, const dl_msg *m, const dl_waiter *w) 
 static inline int dl_link_acquire(dl_link *l, dl_msg *m, const dl_waiter *w) { return l->ops->acquire(l, m, w); }
 static inline int dl_link_release(dl_link *l) { return l->ops->release(l); }
 static inline int dl_link_flush(dl_link *l, const dl_waiter *w) { return l->ops->flush(l, w); }
+static inline uint64_t dl_link_released(dl_link *l) { return l->ops->released(l); }
+static inline int dl_link_wait_released(dl_link *l, uint64_t n, const dl_waiter *w) { return l->ops->wait_released(l, n, w); }
 
 /* Create a shared-memory channel link from world rank `src` to `dst` with `nslots` slots (a power
  * of two, >= 2) of `eager_bytes` payload each (0: inline or rendezvous only). */

@@ -94,6 +94,21 @@ void dl_comm_reset_stats(dl_comm *c);
 int dl_send(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 int dl_recv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 
+/* Non-blocking send (the pipeline's hand-offs): inline and eager messages are copied at once,
+ * larger ones are lent, so buf must stay unchanged until dl_send_wait(c, peer, *ticket) returns
+ * or dl_send_test reports it done. Blocks only while the link's ring is full. `tag` must equal
+ * the receiver's (dl_recv_tag; DL_EMISMATCH otherwise): messages between a pair still arrive in
+ * posting order, the tag only catches a receiver expecting a different one. dl_send and dl_recv
+ * use tag 0. */
+int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag,
+             dl_purpose p, uint64_t *ticket);
+int dl_send_test(dl_comm *c, int peer, uint64_t ticket, int *done);
+int dl_send_wait(dl_comm *c, int peer, uint64_t ticket);
+int dl_recv_tag(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p);
+/* After a failure in the caller's own work: abort the world and wait until no peer still reads
+ * a buffer this rank lent on c (dl_isend), so that the caller may free it. */
+void dl_comm_fail(dl_comm *c);
+
 /* The mesh: world = pp x dp x tp (x ep inside dp), tp fastest. */
 typedef struct dl_mesh {
     int dp, pp, tp, ep;
