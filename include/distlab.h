@@ -19,6 +19,7 @@
 #include "distlab/gpt.h"
 #include "distlab/train.h"
 #include "distlab/data.h"
+#include "distlab/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
