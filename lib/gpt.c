@@ -9,20 +9,49 @@ struct dl_gpt {
     dl_gpt_opts o;
     dl_gpt_layout *lay;
     int tp, dsize;
-    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
     size_t N;         /* MB * T: rows of the largest batch */
     size_t set_elems; /* one layer's activations */
-    int k_wte, k_wpe, k_lnf, k_head, *k_layer;
+    int k_wte, k_wpe, k_lnf, k_head, *k_layer; /* k_layer[local layer] */
+    int embed, head;  /* holds virtual stage 0's embeddings / the last virtual stage's head */
+    int cbeg[DL_GPT_MAX_CHUNKS]; /* local index of each chunk's first layer */
+    int maxc;         /* layers of the largest chunk */
+    int slots;        /* activation slots (micro-batches in flight) */
     void *params, *grads;
-    void *act;        /* L layer sets (one with full recompute) */
-    void *xres;       /* residual stream: L + 1 buffers of N x C */
-    void *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
+    /* per slot: activation sets (maxc of them, or one shared with full recompute), the residual
+     * stream (maxc + 1 buffers of N x C), the head's buffers and the tokens */
+    void *act_base, *xres_base, *lnf_base, *lnf_mean_base, *lnf_rstd_base, *probs_base,
+        *losses_base;
+    int *inputs_base, *targets_base, *lastB;
+    /* the current slot and chunk, and that slot's buffers */
+    int cur_slot, cur_chunk;
+    void *cur_act, *xres, *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
+    int *inputs, *targets;
     void *dx, *dln, *dqkv, *datty, *dfchg, *dlnf, *att_scratch;
-    int *inputs, *targets, *zero_targets;
-    int lastB;
+    int *zero_targets;
     void *blocks[24];
     int nblocks;
 };
+
+/* Point the current-slot buffers at slot s, chunk ch. */
+static void select_slot(dl_gpt *g, int s, int ch)
+{
+    size_t ds = (size_t)g->dsize, N = g->N, C = g->C, V = g->V;
+    g->cur_slot = s;
+    g->cur_chunk = ch;
+    g->cur_act = (char *)g->act_base +
+                 (g->o.recompute == DL_RECOMPUTE_FULL ? 0 : (size_t)s * g->maxc * g->set_elems * ds);
+    g->xres = (char *)g->xres_base + (size_t)s * (g->maxc + 1) * N * C * ds;
+    g->inputs = g->inputs_base + (size_t)s * N;
+    g->targets = g->targets_base + (size_t)s * N;
+    if (g->head) {
+        g->lnf = (char *)g->lnf_base + (size_t)s * N * C * ds;
+        g->lnf_mean = (char *)g->lnf_mean_base + (size_t)s * N * ds;
+        g->lnf_rstd = (char *)g->lnf_rstd_base + (size_t)s * N * ds;
+        g->probs = (char *)g->probs_base + (size_t)s * N * V * ds;
+        g->losses = (char *)g->losses_base + (size_t)s * N * ds;
+    }
+}
 
 #define REAL float
 #define SFX f32
@@ -54,8 +83,9 @@ void dl_gpt_destroy(dl_gpt *g)
     for (int i = 0; i < g->nblocks; i++)
         dl_arena_free(g->o.arena, g->blocks[i]);
     free(g->k_layer);
-    free(g->inputs);
-    free(g->targets);
+    free(g->inputs_base);
+    free(g->targets_base);
+    free(g->lastB);
     free(g->zero_targets);
     dl_gpt_layout_destroy(g->lay);
     free(g);
@@ -73,48 +103,68 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     int tp = o->tp < 1 ? 1 : o->tp;
     if (tp > 1 && (!o->tp_comm || dl_comm_size(o->tp_comm) != tp))
         return dl_error(DL_EINVAL, "model: tp %d needs a tp communicator of that size", tp);
+    if (o->act_slots < 0)
+        return dl_error(DL_EINVAL, "model: activation slots must be >= 0 (got %d)", o->act_slots);
     dl_gpt *g = calloc(1, sizeof *g);
     if (!g)
         return dl_error(DL_ENOMEM, "model: out of memory");
     g->o = *o;
     g->tp = tp;
-    int rc = dl_gpt_layout_create(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0, &g->lay);
+    g->slots = o->act_slots < 1 ? 1 : o->act_slots;
+    int rc = dl_gpt_layout_create_part(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0,
+                                       o->part, &g->lay);
     if (rc) {
         free(g);
         return rc;
     }
     const dl_gpt_config *c = &o->cfg;
+    const dl_gpt_part *part = &g->lay->part;
     g->dsize = o->dtype == DL_F64 ? 8 : 4;
-    g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->L = c->layers, g->H = c->heads;
+    g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->L = 0;
+    for (int ch = 0; ch < part->nchunks; ch++) {
+        g->cbeg[ch] = g->L;
+        g->L += part->count[ch];
+        if (part->count[ch] > g->maxc)
+            g->maxc = part->count[ch];
+    }
+    g->embed = part->embed;
+    g->head = part->head;
     g->HS = g->C / g->H;
     g->Cl = g->C / tp;
     g->Fl = 4 * g->C / tp;
     g->NHl = g->H / tp;
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
-    size_t N = g->N, C = g->C;
+    size_t N = g->N, C = g->C, S = (size_t)g->slots;
     g->set_elems = N * C * 3 + 4 * N + N * 3 * g->Cl + (size_t)g->MB * g->NHl * g->T * g->T +
                    N * g->Cl + 2 * N * g->Fl;
-    g->k_wte = dl_gpt_find(g->lay, "wte.weight");
-    g->k_wpe = dl_gpt_find(g->lay, "wpe.weight");
-    g->k_lnf = dl_gpt_find(g->lay, "ln_f.weight");
-    g->k_head = c->tie ? g->k_wte : dl_gpt_find(g->lay, "lm_head.weight");
-    g->k_layer = malloc(sizeof(int) * (size_t)g->L);
-    g->inputs = malloc(sizeof(int) * N);
-    g->targets = malloc(sizeof(int) * N);
+    g->k_wte = g->embed ? dl_gpt_find(g->lay, "wte.weight") : -1;
+    g->k_wpe = g->embed ? dl_gpt_find(g->lay, "wpe.weight") : -1;
+    g->k_lnf = g->head ? dl_gpt_find(g->lay, "ln_f.weight") : -1;
+    /* the head: lm_head, or with tying wte (the stage's own copy when it lacks the embeddings,
+     * which the layout puts last) */
+    g->k_head = !g->head ? -1 : !c->tie ? dl_gpt_find(g->lay, "lm_head.weight")
+                                        : g->lay->ntensors - 1;
+    g->k_layer = malloc(sizeof(int) * (size_t)(g->L ? g->L : 1));
+    g->inputs_base = malloc(sizeof(int) * N * S);
+    g->targets_base = malloc(sizeof(int) * N * S);
+    g->lastB = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
-    if (!g->k_layer || !g->inputs || !g->targets || !g->zero_targets) {
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets) {
         dl_gpt_destroy(g);
         return dl_error(DL_ENOMEM, "model: out of memory");
     }
-    for (int l = 0; l < g->L; l++) {
-        char name[48];
-        snprintf(name, sizeof name, "h.%d.ln_1.weight", l);
-        g->k_layer[l] = dl_gpt_find(g->lay, name);
-    }
+    for (int ch = 0, l = 0; ch < part->nchunks; ch++)
+        for (int i = 0; i < part->count[ch]; i++, l++) {
+            char name[48];
+            snprintf(name, sizeof name, "h.%d.ln_1.weight", part->first[ch] + i);
+            g->k_layer[l] = dl_gpt_find(g->lay, name);
+        }
     size_t ds = (size_t)g->dsize, P = g->lay->numel;
-    size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : (size_t)g->L;
+    size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
+    size_t H = g->head ? S : 0;
     struct {
         dl_mem_category cat;
         size_t elems;
@@ -122,27 +172,31 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     } plan[] = {
         {DL_MEM_PARAMS, P, &g->params},
         {DL_MEM_GRADS, P, &g->grads},
-        {DL_MEM_ACTIVATIONS, sets * g->set_elems, &g->act},
-        {DL_MEM_ACTIVATIONS, (size_t)(g->L + 1) * N * C, &g->xres},
-        {DL_MEM_ACTIVATIONS, N * C, &g->lnf},
-        {DL_MEM_ACTIVATIONS, N, &g->lnf_mean},
-        {DL_MEM_ACTIVATIONS, N, &g->lnf_rstd},
-        {DL_MEM_ACTIVATIONS, N * V, &g->probs},
-        {DL_MEM_ACTIVATIONS, N, &g->losses},
+        {DL_MEM_ACTIVATIONS, sets * g->set_elems, &g->act_base},
+        {DL_MEM_ACTIVATIONS, S * (size_t)(g->maxc + 1) * N * C, &g->xres_base},
+        {DL_MEM_ACTIVATIONS, H * N * C, &g->lnf_base},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_mean_base},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base},
+        {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base},
+        {DL_MEM_ACTIVATIONS, H * N, &g->losses_base},
         {DL_MEM_ACTIVATIONS, N * C, &g->dx},
         {DL_MEM_ACTIVATIONS, N * C, &g->dln},
         {DL_MEM_ACTIVATIONS, N * 3 * Cl, &g->dqkv},
         {DL_MEM_ACTIVATIONS, N * Cl, &g->datty},
         {DL_MEM_ACTIVATIONS, N * Fl, &g->dfchg},
-        {DL_MEM_ACTIVATIONS, N * C, &g->dlnf},
+        {DL_MEM_ACTIVATIONS, g->head ? N * C : 0, &g->dlnf},
         {DL_MEM_ACTIVATIONS, T * T, &g->att_scratch},
     };
-    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        if (!plan[i].elems)
+            continue;
         if ((rc = grab(g, plan[i].cat, plan[i].elems * ds, plan[i].p))) {
             dl_gpt_destroy(g);
             return rc;
         }
+    }
     dl_gpt_init(g->lay, g->params, g->dsize, o->seed);
+    select_slot(g, 0, 0);
     *out = g;
     return DL_OK;
 }
@@ -155,31 +209,104 @@ void dl_gpt_zero_grads(dl_gpt *g) { memset(g->grads, 0, g->lay->numel * (size_t)
 
 size_t dl_gpt_layer_offset(const dl_gpt *g, int l)
 {
-    return l < g->L ? g->lay->t[g->k_layer[l]].offset : g->lay->t[g->k_lnf].offset;
+    if (l < g->L)
+        return g->lay->t[g->k_layer[l]].offset;
+    return g->head ? g->lay->t[g->k_lnf].offset : g->lay->numel;
 }
 
-int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
+static int check_tokens(const dl_gpt *g, const int *toks, size_t n, const char *what)
 {
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= g->V)
+            return dl_error(DL_EINVAL, "model forward: %s token out of range at position %zu",
+                            what, i);
+    return DL_OK;
+}
+
+static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
+{
+    if (slot < 0 || slot >= g->slots || chunk < 0 || chunk >= g->lay->part.nchunks)
+        return dl_error(DL_EINVAL, "model %s: slot %d / chunk %d outside 0..%d / 0..%d", what,
+                        slot, chunk, g->slots - 1, g->lay->part.nchunks - 1);
+    return DL_OK;
+}
+
+int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, const int *targets,
+                         int B, double *loss)
+{
+    int rc = check_slot(g, slot, chunk, "forward");
+    if (rc)
+        return rc;
     if (B < 1 || B > g->MB)
         return dl_error(DL_EINVAL, "model forward: batch %d outside 1..%d", B, g->MB);
+    select_slot(g, slot, chunk);
     size_t n = (size_t)B * g->T;
-    for (size_t i = 0; i < n; i++)
-        if (inputs[i] < 0 || inputs[i] >= g->V || (targets && (targets[i] < 0 || targets[i] >= g->V)))
-            return dl_error(DL_EINVAL, "model forward: token out of range at position %zu", i);
-    memcpy(g->inputs, inputs, n * sizeof(int));
-    memcpy(g->targets, targets ? targets : g->zero_targets, n * sizeof(int));
-    g->lastB = B;
+    int first = g->embed && chunk == 0, last = g->head && chunk == g->lay->part.nchunks - 1;
+    if (first) {
+        if (!inputs)
+            return dl_error(DL_EINVAL, "model forward: the first stage needs the input tokens");
+        if ((rc = check_tokens(g, inputs, n, "input")))
+            return rc;
+        memcpy(g->inputs, inputs, n * sizeof(int));
+    }
+    if (last) {
+        if (targets && (rc = check_tokens(g, targets, n, "target")))
+            return rc;
+        memcpy(g->targets, targets ? targets : g->zero_targets, n * sizeof(int));
+    }
+    g->lastB[slot] = B;
     return g->dsize == 8 ? forward_f64(g, g->inputs, g->targets, B, loss)
                          : forward_f32(g, g->inputs, g->targets, B, loss);
 }
 
+int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
+                          void *arg)
+{
+    int rc = check_slot(g, slot, chunk, "backward");
+    if (rc)
+        return rc;
+    if (!g->lastB[slot])
+        return dl_error(DL_EINVAL, "model backward: no forward in slot %d to differentiate", slot);
+    select_slot(g, slot, chunk);
+    rc = g->dsize == 8 ? backward_f64(g, dloss, ready, arg) : backward_f32(g, dloss, ready, arg);
+    /* a slot's head outputs were overwritten by their gradient; the chunk's forward is spent */
+    if (g->head && chunk == g->lay->part.nchunks - 1)
+        g->lastB[slot] = 0;
+    return rc;
+}
+
+void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk)
+{
+    if (check_slot(g, slot, chunk, "input"))
+        return NULL;
+    select_slot(g, slot, chunk);
+    return g->xres;
+}
+
+const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk)
+{
+    if (check_slot(g, slot, chunk, "output"))
+        return NULL;
+    select_slot(g, slot, chunk);
+    return (const char *)g->xres +
+           (size_t)g->lay->part.count[chunk] * g->N * (size_t)g->C * (size_t)g->dsize;
+}
+
+void *dl_gpt_stage_grad(dl_gpt *g) { return g->dx; }
+
+int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
+{
+    if (g->lay->part.nchunks != 1 || !g->embed || !g->head)
+        return dl_error(DL_EINVAL, "model forward: this rank holds a pipeline stage; use "
+                        "dl_gpt_stage_forward");
+    return dl_gpt_stage_forward(g, 0, 0, inputs, targets, B, loss);
+}
+
 int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg)
 {
-    if (!g->lastB)
+    if (!g->lastB[0])
         return dl_error(DL_EINVAL, "model backward: no forward to differentiate");
-    int rc = g->dsize == 8 ? backward_f64(g, dloss, ready, arg) : backward_f32(g, dloss, ready, arg);
-    g->lastB = 0; /* the probabilities were overwritten by their gradient */
-    return rc;
+    return dl_gpt_stage_backward(g, 0, 0, dloss, ready, arg);
 }
 
 const void *dl_gpt_probs(const dl_gpt *g, int b, int t)

@@ -16,7 +16,7 @@ typedef struct FN(acts_) {
 /* Pointers of layer set `s` inside the activation block. */
 static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
 {
-    REAL *p = (REAL *)g->act + (size_t)s * g->set_elems;
+    REAL *p = (REAL *)g->cur_act + (size_t)s * g->set_elems;
     size_t N = g->N, C = g->C, Cl = g->Cl, Fl = g->Fl;
     FN(acts_) a;
     a.ln1 = p, p += N * C;
@@ -36,7 +36,9 @@ static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
 
 #define PARAM(k) ((REAL *)g->params + g->lay->t[k].offset)
 #define GRAD(k) ((REAL *)g->grads + g->lay->t[k].offset)
-#define XRES(l) ((REAL *)g->xres + (size_t)(l) * g->N * g->C)
+/* the residual stream of the current slot; index r is relative to the current chunk's first
+ * layer (r = its input, r + 1 its first layer's output, ...) */
+#define XRES(r) ((REAL *)g->xres + (size_t)(r) * g->N * g->C)
 
 /* Megatron's two conjugate operators (lecture §3.3), over the tp group; identities at tp = 1.
  * f sits before a column-parallel layer: identity forward, all-reduce of the input gradient
@@ -56,9 +58,9 @@ static int FN(g_backward_)(dl_gpt *g, REAL *dy, size_t n) { (void)g, (void)dy, (
 static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
 {
     int N = B * g->T, C = g->C, Cl = g->Cl, Fl = g->Fl, rc;
-    int k = g->k_layer[l];
-    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
-    REAL *x = XRES(l), *y = XRES(l + 1);
+    int k = g->k_layer[l], r = l - g->cbeg[g->cur_chunk];
+    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : r);
+    REAL *x = XRES(r), *y = XRES(r + 1);
     OP(dl_layernorm_fwd_)(a.ln1, a.ln1_mean, a.ln1_rstd, x, PARAM(k + 0), PARAM(k + 1), N, C);
     if ((rc = FN(f_forward_)(g, a.ln1, (size_t)N * C)))
         return rc;
@@ -88,11 +90,11 @@ static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
 static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
 {
     int N = B * g->T, C = g->C, Cl = g->Cl, Fl = g->Fl, rc;
-    int k = g->k_layer[l];
+    int k = g->k_layer[l], r = l - g->cbeg[g->cur_chunk];
     if (g->o.recompute && (rc = FN(layer_fwd_)(g, l, B)))
         return rc;
-    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : l);
-    REAL *x = XRES(l), *dx = g->dx, *dln = g->dln, *dfchg = g->dfchg;
+    FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : r);
+    REAL *x = XRES(r), *dx = g->dx, *dln = g->dln, *dfchg = g->dfchg;
     REAL *dqkv = g->dqkv, *datty = g->datty;
     /* The activation gradients dfchg, dln, datty, dqkv are fresh at each use: the `_write`
      * kernels overwrite them (no zeroing). dx carries the residual stream and accumulates. */
@@ -128,14 +130,21 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     return DL_OK;
 }
 
+/* Forward of the current chunk of the current slot: the embeddings first when the chunk is
+ * virtual stage 0 (otherwise XRES(0) holds the received input), the head and the loss when it
+ * is the last. */
 static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
 {
-    int N = B * g->T, C = g->C, V = g->V, rc;
-    OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
-    for (int l = 0; l < g->L; l++)
+    int N = B * g->T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
+    int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
+    if (g->embed && ch == 0)
+        OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
+    for (int l = lb; l < le; l++)
         if ((rc = FN(layer_fwd_)(g, l, B)))
             return rc;
-    OP(dl_layernorm_fwd_)(g->lnf, g->lnf_mean, g->lnf_rstd, XRES(g->L), PARAM(g->k_lnf),
+    if (!(g->head && ch == g->lay->part.nchunks - 1))
+        return DL_OK;
+    OP(dl_layernorm_fwd_)(g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf),
                           PARAM(g->k_lnf + 1), N, C);
     OP(dl_linear_fwd_)(g->probs, g->lnf, PARAM(g->k_head), NULL, N, C, V);
     double m = OP(dl_crossentropy_fwd_)(g->probs, g->losses, g->probs, targets, N, V);
@@ -144,26 +153,34 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
     return DL_OK;
 }
 
+/* Backward of the current chunk: from the loss when it is the last virtual stage, otherwise
+ * from the output gradient already in g->dx; ends with dx = the gradient of the chunk's input
+ * (and the embeddings' gradients at virtual stage 0). */
 static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg)
 {
-    int B = g->lastB, N = B * g->T, C = g->C, V = g->V, rc;
-    OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
-    OP(dl_linear_bwd_write_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head),
-                             N, C, V);
-    memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
-    OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(g->L),
-                          PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);
-    if (ready && (rc = ready(g->lay->t[g->k_lnf].offset, arg)))
-        return rc;
-    for (int l = g->L - 1; l >= 0; l--) {
+    int B = g->lastB[g->cur_slot], N = B * g->T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
+    int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
+    if (g->head && ch == g->lay->part.nchunks - 1) {
+        OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
+        OP(dl_linear_bwd_write_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf,
+                                 PARAM(g->k_head), N, C, V);
+        memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
+        OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(le - lb),
+                              PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);
+        if (ready && (rc = ready(g->lay->t[g->k_lnf].offset, arg)))
+            return rc;
+    }
+    for (int l = le - 1; l >= lb; l--) {
         if ((rc = FN(layer_bwd_)(g, l, B)))
             return rc;
         if (ready && (rc = ready(g->lay->t[g->k_layer[l]].offset, arg)))
             return rc;
     }
-    OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), g->dx, g->inputs, B, g->T, C);
-    if (ready && (rc = ready(0, arg)))
-        return rc;
+    if (g->embed && ch == 0) {
+        OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), g->dx, g->inputs, B, g->T, C);
+        if (ready && (rc = ready(0, arg)))
+            return rc;
+    }
     return DL_OK;
 }
 

@@ -45,8 +45,8 @@ int64_t dl_gpt_num_params(const dl_gpt_config *c)
     return V * C + T * C + L * block + 2 * C + (c->tie ? 0 : V * C);
 }
 
-static void add(dl_gpt_layout *l, int *k, size_t *off, const char *name, int layer, int64_t rows,
-                int64_t cols, int ndim, dl_shard_kind sh)
+static void add(dl_gpt_layout *l, int *k, size_t *off, int id, const char *name, int layer,
+                int64_t rows, int64_t cols, int ndim, dl_shard_kind sh)
 {
     dl_tensor_info *t = &l->t[*k];
     memset(t, 0, sizeof *t);
@@ -72,12 +72,48 @@ static void add(dl_gpt_layout *l, int *k, size_t *off, const char *name, int lay
     t->offset = *off;
     t->numel = (size_t)(t->local[0] * t->local[1]);
     t->layer = layer;
-    t->id = *k;
+    t->id = id;
     *off += t->numel;
     (*k)++;
 }
 
-int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out)
+void dl_gpt_part_whole(const dl_gpt_config *c, dl_gpt_part *out)
+{
+    memset(out, 0, sizeof *out);
+    out->nchunks = 1;
+    out->count[0] = c->layers;
+    out->embed = out->head = 1;
+}
+
+int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int *bounds,
+                      dl_gpt_part *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p < 1 || v < 1 || v > DL_GPT_MAX_CHUNKS || stage < 0 || stage >= p)
+        return dl_error(DL_EINVAL, "model part: stage %d of %d with %d chunks is out of range "
+                        "(at most %d chunks)", stage, p, v, DL_GPT_MAX_CHUNKS);
+    if (bounds[0] != 0 || bounds[p * v] != c->layers)
+        return dl_error(DL_EINVAL, "model part: layer bounds must run from 0 to %d", c->layers);
+    for (int k = 0; k < p * v; k++)
+        if (bounds[k + 1] <= bounds[k])
+            return dl_error(DL_EINVAL, "model part: virtual stage %d would hold no layer", k);
+    out->nchunks = v;
+    for (int ch = 0; ch < v; ch++) {
+        int k = ch * p + stage;
+        out->first[ch] = bounds[k];
+        out->count[ch] = bounds[k + 1] - bounds[k];
+    }
+    out->embed = stage == 0;
+    out->head = stage == p - 1;
+    return DL_OK;
+}
+
+/* Single-rank tensor ids (the initialiser's key): wte 0, wpe 1, layer i's j-th 2 + 12 i + j,
+ * ln_f 2 + 12 L and the next, lm_head after them. */
+#define ID_LAYER(i, j) (2 + 12 * (i) + (j))
+
+int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
+                              const dl_gpt_part *part, dl_gpt_layout **out)
 {
     *out = NULL;
     int rc = dl_gpt_config_check(c, tp);
@@ -85,8 +121,25 @@ int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_lay
         return rc;
     if (tp_rank < 0 || tp_rank >= tp)
         return dl_error(DL_EINVAL, "tp rank %d out of range (tp %d)", tp_rank, tp);
+    dl_gpt_part whole;
+    if (!part) {
+        dl_gpt_part_whole(c, &whole);
+        part = &whole;
+    }
+    int nl = 0;
+    if (part->nchunks < 1 || part->nchunks > DL_GPT_MAX_CHUNKS)
+        return dl_error(DL_EINVAL, "model part: %d chunks (1 .. %d)", part->nchunks,
+                        DL_GPT_MAX_CHUNKS);
+    for (int ch = 0; ch < part->nchunks; ch++) {
+        if (part->count[ch] < 1 || part->first[ch] < 0 ||
+            part->first[ch] + part->count[ch] > c->layers)
+            return dl_error(DL_EINVAL, "model part: chunk %d's layers %d .. %d outside 0 .. %d",
+                            ch, part->first[ch], part->first[ch] + part->count[ch] - 1,
+                            c->layers - 1);
+        nl += part->count[ch];
+    }
     dl_gpt_layout *l = calloc(1, sizeof *l);
-    int n = 2 + 12 * c->layers + 2 + (c->tie ? 0 : 1);
+    int n = 2 + 12 * nl + 3;
     if (!l || !(l->t = calloc((size_t)n, sizeof *l->t))) {
         free(l);
         return dl_error(DL_ENOMEM, "model layout: out of memory");
@@ -94,33 +147,48 @@ int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_lay
     l->cfg = *c;
     l->tp = tp;
     l->tp_rank = tp_rank;
+    l->part = *part;
     int64_t V = c->vocab, T = c->seq, C = c->d_model;
-    int k = 0;
+    int k = 0, L = c->layers;
     size_t off = 0;
-    add(l, &k, &off, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
-    add(l, &k, &off, "wpe.weight", -1, T, C, 2, DL_SHARD_NONE);
-    for (int i = 0; i < c->layers; i++) {
-        add(l, &k, &off, "ln_1.weight", i, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, "ln_1.bias", i, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, "attn.c_attn.weight", i, 3 * C, C, 2, DL_SHARD_QKV);
-        add(l, &k, &off, "attn.c_attn.bias", i, 3 * C, 1, 1, DL_SHARD_QKV);
-        add(l, &k, &off, "attn.c_proj.weight", i, C, C, 2, DL_SHARD_COLS);
-        add(l, &k, &off, "attn.c_proj.bias", i, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, "ln_2.weight", i, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, "ln_2.bias", i, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, "mlp.c_fc.weight", i, 4 * C, C, 2, DL_SHARD_ROWS);
-        add(l, &k, &off, "mlp.c_fc.bias", i, 4 * C, 1, 1, DL_SHARD_ROWS);
-        add(l, &k, &off, "mlp.c_proj.weight", i, C, 4 * C, 2, DL_SHARD_COLS);
-        add(l, &k, &off, "mlp.c_proj.bias", i, C, 1, 1, DL_SHARD_NONE);
+    if (part->embed) {
+        add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
+        add(l, &k, &off, 1, "wpe.weight", -1, T, C, 2, DL_SHARD_NONE);
     }
-    add(l, &k, &off, "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
-    add(l, &k, &off, "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
-    if (!c->tie)
-        add(l, &k, &off, "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
+    static const struct {
+        const char *name;
+        int rows, cols, ndim; /* in units of C (0: 1) */
+        dl_shard_kind sh;
+    } blk[12] = {
+        {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE}, {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV}, {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
+        {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS}, {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE}, {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS}, {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
+        {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS}, {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+    };
+    for (int ch = 0; ch < part->nchunks; ch++)
+        for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
+            for (int j = 0; j < 12; j++)
+                add(l, &k, &off, ID_LAYER(i, j), blk[j].name, i, blk[j].rows * C,
+                    blk[j].cols ? blk[j].cols * C : 1, blk[j].ndim, blk[j].sh);
+    if (part->head) {
+        add(l, &k, &off, ID_LAYER(L, 0), "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, ID_LAYER(L, 1), "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
+        if (!c->tie)
+            add(l, &k, &off, ID_LAYER(L, 2), "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
+        else if (!part->embed)
+            add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
+    }
     l->ntensors = k;
     l->numel = off;
     *out = l;
     return DL_OK;
+}
+
+int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out)
+{
+    return dl_gpt_layout_create_part(c, tp, tp_rank, NULL, out);
 }
 
 void dl_gpt_layout_destroy(dl_gpt_layout *l)

@@ -32,6 +32,10 @@ typedef struct dl_gpt_opts {
     dl_recompute recompute; /* FULL: keep only each layer's input, recompute the rest */
     uint64_t seed;          /* parameter initialisation */
     dl_arena *arena;        /* where everything is allocated (params, grads, activations) */
+    /* (appended; zero keeps the whole-model behaviour) */
+    const dl_gpt_part *part;/* pipeline: the part this rank holds (NULL: the whole model) */
+    int act_slots;          /* pipeline: micro-batches whose activations are held at once
+                             * (0 or 1: one) */
 } dl_gpt_opts;
 
 /* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are
@@ -61,8 +65,26 @@ int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg);
  * (V values, in the run's precision). */
 const void *dl_gpt_probs(const dl_gpt *g, int b, int t);
 
-/* Flat offset where layer l's tensors start (l == layers: where ln_f starts). */
+/* Flat offset where local layer l's tensors start (l == the layers held: where ln_f starts, or
+ * the end of the buffer on a stage without the head). */
 size_t dl_gpt_layer_offset(const dl_gpt *g, int l);
+
+/* ---- pipeline stages (include/distlab/pipe.h drives them) --------------------------------
+ * A rank holding a part (opts.part) runs the forward and backward of one chunk of one
+ * micro-batch at a time; `slot` (0 .. act_slots-1) says which activation buffers keep that
+ * micro-batch's activations until its backward. The chunk that is virtual stage 0 starts from
+ * the tokens; any other starts from its input buffer (dl_gpt_stage_input, MB x T x C values,
+ * filled by the caller before the forward). The last virtual stage ends with the loss; any other
+ * leaves its output in dl_gpt_stage_output. Backward of a chunk that is not the last starts from
+ * the output gradient the caller put in dl_gpt_stage_grad, and every backward leaves the gradient
+ * of the chunk's input there. The whole-model dl_gpt_forward/backward are slot 0, chunk 0. */
+int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, const int *targets,
+                         int B, double *loss);
+int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
+                          void *arg);
+void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk);
+const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk);
+void *dl_gpt_stage_grad(dl_gpt *g);
 
 #ifdef __cplusplus
 }

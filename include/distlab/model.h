@@ -66,6 +66,26 @@ typedef struct dl_tensor_info {
     int id;                /* tensor index in the single-rank layout (init key) */
 } dl_tensor_info;
 
+/* A pipeline stage's part of the model: chunk c holds layers first[c] .. first[c] + count[c] - 1
+ * (chunks in order; with interleaving, chunk c of stage s is virtual stage c·p + s); `embed`: the
+ * stage holds wte and wpe (virtual stage 0); `head`: ln_f and the LM head (the last virtual
+ * stage). With tied embeddings a head stage without the embeddings holds its own copy of
+ * wte.weight (same name, same initial values), kept in sync by reducing its gradient with the
+ * first stage's, as Megatron does. */
+#define DL_GPT_MAX_CHUNKS 16
+typedef struct dl_gpt_part {
+    int nchunks;
+    int first[DL_GPT_MAX_CHUNKS], count[DL_GPT_MAX_CHUNKS];
+    int embed, head;
+} dl_gpt_part;
+
+/* The whole model as one part (one chunk of every layer, embeddings and head). */
+void dl_gpt_part_whole(const dl_gpt_config *c, dl_gpt_part *out);
+/* Stage `stage` of p with v chunks each, virtual stage k = c·p + stage holding layers
+ * bounds[k] .. bounds[k+1]-1 (bounds[0] = 0, bounds[p·v] = layers, strictly increasing). */
+int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int *bounds,
+                      dl_gpt_part *out);
+
 /* Which tensors a rank holds and where. Tensor order is the forward order (wte, wpe, blocks,
  * ln_f, lm_head), so gradients become final from the end of the buffer towards its start. */
 typedef struct dl_gpt_layout {
@@ -74,6 +94,7 @@ typedef struct dl_gpt_layout {
     int ntensors;
     dl_tensor_info *t;
     size_t numel;          /* local elements in all */
+    dl_gpt_part part;      /* the pipeline part held (the whole model without pp) */
 } dl_gpt_layout;
 
 /* Check a configuration and a tp degree (heads % tp, C % heads, sizes > 0, 4C % tp ...).
@@ -81,6 +102,10 @@ typedef struct dl_gpt_layout {
 int dl_gpt_config_check(const dl_gpt_config *c, int tp);
 
 int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out);
+/* The tensors of one pipeline part only (part NULL: the whole model), in forward order:
+ * [wte, wpe], the layers of each chunk, [ln_f, lm_head or the tied wte copy]. */
+int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
+                              const dl_gpt_part *part, dl_gpt_layout **out);
 void dl_gpt_layout_destroy(dl_gpt_layout *l);
 /* Index of a tensor by name, or -1. */
 int dl_gpt_find(const dl_gpt_layout *l, const char *name);
