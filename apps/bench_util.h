@@ -92,6 +92,7 @@ int bench_stream_main(int argc, char **argv);
 int bench_overlap_main(int argc, char **argv);
 int bench_contention_main(int argc, char **argv);
 int bench_scaling_main(int argc, char **argv);
+int bench_overhead_main(int argc, char **argv);
 
 /* Common options of gemm, stream and overlap, parsed by each subcommand's getopt loop. */
 typedef struct bu_common {

@@ -143,9 +143,47 @@ fi
 run "scaling --bogus" 2 scaling --bogus
 run "scaling --heads 3" 2 scaling --heads 3 --d-model 32
 
+# overhead: the harness's own cost per step; its JSON parses and the arithmetic holds
+OVERHEAD="--quick"
+[ "$DISTLAB_TEST_SCALE" = small ] && OVERHEAD="--quick --reps 2000 --batches 3"
+# shellcheck disable=SC2086
+run "overhead json" 0 overhead $OVERHEAD --json
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "overhead: JSON does not parse or is inconsistent"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert recs[0]["type"] == "config" and recs[-1]["type"] == "summary" and recs[-1]["status"] == "ok"
+for r in recs:
+    assert r["schema"] == "distlab/1" and r["app"] == "distlab-bench" and r["subcommand"] == "overhead"
+costs = {r["op"]: r for r in recs if r["type"] == "row" and r["row_kind"] == "cost"}
+scen = [r for r in recs if r["type"] == "row" and r["row_kind"] == "scenario"]
+assert set(costs) == {"dl_now_ns", "dl_trace_add", "event", "counter"}, costs
+for r in costs.values(): assert 0 < r["ns_min"] <= r["ns_median"] <= r["ns_max"]
+s = recs[-1]
+assert s["step_source"] == "measured" and s["step_ms"] > 0
+assert [r["scenario"] for r in scen] == ["trainer", "pipeline"]
+for r in scen:
+    per = costs["event"]["ns_median"] + costs["counter"]["ns_median"]
+    assert r["events_per_step"] >= 3 and abs(r["overhead_us"] - r["events_per_step"] * per / 1e3) < 1e-6 * r["overhead_us"] + 1e-9
+    assert abs(r["overhead_pct"] - 100 * r["overhead_us"] / (r["step_ms"] * 1e3)) < 1e-9 * r["overhead_pct"] + 1e-12
+# pipeline default p = 4, m = 8: 6 events per micro-batch, the stage's step (m+p-1)/(m p) of one rank's
+assert scen[1]["pp"] == 4 and scen[1]["microbatches"] == 8
+assert scen[1]["events_per_step"] - scen[0]["events_per_step"] == 6 * 8 - 2 * scen[0]["microbatches"]
+assert abs(scen[1]["step_ms"] - s["step_ms"] * 11 / 32) < 1e-9 * s["step_ms"]
+assert s["pass"] == (s["worst_overhead_pct"] < 1)
+PY
+fi
+run "overhead text" 0 overhead $OVERHEAD --step-ms 10
+grep -Eq '^# harness overhead goal .*: (PASS|FAIL)' "$TMP/out" || fail "overhead: no PASS/FAIL line"
+grep -q '(given;' "$TMP/out" || fail "overhead --step-ms: the step is not marked as given"
+run "overhead csv" 0 overhead $OVERHEAD --step-ms 10 --csv
+[ "$(grep -vc '^#' "$TMP/out")" -eq 3 ] || fail "overhead --csv: want a header and 2 rows"
+run "overhead --step-ms 0" 2 overhead --step-ms 0
+run "overhead --bogus" 2 overhead --bogus
+
 # the help lists the new subcommands
 run "help" 0 --help
-for sub in gemm stream overlap contention scaling; do
+for sub in gemm stream overlap contention scaling overhead; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 
