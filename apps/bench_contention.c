@@ -47,6 +47,8 @@ static void usage(FILE *f)
 "  --quick       fewer iterations, sizes up to 1 MiB\n"
 "  --csv         CSV rows (machine facts as leading '#' lines)\n"
 "  --json        JSON Lines: config, one row per (ranks, size), summary (schema distlab/1)\n"
+"  --plot FILE   FILE.svg or FILE.png: each rank's waiting and working share of its time in\n"
+"                the all-reduces, one bar per rank, grouped by (ranks, size) (gnuplot)\n"
 "  -h, --help    this help\n");
 }
 
@@ -56,7 +58,7 @@ static int parse(int argc, char **argv, ccfg *c)
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"iters", required_argument, NULL, O_ITERS},
         {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},
-        {"json", no_argument, NULL, BU_O_JSON}, {"help", no_argument, NULL, 'h'},
+        {"json", no_argument, NULL, BU_O_JSON}, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int opt;
     opterr = 0;
@@ -143,6 +145,10 @@ int bench_contention_main(int argc, char **argv)
     }
     int status = CLI_EXIT_OK, rows = 0;
     double worst_over = 0, worst_fit = 0;
+    char *dat = NULL;
+    size_t datlen = 0;
+    FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
+    if (df) fprintf(df, "# label wait_pct work_pct (one bar per rank, a gap between rows)\n");
     for (int pass = 0; pass < 2 && status == CLI_EXIT_OK; pass++) {
         int n = pass ? 2 * c.ranks : c.ranks;
         if (n > MAXR) break;
@@ -195,6 +201,19 @@ int bench_contention_main(int argc, char **argv)
                         over ? "  (oversubscribed)" : "");
             }
             fflush(f);
+            if (df) {
+                /* one bar per rank, the row's first labelled with ranks and size */
+                char sz[16];
+                if (sizes[s] >= (1u << 20)) snprintf(sz, sizeof sz, "%zuM", sizes[s] >> 20);
+                else if (sizes[s] >= 1024) snprintf(sz, sizeof sz, "%zuK", sizes[s] >> 10);
+                else snprintf(sz, sizeof sz, "%zuB", sizes[s]);
+                for (int k = 0; k < n; k++) {
+                    double w = r->op_ns[k] > 0 ? fmin(100.0, 100.0 * r->wait_ns[k] / r->op_ns[k]) : 0;
+                    if (k == 0) fprintf(df, "\"%d%s %s\" %.4f %.4f\n", n, over ? "*" : "", sz, w, 100 - w);
+                    else fprintf(df, "\"\" %.4f %.4f\n", w, 100 - w);
+                }
+                fprintf(df, "\"\" 0 0\n");
+            }
             rows++;
             free(r);
         }
@@ -209,6 +228,20 @@ int bench_contention_main(int argc, char **argv)
     } else if (!c.o.csv && rows > 0) {
         fprintf(f, "# waiting, largest share: %.1f%% with ranks fitting the cores, %.1f%% "
                    "oversubscribed\n", worst_fit, worst_over);
+    }
+    if (df) {
+        fclose(df);
+        if (status == CLI_EXIT_OK &&
+            bu_plot(c.o.plot, dat,
+                    "set title 'distlab-bench contention: each rank''s time in all-reduces (* oversubscribed)'\n"
+                    "set ylabel '% of the time inside the all-reduce'\nset yrange [0:100]\n"
+                    "set style data histograms\nset style histogram rowstacked\n"
+                    "set style fill solid 0.85 border lc rgb '#303030'\nset boxwidth 0.8\n"
+                    "set xtics rotate by -45 font ',9'\nunset grid\nset grid ytics\n"
+                    "plot datafile using 2:xtic(1) lc rgb '#c44e52' title 'waiting', \\\n"
+                    "     '' using 3 lc rgb '#4c72b0' title 'working (copy, reduce)'\n") != 0)
+            status = CLI_EXIT_FAIL;
+        free(dat);
     }
     dl_topo_destroy(topo);
     return status;

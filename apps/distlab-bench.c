@@ -10,6 +10,7 @@
 #include "bench_coll.h"
 #include "bench_topo.h"
 #include "bench_util.h"
+#include "trace_plot.h"
 
 /* Set once we re-exec'd ourselves, so that a failing or odd environment cannot loop. */
 
@@ -79,6 +80,8 @@ int main(int argc, char **argv)
     if (strcmp(sub, "overhead") == 0) return bench_overhead_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0) return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    /* hidden: a simulated schedule drawn through the trace's Gantt chart (apps/trace_plot.c) */
+    if (strcmp(sub, "gantt-demo") == 0) return trace_plot_demo_main(argc - 1, argv + 1);
     if (sub[0] == '-') {
         /* Options without a subcommand belong to coll (`distlab-bench -b 8 -e 1M`, as one would
          * call an nccl-tests binary). argv[0] stays the program name for coll's parser. */

@@ -181,6 +181,27 @@ run "overhead csv" 0 overhead $OVERHEAD --step-ms 10 --csv
 run "overhead --step-ms 0" 2 overhead --step-ms 0
 run "overhead --bogus" 2 overhead --bogus
 
+# contention --plot, and the trace's Gantt chart (a simulated 1F1B drawn through apps/trace_plot.c;
+# its grid is the trace module's, which must be the schedule's)
+# shellcheck disable=SC2086
+run "contention --plot" 0 contention $CONTENTION --plot "$TMP/ct.svg"
+[ -s "$TMP/ct.dat" ] && [ -s "$TMP/ct.gp" ] || fail "contention --plot: no data or script"
+run "gantt-demo" 0 gantt-demo "$TMP/gantt.svg" 1f1b 4 8
+[ -s "$TMP/gantt.dat" ] && [ -s "$TMP/gantt.gp" ] || fail "gantt-demo: no data or script"
+cat >"$TMP/want" <<'EOF'
+GPU 1  0123······aa4bb5cc6dd7ee·ff·gg·hh
+GPU 2  ·012····aa3bb4cc5dd6ee7ff·gg·hh··
+GPU 3  ··01··aa2bb3cc4dd5ee6ff7gg·hh····
+GPU 4  ···0aa1bb2cc3dd4ee5ff6gg7hh······
+EOF
+cmp -s "$TMP/out" "$TMP/want" || fail "gantt-demo: the trace's grid is not the lecture's 1F1B grid"
+[ "$(grep -c '^[0-9]' "$TMP/gantt.dat")" -eq 64 ] || fail "gantt-demo: want 64 boxes (8 F + 8 B on 4 stages)"
+if [ -x /usr/bin/gnuplot ]; then
+  grep -q '<svg' "$TMP/ct.svg" 2>/dev/null || fail "contention --plot: no SVG although gnuplot is installed"
+  grep -q '<svg' "$TMP/gantt.svg" 2>/dev/null || fail "gantt-demo: no SVG although gnuplot is installed"
+fi
+run "gantt-demo bad extension" 2 gantt-demo "$TMP/g.pdf"
+
 # the help lists the new subcommands
 run "help" 0 --help
 for sub in gemm stream overlap contention scaling overhead; do
