@@ -15,13 +15,24 @@ static void usage(FILE *f)
     fprintf(f,
 "Usage: distlab-train [options]\n"
 "\n"
-"Trains a GPT-style decoder over bytes on dp x tp rank threads (data and Megatron tensor\n"
-"parallelism). Every layout trains exactly the model one rank trains (--check shows it).\n"
+"Trains a GPT-style decoder over bytes on dp x tp x pp rank threads (data, Megatron tensor\n"
+"and pipeline parallelism). Every layout trains exactly the model one rank trains (--check shows it).\n"
 "With no options: a small model on the built-in corpus with dp = the number of cores.\n"
 "\n"
 "Layout:\n"
 "  --dp N                data-parallel ranks (default: number of cores / tp)\n"
 "  --tp N                tensor-parallel ranks; must divide --heads (default 1)\n"
+"  --pp N                pipeline stages; at most --layers (default 1)\n"
+"Pipeline (with --pp; --microbatches is the pipeline's m):\n"
+"  --schedule NAME       gpipe (default), 1f1b, interleaved (--virtual-stages v chunks per\n"
+"                        stage; layers divisible by pp x v, m a multiple of pp), or async\n"
+"                        (PipeDream: each stage updates after every backward, no flush)\n"
+"  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"
+"  --weight-stashing     async: each backward uses the weights its forward used\n"
+"  --layer-costs LIST    comma-separated cost per layer: split layers to stages minimising the\n"
+"                        slowest stage (the lecture's dynamic program); default: evenly\n"
+"  --trace FILE          write every rank's timeline as Chrome trace JSON (open in Perfetto)\n"
+"  --timeline            print the last step's measured timeline as the lecture's grid\n"
 "Model:\n"
 "  --layers N            transformer blocks (default 4)\n"
 "  --d-model N           width C (default 128)\n"
@@ -79,7 +90,8 @@ enum {
     O_DP = 256, O_TP, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_TIE, O_DTYPE, O_RECOMP, O_GB, O_MB,
     O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
     O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
-    O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO
+    O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO, O_PP, O_SCHED, O_VIRT, O_STASH, O_LCOSTS,
+    O_TRACE, O_TIMELINE
 };
 
 static const struct option longopts[] = {
@@ -95,7 +107,9 @@ static const struct option longopts[] = {
     {"json", 1, 0, O_JSON}, {"check", 0, 0, O_CHECK}, {"sample", 1, 0, O_SAMPLE},
     {"save", 1, 0, O_SAVE}, {"load", 1, 0, O_LOAD}, {"eval-only", 0, 0, O_EONLY},
     {"dump-grads", 1, 0, O_DUMP}, {"gpu-mem", 1, 0, O_GPUMEM}, {"timeout", 1, 0, O_TIMEOUT}, {"topology", 1, 0, O_TOPO},
-    {"zero", 1, 0, O_ZERO},
+    {"zero", 1, 0, O_ZERO}, {"pp", 1, 0, O_PP}, {"schedule", 1, 0, O_SCHED},
+    {"virtual-stages", 1, 0, O_VIRT}, {"weight-stashing", 0, 0, O_STASH},
+    {"layer-costs", 1, 0, O_LCOSTS}, {"trace", 1, 0, O_TRACE}, {"timeline", 0, 0, O_TIMELINE},
     {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
 };
 
@@ -232,6 +246,32 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
                r->dp_grad_bytes_per_step / 1e6, r->dp_param_bytes_per_step / 1e6,
                2.0 * (o->dp - 1) / o->dp * (double)r->zero_padded * (double)r->grad_bytes /
                    (double)(r->zero_padded - r->zero_padding) / 1e6);
+    if (r->pp > 1) {
+        int k = r->pp * r->pp_v;
+        printf("pipeline: %d stages x %d chunk(s), %s, %d micro-batches; layers per virtual stage:",
+               r->pp, r->pp_v, dl_sched_kind_name((dl_sched_kind)o->schedule), o->microbatches);
+        for (int i = 0; i < k; i++)
+            printf(" %d-%d", r->pp_bounds[i], r->pp_bounds[i + 1] - 1);
+        printf("\n  measured bubble per stage (1 - busy/wall, median step):");
+        for (int st = 0; st < r->pp; st++)
+            printf(" %.1f%%", 100 * r->pp_bubble[st]);
+        printf("\n  total %.1f%% vs the lecture's (p-1)/(vm+p-1) = %.1f%%; activation slots per stage:",
+               100 * r->pp_bubble_total, 100 * r->pp_bubble_theory);
+        for (int st = 0; st < r->pp; st++)
+            printf(" %d", r->pp_slots[st]);
+        printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead %.1f us per action\n",
+               r->pp_bytes_per_step / 1e6, r->pp_engine_us);
+        if (o->schedule == DL_SCHED_ASYNC) {
+            printf("  weight updates between a micro-batch's forward and the weights its backward "
+                   "used, per stage:");
+            for (int st = 0; st < r->pp; st++)
+                printf(" %d", r->pp_max_gap[st]);
+            printf("%s\n", o->weight_stashing ? " (stashing)" : " (no stashing: p - s)");
+        }
+    }
+    if (r->timeline)
+        printf("measured timeline of the last step (one column per median forward):\n%s",
+               r->timeline);
     printf("peak memory per rank (MB):   ");
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
         printf(" %11s", cat_names[c]);
@@ -279,7 +319,7 @@ int main(int argc, char **argv)
     o.log_every = 100;
     o.eval_every = 250;
     o.log = stdout;
-    int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0;
+    int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0, layer_costs_n = 0;
     const char *json = NULL;
     double d;
     uint64_t u;
@@ -337,6 +377,34 @@ int main(int argc, char **argv)
         case O_GPUMEM: bad = cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &u); o.gpu_mem = u; break;
         case O_TIMEOUT: bad = cli_parse_double("--timeout", optarg, 0, 1e9, &d); o.timeout_s = d; break;
         case O_TOPO: o.topology = optarg; break;
+        case O_PP: bad = cli_parse_int("--pp", optarg, 1, 4096, &o.pp); break;
+        case O_SCHED: {
+            dl_sched_kind k;
+            if (dl_sched_kind_parse(optarg, &k) || k == DL_SCHED_TERAPIPE) {
+                cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive", optarg);
+                bad = 1;
+            } else
+                o.schedule = (int)k;
+            break;
+        }
+        case O_VIRT: bad = cli_parse_int("--virtual-stages", optarg, 1, DL_GPT_MAX_CHUNKS, &o.virtual_stages); break;
+        case O_STASH: o.weight_stashing = 1; break;
+        case O_LCOSTS: {
+            static double costs[4096];
+            int nc = 0;
+            char *dup = strdup(optarg), *save = NULL;
+            for (char *t = strtok_r(dup, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                if (nc == 4096 || cli_parse_double("--layer-costs", t, 0, 1e30, &costs[nc]))
+                    bad = 1;
+                nc++;
+            }
+            free(dup);
+            layer_costs_n = nc;
+            o.layer_costs = costs;
+            break;
+        }
+        case O_TRACE: o.trace_path = optarg; break;
+        case O_TIMELINE: o.timeline = 1; break;
         case O_ZERO:
             bad = cli_parse_int("--zero", optarg, INT_MIN, INT_MAX, &o.zero);
             if (!bad && o.zero == 3) {
@@ -362,9 +430,15 @@ int main(int argc, char **argv)
     }
     if (!have_minlr)
         o.min_lr = o.lr / 10;
+    if (o.pp == 0)
+        o.pp = 1;
     if (dp == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        dp = cores / o.tp > 0 ? (int)(cores / o.tp) : 1;
+        dp = cores / (o.tp * o.pp) > 0 ? (int)(cores / (o.tp * o.pp)) : 1;
+    }
+    if (o.layer_costs && layer_costs_n != o.model.layers) {
+        cli_error("--layer-costs: %d costs for %d layers", layer_costs_n, o.model.layers);
+        return CLI_EXIT_USAGE;
     }
     o.dp = dp;
     o.global_batch = gb;
@@ -398,7 +472,7 @@ int main(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    if (dl_train_resolve(&o, o.dp * o.tp)) {
+    if (dl_train_resolve(&o, o.dp * o.tp * o.pp)) {
         cli_error("%s", dl_errmsg());
         return CLI_EXIT_USAGE;
     }
@@ -422,9 +496,10 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("distlab-train %s: %d ranks (dp %d x tp %d) on %ld cores%s; model: %d layers, d-model "
-           "%d, %d heads, seq %d, %lld parameters, %s%s\n", dl_version(), o.dp * o.tp, o.dp, o.tp,
-           cores, o.dp * o.tp > cores ? " (oversubscribed: timings include contention)" : "",
+    printf("distlab-train %s: %d ranks (dp %d x tp %d x pp %d) on %ld cores%s; model: %d layers, "
+           "d-model %d, %d heads, seq %d, %lld parameters, %s%s\n", dl_version(),
+           o.dp * o.tp * o.pp, o.dp, o.tp, o.pp, cores,
+           o.dp * o.tp * o.pp > cores ? " (oversubscribed: timings include contention)" : "",
            o.model.layers, o.model.d_model, o.model.heads, o.model.seq,
            (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),
            o.recompute ? ", full recompute" : "");
@@ -482,6 +557,11 @@ int main(int argc, char **argv)
         dl_train_opts one = o;
         one.dp = 1;
         one.tp = 1;
+        one.pp = 1;
+        one.schedule = 0;
+        one.virtual_stages = 0;
+        one.trace_path = NULL;
+        one.timeline = 0;
         one.microbatches = o.dp * o.microbatches;
         one.global_batch = o.global_batch;
         one.log = NULL;

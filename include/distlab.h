@@ -20,6 +20,7 @@
 #include "distlab/train.h"
 #include "distlab/data.h"
 #include "distlab/trace.h"
+#include "distlab/pipe.h"
 
 #ifdef __cplusplus
 extern "C" {

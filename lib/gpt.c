@@ -144,8 +144,10 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->k_lnf = g->head ? dl_gpt_find(g->lay, "ln_f.weight") : -1;
     /* the head: lm_head, or with tying wte (the stage's own copy when it lacks the embeddings,
      * which the layout puts last) */
-    g->k_head = !g->head ? -1 : !c->tie ? dl_gpt_find(g->lay, "lm_head.weight")
-                                        : g->lay->ntensors - 1;
+    g->k_head = !g->head   ? -1
+                : !c->tie  ? dl_gpt_find(g->lay, "lm_head.weight")
+                : g->embed ? g->k_wte
+                           : g->lay->ntensors - 1;
     g->k_layer = malloc(sizeof(int) * (size_t)(g->L ? g->L : 1));
     g->inputs_base = malloc(sizeof(int) * N * S);
     g->targets_base = malloc(sizeof(int) * N * S);
@@ -165,6 +167,8 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
     size_t H = g->head ? S : 0;
+    /* activations: what is kept from a forward for its backward (per slot); the backward's
+     * workspace, shared by all slots, counts as other */
     struct {
         dl_mem_category cat;
         size_t elems;
@@ -179,13 +183,13 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base},
         {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base},
         {DL_MEM_ACTIVATIONS, H * N, &g->losses_base},
-        {DL_MEM_ACTIVATIONS, N * C, &g->dx},
-        {DL_MEM_ACTIVATIONS, N * C, &g->dln},
-        {DL_MEM_ACTIVATIONS, N * 3 * Cl, &g->dqkv},
-        {DL_MEM_ACTIVATIONS, N * Cl, &g->datty},
-        {DL_MEM_ACTIVATIONS, N * Fl, &g->dfchg},
-        {DL_MEM_ACTIVATIONS, g->head ? N * C : 0, &g->dlnf},
-        {DL_MEM_ACTIVATIONS, T * T, &g->att_scratch},
+        {DL_MEM_OTHER, N * C, &g->dx},
+        {DL_MEM_OTHER, N * C, &g->dln},
+        {DL_MEM_OTHER, N * 3 * Cl, &g->dqkv},
+        {DL_MEM_OTHER, N * Cl, &g->datty},
+        {DL_MEM_OTHER, N * Fl, &g->dfchg},
+        {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf},
+        {DL_MEM_OTHER, T * T, &g->att_scratch},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         if (!plan[i].elems)
@@ -293,6 +297,13 @@ const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk)
 }
 
 void *dl_gpt_stage_grad(dl_gpt *g) { return g->dx; }
+
+void *dl_gpt_use_params(dl_gpt *g, void *params)
+{
+    void *old = g->params;
+    g->params = params;
+    return old;
+}
 
 int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
 {

@@ -44,13 +44,64 @@ void dl_train_opts_init(dl_train_opts *o)
     o->timeout_s = 120;
 }
 
+/* The pipeline's part of the configuration (after the batch sizes are known). */
+static int pp_resolve(dl_train_opts *o)
+{
+    int p = o->pp, L = o->model.layers, m = o->microbatches;
+    if (o->schedule == DL_SCHED_CUSTOM)
+        o->schedule = DL_SCHED_GPIPE;
+    int k = o->schedule;
+    if (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
+        k != DL_SCHED_ASYNC && k != DL_SCHED_NAIVE)
+        return dl_error(DL_EINVAL, "schedule %s cannot train: use gpipe, 1f1b, interleaved or "
+                        "async", dl_sched_kind_name((dl_sched_kind)k));
+    if (k == DL_SCHED_NAIVE && m != 1)
+        return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
+    if (k != DL_SCHED_INTERLEAVED && o->virtual_stages > 1)
+        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
+                        o->virtual_stages);
+    int v = k == DL_SCHED_INTERLEAVED ? (o->virtual_stages > 0 ? o->virtual_stages : 2) : 1;
+    o->virtual_stages = v;
+    if (p > L)
+        return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
+                        p, L);
+    if (v > DL_GPT_MAX_CHUNKS)
+        return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
+    if (k == DL_SCHED_INTERLEAVED) {
+        if (p < 2)
+            return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
+        if (L % (p * v))
+            return dl_error(DL_EINVAL, "interleaving: layers %d are not divisible by pp %d x "
+                            "virtual stages %d", L, p, v);
+        if (m % p)
+            return dl_error(DL_EINVAL, "interleaving: micro-batches %d must be a multiple of pp "
+                            "%d (try --microbatches %d)", m, p, (m / p + 1) * p);
+    }
+    if (o->weight_stashing && k != DL_SCHED_ASYNC)
+        return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
+    if (p == 1)
+        return DL_OK;
+    if (o->save_path || o->load_path || o->dump_grads)
+        return dl_error(DL_EINVAL, "checkpoints and gradient dumps with pp > 1 are not supported "
+                        "yet (train with pp 1 to save or load)");
+    if (k == DL_SCHED_ASYNC && (o->zero || o->model.tie))
+        return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
+                        "not combine with ZeRO or tied embeddings");
+    if (o->model.tie && o->zero)
+        return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
+    return DL_OK;
+}
+
 int dl_train_resolve(dl_train_opts *o, int nranks)
 {
-    if (o->dp < 1 || o->tp < 1)
-        return dl_error(DL_EINVAL, "dp and tp must be >= 1 (got dp %d, tp %d)", o->dp, o->tp);
-    if (nranks > 0 && o->dp * o->tp != nranks)
-        return dl_error(DL_EINVAL, "dp %d x tp %d = %d is not the rank count %d", o->dp, o->tp,
-                        o->dp * o->tp, nranks);
+    if (o->pp == 0)
+        o->pp = 1;
+    if (o->dp < 1 || o->tp < 1 || o->pp < 1)
+        return dl_error(DL_EINVAL, "dp, tp and pp must be >= 1 (got dp %d, tp %d, pp %d)", o->dp,
+                        o->tp, o->pp);
+    if (nranks > 0 && o->dp * o->tp * o->pp != nranks)
+        return dl_error(DL_EINVAL, "dp %d x tp %d x pp %d = %d is not the rank count %d", o->dp,
+                        o->tp, o->pp, o->dp * o->tp * o->pp, nranks);
     int rc = dl_gpt_config_check(&o->model, o->tp);
     if (rc)
         return rc;
@@ -104,7 +155,7 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
                         "use stage 0, 1 or 2");
     if (o->zero < 0 || o->zero > 2)
         return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1 or 2 (got %d)", o->zero);
-    return DL_OK;
+    return pp_resolve(o);
 }
 
 double dl_train_step_flops(const dl_gpt_config *c, int G)
@@ -128,6 +179,11 @@ typedef struct run {
     double *lr;        /* [steps] */
     int steps_done;
     dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
+    dl_trace *trace;    /* NULL unless a trace or timeline was asked for */
+    /* pipeline: per step and rank */
+    double *pp_busy, *pp_wall, *pp_engine;
+    int *pp_gap, *pp_slots;
+    uint64_t pp_bytes;  /* rank 0, all steps */
 } run;
 
 /* a reduce-scatter round in flight: its staging buffer, and where its result still has to go */
@@ -166,6 +222,17 @@ typedef struct rank_state {
     char *buf[ZMAXBUF];
     zround q[ZMAXBUF];      /* rounds in flight, oldest first at q[qhead] */
     int qhead, qn;
+    /* pipeline (pp > 1) */
+    int pp_on;
+    dl_pipe *eng;
+    dl_sched *sched;
+    int pp_p, pp_v, pp_stage, step;
+    int nslots, *slot_of, *free_slot, nfree;
+    int *pin, *ptg;         /* a micro-batch's tokens */
+    double loss_sum;
+    int version, adam_t, max_gap, *fwd_version;
+    char *stash;            /* weight stashing: one parameter copy per slot */
+    void *tie_buf;          /* tied embeddings: the other end's wte gradient */
 } rank_state;
 
 static int launch_bucket(rank_state *s, size_t first)
@@ -343,6 +410,8 @@ static int grad_norm(rank_state *s, double *norm)
         const dl_tensor_info *t = &l->t[k];
         if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
             continue;
+        if (t->id == 0 && !l->part.embed) /* the head stage's copy of tied wte: counted once */
+            continue;
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel;
         if (b > hi)
             b = hi;
@@ -362,8 +431,264 @@ static int grad_norm(rank_state *s, double *norm)
         if (rc)
             return rc;
     }
+    /* the stages hold different tensors (async updates each stage on its own norm) */
+    if (s->pp_on && s->sched->flush) {
+        int rc = dl_allreduce(s->mesh.pp_comm, &sq, &sq, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
+        if (rc)
+            return rc;
+    }
     *norm = sqrt(sq);
     return DL_OK;
+}
+
+
+/* ---- pipeline parallelism: the GPT stage under the engine (include/distlab/pipe.h) ---- */
+
+static int pp_take_slot(rank_state *s, int mb, int ch, int *slot)
+{
+    int *so = &s->slot_of[mb * s->pp_v + ch];
+    if (*so < 0) {
+        if (s->nfree == 0)
+            return dl_error(DL_EINVAL, "pipeline: no free activation slot for micro-batch %d "
+                            "(the schedule holds at most %d)", mb, s->nslots);
+        *so = s->free_slot[--s->nfree];
+    }
+    *slot = *so;
+    return DL_OK;
+}
+
+static void *pp_fwd_in(void *arg, int mb, int ch)
+{
+    rank_state *s = arg;
+    int slot = 0;
+    if (pp_take_slot(s, mb, ch, &slot))
+        return NULL;
+    return dl_gpt_stage_input(s->g, slot, ch);
+}
+
+static int pp_fwd(void *arg, int mb, int ch, const void **out)
+{
+    rank_state *s = arg;
+    const dl_train_opts *o = s->R->o;
+    int slot = 0, rc = pp_take_slot(s, mb, ch, &slot);
+    if (rc)
+        return rc;
+    int first = s->pp_stage == 0 && ch == 0, last = s->pp_stage == s->pp_p - 1 && ch == s->pp_v - 1;
+    int G = o->global_batch, mbs = o->micro_batch;
+    if ((first || last) && (rc = dl_data_batch(s->R->data, s->step - 1, G, o->dp,
+                                               s->mesh.dp_rank, mb, mbs, s->pin, s->ptg)))
+        return rc;
+    if (s->stash)
+        memcpy(s->stash + (size_t)slot * s->numel * s->dsize, dl_gpt_params(s->g),
+               s->numel * s->dsize);
+    s->fwd_version[mb * s->pp_v + ch] = s->version;
+    double loss = 0;
+    if ((rc = dl_gpt_stage_forward(s->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL,
+                                   mbs, &loss)))
+        return rc;
+    if (last)
+        s->loss_sum += loss * mbs / G;
+    *out = last ? NULL : dl_gpt_stage_output(s->g, slot, ch);
+    return DL_OK;
+}
+
+static void *pp_bwd_in(void *arg, int mb, int ch)
+{
+    (void)mb, (void)ch;
+    return dl_gpt_stage_grad(((rank_state *)arg)->g);
+}
+
+static int pp_bwd(void *arg, int mb, int ch, const void **din)
+{
+    rank_state *s = arg;
+    const dl_train_opts *o = s->R->o;
+    int *so = &s->slot_of[mb * s->pp_v + ch], slot = *so, rc;
+    if (slot < 0)
+        return dl_error(DL_EINVAL, "pipeline: backward of micro-batch %d without its forward", mb);
+    /* flush: the mean over the global batch; async: each update applies one micro-batch (over
+     * the dp group), so its mean */
+    double T = o->model.seq;
+    double dloss = s->sched->flush ? 1.0 / ((double)o->global_batch * T)
+                                   : 1.0 / ((double)o->micro_batch * o->dp * T);
+    int fv = s->fwd_version[mb * s->pp_v + ch];
+    int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
+    if (used - fv > s->max_gap)
+        s->max_gap = used - fv;
+    void *prev = s->stash ? dl_gpt_use_params(s->g, s->stash + (size_t)slot * s->numel * s->dsize)
+                          : NULL;
+    rc = dl_gpt_stage_backward(s->g, slot, ch, dloss, NULL, NULL);
+    if (s->stash)
+        dl_gpt_use_params(s->g, prev);
+    *so = -1;
+    s->free_slot[s->nfree++] = slot;
+    if (rc)
+        return rc;
+    *din = s->pp_stage == 0 && ch == 0 ? NULL : dl_gpt_stage_grad(s->g);
+    return DL_OK;
+}
+
+static int adam_update(rank_state *s, double scale, double lr, int t);
+
+/* Async (PipeDream): this micro-batch's gradient, averaged over the dp group, updates the
+ * stage's weights at once (clipped by the stage's own norm: the stages do not wait for each
+ * other). A flush schedule's OPT is the step after the pipeline (train_rank). */
+static int pp_opt(void *arg, int mb)
+{
+    rank_state *s = arg;
+    const dl_train_opts *o = s->R->o;
+    (void)mb;
+    if (s->sched->flush)
+        return DL_OK;
+    int rc = DL_OK;
+    if (o->dp > 1)
+        rc = dl_allreduce(s->mesh.dp_comm, dl_gpt_grads(s->g), dl_gpt_grads(s->g), s->numel, s->dt,
+                          DL_SUM, DL_PURPOSE_GRADS);
+    double norm = 0;
+    if (rc == DL_OK)
+        rc = grad_norm(s, &norm);
+    if (rc)
+        return rc;
+    double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0;
+    rc = adam_update(s, scale, lr_at(o, s->step), ++s->adam_t);
+    dl_gpt_zero_grads(s->g);
+    s->version++;
+    return rc;
+}
+
+static const dl_pipe_ops pp_ops = {pp_fwd_in, pp_fwd, pp_bwd_in, pp_bwd, pp_opt};
+
+/* Layers to virtual stages: evenly, or by the given per-layer costs (the lecture's dynamic
+ * program, which minimises the slowest stage). */
+static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
+{
+    int L = o->model.layers;
+    double *c = malloc(sizeof(double) * (size_t)L);
+    if (!c)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    for (int i = 0; i < L; i++)
+        c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
+    int rc = dl_sched_partition(c, L, k, o->layer_costs != NULL, bounds, NULL, NULL);
+    free(c);
+    return rc;
+}
+
+static int pp_make_sched(const dl_train_opts *o, dl_sched **out)
+{
+    int p = o->pp, m = o->microbatches;
+    switch (o->schedule) {
+    case DL_SCHED_NAIVE: return dl_sched_naive(p, out);
+    case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, out);
+    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->virtual_stages, out);
+    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->weight_stashing, out);
+    default: return dl_sched_gpipe(p, m, out);
+    }
+}
+
+/* The stage's part, its slots and the engine (after the mesh exists, before the model). */
+static int pp_setup(rank_state *s, dl_gpt_part *part)
+{
+    const dl_train_opts *o = s->R->o;
+    s->pp_p = o->pp;
+    s->pp_v = o->virtual_stages;
+    s->pp_stage = s->mesh.pp_rank;
+    int rc = pp_make_sched(o, &s->sched);
+    if (rc)
+        return rc;
+    dl_sched_sim *sim;
+    if ((rc = dl_sched_simulate(s->sched, NULL, &sim)))
+        return rc;
+    s->nslots = sim->peak_act[s->pp_stage];
+    dl_sched_sim_free(sim);
+    int k = s->pp_p * s->pp_v, bounds[DL_GPT_MAX_CHUNKS * 64 + 1];
+    if (k > (int)(sizeof bounds / sizeof bounds[0]) - 1)
+        return dl_error(DL_EINVAL, "pipeline: too many virtual stages (%d)", k);
+    if ((rc = pp_bounds(o, k, bounds)) ||
+        (rc = dl_gpt_part_stage(&o->model, s->pp_p, s->pp_v, s->pp_stage, bounds, part)))
+        return rc;
+    if (dl_ctx_rank(s->ctx) == 0 && s->R->res->pp_bounds)
+        memcpy(s->R->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
+    int m = o->microbatches, T = o->model.seq;
+    s->slot_of = malloc(sizeof(int) * (size_t)m * s->pp_v);
+    s->fwd_version = calloc((size_t)m * s->pp_v, sizeof(int));
+    s->free_slot = malloc(sizeof(int) * (size_t)s->nslots);
+    s->pin = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    s->ptg = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    for (int i = 0; i < m * s->pp_v; i++)
+        s->slot_of[i] = -1;
+    for (int i = 0; i < s->nslots; i++)
+        s->free_slot[i] = s->nslots - 1 - i;
+    s->nfree = s->nslots;
+    return dl_pipe_create(s->mesh.pp_comm, (size_t)o->micro_batch * T * o->model.d_model, s->dt,
+                          dl_ctx_arena(s->ctx), &s->eng);
+}
+
+static void pp_free(rank_state *s)
+{
+    dl_pipe_destroy(s->eng);
+    dl_sched_free(s->sched);
+    free(s->slot_of), free(s->fwd_version), free(s->free_slot), free(s->pin), free(s->ptg);
+    if (s->stash)
+        dl_arena_free(dl_ctx_arena(s->ctx), s->stash);
+    if (s->tie_buf)
+        dl_arena_free(dl_ctx_arena(s->ctx), s->tie_buf);
+}
+
+/* Tied embeddings across stages: the first stage's wte and the last stage's copy receive the
+ * sum of both gradients (a + b on one side, b + a on the other: the same bits), as Megatron's
+ * embedding group all-reduce does. */
+static int pp_tie_sync(rank_state *s)
+{
+    const dl_gpt_layout *l = dl_gpt_get_layout(s->g);
+    if (!s->R->o->model.tie || s->pp_p == 1 || (s->pp_stage != 0 && s->pp_stage != s->pp_p - 1))
+        return DL_OK;
+    const dl_tensor_info *t = &l->t[s->pp_stage == 0 ? 0 : l->ntensors - 1];
+    int peer = s->pp_stage == 0 ? s->pp_p - 1 : 0, rc;
+    char *g = (char *)dl_gpt_grads(s->g) + t->offset * (size_t)s->dsize;
+    uint64_t ticket;
+    if ((rc = dl_isend(s->mesh.pp_comm, g, t->numel, s->dt, peer, 77, DL_PURPOSE_GRADS, &ticket)) ||
+        (rc = dl_recv_tag(s->mesh.pp_comm, s->tie_buf, t->numel, s->dt, peer, 77,
+                          DL_PURPOSE_GRADS)) ||
+        (rc = dl_send_wait(s->mesh.pp_comm, peer, ticket)))
+        return rc;
+    if (s->dsize == 8)
+        for (size_t i = 0; i < t->numel; i++)
+            ((double *)g)[i] += ((const double *)s->tie_buf)[i];
+    else
+        for (size_t i = 0; i < t->numel; i++)
+            ((float *)g)[i] += ((const float *)s->tie_buf)[i];
+    return DL_OK;
+}
+
+/* A forward through every stage without the engine (evaluation, sampling): each virtual stage
+ * in turn receives, computes, sends on; the loss (and the head's probabilities) end on the last
+ * stage, the loss is then broadcast over the pipeline. */
+static int model_forward(rank_state *s, const int *in, const int *tg, int B, double *loss)
+{
+    if (!s->pp_on)
+        return dl_gpt_forward(s->g, in, tg, B, loss);
+    const dl_train_opts *o = s->R->o;
+    size_t n = (size_t)B * o->model.seq * o->model.d_model;
+    double l = 0;
+    int rc = DL_OK;
+    for (int ch = 0; ch < s->pp_v && rc == DL_OK; ch++) {
+        int prev, next;
+        dl_pipe_peers(s->pp_p, s->pp_v, s->pp_stage, ch, &prev, &next);
+        if (prev >= 0 && (rc = dl_recv(s->mesh.pp_comm, dl_gpt_stage_input(s->g, 0, ch), n, s->dt,
+                                       prev, DL_PURPOSE_ACTIVATIONS)))
+            break;
+        if ((rc = dl_gpt_stage_forward(s->g, 0, ch, in, tg, B, &l)))
+            break;
+        if (next >= 0)
+            rc = dl_send(s->mesh.pp_comm, dl_gpt_stage_output(s->g, 0, ch), n, s->dt, next,
+                         DL_PURPOSE_ACTIVATIONS);
+    }
+    if (rc == DL_OK)
+        rc = dl_broadcast(s->mesh.pp_comm, &l, &l, 1, DL_F64, s->pp_p - 1, DL_PURPOSE_LOSS);
+    if (loss)
+        *loss = l;
+    return rc;
 }
 
 /* Mean validation loss over the first `windows` windows, split over the dp ranks. */
@@ -387,7 +712,7 @@ static int evaluate(rank_state *s, double *out, int *used)
         for (int b = 0; b < B && rc == DL_OK; b++)
             rc = dl_data_val_window(s->R->data, w + b, in + (size_t)b * T, tg + (size_t)b * T);
         double loss;
-        if (rc == DL_OK && (rc = dl_gpt_forward(s->g, in, tg, B, &loss)) == DL_OK)
+        if (rc == DL_OK && (rc = model_forward(s, in, tg, B, &loss)) == DL_OK)
             sum += loss * B;
     }
     free(in), free(tg);
@@ -411,10 +736,12 @@ static void gather_into(rank_state *s, const void *src, double *dst)
         const dl_tensor_info *t = &l->t[k];
         if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
             continue;
+        if (t->id == 0 && !l->part.embed) /* tied wte's copy on the head stage: equal */
+            continue;
         for (size_t i = 0; i < t->numel; i++) {
             size_t j = t->offset + i;
             double v = s->dsize == 8 ? ((const double *)src)[j] : ((const float *)src)[j];
-            dst[full->t[k].offset + (size_t)dl_gpt_global_index(l, k, i)] = v;
+            dst[full->t[t->id].offset + (size_t)dl_gpt_global_index(l, k, i)] = v;
         }
     }
     dl_gpt_layout_destroy(full);
@@ -437,18 +764,27 @@ static int sample_text(rank_state *s)
     uint64_t st = o->seed * 0x9E3779B97F4A7C15ull + 12345;
     int rc = DL_OK;
     for (int i = 0; i < n && rc == DL_OK; i++) {
-        if ((rc = dl_gpt_forward(s->g, ctx, NULL, 1, NULL)))
+        if ((rc = model_forward(s, ctx, NULL, 1, NULL)))
             break;
-        const void *p = dl_gpt_probs(s->g, 0, len - 1);
         st = st * 6364136223846793005ull + 1442695040888963407ull; /* same on every rank */
         double u = (double)(st >> 11) * (1.0 / 9007199254740992.0), acc = 0;
         int c = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += s->dsize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
-            if (u < acc) {
-                c = v;
-                break;
+        if (!s->pp_on || s->pp_stage == s->pp_p - 1) { /* the head's probabilities */
+            const void *p = dl_gpt_probs(s->g, 0, len - 1);
+            for (int v = 0; v < V; v++) {
+                acc += s->dsize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
+                if (u < acc) {
+                    c = v;
+                    break;
+                }
             }
+        }
+        if (s->pp_on) {
+            double cv = c;
+            if ((rc = dl_broadcast(s->mesh.pp_comm, &cv, &cv, 1, DL_F64, s->pp_p - 1,
+                                   DL_PURPOSE_OTHER)))
+                break;
+            c = (int)cv;
         }
         out[i] = (char)c;
         if (len < T)
@@ -502,6 +838,24 @@ static int dump_step(rank_state *s)
     return rc;
 }
 
+/* AdamW on the whole buffer (stage 0) or this rank's shard's real elements (ZeRO, followed by
+ * the all-gather of the updated parameters). t: the Adam step (bias correction). */
+static int adam_update(rank_state *s, double scale, double lr, int t)
+{
+    const dl_train_opts *o = s->R->o;
+    char *pw = (char *)dl_gpt_params(s->g) + s->z.begin * (size_t)s->dsize, *gw = grad_shard(s);
+    size_t nw = s->stage ? s->z.owned : s->numel;
+    if (s->dsize == 8)
+        dl_adamw_f64((double *)pw, (const double *)gw, s->m, s->v, nw, lr, o->beta1, o->beta2,
+                     o->eps, o->weight_decay, scale, t);
+    else
+        dl_adamw_f32((float *)pw, (const float *)gw, s->m, s->v, nw, (float)lr, (float)o->beta1,
+                     (float)o->beta2, (float)o->eps, (float)o->weight_decay, (float)scale, t);
+    if (s->stage)
+        return zero_allgather(s, dl_gpt_params(s->g), pw, DL_PURPOSE_PARAMS);
+    return DL_OK;
+}
+
 static int train_rank(dl_ctx *ctx, void *arg)
 {
     run *R = arg;
@@ -512,19 +866,32 @@ static int train_rank(dl_ctx *ctx, void *arg)
     rank_state *s = &S;
     dl_comm *world = dl_ctx_comm(ctx);
     dl_comm_set_algo(world, o->algo);
-    if ((rc = dl_mesh_create(world, o->dp, 1, o->tp, 1, &s->mesh)))
+    if ((rc = dl_mesh_create(world, o->dp, o->pp, o->tp, 1, &s->mesh)))
         return rc;
     dl_comm_set_algo(s->mesh.dp_comm, o->algo);
     dl_comm_set_algo(s->mesh.tp_comm, o->algo);
     dl_comm_set_algo(s->mesh.pp_comm, o->algo);
     s->dt = o->dtype;
     s->dsize = o->dtype == DL_F64 ? 8 : 4;
+    dl_gpt_part part;
+    s->pp_on = o->pp > 1;
+    if (s->pp_on && (rc = pp_setup(s, &part)))
+        goto out;
     dl_gpt_opts go = {.cfg = o->model, .dtype = o->dtype, .micro_batch = o->micro_batch,
                       .tp = o->tp, .tp_comm = o->tp > 1 ? s->mesh.tp_comm : NULL,
-                      .recompute = o->recompute, .seed = o->seed, .arena = dl_ctx_arena(ctx)};
+                      .recompute = o->recompute, .seed = o->seed, .arena = dl_ctx_arena(ctx),
+                      .part = s->pp_on ? &part : NULL, .act_slots = s->pp_on ? s->nslots : 1};
     if ((rc = dl_gpt_create(&go, &s->g)))
         goto out;
     s->numel = dl_gpt_numel(s->g);
+    if (s->pp_on && o->weight_stashing &&
+        (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_PARAMS,
+                             (size_t)s->nslots * s->numel * s->dsize, (void **)&s->stash)))
+        goto out;
+    if (s->pp_on && o->model.tie && (s->pp_stage == 0 || s->pp_stage == s->pp_p - 1) &&
+        (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_COMM,
+                             (size_t)o->model.vocab * o->model.d_model * s->dsize, &s->tie_buf)))
+        goto out;
     if (o->load_path &&
         (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g), s->dsize)))
         goto out;
@@ -588,24 +955,59 @@ static int train_rank(dl_ctx *ctx, void *arg)
         double loss_sum = 0;
         s->launched = s->numel;
         s->col = s->z.shard;
-        for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
-            double loss;
-            int last = micro == o->microbatches - 1 && o->dp > 1;
-            if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb, in, tg)) ||
-                (rc = dl_gpt_forward(s->g, in, tg, mb, &loss)) ||
-                (rc = dl_gpt_backward(s->g, 1.0 / ((double)G * T), last ? grad_ready : NULL, s)))
-                break;
-            loss_sum += loss * mb / G;
+        if (s->pp_on) {
+            /* the pipeline: the engine runs this stage's actions; gradients are reduced after
+             * it (stage by stage, not overlapped with the backward) */
+            dl_pipe_stats ps;
+            s->step = step;
+            s->loss_sum = 0;
+            s->max_gap = 0;
+            rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, step, R->trace, rank, &ps);
+            loss_sum = s->loss_sum;
+            size_t at = (size_t)(step - 1) * R->nranks + rank;
+            R->pp_busy[at] = (double)ps.busy_ns;
+            R->pp_wall[at] = (double)ps.wall_ns;
+            R->pp_engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
+            R->pp_gap[at] = s->max_gap;
+            if (rank == 0)
+                R->pp_bytes += ps.bytes_sent;
+            if (rc == DL_OK && s->sched->flush && (rc = pp_tie_sync(s)) == DL_OK) {
+                if (s->stage)
+                    rc = zero_ready(s, 0);
+                else if (o->dp > 1)
+                    rc = launch_bucket(s, 0);
+            }
+        } else {
+            for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
+                double loss;
+                int last = micro == o->microbatches - 1 && o->dp > 1;
+                uint64_t f0 = dl_now_ns(), f1 = 0;
+                if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb,
+                                        in, tg)) ||
+                    (rc = dl_gpt_forward(s->g, in, tg, mb, &loss)) ||
+                    ((f1 = dl_now_ns()),
+                     (rc = dl_gpt_backward(s->g, 1.0 / ((double)G * T), last ? grad_ready : NULL,
+                                           s))))
+                    break;
+                dl_trace_add(R->trace, rank, DL_TR_FWD, step, micro, 0, f0, f1);
+                dl_trace_add(R->trace, rank, DL_TR_BWD, step, micro, 0, f1, dl_now_ns());
+                loss_sum += loss * mb / G;
+            }
+            if (rc == DL_OK && s->stage) /* whatever the model did not report (nothing, normally) */
+                rc = zero_ready(s, 0);
         }
-        if (rc == DL_OK && s->stage) /* whatever the model did not report (nothing, normally) */
-            rc = zero_ready(s, 0);
         if (rc == DL_OK)
             rc = s->stage ? zero_wait_all(s) : wait_buckets(s);
         if (rc == DL_OK && o->dp > 1)
             rc = dl_allreduce(s->mesh.dp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
                               DL_PURPOSE_LOSS);
+        if (rc == DL_OK && s->pp_on) /* the loss is the last stage's */
+            rc = dl_allreduce(s->mesh.pp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
+                              DL_PURPOSE_LOSS);
+        /* async: every update happened inside the pipeline */
+        int updated = s->pp_on && !s->sched->flush;
         double norm = 0;
-        if (rc == DL_OK)
+        if (rc == DL_OK && !updated)
             rc = grad_norm(s, &norm);
         if (rc)
             break;
@@ -618,18 +1020,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (o->dump_grads && step == 1 && (rc = dump_step(s)))
             break;
         double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
-        /* stage 0: the whole buffer; ZeRO: this rank's shard (its real elements) */
-        char *pw = (char *)dl_gpt_params(s->g) + s->z.begin * (size_t)s->dsize, *gw = grad_shard(s);
-        size_t nw = s->stage ? s->z.owned : s->numel;
-        if (s->dsize == 8)
-            dl_adamw_f64((double *)pw, (const double *)gw, s->m, s->v, nw, lr, o->beta1,
-                         o->beta2, o->eps, o->weight_decay, scale, step);
-        else
-            dl_adamw_f32((float *)pw, (const float *)gw, s->m, s->v, nw, (float)lr,
-                         (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay,
-                         (float)scale, step);
-        if (s->stage &&
-            (rc = zero_allgather(s, dl_gpt_params(s->g), pw, DL_PURPOSE_PARAMS)))
+        if (!updated && (rc = adam_update(s, scale, lr, step)))
             break;
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
         if (logging)
@@ -724,6 +1115,7 @@ out:
     for (int b = 0; b < s->nbuf; b++)
         dl_arena_free(dl_ctx_arena(ctx), s->buf[b]);
     dl_arena_free(dl_ctx_arena(ctx), s->gshard);
+    pp_free(s);
     dl_gpt_destroy(s->g);
     if (rc == DL_OK)
         rc = dl_mesh_destroy(&s->mesh);
@@ -736,11 +1128,87 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static double median_of(double *x, int n)
+{
+    if (n <= 0)
+        return NAN;
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* Measured bubbles (each stage's first rank: world rank stage x dp x tp), over the steps after
+ * the first when there are more, the engine's overhead per action, the version gaps. */
+static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *res)
+{
+    int n = R->nranks, p = o->pp, per = o->dp * o->tp, S = R->steps_done;
+    int skip = S > 1 ? 1 : 0, k = S - skip;
+    double *x = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1) * (size_t)(p + 1));
+    if (!x)
+        return;
+    for (int st = 0; st < p; st++) {
+        int r = st * per;
+        for (int i = 0; i < k; i++) {
+            size_t at = (size_t)(i + skip) * n + r;
+            x[i] = R->pp_wall[at] > 0 ? 1.0 - R->pp_busy[at] / R->pp_wall[at] : NAN;
+        }
+        res->pp_bubble[st] = median_of(x, k);
+        int gap = 0;
+        for (int i = 0; i < S; i++)
+            if (R->pp_gap[(size_t)i * n + r] > gap)
+                gap = R->pp_gap[(size_t)i * n + r];
+        res->pp_max_gap[st] = gap;
+    }
+    for (int i = 0; i < k; i++) {
+        double busy = 0, wall = 0;
+        for (int st = 0; st < p; st++) {
+            size_t at = (size_t)(i + skip) * n + (size_t)st * per;
+            busy += R->pp_busy[at];
+            if (R->pp_wall[at] > wall)
+                wall = R->pp_wall[at];
+        }
+        x[i] = wall > 0 ? 1.0 - busy / (p * wall) : NAN;
+    }
+    res->pp_bubble_total = median_of(x, k);
+    int m = 0;
+    for (int i = 0; i < k; i++)
+        for (int r = 0; r < n; r++)
+            x[m++ % (k * (p + 1))] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
+    res->pp_engine_us = median_of(x, m < k * (p + 1) ? m : k * (p + 1));
+    res->pp_bytes_per_step = (double)R->pp_bytes / S;
+    free(x);
+    dl_sched *sc = NULL;
+    dl_sched_sim *sim = NULL;
+    if (pp_make_sched(o, &sc) == DL_OK && dl_sched_simulate(sc, NULL, &sim) == DL_OK)
+        for (int st = 0; st < p; st++)
+            res->pp_slots[st] = sim->peak_act[st];
+    dl_sched_sim_free(sim);
+    dl_sched_free(sc);
+}
+
+/* The last step's measured grid, one character per median forward time (the lecture's unit). */
+static char *trace_timeline(const dl_trace *t, int step)
+{
+    size_t cnt = dl_trace_count(t, 0), nf = 0;
+    const dl_trace_event *ev = dl_trace_events(t, 0);
+    double *d = malloc(sizeof(double) * (cnt ? cnt : 1));
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < cnt; i++)
+        if (ev[i].step == step && ev[i].kind == DL_TR_FWD)
+            d[nf++] = (double)(ev[i].t1 - ev[i].t0);
+    double unit = median_of(d, (int)nf);
+    free(d);
+    char *out = NULL;
+    if (!(unit > 0) || dl_trace_grid(t, step, (uint64_t)unit, &out) != DL_OK)
+        return NULL;
+    return out;
+}
+
 int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
 {
     memset(res, 0, sizeof *res);
     dl_train_opts o = *oin;
-    int n = o.dp * o.tp;
+    int n = o.dp * o.tp * (o.pp > 1 ? o.pp : 1);
     int rc = dl_train_resolve(&o, n);
     if (rc)
         return rc;
@@ -766,7 +1234,25 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         res->params = calloc((size_t)res->nparams, sizeof(double));
     if (o.want_grads)
         res->grads = calloc((size_t)res->nparams, sizeof(double));
-    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr ||
+    res->pp = o.pp;
+    res->pp_v = o.virtual_stages;
+    res->pp_bubble_theory = (double)(o.pp - 1) / ((double)o.virtual_stages * o.microbatches + o.pp - 1);
+    size_t sn = (size_t)(steps + 1) * (size_t)n;
+    R.pp_busy = calloc(sn, sizeof(double));
+    R.pp_wall = calloc(sn, sizeof(double));
+    R.pp_engine = calloc(sn, sizeof(double));
+    R.pp_gap = calloc(sn, sizeof(int));
+    res->pp_bounds = calloc((size_t)o.pp * o.virtual_stages + 1, sizeof(int));
+    res->pp_bubble = calloc((size_t)o.pp, sizeof(double));
+    res->pp_slots = calloc((size_t)o.pp, sizeof(int));
+    res->pp_max_gap = calloc((size_t)o.pp, sizeof(int));
+    if ((o.trace_path || o.timeline) &&
+        (rc = dl_trace_create(n, (size_t)(steps + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
+                              &R.trace)))
+        goto done;
+    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.pp_busy ||
+        !R.pp_wall || !R.pp_engine || !R.pp_gap || !res->pp_bounds || !res->pp_bubble ||
+        !res->pp_slots || !res->pp_max_gap ||
         (o.want_params && !res->params) || (o.want_grads && !res->grads)) {
         rc = dl_error(DL_ENOMEM, "training: out of memory");
         goto done;
@@ -814,7 +1300,18 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
             dl_train_step_flops(&o.model, o.global_batch) / (res->ms_per_step / 1e3) / n / 1e9;
     }
     free(med);
+    if (o.pp > 1 && R.steps_done > 0)
+        pp_summary(&o, &R, res);
+    if (R.trace && o.trace_path) {
+        int trc = dl_trace_write_chrome(R.trace, o.trace_path, NULL);
+        if (trc && rc == DL_OK)
+            rc = trc;
+    }
+    if (R.trace && o.timeline && R.steps_done > 0)
+        res->timeline = trace_timeline(R.trace, R.steps_done);
 done:
+    dl_trace_destroy(R.trace);
+    free(R.pp_busy), free(R.pp_wall), free(R.pp_engine), free(R.pp_gap);
     free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr);
     dl_data_free(R.data);
     return rc;
@@ -822,6 +1319,11 @@ done:
 
 void dl_train_result_free(dl_train_result *r)
 {
+    free(r->pp_bounds);
+    free(r->pp_bubble);
+    free(r->pp_slots);
+    free(r->pp_max_gap);
+    free(r->timeline);
     free(r->steps);
     free(r->peak);
     free(r->params);

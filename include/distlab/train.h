@@ -58,6 +58,15 @@ typedef struct dl_train_opts {
     /* (appended: the fields above keep their offsets) */
     int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
                               * 2 gradients too (3: not yet implemented); no-op with dp = 1 */
+    /* pipeline parallelism (world = dp * tp * pp; include/distlab/pipe.h) */
+    int pp;                  /* stages (0 or 1: none) */
+    int schedule;            /* dl_sched_kind: GPIPE (default when 0), 1F1B, INTERLEAVED, ASYNC */
+    int virtual_stages;      /* interleaved: model chunks per stage (0: 2) */
+    int weight_stashing;     /* async: each backward uses the weights its forward used */
+    const double *layer_costs; /* [layers]: split layers to stages minimising the slowest stage
+                              * (the lecture's dynamic program); NULL: evenly by layer count */
+    const char *trace_path;  /* write every rank's events as Chrome trace JSON (Perfetto) */
+    int timeline;            /* keep the measured ASCII timeline of the last step (res->timeline) */
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);
@@ -99,9 +108,22 @@ typedef struct dl_train_result {
     int zero;
     int64_t zero_padded, zero_padding, zero_shard;
     double dp_param_bytes_per_step; /* parameter all-gather over the dp group (rank 0) */
+    /* pipeline (pp > 1): per stage s (measured on its first rank) */
+    int pp, pp_v;
+    int *pp_bounds;          /* [pp * v + 1]: virtual stage k holds layers bounds[k] .. bounds[k+1]-1 */
+    double *pp_bubble;       /* [pp] 1 - busy / wall of the pipeline part of a step, median over
+                              * steps after the first */
+    double pp_bubble_total;  /* 1 - sum(busy) / (pp x max wall), median over steps */
+    double pp_bubble_theory; /* the lecture's (p - 1) / (v m + p - 1) */
+    int *pp_slots;           /* [pp] activation slots (micro-batch chunks held at once) */
+    int *pp_max_gap;         /* [pp] async: most weight updates between a micro-batch's forward
+                              * and the weights its backward used (0 with stashing) */
+    double pp_bytes_per_step;/* activations and gradients rank 0 sent over the pipeline */
+    double pp_engine_us;     /* median engine overhead per action (dispatch, hand-off staging) */
+    char *timeline;          /* opts.timeline: the last step's measured grid */
 } dl_train_result;
 
-/* Train (or evaluate) with o->dp * o->tp rank threads. The result is filled even when the run
+/* Train (or evaluate) with o->dp * o->tp * o->pp rank threads. The result is filled even when the run
  * fails part-way (steps done so far); free it with dl_train_result_free. */
 int dl_train_run(const dl_train_opts *o, dl_train_result *res);
 void dl_train_result_free(dl_train_result *r);

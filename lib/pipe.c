@@ -1,0 +1,302 @@
+/* The pipeline engine: a stage walks its schedule's action list, receiving and sending the
+ * hand-offs around each action (include/distlab/pipe.h). */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "distlab/pipe.h"
+#include "distlab/trace.h"
+
+/* One staging buffer: a copy of an outgoing hand-off, lent to the receiver until its ticket is
+ * released. Buffers are reused once done, so a stage holds about as many as it has sends in
+ * flight (1F1B: p - s; GPipe: up to m). */
+typedef struct staging {
+    void *buf;
+    dl_comm *comm;
+    int peer;
+    uint64_t ticket;
+    int busy;
+} staging;
+
+struct dl_pipe {
+    dl_comm *pp;
+    dl_comm *act_comm, *grad_comm; /* duplicates of pp: activations forward, gradients back */
+    int p, stage;
+    size_t count, bytes;
+    dl_dtype t;
+    dl_arena *arena;
+    staging *st;
+    int nst, capst;
+    size_t staging_peak;
+};
+
+enum { TAG_ACT = 0, TAG_GRAD = 1 };
+
+static int tag_of(int kind, int mb, int chunk) { return (mb * 64 + chunk) * 2 + kind; }
+
+void dl_pipe_peers(int p, int v, int stage, int chunk, int *prev, int *next)
+{
+    int vs = chunk * p + stage, last = p * v - 1;
+    *prev = vs == 0 ? -1 : (vs - 1) % p;
+    *next = vs == last ? -1 : (vs + 1) % p;
+}
+
+int dl_pipe_create(dl_comm *pp, size_t count, dl_dtype t, dl_arena *arena, dl_pipe **out)
+{
+    *out = NULL;
+    if (!pp)
+        return dl_error(DL_EINVAL, "pipeline: no pp communicator");
+    if (t != DL_F32 && t != DL_F64 && t != DL_BF16)
+        return dl_error(DL_EINVAL, "pipeline: hand-off type must be f32, f64 or bf16");
+    dl_pipe *e = calloc(1, sizeof *e);
+    if (!e)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    e->pp = pp;
+    e->p = dl_comm_size(pp);
+    e->stage = dl_comm_rank(pp);
+    e->count = count;
+    e->t = t;
+    e->bytes = count * dl_dtype_size(t);
+    e->arena = arena;
+    int rc = dl_comm_split(pp, 0, e->stage, &e->act_comm);
+    if (rc == DL_OK)
+        rc = dl_comm_split(pp, 0, e->stage, &e->grad_comm);
+    if (rc) {
+        dl_pipe_destroy(e);
+        return rc;
+    }
+    *out = e;
+    return DL_OK;
+}
+
+void dl_pipe_destroy(dl_pipe *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->nst; i++) {
+        if (e->st[i].busy)
+            dl_send_wait(e->st[i].comm, e->st[i].peer, e->st[i].ticket);
+        if (e->arena)
+            dl_arena_free(e->arena, e->st[i].buf);
+        else
+            free(e->st[i].buf);
+    }
+    free(e->st);
+    if (e->act_comm)
+        dl_comm_free(e->act_comm);
+    if (e->grad_comm)
+        dl_comm_free(e->grad_comm);
+    free(e);
+}
+
+/* A free staging buffer: one whose send is done, else a new one. */
+static int staging_get(dl_pipe *e, staging **out)
+{
+    for (int i = 0; i < e->nst; i++) {
+        staging *s = &e->st[i];
+        if (s->busy) {
+            int done, rc = dl_send_test(s->comm, s->peer, s->ticket, &done);
+            if (rc)
+                return rc;
+            s->busy = !done;
+        }
+        if (!s->busy) {
+            *out = s;
+            return DL_OK;
+        }
+    }
+    if (e->nst == e->capst) {
+        int cap = e->capst ? 2 * e->capst : 4;
+        staging *n = realloc(e->st, sizeof *n * (size_t)cap);
+        if (!n)
+            return dl_error(DL_ENOMEM, "pipeline: out of memory for staging buffers");
+        e->st = n;
+        e->capst = cap;
+    }
+    staging *s = &e->st[e->nst];
+    memset(s, 0, sizeof *s);
+    int rc = DL_OK;
+    if (e->arena)
+        rc = dl_arena_alloc(e->arena, DL_MEM_COMM, e->bytes ? e->bytes : 1, &s->buf);
+    else if (!(s->buf = malloc(e->bytes ? e->bytes : 1)))
+        rc = dl_error(DL_ENOMEM, "pipeline: out of memory for a %zu-byte staging buffer",
+                      e->bytes);
+    if (rc)
+        return rc;
+    e->nst++;
+    e->staging_peak = (size_t)e->nst * e->bytes;
+    *out = s;
+    return DL_OK;
+}
+
+static int send_handoff(dl_pipe *e, dl_comm *c, int peer, int tag, const void *data)
+{
+    staging *s = NULL;
+    int rc = staging_get(e, &s);
+    if (rc)
+        return rc;
+    memcpy(s->buf, data, e->bytes);
+    if ((rc = dl_isend(c, s->buf, e->count, e->t, peer, tag, DL_PURPOSE_ACTIVATIONS, &s->ticket)))
+        return rc;
+    s->comm = c;
+    s->peer = peer;
+    s->busy = 1;
+    return DL_OK;
+}
+
+static int drain_sends(dl_pipe *e)
+{
+    for (int i = 0; i < e->nst; i++)
+        if (e->st[i].busy) {
+            int rc = dl_send_wait(e->st[i].comm, e->st[i].peer, e->st[i].ticket);
+            if (rc)
+                return rc;
+            e->st[i].busy = 0;
+        }
+    return DL_OK;
+}
+
+int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg, int step,
+                dl_trace *trace, int trace_rank, dl_pipe_stats *st)
+{
+    dl_pipe_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    if (!s || !ops || !ops->fwd || !ops->bwd)
+        return dl_error(DL_EINVAL, "pipeline: missing schedule or callbacks");
+    if (s->p != e->p)
+        return dl_error(DL_EINVAL, "pipeline: schedule for %d stages on a group of %d", s->p, e->p);
+    if (s->v > 1 && e->p == 1)
+        return dl_error(DL_EINVAL, "pipeline: interleaving needs at least 2 stages");
+    if (s->v > 64)
+        return dl_error(DL_EINVAL, "pipeline: at most 64 model chunks per stage (got %d)", s->v);
+    int p = e->p, stage = e->stage, rc = DL_OK, i = 0;
+    dl_comm_stats c0, c1, g0, g1;
+    dl_comm_get_stats(e->act_comm, &c0);
+    dl_comm_get_stats(e->grad_comm, &g0);
+    const dl_sched_action *acts = s->act[stage];
+    uint64_t t_start = dl_now_ns(), t = t_start;
+    const char *what = "";
+    for (i = 0; i < s->len[stage]; i++) {
+        const dl_sched_action *a = &acts[i];
+        int prev, next;
+        uint64_t t0, t1;
+        if (a->op == DL_SCHED_OPT) {
+            what = "optimizer step";
+            t0 = dl_now_ns();
+            if (ops->opt && (rc = ops->opt(arg, a->mb)))
+                break;
+            t1 = dl_now_ns();
+            st->opt_ns += t1 - t0;
+            dl_trace_add(trace, trace_rank, DL_TR_OPT, step, a->mb, 0, t0, t1);
+        } else if (a->op == DL_SCHED_F) {
+            dl_pipe_peers(p, s->v, stage, a->chunk, &prev, &next);
+            if (prev >= 0) {
+                what = "receiving the input activation";
+                t0 = dl_now_ns();
+                void *in = ops->fwd_in ? ops->fwd_in(arg, a->mb, a->chunk) : NULL;
+                if (!in) {
+                    rc = dl_error(DL_EINVAL, "no input buffer");
+                    break;
+                }
+                if ((rc = dl_recv_tag(e->act_comm, in, e->count, e->t, prev,
+                                      tag_of(TAG_ACT, a->mb, a->chunk), DL_PURPOSE_ACTIVATIONS)))
+                    break;
+                t1 = dl_now_ns();
+                st->recv_ns += t1 - t0;
+                dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
+            }
+            what = "forward";
+            const void *out = NULL;
+            t0 = dl_now_ns();
+            if ((rc = ops->fwd(arg, a->mb, a->chunk, &out)))
+                break;
+            t1 = dl_now_ns();
+            st->busy_ns += t1 - t0;
+            st->fwd++;
+            dl_trace_add(trace, trace_rank, DL_TR_FWD, step, a->mb, a->chunk, t0, t1);
+            if (next >= 0) {
+                what = "sending the output activation";
+                if (!out) {
+                    rc = dl_error(DL_EINVAL, "the forward returned no output");
+                    break;
+                }
+                t0 = t1;
+                if ((rc = send_handoff(e, e->act_comm, next, tag_of(TAG_ACT, a->mb, a->chunk + (next == 0 && stage == p - 1)), out)))
+                    break;
+                t1 = dl_now_ns();
+                st->send_ns += t1 - t0;
+                dl_trace_add(trace, trace_rank, DL_TR_SEND, step, a->mb, a->chunk, t0, t1);
+            }
+        } else {
+            dl_pipe_peers(p, s->v, stage, a->chunk, &prev, &next);
+            if (next >= 0) {
+                what = "receiving the output gradient";
+                t0 = dl_now_ns();
+                void *in = ops->bwd_in ? ops->bwd_in(arg, a->mb, a->chunk) : NULL;
+                if (!in) {
+                    rc = dl_error(DL_EINVAL, "no gradient buffer");
+                    break;
+                }
+                if ((rc = dl_recv_tag(e->grad_comm, in, e->count, e->t, next,
+                                      tag_of(TAG_GRAD, a->mb, a->chunk), DL_PURPOSE_ACTIVATIONS)))
+                    break;
+                t1 = dl_now_ns();
+                st->recv_ns += t1 - t0;
+                dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
+            }
+            what = "backward";
+            const void *din = NULL;
+            t0 = dl_now_ns();
+            if ((rc = ops->bwd(arg, a->mb, a->chunk, &din)))
+                break;
+            t1 = dl_now_ns();
+            st->busy_ns += t1 - t0;
+            st->bwd++;
+            dl_trace_add(trace, trace_rank, DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
+            if (prev >= 0) {
+                what = "sending the input gradient";
+                if (!din) {
+                    rc = dl_error(DL_EINVAL, "the backward returned no input gradient");
+                    break;
+                }
+                t0 = t1;
+                /* the receiver's chunk: one less when the hand-off wraps from stage 0 to p-1 */
+                int rchunk = a->chunk - (stage == 0);
+                if ((rc = send_handoff(e, e->grad_comm, prev, tag_of(TAG_GRAD, a->mb, rchunk), din)))
+                    break;
+                t1 = dl_now_ns();
+                st->send_ns += t1 - t0;
+                dl_trace_add(trace, trace_rank, DL_TR_SEND, step, a->mb, a->chunk, t0, t1);
+            }
+        }
+        st->actions++;
+    }
+    if (rc == DL_OK) {
+        what = "waiting for the last sends to be received";
+        rc = drain_sends(e);
+    }
+    t = dl_now_ns();
+    st->wall_ns = t - t_start;
+    uint64_t acc = st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns;
+    st->engine_ns = st->wall_ns > acc ? st->wall_ns - acc : 0;
+    st->staging_bytes = e->staging_peak;
+    dl_comm_get_stats(e->act_comm, &c1);
+    dl_comm_get_stats(e->grad_comm, &g1);
+    for (int k = 0; k < DL_NPURPOSES; k++)
+        st->bytes_sent += c1.bytes_sent[k] - c0.bytes_sent[k] + g1.bytes_sent[k] - g0.bytes_sent[k];
+    dl_trace_add(trace, trace_rank, DL_TR_STEP, step, -1, 0, t_start, t);
+    if (rc) {
+        char prev[768], buf[32];
+        snprintf(prev, sizeof prev, "%s", dl_errmsg());
+        const char *an = i < s->len[stage] ? dl_sched_action_str(s, &acts[i], buf, sizeof buf) : "end";
+        rc = dl_error(rc, "pipeline stage %d, action %d (%s), %s: %s", stage, i, an, what, prev);
+        /* the staging buffers may be lent: make sure nobody reads them before they are reused */
+        dl_comm_fail(e->act_comm);
+        dl_comm_fail(e->grad_comm);
+        for (int k = 0; k < e->nst; k++)
+            e->st[k].busy = 0;
+    }
+    return rc;
+}
