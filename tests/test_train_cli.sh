@@ -71,7 +71,8 @@ if run help 0 --help; then
   for f in --dp --tp --layers --d-model --heads --seq --tie-embeddings --dtype --recompute \
            --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
            --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
-           --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero; do
+           --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero --pp \
+           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline; do
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
@@ -128,6 +129,19 @@ refused "--json unwritable" "--json: cannot write '$TMP/no/dir.json'" $M --dp 1 
 refused "unknown option" "unknown option.*--bogus" $M --dp 1 --bogus
 refused "unknown short option" "unknown option '-x'" $M --dp 1 -x
 refused "missing value" "missing value.*--dp" --dp
+# the pipeline (issue 4): p larger than the layers, m < 1, interleaving that does not divide,
+# an unknown schedule
+refused "pp > layers" 'pp 5 is larger than the layers 4' $M --layers 4 --dp 1 --pp 5
+refused "pp microbatches 0" '--microbatches: 0 is out of range' $M --layers 2 --dp 1 --pp 2 --microbatches 0
+refused "interleaved layers % (pp x v)" 'layers 6 are not divisible by pp 2 x virtual stages 2' \
+  $M --layers 6 --dp 1 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2
+refused "interleaved m % pp" 'micro-batches 3 must be a multiple of pp 2.*--microbatches 4' \
+  $M --layers 4 --dp 1 --pp 2 --microbatches 3 --schedule interleaved
+refused "unknown schedule" "--schedule: 'zigzag' is not gpipe, 1f1b, interleaved, async or naive" \
+  $M --layers 2 --dp 1 --pp 2 --schedule zigzag
+refused "stashing without async" '--weight-stashing needs --schedule async' \
+  $M --layers 2 --dp 1 --pp 2 --weight-stashing
+refused "layer costs count" '--layer-costs: 2 costs for 4 layers' $M --layers 4 --dp 1 --pp 2 --layer-costs 1,2
 refused "stray argument" "unexpected argument 'extra'" $M --dp 1 extra
 
 # ---- a tiny successful run and its JSON Lines ----
@@ -259,7 +273,18 @@ check_run "check dp 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --check
 # ZeRO: the same model as one rank; the summary names the stage, the padding and the shards
 check_run "check dp 2 zero 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --zero 2 --check
 has "check dp 2 zero 2 f32" "ZeRO stage 2 over dp 2"
+# the pipeline: stages, schedules, tied embeddings across stages; the trace opens as JSON
+check_run "check pp 2 1f1b f64" 1e-12 --dp 1 --pp 2 --schedule 1f1b --microbatches 4 $TINY \
+  --layers 2 --steps 2 --log-every 0 --dtype f64 --tie-embeddings --check --trace "$TMP/trace.json" --timeline
+has "check pp 2 1f1b f64" "measured bubble per stage"
+has "check pp 2 1f1b f64" "measured timeline of the last step"
+if [ -n "$PY" ]; then
+  $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["traceEvents"]) > 10' \
+    "$TMP/trace.json" || fail "pp 2: the Chrome trace does not parse"
+fi
 if [ "$SMALL" -eq 0 ]; then
+  check_run "check pp 4 interleaved x dp 2 f64" 1e-12 --dp 2 --pp 2 --schedule interleaved \
+    --microbatches 4 $TINY --layers 4 --steps 2 --log-every 0 --dtype f64 --check
   check_run "check dp 2 x tp 2 f64" 1e-12 --dp 2 --tp 2 $TINY --steps 3 --log-every 0 --check \
     --dtype f64
   check_run "check tp 2 microbatches f32" 1e-5 --dp 1 --tp 2 $TINY --microbatches 2 --steps 3 \
