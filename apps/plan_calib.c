@@ -7,7 +7,7 @@
  * (dl_plan_hw_write, the optional calibration keys included).
  *
  * validate predicts distlab-train's step time and model-state memory per rank for local layouts
- * (dp, tp, ZeRO 0-2; pipeline parallelism does not exist yet), runs each through dl_train_run
+ * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-2), runs each through dl_train_run
  * for a few steps, and prints predicted vs measured with the error (docs/PLANNER.md,
  * "Calibrated against this machine"). */
 #include <math.h>
@@ -194,18 +194,26 @@ static int measure_comm(int n, int p2p, int quick, double *bw, double *lat, comm
     return 0;
 }
 
+/* A local layout: dp x tp x pp ranks, ZeRO stage, and with pp > 1 the pipeline's micro-batches
+ * (of micro_batch sequences each) and schedule. */
+typedef struct pc_layout {
+    int dp, tp, zero, pp, m, sched;
+} pc_layout;
+
 /* One dl_train_run of the layout; fills ms (median step) and the result (caller frees). */
-static int run_layout(const pc_model *m, int dp, int tp, int zero, int steps, dl_train_result *res)
+static int run_layout(const pc_model *m, const pc_layout *L, int steps, dl_train_result *res)
 {
     dl_train_opts o;
     dl_train_opts_init(&o);
     o.model = m->cfg;
-    o.dp = dp;
-    o.tp = tp;
-    o.zero = zero;
+    o.dp = L->dp;
+    o.tp = L->tp;
+    o.pp = L->pp > 1 ? L->pp : 1;
+    o.schedule = L->sched;
+    o.zero = L->zero;
     o.micro_batch = m->micro_batch;
-    o.microbatches = 1;
-    o.global_batch = dp * m->micro_batch;
+    o.microbatches = L->pp > 1 ? L->m : 1;
+    o.global_batch = L->dp * o.microbatches * m->micro_batch;
     o.steps = steps;
     o.warmup = 1;
     o.eval_every = 0;
@@ -214,7 +222,7 @@ static int run_layout(const pc_model *m, int dp, int tp, int zero, int steps, dl
     o.log = NULL;
     o.timeout_s = 0;
     memset(res, 0, sizeof *res);
-    if (dl_train_resolve(&o, dp * tp) != DL_OK) return -1;
+    if (dl_train_resolve(&o, L->dp * L->tp * o.pp) != DL_OK) return -1;
     return dl_train_run(&o, res) == DL_OK ? 0 : -1;
 }
 
@@ -225,13 +233,24 @@ static int run_layout(const pc_model *m, int dp, int tp, int zero, int steps, dl
 static double run_best(const pc_model *m, int dp, int tp, int zero, int steps, int reps,
                        dl_train_result *res)
 {
+    pc_layout L = {dp, tp, zero, 1, 1, 0};
     double best = INFINITY;
     for (int i = 0; i < reps; i++) {
         if (i > 0) dl_train_result_free(res);
-        if (run_layout(m, dp, tp, zero, steps, res) != 0) return NAN;
+        if (run_layout(m, &L, steps, res) != 0) return NAN;
         for (int k = 1; k < res->nsteps; k++)
             if (res->steps[k].ms < best) best = res->steps[k].ms;
     }
+    return best;
+}
+
+/* One run of a layout: its fastest step after the first (ms), or NAN. */
+static double run_once(const pc_model *m, const pc_layout *L, int steps, dl_train_result *res)
+{
+    if (run_layout(m, L, steps, res) != 0) return NAN;
+    double best = INFINITY;
+    for (int k = 1; k < res->nsteps; k++)
+        if (res->steps[k].ms < best) best = res->steps[k].ms;
     return best;
 }
 
@@ -310,6 +329,91 @@ static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int
     double comp = p->gemm + p->nongemm + p->sync;
     if (p->oversub) comp *= (double)n / cores;
     p->total = comp + p->dp_comm + p->tp_comm + p->small_comm;
+}
+
+/* Pipeline layouts: what stage `stage` holds (the trainer's even split of the layers) and
+ * its model-state bytes. The trainer's stage s holds layers bounds[s] .. bounds[s+1]-1, stage 0
+ * the embeddings, the last stage ln_f and the head. */
+static int pc_stage_numel(const dl_gpt_config *c, int tp, int pp, int stage, size_t *numel,
+                          int *nlayers)
+{
+    int bounds[65];
+    double cost[64];
+    if (pp > 64 || pp > c->layers) return -1;
+    for (int i = 0; i < c->layers && i < 64; i++) cost[i] = 1;
+    if (dl_sched_partition(cost, c->layers, pp, 0, bounds, NULL, NULL) != DL_OK) return -1;
+    dl_gpt_part part;
+    if (dl_gpt_part_stage(c, pp, 1, stage, bounds, &part) != DL_OK) return -1;
+    dl_gpt_layout *lay = NULL;
+    if (dl_gpt_layout_create_part(c, tp, 0, &part, &lay) != DL_OK) return -1;
+    *numel = lay->numel;
+    if (nlayers) *nlayers = part.count[0];
+    dl_gpt_layout_destroy(lay);
+    return 0;
+}
+
+static void pc_state_predict_stage(const dl_gpt_config *c, const pc_layout *L, int stage,
+                                   int dsize, double bytes[3], size_t *numel_out)
+{
+    size_t P = 0;
+    if (pc_stage_numel(c, L->tp, L->pp, stage, &P, NULL) != 0) P = 0;
+    int zst = L->dp > 1 ? L->zero : 0;
+    dl_zero_shard z;
+    dl_zero_shard_init(&z, P, zst ? L->dp : 1, 0);
+    bytes[0] = (double)P * dsize;
+    bytes[1] = (double)P * dsize + (zst == 2 ? (double)z.shard * dsize : 0);
+    bytes[2] = 2.0 * (double)(zst ? z.shard : P) * dsize;
+    if (numel_out) *numel_out = P;
+}
+
+/* A pipelined step: each micro-batch's forward and backward through the slowest stage, (m + p -
+ * 1) times (GPipe and 1F1B without interleaving alike), plus two hand-offs per micro-batch per
+ * boundary on the critical path (an activation and a gradient, alpha + bytes / beta each, and a
+ * rendezvous of busy ranks each) and the dp reduction of the largest stage's gradients. With more
+ * ranks than cores the CPU time of all stages bounds it from below. */
+static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc_layout *L,
+                               int cores, pc_pred *p)
+{
+    memset(p, 0, sizeof *p);
+    double blocks, head;
+    pc_gemm_flops(m, &blocks, &head);
+    int n = L->dp * L->tp * L->pp, R = hw->ranks > 0 ? hw->ranks : 1;
+    double rate1 = hw->flops_alone > 0 ? hw->flops_alone : hw->flops;
+    double cfR = hw->flops_alone > 0 ? hw->flops_alone / hw->flops : 1.0;
+    int k = n < cores ? n : cores;
+    double cf = k <= 1 ? 1.0 : (R > 1 ? 1.0 + (cfR - 1.0) * (k - 1) / (R - 1) : cfR);
+    double ncR = hw->nongemm_contention > 0 ? hw->nongemm_contention : cfR;
+    double ncf = k <= 1 ? 1.0 : (R > 1 ? 1.0 + (ncR - 1.0) * (k - 1) / (R - 1) : ncR);
+    double per_layer = blocks / m->cfg.layers, slowest = 0, work = 0, slowest_gemm = 0;
+    size_t Pmax = 0;
+    for (int st = 0; st < L->pp; st++) {
+        size_t P;
+        int nl = 0;
+        if (pc_stage_numel(&m->cfg, L->tp, L->pp, st, &P, &nl) != 0) continue;
+        double f = per_layer * nl / L->tp + (st == L->pp - 1 ? head : 0);
+        double g = f / rate1 * cf, ng = hw->nongemm_ratio * f / rate1 * ncf;
+        if (g + ng > slowest) slowest = g + ng, slowest_gemm = g;
+        work += (g + ng) * L->m * L->dp * L->tp;
+        if (P > Pmax) Pmax = P;
+    }
+    int steps = L->m + L->pp - 1;
+    p->gemm = slowest_gemm * steps;
+    p->nongemm = (slowest - slowest_gemm) * steps;
+    double msg = (double)m->micro_batch * m->cfg.seq * m->cfg.d_model * 4;
+    double hop = hw->p2p_lat + (hw->p2p_bw > 0 ? msg / hw->p2p_bw : 0);
+    double pipe_comm = L->pp > 1 ? 2.0 * steps * hop : 0;
+    double alpha = hw->intra_lat, beta = hw->intra_bw;
+    if (L->dp > 1) p->dp_comm = 2.0 * (L->dp - 1) * (alpha + (double)Pmax * 4 / (L->dp * beta));
+    if (L->tp > 1)
+        p->tp_comm = 4.0 * m->cfg.layers / L->pp * L->m * 2.0 * (L->tp - 1) *
+                     (alpha + msg / (L->tp * beta));
+    p->small_comm = 3 * 2.0 * (n - 1) * alpha + pipe_comm; /* loss (dp, pp) and norm scalars */
+    p->ncoll = 2 * steps + (L->tp > 1 ? 4 * m->cfg.layers / L->pp * L->m : 0) + 3;
+    p->sync = p->ncoll * hw->sync_cost;
+    p->oversub = n > cores;
+    double path = p->gemm + p->nongemm + p->sync;
+    if (p->oversub && work / cores > path) path = work / cores;
+    p->total = path + p->dp_comm + p->tp_comm + p->small_comm;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -402,7 +506,7 @@ static int calibrate(const pc_model *m, int ranks, int quick, dl_plan_hw *hw, FI
         fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
                    "collectives a step: %.1f us each\n",
                 tpR, tpR, steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6);
-        fprintf(f, "# pipeline parallelism: not measured (distlab has no pipeline parallelism yet)\n");
+        fprintf(f, "# pipeline hand-offs use the point-to-point figures above; no separate term\n");
     }
     return 0;
 }
@@ -413,8 +517,8 @@ static const char *const cal_help =
     "Measures this machine with the runtime itself and writes a hardware profile\n"
     "(docs/PLANNER.md): GEMM FLOP/s per rank on the trainer's model shapes (alone and with N ranks\n"
     "at once), ring all-reduce and point-to-point bandwidth and latency on N ranks, and the\n"
-    "non-GEMM share of a training step (dl_train_run on one rank). Pipeline parallelism does not\n"
-    "exist yet and is not measured.\n"
+    "non-GEMM share of a training step (dl_train_run on one rank). Pipelines are predicted from\n"
+    "these figures and the point-to-point ones (no separate measurement).\n"
     "  --out FILE   the profile (default distlab.hw; '-' for stdout)\n"
     "  --ranks N    ranks at once (default: the cores, at least 2)\n"
     "  --quick      fewer repetitions (seconds)\n"
@@ -424,8 +528,8 @@ static const char *const val_help =
     "Usage: distlab-plan validate [--hardware FILE] [--ranks N] [--quick] [--small] [--steps N]\n"
     "\n"
     "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
-    "AdamW state, from the tp sharding and the ZeRO shard) for local layouts (dp, tp, ZeRO 1-2;\n"
-    "pipeline parallelism does not exist yet), runs them through the trainer for a few steps and\n"
+    "AdamW state, from the tp sharding, the pipeline stage and the ZeRO shard) for local layouts\n"
+    "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-2), runs them through the trainer for a few steps and\n"
     "prints predicted vs measured. Layouts with more ranks than cores are marked oversubscribed:\n"
     "the time goal (within 25%) applies to the others, the memory goal (within 2%) to all.\n"
     "Exit status 0 when the goals hold, 1 otherwise.\n"
@@ -502,10 +606,6 @@ int plan_calibrate_main(int argc, char **argv)
 /* ---------------------------------------------------------------------------------------- */
 /* validate                                                                                   */
 
-typedef struct pc_layout {
-    int dp, tp, zero;
-} pc_layout;
-
 int plan_validate_main(int argc, char **argv)
 {
     pc_args a;
@@ -529,16 +629,22 @@ int plan_validate_main(int argc, char **argv)
     } else if (calibrate(&m, cores < 2 ? 2 : cores, a.quick, &hw, stdout) != 0) {
         return CLI_EXIT_FAIL;
     }
-    static const pc_layout all[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 1, 1}, {2, 1, 2},
-                                    {2, 2, 0}, {4, 1, 0}, {1, 4, 0}, {4, 1, 2}, {2, 2, 1},
-                                    {8, 1, 0}, {2, 4, 0}};
+    /* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
+    static const pc_layout all[] = {
+        {1, 1, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0}, {1, 2, 0, 1, 1, 0}, {2, 1, 1, 1, 1, 0},
+        {2, 1, 2, 1, 1, 0}, {2, 2, 0, 1, 1, 0}, {4, 1, 0, 1, 1, 0}, {1, 4, 0, 1, 1, 0},
+        {4, 1, 2, 1, 1, 0}, {2, 2, 1, 1, 1, 0}, {8, 1, 0, 1, 1, 0}, {2, 4, 0, 1, 1, 0},
+        {1, 1, 0, 2, 4, DL_SCHED_1F1B}, {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
+        {2, 1, 1, 2, 4, DL_SCHED_1F1B}, {1, 2, 0, 2, 4, DL_SCHED_1F1B},
+        {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B}};
     int nall = (int)(sizeof all / sizeof all[0]);
     printf("# model L %d C %d H %d T %d, micro-batch %d per dp rank (global batch dp x %d), f32, "
            "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
            m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
            a.steps, a.quick ? 3 : 5, cores);
-    printf("# pipeline parallelism: no layouts (distlab has no pipeline parallelism yet)\n");
-    printf("%-16s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks", "over", "sample",
+    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x %d)\n",
+           m.micro_batch, m.micro_batch);
+    printf("%-22s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks", "over", "sample",
            "pred_ms", "meas_ms", "err%", "states_pred", "states_meas", "err%", "paper_zero",
            "peak_meas", "ok");
     int ok_all = 1, nrun = 0, ntime = 0;
@@ -553,22 +659,28 @@ int plan_validate_main(int argc, char **argv)
     for (int round = 0; round < reps; round++)
         for (int i = 0; i < nall; i++) {
             const pc_layout *L = &all[i];
-            if (L->dp * L->tp > a.ranks || m.cfg.heads % L->tp || failed[i]) continue;
+            int n = L->dp * L->tp * L->pp;
+            if (n > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers || failed[i]) continue;
             dl_train_result res;
-            double ms = run_best(&m, L->dp, L->tp, L->zero, a.steps, 1, &res);
+            double ms = run_once(&m, L, a.steps, &res);
             if (!(ms > 0)) {
-                printf("# dp %d tp %d zero %d: run failed: %s\n", L->dp, L->tp, L->zero, dl_errmsg());
+                printf("# dp %d tp %d pp %d zero %d: run failed: %s\n", L->dp, L->tp, L->pp,
+                       L->zero, dl_errmsg());
                 failed[i] = 1;
                 dl_train_result_free(&res);
                 continue;
             }
             if (ms < best[i]) best[i] = ms;
             if (round == 0) {
-                double pb[3];
-                pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
-                double spred = pb[0] + pb[1] + pb[2];
                 peak0[i] = 0;
+                int per_stage = L->dp * L->tp;
                 for (int rk = 0; rk < res.nranks; rk++) {
+                    double pb[3];
+                    if (L->pp > 1)
+                        pc_state_predict_stage(&m.cfg, L, rk / per_stage, 4, pb, NULL);
+                    else
+                        pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
+                    double spred = pb[0] + pb[1] + pb[2];
                     const uint64_t *pk = res.peak + (size_t)rk * DL_MEM_NCATEGORIES;
                     double sm = (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] +
                                 (double)pk[DL_MEM_OPTIMIZER];
@@ -584,39 +696,52 @@ int plan_validate_main(int argc, char **argv)
         }
     for (int i = 0; i < nall; i++) {
         const pc_layout *L = &all[i];
-        int n = L->dp * L->tp;
-        if (n > a.ranks || m.cfg.heads % L->tp) continue;
+        int n = L->dp * L->tp * L->pp;
+        if (n > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers) continue;
         if (failed[i]) {
             ok_all = 0;
             continue;
         }
         pc_pred p;
-        pc_predict_time(&hw, &m, L->dp, L->tp, L->zero, cores, &p);
         double pb[3];
         size_t P;
-        pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+        if (L->pp > 1) {
+            pc_predict_time_pp(&hw, &m, L, cores, &p);
+            pc_state_predict_stage(&m.cfg, L, 0, 4, pb, &P);
+        } else {
+            pc_predict_time(&hw, &m, L->dp, L->tp, L->zero, cores, &p);
+            pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+        }
         double spred = pb[0] + pb[1] + pb[2];
         /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
         dl_plan_opts po;
         dl_plan_opts_init(&po);
         po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
         double paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
-        char name[32];
-        snprintf(name, sizeof name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
+        char name[40];
+        if (L->pp > 1)
+            snprintf(name, sizeof name, "dp%d tp%d pp%d %s m%d", L->dp, L->tp, L->pp,
+                     L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m);
+        else
+            snprintf(name, sizeof name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
+        if (L->pp > 1 && L->zero)
+            snprintf(name + strlen(name), sizeof name - strlen(name), " z%d", L->zero);
         double meas = best[i], terr = 100.0 * (meas - p.total * 1e3) / (p.total * 1e3);
         int tgoal = p.oversub || fabs(terr) <= 25.0, mgoal = fabs(worst[i]) <= 2.0;
         if (!p.oversub) ntime++;
         ok_all &= tgoal && mgoal;
         nrun++;
         int R = hw.ranks > 0 ? hw.ranks : 2;
-        int insample = L->zero == 0 && ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
-                                        (L->dp == 1 && L->tp == (m.cfg.heads % R == 0 ? R : 2)));
-        printf("%-16s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", name, n,
+        int insample = L->zero == 0 && L->pp == 1 &&
+                       ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
+                        (L->dp == 1 && L->tp == (m.cfg.heads % R == 0 ? R : 2)));
+        printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", name, n,
                p.oversub ? "yes" : "no", insample ? "calib" : "new", p.total * 1e3, meas, terr, spred, smeas0[i], worst[i], paper,
                peak0[i], tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
     }
     printf("# step time = GEMM (model shapes / GEMM rate x contention) + non-GEMM (ratio x GEMM) + "
-           "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; states and peaks in bytes per rank "
+           "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; pipelines: (m + p - 1) "
+           "x the slowest stage's micro-batch + 2 hand-offs per slot; states and peaks in bytes per rank "
            "(rank 0; states err%% is the worst rank); sample: calib = calibrate ran this layout "
            "to fit the profile (in-sample), new = not seen by calibrate\n");
     printf("# %d layouts, %d within the cores; goals (time +-25%% within the cores, model states "
