@@ -948,8 +948,60 @@ static int cmd_pipeline(args *a)
 /* ---------------------------------------------------------------------------------------- */
 /* search                                                                                    */
 
+/* A profile from `distlab-plan calibrate` describes this machine's ranks: predict distlab-train
+ * (its byte-level GPT, the shape from --layers/--hidden/--heads/--seq or distlab-train's
+ * defaults) for every local layout instead of a cluster's 3-D search. */
+static int cmd_search_local(args *a)
+{
+    dl_gpt_config c;
+    dl_gpt_config_default(&c);
+    c.layers = 4, c.d_model = 128, c.heads = 4, c.seq = 64; /* distlab-train's defaults */
+    if (a->have_model) {
+        if (a->model.layers <= 0 || a->model.hidden <= 0) {
+            cli_error("search: a calibrated profile predicts distlab-train's byte-level GPT; give "
+                      "its shape with --layers, --hidden, --heads, --seq (not a bare parameter count)");
+            return CLI_EXIT_USAGE;
+        }
+        c.layers = a->model.layers, c.d_model = a->model.hidden;
+        c.heads = a->model.heads, c.seq = a->model.seq > 0 ? a->model.seq : c.seq;
+        if (dl_gpt_config_check(&c, 1) != DL_OK) return fail_lib();
+    }
+    int ranks = a->gpus > 0 ? a->gpus : (a->hw.ranks > 0 ? a->hw.ranks : 2);
+    int mb = a->l.micro_batch > 1 ? a->l.micro_batch : 8;
+    int cap = 4096, n = 0;
+    pc_local_row *r = malloc((size_t)cap * sizeof *r);
+    if (!r) { cli_error("out of memory"); return CLI_EXIT_FAIL; }
+    if (pc_local_search(&a->hw, &c, mb, ranks, r, cap, &n) != DL_OK) {
+        free(r);
+        return fail_lib();
+    }
+    char title[300];
+    snprintf(title, sizeof title,
+             "distlab-train on this machine (%s): %d layouts on 1..%d ranks, L %d C %d H %d T %d, "
+             "micro-batch %d; sorted by predicted tokens/s", a->hw.name, n, ranks, c.layers,
+             c.d_model, c.heads, c.seq, mb);
+    table *t = tbl_new("search_local", title, 10, "dp", "dp", "tp", "tp", "pp", "pp", "zero",
+                       "ZeRO", "m", "m", "ranks", "ranks", "over", "over", "step_ms", "step ms",
+                       "tokens_per_s", "tokens/s", "state_mb", "states MB/rank");
+    for (int i = 0; i < n; i++) {
+        const pc_local_row *x = &r[i];
+        tbl_row(t); c_int(x->dp); c_int(x->tp); c_int(x->pp); c_int(x->zero); c_int(x->m);
+        c_int(x->ranks); c_bool(x->oversub);
+        c_num(x->pred_ms, "%.2f", x->pred_ms); c_num(x->tokens_per_s, "%.0f", x->tokens_per_s);
+        c_num(x->state_bytes / 1e6, "%.3f", x->state_bytes / 1e6);
+    }
+    if (a->mode == OUT_HUMAN)
+        printf("predicted from the calibrated profile as `distlab-plan validate` does (pipelines: 1F1B, "
+               "m = 2p; states: params + grads + AdamW per rank, the largest stage); check a "
+               "layout with `distlab-train` or all with `distlab-plan validate`\n\n");
+    print_tables(a->mode, stdout);
+    free(r);
+    return CLI_EXIT_OK;
+}
+
 static int cmd_search(args *a)
 {
+    if (a->hw.nongemm_ratio > 0 || a->hw.flops_alone > 0) return cmd_search_local(a);
     if (!a->have_model) dl_plan_model_preset("gpt3-175b", &a->model);
     int gpus = a->gpus > 0 ? a->gpus : 1024;
     if (!a->gbatch_given) a->l.global_batch = 1536;

@@ -724,7 +724,7 @@ int plan_validate_main(int argc, char **argv)
                      L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m);
         else
             snprintf(name, sizeof name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
-        if (L->pp > 1 && L->zero)
+        if (L->pp > 1) /* six words like the others: "dp1 tp1 pp2 1f1b m4 z0" */
             snprintf(name + strlen(name), sizeof name - strlen(name), " z%d", L->zero);
         double meas = best[i], terr = 100.0 * (meas - p.total * 1e3) / (p.total * 1e3);
         int tgoal = p.oversub || fabs(terr) <= 25.0, mgoal = fabs(worst[i]) <= 2.0;
@@ -748,4 +748,58 @@ int plan_validate_main(int argc, char **argv)
            "+-2%% for all): %s\n",
            nrun, ntime, ok_all && nrun >= 6 ? "met" : "NOT met");
     return ok_all && nrun >= 6 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* search --hardware FILE (a calibrated profile): distlab-train's local layouts                */
+
+static int pc_row_cmp(const void *a, const void *b)
+{
+    double x = ((const pc_local_row *)a)->tokens_per_s, y = ((const pc_local_row *)b)->tokens_per_s;
+    return x > y ? -1 : x < y;
+}
+
+int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_batch, int ranks,
+                    pc_local_row *rows, int cap, int *n)
+{
+    pc_model m = {*cfg, micro_batch};
+    int cores = pc_cores(), k = 0;
+    if (cores < 1) cores = 1;
+    for (int nr = 1; nr <= ranks; nr++)
+        for (int tp = 1; tp <= nr; tp++) {
+            if (nr % tp || cfg->heads % tp) continue;
+            for (int pp = 1; pp <= nr / tp; pp++) {
+                if ((nr / tp) % pp || pp > cfg->layers) continue;
+                int dp = nr / tp / pp;
+                for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++) {
+                    if (k == cap) return dl_error(DL_EINVAL, "search: more than %d layouts", cap);
+                    pc_layout L = {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1,
+                                   pp > 1 ? DL_SCHED_1F1B : 0};
+                    pc_pred p;
+                    double pb[3] = {0, 0, 0}, worst = 0;
+                    if (pp > 1) {
+                        pc_predict_time_pp(hw, &m, &L, cores, &p);
+                        for (int st = 0; st < pp; st++) {
+                            pc_state_predict_stage(cfg, &L, st, 4, pb, NULL);
+                            if (pb[0] + pb[1] + pb[2] > worst) worst = pb[0] + pb[1] + pb[2];
+                        }
+                    } else {
+                        pc_predict_time(hw, &m, dp, tp, zero, cores, &p);
+                        pc_state_predict(cfg, dp, tp, zero, 4, pb, NULL);
+                        worst = pb[0] + pb[1] + pb[2];
+                    }
+                    pc_local_row *r = &rows[k++];
+                    r->dp = dp, r->tp = tp, r->pp = pp, r->zero = zero, r->m = L.m;
+                    r->ranks = nr;
+                    r->oversub = p.oversub;
+                    r->pred_ms = p.total * 1e3;
+                    r->tokens_per_s = (double)dp * L.m * micro_batch * cfg->seq / p.total;
+                    r->state_bytes = worst;
+                }
+            }
+        }
+    /* the batch differs between layouts (dp x m x micro-batch): rank them by throughput */
+    qsort(rows, (size_t)k, sizeof *rows, pc_row_cmp);
+    *n = k;
+    return DL_OK;
 }

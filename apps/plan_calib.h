@@ -14,4 +14,15 @@ int plan_validate_main(int argc, char **argv);
 void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize,
                       double bytes[3], size_t *numel);
 
+/* distlab-plan search with a calibrated profile: every local layout of distlab-train's model on
+ * 1 .. ranks ranks (dp x tp x pp, ZeRO 0-2 when dp > 1; pipelines run 1F1B with 2p
+ * micro-batches), its predicted step time, tokens/s and largest model-state bytes per rank,
+ * sorted by predicted tokens/s (the global batch differs between layouts). */
+typedef struct pc_local_row {
+    int dp, tp, pp, zero, m, ranks, oversub;
+    double pred_ms, tokens_per_s, state_bytes;
+} pc_local_row;
+int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_batch, int ranks,
+                    pc_local_row *rows, int cap, int *n);
+
 #endif
