@@ -996,6 +996,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             if (rc == DL_OK && s->stage) /* whatever the model did not report (nothing, normally) */
                 rc = zero_ready(s, 0);
         }
+        uint64_t c0 = dl_now_ns();
         if (rc == DL_OK)
             rc = s->stage ? zero_wait_all(s) : wait_buckets(s);
         if (rc == DL_OK && o->dp > 1)
@@ -1004,6 +1005,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (rc == DL_OK && s->pp_on) /* the loss is the last stage's */
             rc = dl_allreduce(s->mesh.pp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
                               DL_PURPOSE_LOSS);
+        /* the gradient reduction's wait (and whatever of it did not overlap) and the loss */
+        dl_trace_add(R->trace, rank, DL_TR_COMM, step, -1, 0, c0, dl_now_ns());
         /* async: every update happened inside the pipeline */
         int updated = s->pp_on && !s->sched->flush;
         double norm = 0;
@@ -1020,8 +1023,12 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (o->dump_grads && step == 1 && (rc = dump_step(s)))
             break;
         double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
+        uint64_t a0 = dl_now_ns();
         if (!updated && (rc = adam_update(s, scale, lr, step)))
             break;
+        dl_trace_add(R->trace, rank, DL_TR_OPT, step, -1, 0, a0, dl_now_ns());
+        if (!s->pp_on) /* a pipeline's step span is the engine's (its bubble's window) */
+            dl_trace_add(R->trace, rank, DL_TR_STEP, step, -1, 0, t0, dl_now_ns());
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
         if (logging)
             dl_ops_gemm_log(NULL);
@@ -1246,7 +1253,9 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     res->pp_bubble = calloc((size_t)o.pp, sizeof(double));
     res->pp_slots = calloc((size_t)o.pp, sizeof(int));
     res->pp_max_gap = calloc((size_t)o.pp, sizeof(int));
-    if ((o.trace_path || o.timeline) &&
+    if (o.trace)
+        R.trace = o.trace;
+    else if ((o.trace_path || o.timeline) &&
         (rc = dl_trace_create(n, (size_t)(steps + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
                               &R.trace)))
         goto done;
@@ -1310,7 +1319,8 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     if (R.trace && o.timeline && R.steps_done > 0)
         res->timeline = trace_timeline(R.trace, R.steps_done);
 done:
-    dl_trace_destroy(R.trace);
+    if (R.trace != o.trace)
+        dl_trace_destroy(R.trace);
     free(R.pp_busy), free(R.pp_wall), free(R.pp_engine), free(R.pp_gap);
     free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr);
     dl_data_free(R.data);

@@ -67,6 +67,8 @@ typedef struct dl_train_opts {
                               * (the lecture's dynamic program); NULL: evenly by layer count */
     const char *trace_path;  /* write every rank's events as Chrome trace JSON (Perfetto) */
     int timeline;            /* keep the measured ASCII timeline of the last step (res->timeline) */
+    struct dl_trace *trace;  /* record into this trace (dp x tp x pp tracks; the caller creates
+                              * and frees it) instead of one of the run's own */
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);
