@@ -10,6 +10,7 @@
 #include "bench_coll.h"
 #include "bench_topo.h"
 #include "bench_util.h"
+#include "bench_pipeline.h"
 #include "trace_plot.h"
 
 /* Set once we re-exec'd ourselves, so that a failing or odd environment cannot loop. */
@@ -31,6 +32,7 @@ static void usage(FILE *f)
             "  contention  time in collectives split into waiting and working; futex sleeps\n"
             "  scaling  the trainer's strong and weak scaling over dp and tp\n"
             "  overhead the harness's own cost per training step (timestamps, trace events)\n"
+            "  pipeline measured pipeline bubbles of the schedules vs the lecture and the simulator\n"
             "\n"
             "Options:\n"
             "  -h, --help      this help; `distlab-bench SUBCOMMAND --help` for a subcommand's\n"
@@ -59,7 +61,8 @@ int main(int argc, char **argv)
             if (strcmp(argv[2], "contention") == 0) return bench_contention_main(2, hargv);
             if (strcmp(argv[2], "scaling") == 0) return bench_scaling_main(2, hargv);
             if (strcmp(argv[2], "overhead") == 0) return bench_overhead_main(2, hargv);
-            cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling, overhead)",
+            if (strcmp(argv[2], "pipeline") == 0) return bench_pipeline_main(2, hargv);
+            cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling, overhead, pipeline)",
                       argv[2]);
             return CLI_EXIT_USAGE;
         }
@@ -78,6 +81,7 @@ int main(int argc, char **argv)
     if (strcmp(sub, "contention") == 0) return bench_contention_main(argc - 1, argv + 1);
     if (strcmp(sub, "scaling") == 0) return bench_scaling_main(argc - 1, argv + 1);
     if (strcmp(sub, "overhead") == 0) return bench_overhead_main(argc - 1, argv + 1);
+    if (strcmp(sub, "pipeline") == 0) return bench_pipeline_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0) return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     /* hidden: a simulated schedule drawn through the trace's Gantt chart (apps/trace_plot.c) */
@@ -87,7 +91,7 @@ int main(int argc, char **argv)
          * call an nccl-tests binary). argv[0] stays the program name for coll's parser. */
         return bench_coll_main(argc, argv);
     }
-    cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling, overhead; see --help)",
+    cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, contention, scaling, overhead, pipeline; see --help)",
               sub);
     return CLI_EXIT_USAGE;
 }

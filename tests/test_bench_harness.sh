@@ -1,5 +1,5 @@
 #!/bin/sh
-# distlab-bench gemm / stream / overlap / contention: each runs in --quick mode and exits 0, its --csv and
+# distlab-bench gemm / stream / overlap / contention (and scaling, overhead, pipeline below): each runs in --quick mode and exits 0, its --csv and
 # --json output parse (python3 when present), bad options exit 2 with one line on stderr, --plot
 # writes its data and script, and the harness's arithmetic (contention factor, hidden fraction)
 # holds on synthetic timings (`distlab-bench selftest`, which exits 1 on any mismatch).
@@ -202,9 +202,65 @@ if [ -x /usr/bin/gnuplot ]; then
 fi
 run "gantt-demo bad extension" 2 gantt-demo "$TMP/g.pdf"
 
+# pipeline: measured bubbles on the engine (one small configuration), its JSON parses and the
+# bubble arithmetic holds on synthetic timings (pipeline --selftest); no timing assertions
+PIPE="--quick --fwd-ms 1 --bwd-ms 2"
+[ "$DISTLAB_TEST_SCALE" = small ] && PIPE="--quick --fwd-ms 0.2 --bwd-ms 0.4 --overhead-steps 2"
+run "pipeline selftest" 0 pipeline --selftest
+grep -q '^pipeline selftest: ok$' "$TMP/out" || fail "pipeline --selftest: no 'pipeline selftest: ok'"
+# shellcheck disable=SC2086
+run "pipeline json" 0 pipeline $PIPE --json --trace "$TMP/pipe.json"
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" "$TMP/pipe.json" <<'PY' || fail "pipeline: JSON does not parse or is inconsistent"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert recs[0]["type"] == "config" and recs[-1]["type"] == "summary" and recs[-1]["status"] == "ok"
+for r in recs:
+    assert r["schema"] == "distlab/1" and r["app"] == "distlab-bench" and r["subcommand"] == "pipeline"
+assert recs[0]["work"] == "sleep" and recs[0]["handoff_kb"] == 64
+rows = [r for r in recs if r["type"] == "row" and r["row_kind"] == "config"]
+ov = [r for r in recs if r["type"] == "row" and r["row_kind"] == "overhead"]
+assert len(rows) == 1, rows
+r = rows[0]
+assert (r["schedule"], r["p"], r["m"], r["v"]) == ("1f1b", 2, 4, 1)
+# the lecture's (p-1)/(m+p-1) = 1/5 and the simulator agree; measured numbers are fractions
+assert abs(r["lecture_pct"] - 20) < 1e-9 and abs(r["sim_pct"] - 20) < 1e-9
+assert abs(r["delta_pp"] - (r["bubble_pct"] - r["lecture_pct"])) < 1e-9
+for k in ("bubble_pct", "bubble_trace_pct"): assert 0 <= r[k] <= 100, (k, r[k])
+assert len(r["stage_bubble_pct"]) == 2 and all(0 <= b <= 100 for b in r["stage_bubble_pct"])
+assert r["peak_act_slots"] == [2, 1] and r["step_ms"] > 0 and r["engine_us_per_action"] >= 0
+if recs[0]["machine"]["real_pus"] >= 2:
+    assert len(ov) == 1 and ov[0]["p"] == 2 and ov[0]["per_action_us"] > 0
+    assert ov[0]["pass"] == (ov[0]["per_action_us"] < 20)
+t = json.load(open(sys.argv[2]))
+names = {e["name"] for e in t["traceEvents"] if e.get("ph") == "X"}
+assert {"F0", "F3", "B0", "B3", "step"} <= names, names
+PY
+fi
+# shellcheck disable=SC2086
+run "pipeline csv" 0 pipeline $PIPE --overhead-steps 0 --csv
+[ "$(grep -vc '^#' "$TMP/out")" -eq 2 ] || fail "pipeline --csv: want a header and 1 row"
+# shellcheck disable=SC2086
+run "pipeline --plot" 0 pipeline $PIPE --overhead-steps 0 --plot "$TMP/pg.svg" --plot-bubbles "$TMP/pb.svg"
+[ -s "$TMP/pg.dat" ] && [ -s "$TMP/pg.gp" ] && [ -s "$TMP/pb.dat" ] || fail "pipeline --plot: no data or script"
+[ "$(awk '/^# (optimizer|collective)/ { stop = 1 } /^[0-9]/ && !stop' "$TMP/pg.dat" | wc -l)" -eq 16 ] ||
+  fail "pipeline --plot: want 16 forward and backward boxes (4 F + 4 B on 2 stages)"
+# shellcheck disable=SC2086
+run "pipeline text" 0 pipeline $PIPE --overhead-steps 0 --schedules gpipe,interleaved --microbatches 1
+grep -q '^# skipped interleaved p=2 m=1' "$TMP/out" || fail "pipeline: interleaved with m < p not reported as skipped"
+run "pipeline --help" 0 pipeline --help
+grep -q "^Usage: distlab-bench pipeline" "$TMP/out" || fail "pipeline --help: no usage"
+for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatches 4,x" "--plot out.pdf" \
+           "--show 1f1b:3:4" "--csv --json" "--work model --plot g.svg" "extra"; do
+  # shellcheck disable=SC2086
+  run "pipeline $bad" 2 pipeline $bad
+  [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "pipeline $bad: $(wc -l <"$TMP/err") lines on stderr, want 1"
+  [ -s "$TMP/out" ] && fail "pipeline $bad: wrote to stdout"
+done
+
 # the help lists the new subcommands
 run "help" 0 --help
-for sub in gemm stream overlap contention scaling overhead; do
+for sub in gemm stream overlap contention scaling overhead pipeline; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 
