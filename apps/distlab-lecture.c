@@ -4,8 +4,9 @@
  * the lecture's section; --check marks every figure the lecture states MATCH or DIFF (round-off
  * figures against a stated bound) and exits 1 on any DIFF. Nothing is re-implemented: the
  * accounting comes from the planner (lib/plan.c), the schedules from lib/sched.c, the real runs
- * (section 02, apps/lecture_par.c; section 04, apps/lecture_zero.c and apps/zero_mlp.c) from the
- * runtime, the arenas, the collectives and the kernels. */
+ * (section 02, apps/lecture_par.c; section 03's pipeline, apps/lecture_pipe.c; section 04,
+ * apps/lecture_zero.c and apps/zero_mlp.c) from the runtime, the pipeline engine, the arenas, the
+ * collectives and the kernels. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <math.h>
@@ -271,7 +272,7 @@ static void list_ints(char *buf, size_t cap, const int *v, int n, const char *se
 
 static int lecture_03(void)
 {
-    section_header("03", "§4 pipeline parallelism (code 03; the schedules and simulator, lib/sched.c)");
+    section_header("03", "§4 pipeline parallelism (code 03; schedules and simulator: lib/sched.c, engine: lib/pipe.c)");
     char shown[160], label[160], lec[64];
     dl_sched *a, *b, *c;
     if (dl_sched_naive(4, &a) || dl_sched_gpipe(4, 4, &b) || dl_sched_1f1b(4, 8, &c))
@@ -313,8 +314,8 @@ static int lecture_03(void)
     simd_free(&gp);
     simd_free(&fb);
 
-    lec_text("  code 03 part 2 (a real 8-layer MLP through 4 pipeline stages, 1 / 4 / 8 micro-batches, vs the "
-             "full batch;\n  lecture: 4.5e-08 in float32): not yet built (the pipeline issue's engine)\n");
+    /* code 03 part 2: the 8-layer MLP through the pipeline engine (apps/lecture_pipe.c) */
+    if (lecture_03_pipe()) return -1;
 
     /* §4.3 weight versions in asynchronous 1F1B (PipeDream), without and with stashing */
     for (int stash = 0; stash <= 1; stash++) {
@@ -682,7 +683,9 @@ static void usage(FILE *f)
 "             library's kernels; tensor parallelism 2 and 4 vs one rank; attention split by heads\n"
 "             2 / 4 / 8 ways; all-reduces per layer; the GPT-3 layer at t = 8 (352 MB, comm/compute)\n"
 "  03         §4 and §6.2: the naive / GPipe / 1F1B grids as the lecture prints them, bubbles,\n"
-"             activations, weight versions, the layer partition, TeraPipe (the simulator)\n"
+"             activations, weight versions, the layer partition, TeraPipe (the simulator); an 8-layer\n"
+"             MLP in 4 stages on 4 rank threads through the pipeline engine (GPipe m = 1 / 4 / 8,\n"
+"             1F1B m = 4 / 8) vs the full batch: gradients within round-off (f32 and f64)\n"
 "  04         §5 ZeRO, run on 4 rank threads: the lecture's 1633-parameter MLP, 5 Adam steps in\n"
 "             mixed precision (bf16 params and grads, fp32 master and Adam state) as plain DP, P_os,\n"
 "             P_os+g and P_os+g+p: bytes per parameter from the arena (16 / 7 / 5.5 / 4 plus padding),\n"

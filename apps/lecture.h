@@ -1,6 +1,7 @@
 /* distlab-lecture: shared declarations of the app's files (apps/distlab-lecture.c: options,
  * output, sections 01, 03, 05 and the exercises; apps/lecture_par.c: section 02, the real runs
- * of data and tensor parallelism on rank threads; apps/lecture_zero.c: section 04, ZeRO). */
+ * of data and tensor parallelism on rank threads; apps/lecture_zero.c: section 04, ZeRO;
+ * apps/lecture_pipe.c: section 03's real pipeline run). */
 #ifndef DISTLAB_APPS_LECTURE_H
 #define DISTLAB_APPS_LECTURE_H
 
@@ -34,6 +35,9 @@ int lec_fail(const char *what);
 
 /* Section 02 (apps/lecture_par.c). Returns 0, or -1 after lec_fail. */
 int lecture_02(void);
+/* Section 03, code 03 part 2: the 8-layer MLP in 4 pipeline stages on rank threads vs the full
+ * batch (apps/lecture_pipe.c). Returns 0, or -1 after lec_fail. */
+int lecture_03_pipe(void);
 /* Section 04, ZeRO (apps/lecture_zero.c, on apps/zero_mlp.c). Returns 0, or -1 after lec_fail. */
 int lecture_04(void);
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Command-line contract of distlab-lecture: `all --check` reproduces every figure the lecture
-# states (no DIFF, exit 0), each section runs alone (04: ZeRO on rank threads), --json gives
+# states (no DIFF, exit 0), each section runs alone (03: an 8-layer MLP through the pipeline
+# engine on rank threads; 04: ZeRO on rank threads), --json gives
 # one record per figure and a summary, usage errors exit 2 with one line on stderr, and --help /
 # --version work. Run by `make check` from the build directory (./apps/distlab-lecture).
 
@@ -54,7 +55,7 @@ usage_error() {
 # ---- everything, checked ----
 if run "all --check" 0 all --check; then
   grep -q "^DIFF" "$TMP/out" && fail "all --check: a DIFF line"
-  for ref in "§1.2" "§1.3" "§2 " "§3.3" "§3.4" "§3.5" "§4.1" "§4.3" "§4.4" "§5.2" "§6.2" "§6.4" "ex. 6"; do
+  for ref in "§1.2" "§1.3" "§2 " "§3.3" "§3.4" "§3.5" "§4.1" "§4.2" "§4.3" "§4.4" "§5.2" "§6.2" "§6.4" "ex. 6"; do
     has "all --check" "$TMP/out" "^MATCH  *$ref"
   done
   has "all --check" "$TMP/out" " 0 DIFF"
@@ -81,6 +82,19 @@ if run "03" 0 03 --check; then
   has 03 "$TMP/out" "1F1B（8 个微批次）：气泡 27.3%，每段同时存着的激活 4 / 3 / 2 / 1 份"
   has 03 "$TMP/out" "15.8%"
   has 03 "$TMP/out" "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5"
+  # code 03 part 2: the 8-layer MLP in 4 stages through the pipeline engine (GPipe m = 1 / 4 / 8,
+  # 1F1B m = 4 / 8), gradients against the full batch at rounding level (f32 <= 1e-5, f64
+  # <= 1e-12: a larger difference is a DIFF, and --check exits 1), activations held as simulated
+  n=$(grep -c '^MATCH .*8-layer MLP, .* vs full batch, max |grad diff| (f32)' "$TMP/out")
+  [ "$n" -eq 5 ] || fail "03: $n of 5 pipelined MLP runs within 1e-5 of the full batch in f32"
+  n=$(grep -c '^MATCH .*8-layer MLP, .* vs full batch, max |grad diff| (f64)' "$TMP/out")
+  [ "$n" -eq 5 ] || fail "03: $n of 5 pipelined MLP runs within 1e-12 of the full batch in f64"
+  has 03 "$TMP/out" "^MATCH .*8-layer MLP, GPipe m = 1 vs full batch, max |grad diff| (f32) *0.0e+00"
+  has 03 "$TMP/out" "^MATCH .*8-layer MLP, 1F1B m = 8: activations each stage held (measured) *4 / 3 / 2 / 1"
+  has 03 "$TMP/out" "^MATCH .*8-layer MLP, GPipe m = 8: activations each stage held (measured) *8 / 8 / 8 / 8"
+  has 03 "$TMP/out" "1F1B, m = 8 .* 4 / 3 / 2 / 1 *24576 B"
+  has 03 "$TMP/out" " 0 DIFF"
+  [ -s "$TMP/err" ] && fail "03 --check: stderr not empty: $(head -c 300 "$TMP/err")"
 fi
 if run "04" 0 04 --check; then
   # measured bytes per parameter (16 / 7 / 5.5 / 4 plus padding), elements sent (2Psi, 3Psi
@@ -131,6 +145,11 @@ fi
 if run "03 --json" 0 03 --json --check; then
   n=$(grep -c '^{"type":"figure","schema":"distlab/1","app":"distlab-lecture"' "$TMP/out")
   [ "$n" -ge 10 ] || fail "03 --json: $n figure records"
+  for id in pipe_gpipe_m1 pipe_gpipe_m4 pipe_gpipe_m8 pipe_1f1b_m4 pipe_1f1b_m8; do
+    for t in f32 f64; do
+      grep -q "\"id\":\"${id}_$t\".*\"check\":\"MATCH\"" "$TMP/out" || fail "03 --json: ${id}_$t not a MATCH record"
+    done
+  done
   tail -n 1 "$TMP/out" | grep -q '"type":"summary".*"diff":0,.*"ok":true' || fail "03 --json: summary"
   grep -qv '^{' "$TMP/out" && fail "03 --json: a line that is not a JSON object"
   if command -v python3 >/dev/null 2>&1; then
