@@ -1,7 +1,8 @@
 /* distlab-bench scaling: the trainer's strong scaling (fixed global batch) and weak scaling
- * (fixed batch per data-parallel rank) for data and tensor parallelism, from 1 rank up to the
- * machine's PUs and beyond (marked oversubscribed): tokens/s, speed-up over one rank,
- * efficiency, and the bytes each rank sends per step. */
+ * (fixed batch per data-parallel rank) for data, tensor and pipeline parallelism, from 1 rank up
+ * to the machine's PUs and beyond (marked oversubscribed): tokens/s, speed-up over one rank,
+ * efficiency, the bytes each rank sends per step, and where rank 0's step went (from the trace:
+ * compute, communication, waiting for hand-offs, the rest idle or bubble). */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <math.h>
@@ -29,9 +30,14 @@ static void usage(FILE *f)
 "  weak dp:   --seqs sequences per rank, so the global batch grows with the ranks;\n"
 "  strong tp: the --seqs x the most ranks sequences on a model split over 1, 2, 4 ... ranks\n"
 "             (up to the head count). Weak scaling of tp would grow the model: not measured.\n"
+"  strong pp: the same batch as micro-batches of --seqs through 1, 2, 4 ... stages (1F1B,\n"
+"             up to the layer count). Weak pp would grow the model too: not measured.\n"
 "Ranks beyond the machine's PUs (--oversubscribe) are marked; their timings include\n"
 "contention by construction. The bytes are what each rank sends per step (dp gradients, tp\n"
-"activations). Where the time goes within a step needs the trace (a later issue).\n"
+"activations, pp hand-offs). Where rank 0's step went comes from the trace (median step):\n"
+"compute (inside forward and backward), comm (collectives and posting hand-offs), wait\n"
+"(receiving hand-offs), idle (the rest: the pipeline's bubble, the optimizer, dispatch); a\n"
+"pipeline's step is the engine's span (its gradient reduction and optimizer come after it).\n"
 "\n"
 "Options:\n"
 "  --ranks N        most ranks that fit (default: the machine's PUs)\n"
@@ -96,9 +102,95 @@ static int parse(int argc, char **argv, scfg *c)
 
 typedef struct point {
     const char *mode, *par;
-    int ranks, dp, tp, global, over;
+    int ranks, dp, tp, pp, global, over;
     double tps, ms, speedup, eff, grad_bytes, act_bytes;
+    double compute, comm, wait, idle; /* fractions of rank 0's median traced step */
+    double bubble;                    /* pp: measured total bubble */
 } point;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Each instant of a step's window goes to one class, the most specific event covering it:
+ * communication (a collective, posting a hand-off) over waiting for a hand-off over compute
+ * (forward, backward) over idle. (A blocking gradient all-reduce runs inside the backward: it
+ * counts as communication, not compute.) */
+enum { C_COMPUTE, C_COMM, C_WAIT, C_IDLE };
+
+static int class_of(int kind)
+{
+    switch (kind) {
+    case DL_TR_COMM: case DL_TR_SEND: return 3;
+    case DL_TR_RECV_WAIT: return 2;
+    case DL_TR_FWD: case DL_TR_BWD: return 1;
+    default: return 0;
+    }
+}
+
+static int step_fractions(const dl_trace *t, int rank, int step, double frac[4])
+{
+    const dl_trace_event *ev = dl_trace_events(t, rank);
+    size_t n = dl_trace_count(t, rank);
+    uint64_t w0 = 0, w1 = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].kind == DL_TR_STEP && ev[i].step == step) w0 = ev[i].t0, w1 = ev[i].t1;
+    if (w1 <= w0) return -1;
+    /* the window's boundaries: its ends and every event end inside it */
+    uint64_t *b = malloc(sizeof(uint64_t) * (2 * n + 2));
+    if (!b) return -1;
+    size_t nb = 0;
+    b[nb++] = w0, b[nb++] = w1;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].t0 > w0 && ev[i].t0 < w1) b[nb++] = ev[i].t0;
+        if (ev[i].t1 > w0 && ev[i].t1 < w1) b[nb++] = ev[i].t1;
+    }
+    for (size_t i = 1; i < nb; i++) /* insertion sort: a step has few events */
+        for (size_t j = i; j > 0 && b[j - 1] > b[j]; j--) {
+            uint64_t x = b[j];
+            b[j] = b[j - 1], b[j - 1] = x;
+        }
+    double acc[4] = {0, 0, 0, 0};
+    for (size_t k = 0; k + 1 < nb; k++) {
+        uint64_t a = b[k], e = b[k + 1];
+        if (e <= a) continue;
+        int best = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].kind != DL_TR_STEP && ev[i].t0 <= a && ev[i].t1 >= e) {
+                int c = class_of(ev[i].kind);
+                if (c > best) best = c;
+            }
+        static const int to[4] = {C_IDLE, C_COMPUTE, C_WAIT, C_COMM};
+        acc[to[best]] += (double)(e - a);
+    }
+    free(b);
+    for (int k = 0; k < 4; k++) frac[k] = acc[k] / (double)(w1 - w0);
+    return 0;
+}
+
+/* Rank 0's step, median over the steps after the first. */
+static void breakdown(const dl_trace *t, int steps, point *p)
+{
+    double f[4][64];
+    int n = 0;
+    for (int st = 2; st <= steps && n < 64; st++) {
+        double fr[4];
+        if (step_fractions(t, 0, st, fr) != 0) continue;
+        for (int k = 0; k < 4; k++) f[k][n] = fr[k];
+        n++;
+    }
+    double *out[4] = {&p->compute, &p->comm, &p->wait, &p->idle};
+    for (int k = 0; k < 4; k++) {
+        if (!n) {
+            *out[k] = NAN;
+            continue;
+        }
+        qsort(f[k], (size_t)n, sizeof(double), cmp_d);
+        *out[k] = n % 2 ? f[k][n / 2] : 0.5 * (f[k][n / 2 - 1] + f[k][n / 2]);
+    }
+}
 
 static int run_point(const scfg *c, point *p)
 {
@@ -110,22 +202,38 @@ static int run_point(const scfg *c, point *p)
     o.model.seq = c->m.seq;
     o.dp = p->dp;
     o.tp = p->tp;
+    o.pp = p->pp;
     o.global_batch = p->global;
-    o.micro_batch = p->global / p->dp;
-    o.microbatches = 1;
+    if (p->pp > 1) { /* micro-batches of --seqs sequences through the stages */
+        o.schedule = DL_SCHED_1F1B;
+        o.micro_batch = c->seqs;
+        o.microbatches = p->global / (p->dp * c->seqs);
+    } else {
+        o.micro_batch = p->global / p->dp;
+        o.microbatches = 1;
+    }
     o.steps = c->steps;
     o.warmup = 1;
     o.eval_windows = 1;
     o.log_every = 0;
+    dl_trace *t = NULL;
+    int n = p->dp * p->tp * p->pp;
+    int rc = dl_trace_create(n, (size_t)(c->steps + 1) * ((size_t)o.microbatches * 8 + 16), &t);
+    if (rc)
+        return rc;
+    o.trace = t;
     dl_train_result r;
-    int rc = dl_train_run(&o, &r);
+    rc = dl_train_run(&o, &r);
     if (rc == DL_OK) {
         p->tps = r.tokens_per_s;
         p->ms = r.ms_per_step;
         p->grad_bytes = r.dp_grad_bytes_per_step;
-        p->act_bytes = r.tp_act_bytes_per_step;
+        p->act_bytes = r.tp_act_bytes_per_step + r.pp_bytes_per_step;
+        p->bubble = p->pp > 1 ? r.pp_bubble_total : NAN;
+        breakdown(t, r.nsteps, p);
     }
     dl_train_result_free(&r);
+    dl_trace_destroy(t);
     return rc;
 }
 
@@ -138,6 +246,7 @@ static void print_point(FILE *f, const scfg *c, const point *p)
         bu_json_int(f, "ranks", p->ranks);
         bu_json_int(f, "dp", p->dp);
         bu_json_int(f, "tp", p->tp);
+        bu_json_int(f, "pp", p->pp);
         bu_json_bool(f, "oversubscribed", p->over);
         bu_json_int(f, "global_batch", p->global);
         bu_json_num(f, "tokens_per_s", p->tps);
@@ -146,15 +255,23 @@ static void print_point(FILE *f, const scfg *c, const point *p)
         bu_json_num(f, "efficiency", p->eff);
         bu_json_num(f, "dp_grad_bytes_per_rank_per_step", p->grad_bytes);
         bu_json_num(f, "tp_act_bytes_per_rank_per_step", p->act_bytes);
+        bu_json_num(f, "compute_fraction", p->compute);
+        bu_json_num(f, "comm_fraction", p->comm);
+        bu_json_num(f, "wait_fraction", p->wait);
+        bu_json_num(f, "idle_fraction", p->idle);
+        bu_json_num(f, "pp_bubble", p->bubble);
         bu_json_end(f);
     } else if (c->o.csv) {
-        fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%.1f,%.3f,%.4f,%.4f,%.0f,%.0f\n", p->mode, p->par,
-                p->ranks, p->dp, p->tp, p->over, p->global, p->tps, p->ms, p->speedup, p->eff,
-                p->grad_bytes, p->act_bytes);
+        fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%d,%.1f,%.3f,%.4f,%.4f,%.0f,%.0f,%.4f,%.4f,%.4f,%.4f\n",
+                p->mode, p->par, p->ranks, p->dp, p->tp, p->pp, p->over, p->global, p->tps, p->ms,
+                p->speedup, p->eff, p->grad_bytes, p->act_bytes, p->compute, p->comm, p->wait,
+                p->idle);
     } else {
-        fprintf(f, "  %-6s %-3s %5d %7d %10.0f %9.1f %8.2fx %6.0f%% %10.2f %10.2f%s\n", p->mode,
+        fprintf(f, "  %-6s %-3s %5d %7d %10.0f %9.1f %8.2fx %6.0f%% %10.2f %10.2f %5.0f%% %5.0f%% "
+                   "%5.0f%% %5.0f%%%s\n", p->mode,
                 p->par, p->ranks, p->global, p->tps, p->ms, p->speedup, 100 * p->eff,
-                p->grad_bytes / 1e6, p->act_bytes / 1e6, p->over ? "  (oversubscribed)" : "");
+                p->grad_bytes / 1e6, p->act_bytes / 1e6, 100 * p->compute, 100 * p->comm,
+                100 * p->wait, 100 * p->idle, p->over ? "  (oversubscribed)" : "");
     }
     fflush(f);
 }
@@ -191,32 +308,35 @@ int bench_scaling_main(int argc, char **argv)
                    "layout (median after the first); %d sequences per rank\n", c.m.layers,
                 c.m.d_model, c.m.heads, c.m.seq, c.steps, c.seqs);
         if (c.o.csv)
-            fprintf(f, "mode,par,ranks,dp,tp,oversubscribed,global_batch,tokens_per_s,ms_per_step,"
-                       "speedup,efficiency,dp_grad_bytes,tp_act_bytes\n");
+            fprintf(f, "mode,par,ranks,dp,tp,pp,oversubscribed,global_batch,tokens_per_s,ms_per_step,"
+                       "speedup,efficiency,dp_grad_bytes,act_bytes,compute,comm,wait,idle\n");
         else
-            fprintf(f, "# %-6s %-3s %5s %7s %10s %9s %9s %7s %10s %10s\n", "mode", "par", "ranks",
-                    "batch", "tokens/s", "ms/step", "speed-up", "effic.", "dp MB/step",
-                    "tp MB/step");
+            fprintf(f, "# %-6s %-3s %5s %7s %10s %9s %9s %7s %10s %10s %6s %6s %6s %6s\n", "mode",
+                    "par", "ranks", "batch", "tokens/s", "ms/step", "speed-up", "effic.",
+                    "dp MB/step", "act MB/step", "comp", "comm", "wait", "idle");
     }
     int status = CLI_EXIT_OK, rows = 0;
     double best_eff_fit = 0;
     char *dat = NULL;
     size_t datlen = 0;
     FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
-    /* strong dp, weak dp, strong tp: ranks 1, 2, 4, ... up to `most` */
-    for (int kind = 0; kind < 3 && status == CLI_EXIT_OK; kind++) {
+    /* strong dp, weak dp, strong tp, strong pp: ranks 1, 2, 4, ... up to `most` */
+    static const char *const mode[4] = {"strong", "weak", "strong", "strong"};
+    static const char *const par[4] = {"dp", "dp", "tp", "pp"};
+    for (int kind = 0; kind < 4 && status == CLI_EXIT_OK; kind++) {
         double base = 0;
         if (df)
-            fprintf(df, "%s# %s %s: ranks speedup efficiency\n", kind ? "\n\n" : "",
-                    kind == 1 ? "weak" : "strong", kind == 2 ? "tp" : "dp");
+            fprintf(df, "%s# %s %s: ranks speedup efficiency\n", kind ? "\n\n" : "", mode[kind],
+                    par[kind]);
         for (int n = 1; n <= most && status == CLI_EXIT_OK; n *= 2) {
-            point p = {.mode = kind == 1 ? "weak" : "strong", .par = kind == 2 ? "tp" : "dp",
-                       .ranks = n, .over = n > pus};
-            p.dp = kind == 2 ? 1 : n;
+            point p = {.mode = mode[kind], .par = par[kind], .ranks = n, .over = n > pus};
+            p.dp = kind < 2 ? n : 1;
             p.tp = kind == 2 ? n : 1;
+            p.pp = kind == 3 ? n : 1;
             if (kind == 2 && c.m.heads % n) break; /* tp must divide the heads */
+            if (kind == 3 && n > c.m.layers) break; /* a stage needs a layer */
             p.global = kind == 1 ? c.seqs * n : c.seqs * most;
-            if (kind != 2 && p.global % n) continue;
+            if (kind < 2 && p.global % n) continue;
             if (run_point(&c, &p) != DL_OK) {
                 cli_error("scaling: %s %s on %d ranks: %s", p.mode, p.par, n, dl_errmsg());
                 status = CLI_EXIT_FAIL;
@@ -249,9 +369,11 @@ int bench_scaling_main(int argc, char **argv)
                     "plot datafile index 0 using 1:2 with linespoints title 'strong dp', \\\n"
                     "     datafile index 1 using 1:2 with linespoints title 'weak dp', \\\n"
                     "     datafile index 2 using 1:2 with linespoints title 'strong tp', \\\n"
+                    "     datafile index 3 using 1:2 with linespoints title 'strong pp', \\\n"
                     "     datafile index 0 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong dp', \\\n"
                     "     datafile index 1 using 1:3 axes x1y2 with lines dt 2 title 'eff. weak dp', \\\n"
-                    "     datafile index 2 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong tp'\n") != 0)
+                    "     datafile index 2 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong tp', \\\n"
+                    "     datafile index 3 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong pp'\n") != 0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }

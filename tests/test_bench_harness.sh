@@ -125,16 +125,20 @@ if [ -x /usr/bin/gnuplot ]; then
 fi
 
 # scaling: a tiny model, its JSON parses and speed-ups are relative to one rank
-run "scaling" 0 scaling --quick --ranks 2 --steps 2 --layers 1 --d-model 32 --seq 16 --json
+run "scaling" 0 scaling --quick --ranks 2 --steps 3 --layers 2 --d-model 32 --seq 16 --json
 if [ $HAVE_PY = 1 ]; then
   python3 - "$TMP/out" <<'PY' || fail "scaling: JSON does not parse or is inconsistent"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 assert recs[0]["type"] == "config" and recs[-1]["type"] == "summary" and recs[-1]["status"] == "ok"
 rows = [r for r in recs if r["type"] == "row"]
-assert {(r["mode"], r["par"]) for r in rows} == {("strong", "dp"), ("weak", "dp"), ("strong", "tp")}
+assert {(r["mode"], r["par"]) for r in rows} == {("strong", "dp"), ("weak", "dp"), ("strong", "tp"), ("strong", "pp")}
+assert any(r["par"] == "pp" and r["ranks"] == 2 for r in rows)
 for r in rows:
-    assert r["ranks"] == r["dp"] * r["tp"] and r["tokens_per_s"] > 0
+    assert r["ranks"] == r["dp"] * r["tp"] * r["pp"] and r["tokens_per_s"] > 0
+    # where rank 0's step went: the four classes partition the step
+    s = r["compute_fraction"] + r["comm_fraction"] + r["wait_fraction"] + r["idle_fraction"]
+    assert abs(s - 1) < 1e-6 and r["compute_fraction"] > 0, r
     assert abs(r["efficiency"] * r["ranks"] - r["speedup"]) < 1e-9
     if r["ranks"] == 1: assert r["speedup"] == 1
     if r["par"] == "dp" and r["ranks"] > 1: assert r["dp_grad_bytes_per_rank_per_step"] > 0
