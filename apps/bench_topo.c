@@ -30,6 +30,10 @@ static void usage(FILE *f)
             "  -N, --nodes K             group ranks into nodes by package, numa, l3, or\n"
             "                            fixed (ranks-per-node ranks each); default package\n"
             "  -k, --ranks-per-node K    ranks per node with --nodes fixed (implies it)\n"
+            "      --tp T, --pp P        also show where the trainer's dp x tp x pp mesh lands\n"
+            "                            (dp = ranks / (tp pp); tp fastest): which tp and dp groups\n"
+            "                            stay inside an L3, a NUMA node, a node; which pipeline\n"
+            "                            hand-offs cross them\n"
             "  -t, --topology STR        plan on a synthetic hwloc topology, e.g.\n"
             "                            \"pack:2 l3:2 core:4 pu:1\" (default: DISTLAB_TOPOLOGY,\n"
             "                            else this machine); threads still run on this machine\n"
@@ -87,6 +91,59 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* Does every member of a group share the same value of `dom` (an L3, a NUMA node, a node)? */
+static int same_domain(const int *dom, const int *members, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (dom[members[i]] != dom[members[0]])
+            return 0;
+    return 1;
+}
+
+/* Where the trainer's mesh lands on this placement: world rank = (pp_rank x dp + dp_rank) x tp +
+ * tp_rank (Megatron's order, tp fastest). tp wants its groups inside a cache or memory domain
+ * (four all-reduces per layer), pp only crosses between stages (hand-offs), dp once per step. */
+static void mesh_report(const dl_placement *pl, int tp, int pp)
+{
+    int n = pl->nranks, dp = n / (tp * pp);
+    int *m = malloc(sizeof(int) * (size_t)n);
+    if (!m)
+        return;
+    const int *doms[3] = {pl->l3, pl->numa, pl->node};
+    printf("mesh: dp %d x tp %d x pp %d (tp fastest, then dp, then pp; rank = (pp_rank x %d + "
+           "dp_rank) x %d + tp_rank)\n", dp, tp, pp, dp, tp);
+    /* tp groups: consecutive ranks */
+    int in[3] = {0, 0, 0}, groups = n / tp;
+    for (int g = 0; g < groups; g++) {
+        for (int i = 0; i < tp; i++) m[i] = g * tp + i;
+        for (int d = 0; d < 3; d++) in[d] += same_domain(doms[d], m, tp);
+    }
+    printf("  tp groups: %d of %d ranks each; inside one L3 %d, one NUMA node %d, one node %d\n",
+           groups, tp, in[0], in[1], in[2]);
+    /* dp groups: same (pp, tp) */
+    for (int d = 0; d < 3; d++) in[d] = 0;
+    groups = pp * tp;
+    for (int st = 0; st < pp; st++)
+        for (int t = 0; t < tp; t++) {
+            for (int i = 0; i < dp; i++) m[i] = (st * dp + i) * tp + t;
+            for (int d = 0; d < 3; d++) in[d] += same_domain(doms[d], m, dp);
+        }
+    printf("  dp groups: %d of %d ranks each; inside one L3 %d, one NUMA node %d, one node %d\n",
+           groups, dp, in[0], in[1], in[2]);
+    /* pipelines: how many stage boundaries cross a domain */
+    int cross[3] = {0, 0, 0}, bounds = dp * tp * (pp - 1);
+    for (int d0 = 0; d0 < dp; d0++)
+        for (int t = 0; t < tp; t++)
+            for (int st = 0; st + 1 < pp; st++) {
+                int a = (st * dp + d0) * tp + t, b = ((st + 1) * dp + d0) * tp + t;
+                for (int d = 0; d < 3; d++) cross[d] += doms[d][a] != doms[d][b];
+            }
+    if (pp > 1)
+        printf("  pp hand-offs (%d stage boundaries): crossing an L3 %d, a NUMA node %d, a node "
+               "%d\n", bounds, cross[0], cross[1], cross[2]);
+    free(m);
+}
+
 int bench_topo_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -95,10 +152,12 @@ int bench_topo_main(int argc, char **argv)
         {"nodes", required_argument, NULL, 'N'},
         {"ranks-per-node", required_argument, NULL, 'k'},
         {"topology", required_argument, NULL, 't'},
+        {"tp", required_argument, NULL, 'T'},
+        {"pp", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int nranks = 0, rpn = 0, nodes_given = 0;
+    int nranks = 0, rpn = 0, nodes_given = 0, mtp = 0, mpp = 0;
     dl_place_policy policy = DL_PLACE_COMPACT;
     dl_node_kind nodes = DL_NODE_PACKAGE;
     const char *synthetic = NULL;
@@ -107,8 +166,16 @@ int bench_topo_main(int argc, char **argv)
     optind = 0;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":n:p:N:k:t:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":n:p:N:k:t:T:P:h", longopts, NULL)) != -1) {
         switch (c) {
+        case 'T':
+            if (parse_int("--tp", optarg, 1, MAX_RANKS, &mtp))
+                return 2;
+            break;
+        case 'P':
+            if (parse_int("--pp", optarg, 1, MAX_RANKS, &mpp))
+                return 2;
+            break;
         case 'n':
             if (parse_int("--ranks", optarg, 1, MAX_RANKS, &nranks))
                 return 2;
@@ -163,6 +230,14 @@ int bench_topo_main(int argc, char **argv)
         return 2;
     }
 
+    if (mtp || mpp) {
+        int tp = mtp ? mtp : 1, pp = mpp ? mpp : 1;
+        if (nranks == 0 || nranks % (tp * pp)) {
+            fprintf(stderr, PROG ": --tp %d x --pp %d must divide --ranks (give --ranks N)\n", tp,
+                    pp);
+            return 2;
+        }
+    }
     dl_topo *topo = NULL;
     int rc = dl_topo_load(&topo, synthetic);
     if (rc != DL_OK) {
@@ -229,6 +304,8 @@ int bench_topo_main(int argc, char **argv)
         printf(" (%d per node)", rpn);
     printf("\n");
     dl_topo_report(stdout, topo, pl, actual);
+    if (mtp || mpp)
+        mesh_report(pl, mtp ? mtp : 1, mpp ? mpp : 1);
     if (bind_failed) {
         fprintf(stderr, PROG ": %d of %d ranks could not be pinned\n", bind_failed, nranks);
         goto out;

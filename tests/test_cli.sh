@@ -119,6 +119,17 @@ fi
 if run "topo synthetic" 0 topo --ranks 4 --topology "pack:2 l3:2 core:4 pu:1"; then
   grep -q synthetic "$TMP/out" || fail "topo --topology: output does not say 'synthetic'"
 fi
+# Where the trainer's mesh lands: 16 ranks on 2 packages of 2 L3s of 4 cores; tp 4 groups fill
+# one L3 each, dp 2 pairs sit in one package (node), pp 2's stage boundaries cross packages.
+if run "topo mesh" 0 topo --ranks 16 --topology "pack:2 l3:2 core:4 pu:1" --tp 4 --pp 2; then
+  grep -q 'tp groups: 4 of 4 ranks each; inside one L3 4, one NUMA node 4, one node 4' "$TMP/out" ||
+    fail "topo mesh: tp groups line: $(grep 'tp groups' "$TMP/out")"
+  grep -q 'dp groups: 8 of 2 ranks each; inside one L3 0, one NUMA node .*, one node 8' "$TMP/out" ||
+    fail "topo mesh: dp groups line: $(grep 'dp groups' "$TMP/out")"
+  grep -q 'pp hand-offs (8 stage boundaries): crossing an L3 8, .* a node 8' "$TMP/out" ||
+    fail "topo mesh: pp line: $(grep 'pp hand-offs' "$TMP/out")"
+fi
+run "topo mesh that does not divide" 2 topo --ranks 6 --tp 4
 
 if [ "$fails" -ne 0 ]; then
   echo "test_cli: $fails check(s) failed"
