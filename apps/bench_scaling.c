@@ -42,6 +42,9 @@ static void usage(FILE *f)
 "Options:\n"
 "  --ranks N        most ranks that fit (default: the machine's PUs)\n"
 "  --oversubscribe  also run 2N ranks\n"
+"  --all            the standard set (docs/SCALING.md): every series from 1 rank to the\n"
+"                   machine's PUs and then 2x, as --oversubscribe; the same command on a\n"
+"                   many-core server gives the same tables\n"
 "  --steps N        steps per layout, median step after the first (default 8; --quick 4)\n"
 "  --seqs N         sequences per rank (default 8; --quick 2)\n"
 "  --layers N --d-model N --heads N --seq N   the model (default 4, 256, 4, 128; --quick 2, 64,\n"
@@ -58,6 +61,7 @@ static int parse(int argc, char **argv, scfg *c)
     enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"oversubscribe", no_argument, NULL, O_OVER},
+        {"all", no_argument, NULL, O_OVER},
         {"steps", required_argument, NULL, O_STEPS}, {"seqs", required_argument, NULL, O_SEQS},
         {"layers", required_argument, NULL, O_LAYERS},
         {"d-model", required_argument, NULL, O_DMODEL},
