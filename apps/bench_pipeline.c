@@ -44,6 +44,7 @@ typedef struct pcfg {
     int stages[MAXL], nstages;
     int mbs[MAXL], nmbs;
     int v, work, steps, handoff_kb;
+    int wait_mode;        /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
     double fwd_ms, bwd_ms;
     long timer_slack_ns;  /* per rank thread (prctl); 0: leave the system's default (50 us) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
@@ -229,6 +230,8 @@ static void usage(FILE *f)
 "  --bwd-ms MS          backward time (default 4)\n"
 "  --handoff-kb KB      activation / gradient hand-off size (default 64)\n"
 "  --steps N            steps per configuration (default 5; --quick 3); the first is a warm-up\n"
+"  --wait-mode MODE     how ranks wait for hand-offs in the sweep: auto (default: yield when\n"
+"                       ranks exceed the cores), spin (pause, then futex) or yield\n"
 "  --timer-slack-ns NS  rank threads' timer slack (prctl; default 1; 0 keeps the system's 50 us)\n"
 "  --overhead-steps N   steps of the overhead microbenchmark (default 50; --quick 5; 0: skip it)\n"
 "  --overhead-m M       its micro-batches per step (default 32; --quick 8)\n"
@@ -253,7 +256,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, pcfg *c)
 {
     enum { O_SCHED = 256, O_STAGES, O_MB, O_V, O_WORK, O_FWD, O_BWD, O_HANDOFF, O_STEPS, O_SLACK,
-           O_OVSTEPS, O_OVM, O_LAYERS, O_DMODEL, O_SEQ, O_MICRO, O_SHOW, O_TRACE, O_PLOTB, O_SELF };
+           O_OVSTEPS, O_OVM, O_LAYERS, O_DMODEL, O_SEQ, O_MICRO, O_SHOW, O_TRACE, O_PLOTB, O_SELF, O_WAIT };
     static const struct option lo[] = {
         {"schedules", required_argument, NULL, O_SCHED}, {"stages", required_argument, NULL, O_STAGES},
         {"microbatches", required_argument, NULL, O_MB}, {"virtual-stages", required_argument, NULL, O_V},
@@ -265,6 +268,7 @@ static int parse(int argc, char **argv, pcfg *c)
         {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MICRO},
         {"show", required_argument, NULL, O_SHOW}, {"trace", required_argument, NULL, O_TRACE},
         {"plot-bubbles", required_argument, NULL, O_PLOTB}, {"selftest", no_argument, NULL, O_SELF},
+        {"wait-mode", required_argument, NULL, O_WAIT},
         BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
@@ -273,6 +277,7 @@ static int parse(int argc, char **argv, pcfg *c)
     c->fwd_ms = 2;
     c->bwd_ms = 4;
     c->handoff_kb = 64;
+    c->wait_mode = -1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
         case O_SCHED: if (parse_sched_list(optarg, c->sched, &c->nsched)) return -1; sched_set = 1; break;
@@ -303,6 +308,15 @@ static int parse(int argc, char **argv, pcfg *c)
         case O_TRACE: c->trace = optarg; break;
         case O_PLOTB: c->plot_bubbles = optarg; if (bu_plot_check(optarg)) return -1; break;
         case O_SELF: c->selftest = 1; break;
+        case O_WAIT:
+            if (strcmp(optarg, "auto") == 0) c->wait_mode = -1;
+            else if (strcmp(optarg, "spin") == 0) c->wait_mode = DL_WAIT_SPIN;
+            else if (strcmp(optarg, "yield") == 0) c->wait_mode = DL_WAIT_YIELD;
+            else {
+                cli_error("--wait-mode: '%s' is not auto, spin or yield", optarg);
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
             if (bu_common_opt("pipeline", opt, argv, &c->o)) return -1;
@@ -757,6 +771,7 @@ int bench_pipeline_main(int argc, char **argv)
         bu_json_int(f, "virtual_stages", c.v);
         bu_json_int(f, "steps", c.steps);
         bu_json_int(f, "timer_slack_ns", c.timer_slack_ns);
+        bu_json_str(f, "wait_mode", c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
         bu_json_bool(f, "quick", c.o.quick);
         if (c.work == WORK_MODEL) {
             bu_json_int(f, "layers", c.layers);
@@ -774,8 +789,9 @@ int bench_pipeline_main(int argc, char **argv)
         else
             fprintf(f, "# pipeline: work %s (fwd %g ms, bwd %g ms per micro-batch and stage; per chunk "
                        "/v when interleaved), hand-off %d KiB, %d steps (median of steps 2..%d), timer "
-                       "slack %ld ns\n", work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb, c.steps,
-                    c.steps, c.timer_slack_ns);
+                       "slack %ld ns, wait mode %s\n", work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb,
+                    c.steps, c.steps, c.timer_slack_ns,
+                    c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
         if (c.o.csv)
             fprintf(f, "row_kind,schedule,p,v,m,work,oversubscribed,step_ms,bubble_pct,bubble_trace_pct,"
                        "lecture_pct,sim_pct,delta_pp,engine_us_per_action,stage_bubble_pct,"
@@ -863,7 +879,7 @@ int bench_pipeline_main(int argc, char **argv)
                     rc = dl_trace_create(o.p, (size_t)c.steps * (3 * cap + 2), &r.tr);
                     if (rc == DL_OK) {
                         dl_trace_set_chunks(r.tr, o.v);
-                        rc = run_engine(&r, -1);
+                        rc = run_engine(&r, c.wait_mode);
                     }
                     if (rc == DL_OK) summarise_engine(&r, &o);
                     if (rc == DL_OK && shown && c.trace && dl_trace_write_chrome(r.tr, c.trace, NULL) != DL_OK) {
