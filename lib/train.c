@@ -186,6 +186,16 @@ typedef struct run {
     uint64_t pp_bytes;  /* rank 0, all steps */
 } run;
 
+/* a reduce-scatter round in flight: its staging buffer, and where its result still has to go */
+#define ZMAXBUF 4
+typedef struct zround {
+    dl_request *req;        /* NULL: completed (blocking) */
+    int buf;
+    const char *copy_src;   /* copy_n elements to copy_dst on completion (0: none) */
+    char *copy_dst;
+    size_t copy_n;
+} zround;
+
 typedef struct rank_state {
     run *R;
     dl_ctx *ctx;
@@ -202,18 +212,16 @@ typedef struct rank_state {
     int nreq;
     uint64_t eval_tp_bytes;   /* bytes sent by evaluations (excluded from per-step figures) */
     uint64_t eval_loss_bytes;
-    /* ZeRO (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md, "The trainer") */
+    /* ZeRO stages 1-2 (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md) */
     int stage;
-    dl_zero_units zu;       /* per-unit shards (stage 0: d = 1, the blocks are the units) */
-    dl_dtype ct;            /* the compute type: f32 for bf16 mixed precision */
-    int csize, bf16;
-    char *master;           /* bf16: fp32 master weights of the shard (optimizer category) */
-    char *gshard;           /* stages 2-3: the reduced gradient of the shard */
-    char *pshard;           /* stage 3: the parameters of the shard */
-    char *stg;              /* one padded unit in the storage type (comm), when needed */
-    int next_unit;          /* stage 1: units >= next_unit are reduce-scattered (this step) */
-    uint64_t eval_param_bytes; /* stage 3: gathers of evaluations (not training traffic) */
-    int skipped;            /* steps skipped for a non-finite gradient */
+    dl_zero_shard z;        /* this rank's shard [z.begin, z.begin + z.shard) of the padded buffer */
+    char *gshard;           /* stage 2: the reduced gradient of the shard, z.shard elements */
+    size_t kc;              /* columns per reduce-scatter / all-gather round */
+    size_t col;             /* columns [col, z.shard) have been handed to the reduce-scatter */
+    int nbuf;               /* staging buffers (d * kc elements each): 1, or ZMAXBUF with overlap */
+    char *buf[ZMAXBUF];
+    zround q[ZMAXBUF];      /* rounds in flight, oldest first at q[qhead] */
+    int qhead, qn;
     /* pipeline (pp > 1) */
     int pp_on;
     dl_pipe *eng;
@@ -247,174 +255,115 @@ static int launch_bucket(rank_state *s, size_t first)
     return rc;
 }
 
-/* ---- ZeRO: per-unit shards (include/distlab/zero.h) ---- */
+/* ---- ZeRO stages 1-2: rounds of columns (include/distlab/zero.h) ---- */
 
-/* This rank's reduced gradient of unit u's block (storage type): in the model's gradient buffer
- * (stages 0-1) or in the shard (2-3). */
-static char *zgrad(rank_state *s, int u)
+static int zround_finish(rank_state *s, zround *q)
 {
-    const dl_zero_unit *z = &s->zu.u[u];
-    if (s->stage >= 2)
-        return s->gshard + z->sbase * (size_t)s->dsize;
-    return (char *)dl_gpt_grads(s->g) + z->begin * (size_t)s->dsize;
-}
-
-/* ... and its parameters (storage type). */
-static char *zparam(rank_state *s, int u)
-{
-    const dl_zero_unit *z = &s->zu.u[u];
-    if (s->stage == 3)
-        return s->pshard + z->sbase * (size_t)s->dsize;
-    return (char *)dl_gpt_params(s->g) + z->begin * (size_t)s->dsize;
-}
-
-/* Stage 1: reduce-scatter unit u of the model's gradient buffer over the dp group; this rank's
- * block of the sum lands in place (through the staging buffer when the unit is padded). */
-static int zero_rs_unit(rank_state *s, int u)
-{
-    const dl_zero_unit *z = &s->zu.u[u];
-    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
-    char *full = (char *)dl_gpt_grads(s->g) + z->lo * ss;
-    if (n == z->numel)
-        return dl_reduce_scatter(s->mesh.dp_comm, full, full + r * z->shard * ss, n, s->dt, DL_SUM,
-                                 DL_PURPOSE_GRADS);
-    memcpy(s->stg, full, z->numel * ss);
-    memset(s->stg + z->numel * ss, 0, (n - z->numel) * ss);
-    int rc = dl_reduce_scatter(s->mesh.dp_comm, s->stg, s->stg + r * z->shard * ss, n, s->dt,
-                               DL_SUM, DL_PURPOSE_GRADS);
-    if (rc == DL_OK)
-        memcpy(full + r * z->shard * ss, s->stg + r * z->shard * ss, z->owned * ss);
+    int rc = q->req ? dl_wait(q->req) : DL_OK;
+    q->req = NULL;
+    if (rc == DL_OK && q->copy_n)
+        memcpy(q->copy_dst, q->copy_src, q->copy_n * (size_t)s->dsize);
+    q->copy_n = 0;
     return rc;
 }
 
-/* Stages 1-2: all-gather unit u's updated parameters into the model's buffer. */
-static int zero_ag_unit(rank_state *s, int u)
+/* Complete the oldest round in flight (frees its staging buffer). */
+static int zround_pop(rank_state *s)
 {
-    const dl_zero_unit *z = &s->zu.u[u];
-    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
-    char *full = (char *)dl_gpt_params(s->g) + z->lo * ss;
-    if (n == z->numel)
-        return dl_allgather(s->mesh.dp_comm, full + r * z->shard * ss, full, n, s->dt,
-                            DL_PURPOSE_PARAMS);
-    char *own = s->stg + r * z->shard * ss;
-    memcpy(own, full + r * z->shard * ss, z->owned * ss);
-    memset(own + z->owned * ss, 0, (z->shard - z->owned) * ss);
-    int rc = dl_allgather(s->mesh.dp_comm, own, s->stg, n, s->dt, DL_PURPOSE_PARAMS);
-    if (rc == DL_OK)
-        memcpy(full, s->stg, z->numel * ss);
-    return rc;
+    zround *q = &s->q[s->qhead];
+    s->qhead = (s->qhead + 1) % ZMAXBUF;
+    s->qn--;
+    return zround_finish(s, q);
 }
 
-/* Stages 2-3 (the model's reduce hook): unit u's gradient of one backward (compute type, padded,
- * the padding zero) is reduce-scattered at once (bf16: rounded to bf16 first, the ring adds in
- * f32 and rounds per hop) and this rank's block is added into the gradient shard. So the full
- * gradient never exists; with several micro-batches each one's gradient is reduced (DeepSpeed's
- * stage 2 does the same): the traffic grows with the micro-batches. */
-static int zero_reduce_hook(void *arg, int u, void *grad)
-{
-    rank_state *s = arg;
-    const dl_zero_unit *z = &s->zu.u[u];
-    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
-    char *src = grad;
-    if (s->bf16) {
-        dl_bf16_from_f32((uint16_t *)s->stg, grad, n);
-        src = s->stg;
-    }
-    char *mine = src + r * z->shard * ss, *dst = zgrad(s, u);
-    int rc = dl_reduce_scatter(s->mesh.dp_comm, src, mine, n, s->dt, DL_SUM, DL_PURPOSE_GRADS);
-    if (rc)
-        return rc;
-    if (s->bf16)
-        dl_bf16_acc((uint16_t *)dst, (const uint16_t *)mine, z->owned);
-    else if (s->dsize == 8)
-        for (size_t i = 0; i < z->owned; i++)
-            ((double *)dst)[i] += ((const double *)mine)[i];
-    else
-        for (size_t i = 0; i < z->owned; i++)
-            ((float *)dst)[i] += ((const float *)mine)[i];
-    return DL_OK;
-}
-
-/* Stage 3 (the model's gather hook): unit u's parameters from every rank's block, before its
- * forward and again before its backward, into the model's unit buffer. */
-static int zero_gather_hook(void *arg, int u, void *dst)
-{
-    rank_state *s = arg;
-    const dl_zero_unit *z = &s->zu.u[u];
-    return dl_allgather(s->mesh.dp_comm, zparam(s, u), dst, (size_t)s->zu.dp * z->shard, s->dt,
-                        DL_PURPOSE_PARAMS);
-}
-
-/* Gradients at [first, numel) are final (the last micro-batch's backward): stage 1
- * reduce-scatters every unit that is complete, as soon as it is. Stages 2-3 reduced in the
- * model's hook already. */
-static int zero_ready(rank_state *s, size_t first)
+static int zero_wait_all(rank_state *s)
 {
     int rc = DL_OK;
-    if (s->stage != 1)
-        return DL_OK;
-    while (rc == DL_OK && s->next_unit > 0 && s->zu.u[s->next_unit - 1].lo >= first)
-        rc = zero_rs_unit(s, --s->next_unit);
+    while (s->qn > 0) {
+        int r = zround_pop(s);
+        if (r && !rc)
+            rc = r;
+    }
     return rc;
 }
 
-/* The whole buffer (P elements) for the caller, in the export type (f64 for f64 runs, f32
- * otherwise: a bf16 run exports its fp32 master weights and its gradients widened): the
- * parameters (which = 0) or the reduced gradients (1). Collective over the dp group with ZeRO
- * (purpose OTHER: not training traffic); `out` is host memory. */
-static int zero_export(rank_state *s, int which, void *out)
+/* Reduce-scatter columns [lo, lo + k) of the gradient: every rank receives the sum over the dp
+ * group of ITS shard's columns: stage 2 into gshard, stage 1 into its own part of the gradient
+ * buffer (through the staging buffer where that part reaches into the padding). */
+static int zero_rs_round(rank_state *s, size_t lo, size_t k)
 {
-    size_t es = s->bf16 ? 4 : (size_t)s->dsize, ss = (size_t)s->dsize;
-    int widen = s->bf16 && which == 1;
-    if (!s->stage) {
-        const void *src = which ? dl_gpt_grads(s->g) : s->bf16 ? (void *)s->master
-                                                                : dl_gpt_params(s->g);
-        if (widen)
-            dl_bf16_widen(out, src, s->numel);
-        else
-            memcpy(out, src, s->numel * es);
-        return DL_OK;
+    const dl_train_opts *o = s->R->o;
+    int rc = DL_OK;
+    if (s->qn == s->nbuf && (rc = zround_pop(s)))
+        return rc;
+    int b = (s->qhead + s->qn) % ZMAXBUF % s->nbuf;
+    zround *q = &s->q[(s->qhead + s->qn) % ZMAXBUF];
+    *q = (zround){.buf = b};
+    size_t ds = (size_t)s->dsize, mine = s->z.begin + lo, d = (size_t)s->z.dp;
+    char *stg = s->buf[b], *grads = dl_gpt_grads(s->g), *recv;
+    dl_zero_pack(&s->z, grads, lo, k, s->dsize, stg);
+    if (s->stage == 2) {
+        recv = s->gshard + lo * ds;
+    } else if (mine + k <= s->numel) {
+        recv = grads + mine * ds;
+    } else {
+        recv = stg + (size_t)s->z.rank * k * ds; /* in place: the rank's block of the round */
+        q->copy_src = recv;
+        q->copy_dst = grads + mine * ds;
+        q->copy_n = s->numel > mine ? s->numel - mine : 0;
     }
-    size_t bs = which == 0 && s->bf16 ? 4 : ss; /* element size of what travels */
-    dl_dtype t = which == 0 && s->bf16 ? DL_F32 : s->dt;
-    size_t d = (size_t)s->zu.dp;
-    char *blk = malloc(s->zu.max_padded / d * bs + 64), *all = malloc(s->zu.max_padded * bs + 64);
-    int rc = blk && all ? DL_OK : dl_error(DL_ENOMEM, "export: out of memory");
-    for (int u = 0; rc == DL_OK && u < s->zu.n; u++) {
-        const dl_zero_unit *z = &s->zu.u[u];
-        const char *src = which ? zgrad(s, u)
-                          : s->bf16 ? s->master + z->sbase * 4 : zparam(s, u);
-        memcpy(blk, src, z->owned * bs);
-        memset(blk + z->owned * bs, 0, (z->shard - z->owned) * bs);
-        if ((rc = dl_allgather(s->mesh.dp_comm, blk, all, d * z->shard, t, DL_PURPOSE_OTHER)))
+    s->qn++;
+    if (o->overlap)
+        return dl_ireduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
+                                  DL_PURPOSE_GRADS, &q->req);
+    if ((rc = dl_reduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
+                                DL_PURPOSE_GRADS)))
+        return rc;
+    return zround_pop(s);
+}
+
+/* Gradients at [first, numel) are final: launch rounds of columns whose every row is final, kc
+ * columns at a time (with --bucket-mb 0: whatever is final), the rest when first reaches 0. */
+static int zero_ready(rank_state *s, size_t first)
+{
+    size_t lo = dl_zero_final_column(&s->z, first);
+    int rc = DL_OK;
+    while (rc == DL_OK && s->col > lo) {
+        size_t avail = s->col - lo;
+        if (avail < s->kc && first > 0 && s->bucket_elems > 0)
             break;
-        if (widen)
-            dl_bf16_widen((float *)out + z->lo, (const uint16_t *)all, z->numel);
-        else
-            memcpy((char *)out + z->lo * es, all, z->numel * es);
+        size_t k = avail < s->kc ? avail : s->kc;
+        rc = zero_rs_round(s, s->col - k, k);
+        s->col -= k;
     }
-    free(blk), free(all);
     return rc;
 }
 
-/* Set the parameters (and bf16's master weights) from a whole buffer in the export type. */
-static void zero_import(rank_state *s, const void *full)
+/* All-gather a sharded buffer: `mine` holds this rank's shard (its `owned` real elements; may be
+ * the rank's own part of `full`), `full` receives every shard (its P elements). */
+static int zero_allgather(rank_state *s, void *full, const char *mine, dl_purpose p)
 {
-    size_t es = s->bf16 ? 4 : (size_t)s->dsize, ss = (size_t)s->dsize;
-    for (int u = 0; u < s->zu.n; u++) {
-        const dl_zero_unit *z = &s->zu.u[u];
-        const char *src = (const char *)full + z->begin * es;
-        if (s->bf16)
-            memcpy(s->master + z->sbase * 4, src, z->owned * 4);
-        if (s->stage == 3 && s->bf16)
-            dl_bf16_from_f32((uint16_t *)zparam(s, u), (const float *)src, z->owned);
-        else if (s->stage == 3)
-            memcpy(zparam(s, u), src, z->owned * ss);
+    size_t ds = (size_t)s->dsize, d = (size_t)s->z.dp, S = s->z.shard;
+    int rc = zero_wait_all(s);
+    char *stg = s->buf[0];
+    int skip = mine == (char *)full + s->z.begin * ds ? s->z.rank : -1;
+    for (size_t lo = 0; rc == DL_OK && lo < S; lo += s->kc) {
+        size_t k = S - lo < s->kc ? S - lo : s->kc;
+        char *own = stg + (size_t)s->z.rank * k * ds;
+        dl_zero_pack_row(&s->z, s->z.rank, mine + lo * ds, lo, k, s->dsize, stg);
+        if ((rc = dl_allgather(s->mesh.dp_comm, own, stg, d * k, s->dt, p)))
+            break;
+        dl_zero_unpack(&s->z, full, lo, k, s->dsize, stg, skip);
     }
-    if (s->stage < 3 && s->bf16)
-        dl_bf16_from_f32(dl_gpt_params(s->g), full, s->numel);
-    else if (s->stage < 3)
-        memcpy(dl_gpt_params(s->g), full, s->numel * ss);
+    return rc;
+}
+
+/* This rank's reduced gradient shard, indexed from z.begin (stage 0: the whole buffer). */
+static char *grad_shard(rank_state *s)
+{
+    if (s->stage == 2)
+        return s->gshard;
+    return (char *)dl_gpt_grads(s->g) + s->z.begin * (size_t)s->dsize;
 }
 
 /* Gradients at [first, numel) are final: launch a bucket once enough has accumulated. */
