@@ -1325,8 +1325,17 @@ out:
     dl_zero_units_free(&s->zr);
     pp_free(s);
     dl_gpt_destroy(s->g);
-    if (rc == DL_OK)
+    if (rc == DL_OK) {
         rc = dl_mesh_destroy(&s->mesh);
+    } else {
+        /* abort the world first (the peers may wait for this rank in a collective), then free the
+         * communicators (their barriers return at once), keeping this rank's message */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dl_errmsg());
+        dl_comm_fail(world);
+        dl_mesh_destroy(&s->mesh);
+        dl_error(rc, "%s", msg);
+    }
     return rc;
 }
 
