@@ -19,6 +19,11 @@
 #include "cli.h"
 #include "bench_coll.h"
 #include "bench_util.h"
+#include "mpi_app.h"
+#include "config.h"
+#ifdef DL_HAVE_MPI
+#include <mpi.h>
+#endif
 
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALL,
        OP_SENDRECV, NOPS };
@@ -49,6 +54,7 @@ typedef struct coll_cfg {
     dl_world_opts w;
     int csv, json;
     int stream, stream_mib;
+    int nprocs, threads, vs_mpi; /* under mpirun: processes, rank threads each, --vs-mpi */
 } coll_cfg;
 
 typedef struct row {
@@ -93,6 +99,13 @@ typedef struct bench {
     uint16_t *vb;
     double *red;
     double avg_tol; /* relative tolerance for avg (one division's rounding, with margin) */
+    /* worlds spanning MPI processes: bytes per call a rank sent inside its process and to other
+     * processes (mean over ranks), and plain MPI's median time (us; NAN: not timed), per cell */
+    double *intra_b, *inter_b, *mpi_us;
+    int lo; /* first rank of this process */
+    pthread_mutex_t mpi_mu; /* --vs-mpi: the process's other threads sleep while MPI is timed */
+    pthread_cond_t mpi_cv;
+    long mpi_gen;
 } bench;
 
 /* ---------------------------------------------------------------- deterministic data ---- */
@@ -393,6 +406,90 @@ static int run_op(const bench *b, dl_comm *comm, const row *rw, const bufs *x, i
 
 static void print_row(bench *b, int i);
 static void print_preamble(bench *b);
+static int batch_reps(size_t bytes);
+
+/* A world spanning MPI processes: every iteration's time becomes the max over all ranks (in this
+ * rank's slot; reduce_row takes the max over the slots), and the bytes each rank sent per call
+ * inside its process and to other processes are averaged over the ranks. */
+static int mpi_gather_times(bench *b, dl_comm *comm, size_t ci, int r, const dl_comm_stats *st0,
+                            int reps)
+{
+    const coll_cfg *c = b->c;
+    int n = c->nranks, rc;
+    double *t = calloc((size_t)c->iters + 2, sizeof *t);
+    if (!t) return dl_error(DL_ENOMEM, "out of memory");
+    for (int it = 0; it < c->iters; it++) t[it] = b->times[(ci * c->iters + it) * n + r];
+    if ((rc = dl_allreduce(comm, t, t, (size_t)c->iters, DL_F64, DL_MAX, PURPOSE)) == DL_OK) {
+        for (int it = 0; it < c->iters; it++) b->times[(ci * c->iters + it) * n + r] = t[it];
+        dl_comm_stats st1;
+        dl_comm_get_stats(comm, &st1);
+        uint64_t sent = 0;
+        for (int p = 0; p < DL_NPURPOSES; p++) sent += st1.bytes_sent[p] - st0->bytes_sent[p];
+        double inter = (double)(st1.bytes_sent_inter - st0->bytes_sent_inter);
+        double calls = (double)c->iters * reps;
+        t[0] = ((double)sent - inter) / calls;
+        t[1] = inter / calls;
+        rc = dl_allreduce(comm, t, t, 2, DL_F64, DL_SUM, PURPOSE);
+        if (rc == DL_OK && r == 0) {
+            b->intra_b[ci] = t[0] / n;
+            b->inter_b[ci] = t[1] / n;
+        }
+    }
+    free(t);
+    return rc;
+}
+
+/* Plain MPI on the same buffers: one MPI rank per process. Returns DL_OK; b->mpi_us[ci] stays NAN
+ * where MPI has no such operation (bf16, sendrecv). */
+static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
+{
+#ifdef DL_HAVE_MPI
+    const coll_cfg *c = b->c;
+    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV) return DL_OK;
+    MPI_Datatype dt = c->dtype == DL_F32 ? MPI_FLOAT : MPI_DOUBLE;
+    MPI_Op op = c->redop == DL_MAX ? MPI_MAX : MPI_SUM;
+    int P, me;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    size_t count = rw->op == OP_ALLTOALL ? rw->bytes / b->elt / (size_t)P : rw->count;
+    int *cnt = calloc((size_t)P, sizeof *cnt), *dsp = calloc((size_t)P, sizeof *dsp);
+    double *ts = calloc((size_t)c->iters + 1, sizeof *ts);
+    if (!cnt || !dsp || !ts) { free(cnt), free(dsp), free(ts); return dl_error(DL_ENOMEM, "out of memory"); }
+    for (int p = 0; p < P; p++) {
+        size_t off, len;
+        dl_block(count, P, p, &off, &len);
+        cnt[p] = (int)len, dsp[p] = (int)off;
+    }
+    const void *s = x->s;
+    void *d = x->d;
+    int e = MPI_SUCCESS, reps = batch_reps(rw->bytes), root = rw->root < 0 ? 0 : rw->root % P;
+    for (int k = 0; k < c->warmup + c->iters && e == MPI_SUCCESS; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int q = 0; q < reps && e == MPI_SUCCESS; q++) {
+            switch (rw->op) {
+            case OP_ALLREDUCE: e = MPI_Allreduce(s, d, (int)count, dt, op, MPI_COMM_WORLD); break;
+            case OP_REDUCESCATTER: e = MPI_Reduce_scatter(s, d, cnt, dt, op, MPI_COMM_WORLD); break;
+            case OP_ALLGATHER:
+                e = MPI_Allgatherv(s, cnt[me], dt, d, cnt, dsp, dt, MPI_COMM_WORLD);
+                break;
+            case OP_BROADCAST: e = MPI_Bcast(d, (int)count, dt, root, MPI_COMM_WORLD); break;
+            case OP_REDUCE: e = MPI_Reduce(s, d, (int)count, dt, op, root, MPI_COMM_WORLD); break;
+            default: e = MPI_Alltoall(s, (int)count, dt, d, (int)count, dt, MPI_COMM_WORLD); break;
+            }
+        }
+        double dt_us = (MPI_Wtime() - t0) * 1e6 / reps;
+        MPI_Allreduce(MPI_IN_PLACE, &dt_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (k >= c->warmup) ts[k - c->warmup] = dt_us;
+    }
+    if (me == 0) b->mpi_us[ci] = cli_median(ts, (size_t)c->iters);
+    free(cnt), free(dsp), free(ts);
+    return e == MPI_SUCCESS ? DL_OK : dl_error(DL_ESYS, "--vs-mpi: an MPI collective failed");
+#else
+    (void)b, (void)rw, (void)x, (void)ci;
+    return DL_OK;
+#endif
+}
 
 /* Calls per timed sample: min(100, 64 KiB / size), at least 1. */
 static int batch_reps(size_t bytes)
@@ -409,6 +506,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     dl_comm *comm = dl_ctx_comm(ctx);
     dl_arena *arena = dl_ctx_arena(ctx);
     void *sendbuf = NULL, *recvbuf = NULL;
+    long ci_gen = 0; /* --vs-mpi rounds this rank has seen */
 
     b->cpu[r] = dl_ctx_cpu(ctx);
     b->node[r] = dl_ctx_node(ctx);
@@ -421,6 +519,15 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &sendbuf)) != DL_OK) return rc;
     if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &recvbuf)) != DL_OK) goto out;
     if ((rc = dl_barrier(comm)) != DL_OK) goto out; /* placement written by every rank */
+    if (c->nprocs > 1) { /* the other processes' ranks: every rank's (cpu, node) */
+        int32_t mine[2] = {b->cpu[r], b->node[r]}, *all = calloc((size_t)n * 2, sizeof *all);
+        if (!all) { rc = dl_error(DL_ENOMEM, "out of memory"); goto out; }
+        rc = dl_allgather(comm, mine, all, 2 * (size_t)n, DL_F32, PURPOSE);
+        for (int q = 0; rc == DL_OK && q < n; q++)
+            if (q != r) b->cpu[q] = all[2 * q], b->node[q] = all[2 * q + 1];
+        free(all);
+        if (rc != DL_OK) goto out;
+    }
     if (r == 0) print_preamble(b);
 
     for (int i = 0; i < b->nrows; i++) {
@@ -435,6 +542,8 @@ static int rank_fn(dl_ctx *ctx, void *arg)
             /* Small calls are timed in back-to-back batches, as nccl-tests does, so that the
              * barrier's exit skew and the clock do not dominate a sub-microsecond call. */
             int reps = batch_reps(rw->bytes);
+            dl_comm_stats st0;
+            dl_comm_get_stats(comm, &st0);
             for (int it = 0; it < c->iters; it++) {
                 if ((rc = dl_barrier(comm)) != DL_OK) goto out;
                 uint64_t t0 = dl_now_ns();
@@ -445,12 +554,40 @@ static int rank_fn(dl_ctx *ctx, void *arg)
                 b->times[(ci * c->iters + it) * n + r] = (double)(t1 - t0) / reps;
             }
             if (r == 0) b->algo[ci] = rw->op == OP_SENDRECV ? -1 : (int)dl_comm_last_algo(comm);
+            if (c->nprocs > 1 && (rc = mpi_gather_times(b, comm, ci, r, &st0, reps)) != DL_OK)
+                goto out;
             if (c->check) {
                 /* output first: in place, the input fill then overwrites the shared part */
                 fill_sentinel(b, x.d, x.out_len);
                 fill_input(b, rw, &x, r, n);
                 if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
                 b->wrong[ci * n + r] = count_wrong(b, rw, &x, r, n);
+                if (c->nprocs > 1) { /* the sum over every process, kept in rank 0's slot */
+                    double w = (double)b->wrong[ci * n + r];
+                    if ((rc = dl_allreduce(comm, &w, &w, 1, DL_F64, DL_SUM, PURPOSE)) != DL_OK)
+                        goto out;
+                    b->wrong[ci * n + r] = r == 0 ? (uint64_t)w : 0;
+                }
+            }
+            if (c->vs_mpi && mode == MODE_OOP) {
+                /* plain MPI on the same buffers, one MPI rank per process (its first thread);
+                 * the process's other threads wait at the barrier */
+                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+                if (r == b->lo) {
+                    rc = mpi_time(b, rw, &x, ci);
+                    pthread_mutex_lock(&b->mpi_mu);
+                    b->mpi_gen++;
+                    pthread_cond_broadcast(&b->mpi_cv);
+                    pthread_mutex_unlock(&b->mpi_mu);
+                    if (rc != DL_OK) goto out;
+                } else { /* asleep, not polling, while MPI runs */
+                    pthread_mutex_lock(&b->mpi_mu);
+                    while (b->mpi_gen == ci_gen && !dl_ctx_aborted(ctx))
+                        pthread_cond_wait(&b->mpi_cv, &b->mpi_mu);
+                    pthread_mutex_unlock(&b->mpi_mu);
+                }
+                ci_gen++;
+                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
             }
         }
         /* Every rank's timings of this row are written: rank 0 reduces and prints them. */
@@ -544,13 +681,19 @@ static void print_section(bench *b, int op)
         int pad = (42 - (int)strlen(label)) / 2;
         if (c->mode_on[mode]) fprintf(f, " %*s%s%*s", pad, "", label, 42 - pad - (int)strlen(label), "");
     }
+    if (c->nprocs > 1) /* MPI: out-of-place bytes per rank and call over intra/inter links / time */
+        fprintf(f, " %-17s%s", " per-rank link bw", c->vs_mpi ? "  plain MPI (1 rank per process)" : "");
     fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "size", "count", "type", "redop", "root", "algo");
     for (int mode = 0; mode < NMODES; mode++)
         if (c->mode_on[mode])
             fprintf(f, " %9s %8s %8s %6s %7s", "time", "algbw", "busbw", "%lim", "#wrong");
+    if (c->nprocs > 1) fprintf(f, " %8s %8s", "intra", "inter");
+    if (c->vs_mpi) fprintf(f, " %9s %8s %6s", "mpi time", "busbw", "ratio");
     fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "(B)", "(elements)", "", "", "", "");
     for (int mode = 0; mode < NMODES; mode++)
         if (c->mode_on[mode]) fprintf(f, " %9s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
+    if (c->nprocs > 1) fprintf(f, " %8s %8s", "(GB/s)", "(GB/s)");
+    if (c->vs_mpi) fprintf(f, " %9s %8s %6s", "(us)", "(GB/s)", "dl/mpi");
     fputc('\n', f);
 }
 
@@ -605,6 +748,24 @@ static void print_row(bench *b, int i)
         if (c->check) snprintf(wr, sizeof wr, "%" PRIu64, ce->wrong);
         else snprintf(wr, sizeof wr, "N/A");
         fprintf(f, " %s %8.2f %8.2f %6s %7s", t, ce->algbw, ce->busbw, lim, wr);
+    }
+    if (c->nprocs > 1) { /* out-of-place cell (in-place if only that ran) */
+        size_t ci = (size_t)i * NMODES + (b->cells[(size_t)i * NMODES].valid ? 0 : 1);
+        double ns = b->cells[ci].time_us * 1e3;
+        fprintf(f, " %8.2f %8.2f", ns > 0 ? b->intra_b[ci] / ns : 0.0,
+                ns > 0 ? b->inter_b[ci] / ns : 0.0);
+    }
+    if (c->vs_mpi) {
+        const cell *ce = &b->cells[(size_t)i * NMODES];
+        double us = b->mpi_us[(size_t)i * NMODES];
+        if (isfinite(us) && us > 0 && ce->valid) {
+            char t[32];
+            fmt_time(t, sizeof t, us);
+            double mb = (double)rw->bytes / (us * 1e3) * bus_factor(rw->op, c->nprocs);
+            fprintf(f, " %s %8.2f %6.2f", t, mb, mb > 0 ? ce->busbw / mb : 0.0);
+        } else {
+            fprintf(f, " %9s %8s %6s", "-", "-", "-");
+        }
     }
     fputc('\n', f);
     fflush(f);
@@ -697,6 +858,11 @@ static void usage(FILE *f)
 "  --eager SIZE          eager payload per slot (library default)\n"
 "  --slice SIZE          collective slice size (library default)\n"
 "  --wait auto|spin|yield  how ranks wait (default auto: yield when oversubscribed)\n"
+"  --threads N           rank threads per process: under mpirun -np P the world is P x N ranks\n"
+"                        (default: --ranks over P); each process is one node, and the table adds\n"
+"                        intra- and inter-node link bandwidth per rank\n"
+"  --vs-mpi              under mpirun: also time plain MPI (MPI_Allreduce, ...) on the same\n"
+"                        buffers, one MPI rank per process, and print distlab/MPI busbw\n"
 "\n"
 "Output:\n"
 "  --csv                 rows as CSV with a header line (no comment lines)\n"
@@ -761,7 +927,7 @@ static int parse_ops(const char *s, coll_cfg *c)
 
 enum {
     O_OP = 256, O_ALGO, O_INPLACE, O_POLICY, O_NODES, O_RPN, O_TOPOLOGY, O_GPUMEM, O_TIMEOUT,
-    O_CSV, O_JSON, O_STREAM, O_STREAM_MIB, O_SLOTS, O_EAGER, O_SLICE, O_WAIT
+    O_CSV, O_JSON, O_STREAM, O_STREAM_MIB, O_SLOTS, O_EAGER, O_SLICE, O_WAIT, O_THREADS, O_VSMPI
 };
 
 static int parse_args(int argc, char **argv, coll_cfg *c)
@@ -798,6 +964,8 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
         {"eager", required_argument, NULL, O_EAGER},
         {"slice", required_argument, NULL, O_SLICE},
         {"wait", required_argument, NULL, O_WAIT},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"vs-mpi", no_argument, NULL, O_VSMPI},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const uint64_t max_bytes = (uint64_t)1 << 40;
@@ -884,6 +1052,8 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
             break;
         case O_EAGER: if (cli_parse_size("--eager", optarg, 0, 1 << 30, &u)) return -1; c->w.eager_bytes = (size_t)u; break;
         case O_SLICE: if (cli_parse_size("--slice", optarg, 1, 1 << 30, &u)) return -1; c->w.slice_bytes = (size_t)u; break;
+        case O_THREADS: if (cli_parse_int("--threads", optarg, 1, MAX_RANKS, &c->threads)) return -1; break;
+        case O_VSMPI: c->vs_mpi = 1; break;
         case O_WAIT:
             if (strcmp(optarg, "auto") == 0) c->w.wait_mode = -1;
             else if (strcmp(optarg, "spin") == 0) c->w.wait_mode = DL_WAIT_SPIN;
@@ -917,6 +1087,17 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
     if (c->maxbytes < c->minbytes) {
         cli_error("--maxbytes (%" PRIu64 ") is smaller than --minbytes (%" PRIu64 ")", c->maxbytes,
                   c->minbytes);
+        return -1;
+    }
+    if (c->threads > 0) /* rank threads per process: the world is processes x threads */
+        c->nranks = c->nprocs * c->threads;
+    if (c->nranks % c->nprocs || c->nranks > MAX_RANKS) {
+        cli_error("--ranks %d do not divide over %d MPI processes (or use --threads N per process)",
+                  c->nranks, c->nprocs);
+        return -1;
+    }
+    if (c->vs_mpi && c->nprocs < 2) {
+        cli_error("--vs-mpi: run under mpirun -np P (P >= 2) with a build that has MPI");
         return -1;
     }
     if (c->root >= c->nranks) {
@@ -1053,10 +1234,21 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
 
 /* ------------------------------------------------------------------------------ main ---- */
 
+static int coll_main(int argc, char **argv, int nprocs);
+
+/* Under mpirun the world spans the processes; a failed run ends the job with MPI_Abort. */
 int bench_coll_main(int argc, char **argv)
+{
+    int nprocs = app_mpi_start(&argc, &argv);
+    if (nprocs < 0) return CLI_EXIT_FAIL;
+    return app_mpi_end(coll_main(argc, argv, nprocs));
+}
+
+static int coll_main(int argc, char **argv, int nprocs)
 {
     coll_cfg c;
     memset(&c, 0, sizeof c);
+    c.nprocs = nprocs;
     dl_world_opts_init(&c.w);
     c.ops[OP_ALLREDUCE] = 1;
     c.nops = 1;
@@ -1143,6 +1335,12 @@ int bench_coll_main(int argc, char **argv)
         for (int o = 0; o < NOPS; o++) if (c.ops[o]) printf(" %s", op_name[o]);
         printf("  ranks: %d  dtype: %s  redop: %s  root: %d  algo: %s\n", n, dl_dtype_name(c.dtype),
                dl_redop_name(c.redop), c.root, dl_algo_name(c.algo));
+        if (c.nprocs > 1)
+            printf("# MPI: %d processes x %d rank threads (each process is one node); intra/inter: "
+                   "bytes a rank sent per call inside its process / to other processes, over the "
+                   "time%s\n", c.nprocs, n / c.nprocs,
+                   c.vs_mpi ? "; plain MPI: MPI_COMM_WORLD, one rank per process, the same buffers"
+                            : "");
         if (c.stepbytes)
             printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64 "(bytes)", c.minbytes,
                    c.maxbytes, c.stepbytes);
@@ -1159,6 +1357,8 @@ int bench_coll_main(int argc, char **argv)
         fflush(stdout);
     }
 
+    if (c.nprocs > 1 && app_mpi_rank() != 0)
+        c.stream = 0; /* one STREAM measurement, by the process that prints */
     if (c.stream) {
         b.stream_threads = n < b.real_pus ? n : b.real_pus;
         if (b.stream_threads < 1) b.stream_threads = 1;
@@ -1179,7 +1379,14 @@ int bench_coll_main(int argc, char **argv)
     b.scratch = calloc((size_t)c.iters, sizeof *b.scratch);
     b.cpu = calloc((size_t)n, sizeof *b.cpu);
     b.node = calloc((size_t)n, sizeof *b.node);
-    if (!b.times || !b.wrong || !b.algo || !b.cells || !b.scratch || !b.cpu || !b.node ||
+    b.intra_b = calloc(ncells + 1, sizeof *b.intra_b);
+    b.inter_b = calloc(ncells + 1, sizeof *b.inter_b);
+    b.mpi_us = calloc(ncells + 1, sizeof *b.mpi_us);
+    for (size_t k = 0; b.mpi_us && k < ncells; k++) b.mpi_us[k] = NAN;
+    b.lo = app_mpi_rank() * (n / c.nprocs);
+    pthread_mutex_init(&b.mpi_mu, NULL);
+    pthread_cond_init(&b.mpi_cv, NULL);
+    if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.times || !b.wrong || !b.algo || !b.cells || !b.scratch || !b.cpu || !b.node ||
         pattern_init(&b, n) != 0) {
         cli_error("out of memory");
         status = CLI_EXIT_FAIL;
@@ -1238,6 +1445,11 @@ done:
     free(b.scratch);
     free(b.cpu);
     free(b.node);
+    free(b.intra_b);
+    free(b.inter_b);
+    free(b.mpi_us);
+    pthread_mutex_destroy(&b.mpi_mu);
+    pthread_cond_destroy(&b.mpi_cv);
     free(b.vf);
     free(b.vd);
     free(b.vb);

@@ -210,6 +210,9 @@ static int post(call *k, dl_link *l, const void *data, size_t bytes)
         return rc;
     k->c->st.bytes_sent[k->p] += bytes;
     k->c->st.msgs_sent++;
+    const int *node = k->c->ctx->w->place->node;
+    if (node[l->src] != node[l->dst])
+        k->c->st.bytes_sent_inter += bytes;
     return DL_OK;
 }
 
@@ -231,6 +234,9 @@ static int acquire(call *k, dl_link *l, size_t bytes, const void **data)
     }
     k->c->st.bytes_recv[k->p] += bytes;
     k->c->st.msgs_recv++;
+    const int *node = k->c->ctx->w->place->node;
+    if (node[l->src] != node[l->dst])
+        k->c->st.bytes_recv_inter += bytes;
     *data = m.data;
     return DL_OK;
 }
@@ -534,9 +540,8 @@ static int check_purpose(const char *what, dl_purpose p)
 
 /* A failed call aborts the world (collectives cannot continue with one rank out), then waits
  * until no peer reads a buffer this rank lent it, so the caller may free its buffers. */
-static void fail_and_drain(dl_comm *c)
+static void drain_links(dl_comm *c)
 {
-    dl__world_abort(c->ctx->w);
     dl_comm_shared *sh = c->sh;
     for (int j = 0; j < sh->n; j++) {
         dl_link *l = atomic_load_explicit(&sh->links[(size_t)c->rank * (size_t)sh->n + (size_t)j],
@@ -544,6 +549,16 @@ static void fail_and_drain(dl_comm *c)
         if (l)
             l->ops->drain(l);
     }
+}
+
+static void fail_and_drain(dl_comm *c)
+{
+    dl__world_abort(c->ctx->w);
+    drain_links(c);
+    if (c->h_intra) /* the hierarchical all-reduce's groups (MPI worlds) */
+        drain_links(c->h_intra);
+    if (c->h_inter)
+        drain_links(c->h_inter);
 }
 
 static int decorate(dl_comm *c, int rc, int op)
@@ -573,6 +588,161 @@ static dl_algo choose_allreduce(dl_comm *c, size_t bytes)
     }
 }
 
+/* ---- hierarchical all-reduce (worlds spanning MPI processes) ---- */
+
+/* Whether c has the same number k >= 2 of members in each of np >= 2 processes; then *j is this
+ * member's index among its process's members (comm order) and *pi its process's position among
+ * the processes (order of first appearance in the communicator). */
+static int hier_shape(dl_comm *c, int *kout, int *npout, int *j, int *pi)
+{
+    dl_world *w = c->ctx->w;
+    dl_comm_shared *sh = c->sh;
+    int n = sh->n, T = w->hi - w->lo, np = 0, k = -1, fm = -1;
+    *j = *pi = 0;
+    for (int m = 0; m < n; m++) {
+        int pm = sh->world_ranks[m] / T, cnt = 0, first = 1;
+        for (int q = 0; q < n; q++)
+            if (sh->world_ranks[q] / T == pm) {
+                cnt++;
+                first = first && q >= m;
+            }
+        if (k < 0)
+            k = cnt;
+        if (cnt != k)
+            return 0;
+        if (first) {
+            np++;
+            if (pm == w->proc)
+                fm = m;
+            else if (fm < 0)
+                ++*pi; /* a process that appears before this one */
+        }
+        if (pm == w->proc && m < c->rank)
+            ++*j;
+    }
+    *kout = k;
+    *npout = np;
+    return k >= 2 && np >= 2;
+}
+
+/* This member's views of the two groups: its process's members, and the j-th member of every
+ * process. The groups' records live in c's record of this process (created once, under the
+ * world's hier_mu); the cross-process group's MPI tags use the id dl__mpi_sub_cid(c's id, j). */
+static int hier_views(dl_comm *c, int k, int np, int j, int pi)
+{
+    if (c->h_intra && c->h_inter)
+        return DL_OK;
+    dl_world *w = c->ctx->w;
+    dl_comm_shared *sh = c->sh;
+    int n = sh->n, T = w->hi - w->lo, rc = DL_OK;
+    int *intra = malloc(sizeof(int) * (size_t)k), *inter = malloc(sizeof(int) * (size_t)np);
+    int *seen = calloc((size_t)w->nprocs, sizeof(int));
+    if (!intra || !inter || !seen) {
+        free(intra), free(inter), free(seen);
+        return dl_error(DL_ENOMEM, "hierarchical all-reduce: out of memory");
+    }
+    int ni = 0, ne = 0;
+    for (int m = 0; m < n; m++) {
+        int wr = sh->world_ranks[m], pm = wr / T;
+        if (pm == w->proc)
+            intra[ni++] = wr;
+        if (seen[pm]++ == j) /* the j-th member of process pm, in process order of appearance */
+            inter[ne++] = wr;
+    }
+    /* inter[] is in order of each process's j-th member; reorder by first appearance */
+    int *order = seen; /* reuse: position of each process by first appearance */
+    for (int p = 0; p < w->nprocs; p++)
+        order[p] = -1;
+    int pos = 0;
+    for (int m = 0; m < n; m++) {
+        int pm = sh->world_ranks[m] / T;
+        if (order[pm] < 0)
+            order[pm] = pos++;
+    }
+    int *sorted = malloc(sizeof(int) * (size_t)np);
+    if (!sorted) {
+        free(intra), free(inter), free(seen);
+        return dl_error(DL_ENOMEM, "hierarchical all-reduce: out of memory");
+    }
+    for (int e = 0; e < ne; e++)
+        sorted[order[inter[e] / T]] = inter[e];
+    pthread_mutex_lock(&w->hier_mu);
+    if (!sh->hier && !(sh->hier = calloc((size_t)k + 1, sizeof *sh->hier)))
+        rc = dl_error(DL_ENOMEM, "hierarchical all-reduce: out of memory");
+    if (rc == DL_OK && !sh->hier[0])
+        rc = dl__shared_create(w, k, intra, &sh->hier[0]);
+    if (rc == DL_OK && !sh->hier[1 + j])
+        rc = dl__shared_create(w, np, sorted, &sh->hier[1 + j]);
+    pthread_mutex_unlock(&w->hier_mu);
+    if (rc == DL_OK && !c->h_intra)
+        rc = dl__comm_create(sh->hier[0], j, c->ctx, &c->h_intra);
+    if (rc == DL_OK && !c->h_inter && (rc = dl__comm_create(sh->hier[1 + j], pi, c->ctx,
+                                                            &c->h_inter)) == DL_OK)
+        c->h_inter->cid = dl__mpi_sub_cid(c->cid, j);
+    free(intra), free(inter), free(seen), free(sorted);
+    return rc;
+}
+
+static void stats_add(dl_comm_stats *to, const dl_comm_stats *now, const dl_comm_stats *before)
+{
+    for (int p = 0; p < DL_NPURPOSES; p++) {
+        to->bytes_sent[p] += now->bytes_sent[p] - before->bytes_sent[p];
+        to->bytes_recv[p] += now->bytes_recv[p] - before->bytes_recv[p];
+    }
+    to->msgs_sent += now->msgs_sent - before->msgs_sent;
+    to->msgs_recv += now->msgs_recv - before->msgs_recv;
+    to->wait_ns += now->wait_ns - before->wait_ns;
+    to->copy_ns += now->copy_ns - before->copy_ns;
+    to->sleeps += now->sleeps - before->sleeps;
+    to->bytes_sent_inter += now->bytes_sent_inter - before->bytes_sent_inter;
+    to->bytes_recv_inter += now->bytes_recv_inter - before->bytes_recv_inter;
+}
+
+static dl_algo choose_allreduce(dl_comm *c, size_t bytes);
+
+/* One step of the hierarchical all-reduce on a group: the group's own sequence number and
+ * fingerprint; its bytes are counted on the caller's communicator. */
+static int sub_op(call *k, dl_comm *sub, int opcode, int mode, const char *s, char *r, size_t count,
+                  dl_dtype t, dl_redop op)
+{
+    sub->seq++;
+    call ks = {sub, k->w, opcode, fingerprint(opcode, sub->seq, t, op, count, -1), k->p};
+    dl_comm_stats before = sub->st;
+    int rc;
+    if (opcode == OP_ALLREDUCE) {
+        dl_algo a = choose_allreduce(sub, count * dl_dtype_size(t));
+        rc = a == DL_ALGO_ONESHOT ? oneshot(&ks, s, r, count, t, op)
+             : a == DL_ALGO_RD    ? recursive_doubling(&ks, s, r, count, t, op)
+                                  : ring(&ks, RING_AR, s, r, count, t, op);
+    } else {
+        rc = ring(&ks, mode, s, r, count, t, op);
+    }
+    stats_add(&k->c->st, &sub->st, &before);
+    return rc;
+}
+
+/* Reduce-scatter inside the process (member j gets block j of k), all-reduce of that shard with
+ * the j-th members of the other processes, all-gather inside. avg sums and divides the shard
+ * once, so every rank gets bitwise the same result. */
+static int hierarchical(call *k, const char *sbuf, char *rbuf, size_t count, dl_dtype t,
+                        dl_redop op, int kk, int np, int j, int pi)
+{
+    dl_comm *c = k->c;
+    int rc = hier_views(c, kk, np, j, pi);
+    if (rc)
+        return rc;
+    size_t es = dl_dtype_size(t), off, len;
+    dl_block(count, kk, j, &off, &len);
+    dl_redop sop = op == DL_AVG ? DL_SUM : op;
+    char *shard = rbuf + off * es;
+    if ((rc = sub_op(k, c->h_intra, OP_REDUCE_SCATTER, RING_RS, sbuf, shard, count, t, sop)) ||
+        (rc = sub_op(k, c->h_inter, OP_ALLREDUCE, RING_AR, shard, shard, len, t, sop)))
+        return rc;
+    if (op == DL_AVG)
+        scale_any(t, shard, shard, len, (double)c->sh->n);
+    return sub_op(k, c->h_intra, OP_ALLGATHER, RING_AG, shard, rbuf, count, t, sop);
+}
+
 static int run_op(dl_request *q)
 {
     dl_comm *c = q->c;
@@ -591,8 +761,15 @@ static int run_op(dl_request *q)
             if (q->op == DL_AVG || rb != s)
                 memmove(rb, s, q->count * es);
         } else {
-            algo = choose_allreduce(c, q->count * es);
-            rc = algo == DL_ALGO_ONESHOT ? oneshot(&k, s, rb, q->count, q->t, q->op)
+            int hk = 0, hnp = 0, hj = 0, hpi = 0;
+            int hier = c->ctx->w->mpi && (c->algo == DL_ALGO_AUTO || c->algo == DL_ALGO_HIER) &&
+                       hier_shape(c, &hk, &hnp, &hj, &hpi);
+            algo = c->algo == DL_ALGO_HIER ? DL_ALGO_RING : choose_allreduce(c, q->count * es);
+            if (hier && algo == DL_ALGO_RING)
+                algo = DL_ALGO_HIER;
+            rc = algo == DL_ALGO_HIER
+                     ? hierarchical(&k, s, rb, q->count, q->t, q->op, hk, hnp, hj, hpi)
+                 : algo == DL_ALGO_ONESHOT ? oneshot(&k, s, rb, q->count, q->t, q->op)
                  : algo == DL_ALGO_RD    ? recursive_doubling(&k, s, rb, q->count, q->t, q->op)
                                          : ring(&k, RING_AR, s, rb, q->count, q->t, q->op);
         }

@@ -10,7 +10,7 @@ static const char *dtype_names[DL_NDTYPES] = {"f32", "f64", "bf16"};
 static const char *redop_names[DL_NREDOPS] = {"sum", "avg", "max"};
 static const char *purpose_names[DL_NPURPOSES] = {"grads", "params", "activations", "loss",
                                                   "other"};
-static const char *algo_names[DL_NALGOS] = {"auto", "ring", "oneshot", "rd"};
+static const char *algo_names[DL_NALGOS] = {"auto", "ring", "oneshot", "rd", "hier"};
 
 size_t dl_dtype_size(dl_dtype t)
 {
@@ -94,7 +94,11 @@ int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared
         atomic_init(&sh->links[i], NULL);
     for (int i = 0; i < n; i++)
         atomic_init(&sh->entered[i], 0);
-    atomic_init(&sh->refs, n);
+    int nlocal = n;
+    if (w->mpi) /* a world spanning processes: each process has its own record for its members */
+        for (int i = 0; i < n; i++)
+            nlocal -= !dl__local(w, world_ranks[i]);
+    atomic_init(&sh->refs, nlocal);
     sh->uid = w->world_sh ? atomic_fetch_add(&w->next_uid, 1) : 0;
     pthread_mutex_lock(&w->reg_mu);
     sh->next = w->registry;
@@ -140,9 +144,13 @@ int dl__link(dl_comm *c, int src, int dst, dl_link **out)
         *out = l;
         return DL_OK;
     }
-    const dl_world_opts *o = &c->ctx->w->opts;
-    int rc = dl_chan_create(&l, sh->world_ranks[src], sh->world_ranks[dst], o->nslots,
-                            o->eager_bytes);
+    dl_world *w = c->ctx->w;
+    const dl_world_opts *o = &w->opts;
+    int ws = sh->world_ranks[src], wd = sh->world_ranks[dst];
+    /* ranks in two processes: the MPI link; otherwise a shared-memory channel */
+    int rc = w->mpi && !(dl__local(w, ws) && dl__local(w, wd))
+                 ? dl__mpi_link_create(w, c->cid, ws, wd, &l)
+                 : dl_chan_create(&l, ws, wd, o->nslots, o->eager_bytes);
     if (rc)
         return rc;
     dl_link *expected = NULL;
@@ -204,6 +212,43 @@ static int cmp_pair(const void *a, const void *b)
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
+/* Split's second half in a world spanning MPI processes: each process keeps its own shared
+ * record for its members (created by the group's first member in this process), and the group's
+ * rank 0 allocates the communicator id that MPI tags carry. One all-gather hands every member
+ * both (record address, id) pairs; members use the id of rank 0 and the record of their process's
+ * first member. */
+static int split_mpi(dl_comm *c, int rc, int m, int myidx, const int *grp, const int *wr,
+                     dl_comm **out)
+{
+    dl_world *w = c->ctx->w;
+    int n = c->sh->n, lidx = -1;
+    for (int i = 0; myidx >= 0 && i < m; i++)
+        if (dl__local(w, wr[i])) {
+            lidx = i;
+            break;
+        }
+    dl_comm_shared *sh = NULL;
+    if (rc == DL_OK && myidx >= 0 && myidx == lidx)
+        rc = dl__shared_create(w, m, wr, &sh);
+    uint64_t mine[2] = {(uint64_t)(uintptr_t)sh, myidx == 0 ? dl__mpi_new_cid(w) : 0};
+    uint64_t *all = malloc(sizeof(uint64_t) * 2 * (size_t)n);
+    if (!all)
+        return dl_error(DL_ENOMEM, "comm_split: out of memory");
+    int rc2 = dl_allgather(c, mine, all, 4 * (size_t)n, DL_F32, DL_PURPOSE_OTHER);
+    if (rc == DL_OK)
+        rc = rc2;
+    if (rc == DL_OK && myidx >= 0) {
+        sh = (dl_comm_shared *)(uintptr_t)all[2 * grp[2 * lidx + 1]];
+        rc = sh ? dl__comm_create(sh, myidx, c->ctx, out)
+                : dl_error(DL_ESYS, "comm_split: the new group's first member in this process "
+                                    "could not create it");
+        if (rc == DL_OK)
+            (*out)->cid = all[2 * grp[1] + 1];
+    }
+    free(all);
+    return rc;
+}
+
 int dl_comm_split(dl_comm *c, int color, int key, dl_comm **out)
 {
     *out = NULL;
@@ -237,6 +282,11 @@ int dl_comm_split(dl_comm *c, int color, int key, dl_comm **out)
         }
     }
     dl_comm_shared *sh = NULL;
+    if (c->ctx->w->mpi) {
+        rc = split_mpi(c, rc, m, myidx, grp, wr, out);
+        free(ck), free(ptrs), free(grp), free(wr);
+        return rc;
+    }
     if (rc == DL_OK && myidx == 0)
         rc = dl__shared_create(c->ctx->w, m, wr, &sh);
     /* a failed create must not leave the others waiting: they learn of it through the abort */
@@ -263,6 +313,14 @@ int dl_comm_free(dl_comm *c)
     int rc = dl_barrier(c);
     if (c->scratch)
         dl_arena_free(c->ctx->arena, c->scratch);
+    dl_comm *subs[2] = {c->h_intra, c->h_inter}; /* hierarchical all-reduce's views */
+    for (int i = 0; i < 2; i++)
+        if (subs[i]) {
+            if (subs[i]->scratch)
+                dl_arena_free(c->ctx->arena, subs[i]->scratch);
+            dl__shared_unref(subs[i]->sh);
+            free(subs[i]);
+        }
     dl__shared_unref(c->sh);
     free(c);
     return rc;

@@ -36,6 +36,9 @@ typedef struct dl_comm_shared {
     atomic_int refs;            /* members that have not freed it yet */
     dl_world *w;
     struct dl_comm_shared *next; /* world's registry (for abort wake-ups) */
+    /* MPI worlds, hierarchical all-reduce: [0] this process's members, [1 + j] the j-th member
+     * of every process (created on first use, under the world's hier_mu) */
+    struct dl_comm_shared **hier;
 } dl_comm_shared;
 
 /* A rank's view of a communicator. */
@@ -46,6 +49,8 @@ struct dl_comm {
     uint64_t seq;               /* operations started (the same on every member) */
     dl_algo algo, last_algo;
     dl_comm_stats st;
+    uint64_t cid;               /* MPI worlds: the communicator's id in MPI tags (0 = world) */
+    struct dl_comm *h_intra, *h_inter; /* hierarchical all-reduce: this member's views */
     void *scratch;              /* rank's scratch buffer for reduce / reduce-scatter partials */
     size_t scratch_bytes;
 };
@@ -139,10 +144,19 @@ struct dl_world {
     pthread_cond_t wd_cv;
     int wd_stop;
     pthread_t wd;
+
+    /* a world spanning MPI processes (NULL otherwise): this process hosts ranks [lo, hi) */
+    struct dl_mpi_world *mpi;
+    int nprocs, proc, lo, hi;
+    pthread_mutex_t hier_mu;
 };
+
+static inline int dl__local(const dl_world *w, int rank) { return rank >= w->lo && rank < w->hi; }
 
 /* world.c */
 void dl__world_fail(dl_world *w, int rank, int status, const char *msg);
+/* an error another process reported (MPI worlds): recorded and aborts, not sent on */
+void dl__world_fail_remote(dl_world *w, int rank, int status, const char *msg);
 void dl__world_abort(dl_world *w);
 void dl__op_begin(dl_comm *c, int op, size_t count, int dtype, int peer);
 void dl__op_end(dl_comm *c, int status);
@@ -156,5 +170,15 @@ int dl__scratch(dl_comm *c, size_t bytes, void **out);
 
 /* coll.c */
 void dl__progress_stop(dl_ctx *ctx);
+
+/* mpi.c: worlds spanning MPI processes (stubs returning errors without MPI) */
+int dl__mpi_want(const dl_world_opts *o);            /* 1: this world spans processes */
+int dl__mpi_world_begin(dl_world *w);                /* sets mpi, nprocs, proc, lo, hi */
+void dl__mpi_world_end(dl_world *w);                 /* stops listening for other processes' errors */
+void dl__mpi_world_free(dl_world *w);                /* after the links: the world's MPI state */
+void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg); /* tell the others */
+uint64_t dl__mpi_new_cid(dl_world *w);               /* a communicator id unique in the job */
+static inline uint64_t dl__mpi_sub_cid(uint64_t cid, int j) { return cid + 1 + (uint64_t)j; }
+int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
 
 #endif

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "distlab/mpi.h"
 #include "internal.h"
 
 void dl_world_opts_init(dl_world_opts *o)
@@ -27,6 +28,7 @@ void dl_world_opts_init(dl_world_opts *o)
     o->slice_bytes = 256 * 1024;
     o->log = stderr;
     o->quiet = 0;
+    o->mpi = -1;
 }
 
 static const char *opnames[OP_NCODES] = {
@@ -37,15 +39,32 @@ static const char *opnames[OP_NCODES] = {
 const char *dl__opname(int op) { return op >= 0 && op < OP_NCODES ? opnames[op] : "?"; }
 
 /* First error wins, except that a real error replaces a secondary abort. */
-void dl__world_fail(dl_world *w, int rank, int status, const char *msg)
+static int world_record(dl_world *w, int rank, int status, const char *msg)
 {
+    int first = 0;
     pthread_mutex_lock(&w->err_mu);
     if (w->err_status == DL_OK || (w->err_status == DL_EABORT && status != DL_EABORT)) {
         w->err_status = status;
         w->err_rank = rank;
         snprintf(w->err_msg, sizeof w->err_msg, "%s", msg);
+        first = 1;
     }
     pthread_mutex_unlock(&w->err_mu);
+    return first;
+}
+
+void dl__world_fail(dl_world *w, int rank, int status, const char *msg)
+{
+    int first = world_record(w, rank, status, msg);
+    /* a world spanning processes tells the others (once, real errors only) */
+    if (first && w->mpi)
+        dl__mpi_notify(w, rank, status, msg);
+    dl__world_abort(w);
+}
+
+void dl__world_fail_remote(dl_world *w, int rank, int status, const char *msg)
+{
+    world_record(w, rank, status, msg);
     dl__world_abort(w);
 }
 
@@ -116,7 +135,7 @@ static void watchdog_check(dl_world *w)
 {
     uint64_t now = dl_now_ns();
     uint64_t limit = (uint64_t)(w->opts.timeout_s * 1e9);
-    for (int r = 0; r < w->n; r++) {
+    for (int r = w->lo; r < w->hi; r++) {
         dl_ctx *x = &w->ctxs[r];
         if (!atomic_load_explicit(&x->cur_active, memory_order_acquire))
             continue;
@@ -143,6 +162,9 @@ static void watchdog_check(dl_world *w)
         int nmiss = 0;
         missing[0] = '\0';
         for (int m = 0; m < sh->n; m++) {
+            /* MPI worlds: only this process's members are known here */
+            if (w->mpi && !dl__local(w, sh->world_ranks[m]))
+                continue;
             if (atomic_load_explicit(&sh->entered[m], memory_order_relaxed) < seq) {
                 if (len < sizeof missing - 16)
                     len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
@@ -156,7 +178,9 @@ static void watchdog_check(dl_world *w)
                  "%s%s",
                  r, (double)(now - t0) / 1e9, dl__opname(op), (unsigned long long)seq,
                  (unsigned long long)sh->uid, sh->n,
-                 nmiss ? "ranks that never arrived: " : "every rank arrived (a peer stopped sending)",
+                 nmiss ? "ranks that never arrived: "
+                 : w->mpi ? "every rank of this process arrived (a peer stopped sending)"
+                          : "every rank arrived (a peer stopped sending)",
                  missing);
         dl__world_fail(w, r, DL_ETIMEOUT, msg);
         return;
@@ -250,6 +274,35 @@ static void flight_dump(const dl_ctx *x, FILE *f, uint64_t t_base)
 
 void dl_ctx_flight_dump(const dl_ctx *c, FILE *f) { flight_dump(c, f, 0); }
 
+/* A world spanning MPI processes: each process is one node; this process's ranks are placed on
+ * this machine next to those of the other processes on the same host (host index h of L: the
+ * local ranks take slots h*T ... h*T+T-1 of a placement of L*T ranks). */
+static int place_processes(dl_world *w)
+{
+    int T = w->hi - w->lo, L = dl_mpi_host_size(), h = dl_mpi_host_rank();
+    dl_placement *loc;
+    const dl_world_opts *o = &w->opts;
+    int rc = dl_place(w->topo, L * T, o->policy, o->nodes, o->ranks_per_node, &loc);
+    if (rc)
+        return rc;
+    dl_placement *p = w->place;
+    for (int r = 0; r < w->n; r++)
+        p->node[r] = r / T;
+    for (int t = 0; t < T; t++) {
+        int g = w->lo + t, l = h * T + t;
+        p->pu[g] = loc->pu[l];
+        p->os_pu[g] = loc->os_pu[l];
+        p->core[g] = loc->core[l];
+        p->l3[g] = loc->l3[l];
+        p->numa[g] = loc->numa[l];
+        p->package[g] = loc->package[l];
+    }
+    p->nnodes = w->nprocs;
+    p->wrapped = loc->wrapped;
+    dl_placement_destroy(loc);
+    return DL_OK;
+}
+
 int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world **out)
 {
     *out = NULL;
@@ -271,23 +324,32 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         return dl_error(DL_ENOMEM, "dl_world_run: out of memory");
     w->opts = *o;
     w->n = o->nranks;
+    w->lo = 0;
+    w->hi = w->n;
+    w->nprocs = 1;
     w->err_rank = -1;
     pthread_mutex_init(&w->err_mu, NULL);
     pthread_mutex_init(&w->reg_mu, NULL);
     pthread_mutex_init(&w->wd_mu, NULL);
     pthread_cond_init(&w->wd_cv, NULL);
+    pthread_mutex_init(&w->hier_mu, NULL);
     atomic_init(&w->abort_flag, 0);
     atomic_init(&w->next_uid, 1);
     int rc = dl_topo_load(&w->topo, o->topology);
+    if (rc == DL_OK && dl__mpi_want(o))
+        rc = dl__mpi_world_begin(w);
     if (rc == DL_OK)
         rc = dl_place(w->topo, w->n, o->policy, o->nodes, o->ranks_per_node, &w->place);
+    if (rc == DL_OK && w->mpi)
+        rc = place_processes(w);
     if (rc != DL_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dl_errmsg());
         dl_world_destroy(w);
         return dl_error(rc, "dl_world_run: %s", msg);
     }
-    w->oversub = w->n > dl_topo_real_pus(w->topo);
+    w->oversub = (w->mpi ? (w->hi - w->lo) * dl_mpi_host_size() : w->n) >
+                 dl_topo_real_pus(w->topo);
     int mode = o->wait_mode >= 0 ? o->wait_mode : (w->oversub ? DL_WAIT_YIELD : DL_WAIT_SPIN);
 
     w->ctxs = calloc((size_t)w->n, sizeof *w->ctxs);
@@ -316,6 +378,8 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         pthread_mutex_init(&x->prog.mu, NULL);
         pthread_cond_init(&x->prog.cv, NULL);
         pthread_cond_init(&x->prog.done_cv, NULL);
+        if (!dl__local(w, r))
+            continue; /* hosted by another process */
         rc = dl_arena_create(&x->arena, r, o->gpu_mem);
         if (rc == DL_OK)
             rc = dl__comm_create(w->world_sh, r, x, &x->world_comm);
@@ -332,7 +396,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     if (wd_on && pthread_create(&w->wd, NULL, watchdog_main, w) != 0)
         wd_on = 0;
     int started = 0;
-    for (int r = 0; r < w->n; r++) {
+    for (int r = w->lo; r < w->hi; r++) {
         ras[r] = (struct rank_arg){&w->ctxs[r], fn, arg};
         if (pthread_create(&w->threads[r], NULL, rank_main, &ras[r]) != 0) {
             dl__world_fail(w, r, DL_ESYS, "dl_world_run: cannot start rank thread");
@@ -340,8 +404,9 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         }
         started++;
     }
-    for (int r = 0; r < started; r++)
+    for (int r = w->lo; r < w->lo + started; r++)
         pthread_join(w->threads[r], NULL);
+    dl__mpi_world_end(w);
     if (wd_on) {
         pthread_mutex_lock(&w->wd_mu);
         w->wd_stop = 1;
@@ -359,14 +424,15 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         if (log && !o->quiet && comm_error) {
             fprintf(log, "distlab: %s\n", w->err_msg);
             uint64_t base = UINT64_MAX;
-            for (int r = 0; r < w->n; r++)
+            for (int r = w->lo; r < w->hi; r++)
                 for (uint64_t i = 0; i < w->ctxs[r].nflight && i < DL_FLIGHT_N; i++)
                     if (w->ctxs[r].flight[i].t_start < base)
                         base = w->ctxs[r].flight[i].t_start;
             if (base == UINT64_MAX)
                 base = 0;
-            fprintf(log, "distlab: flight recorder (times from the first operation):\n");
-            for (int r = 0; r < w->n; r++)
+            fprintf(log, "distlab: flight recorder (times from the first operation)%s:\n",
+                    w->mpi ? " of this process's ranks" : "");
+            for (int r = w->lo; r < w->hi; r++)
                 flight_dump(&w->ctxs[r], log, base);
             fflush(log);
         }
@@ -400,6 +466,8 @@ void dl_world_destroy(dl_world *w)
                 dl_comm *c = x->world_comm;
                 if (c->scratch)
                     dl_arena_free(x->arena, c->scratch);
+                free(c->h_intra); /* hierarchical views (MPI worlds); their scratch goes with */
+                free(c->h_inter); /* the arena, their records with the registry */
                 free(c);
             }
             dl_arena_destroy(x->arena);
@@ -415,11 +483,13 @@ void dl_world_destroy(dl_world *w)
         for (int i = 0; i < sh->n * sh->n; i++)
             dl_link_destroy(atomic_load(&sh->links[i]));
         free(sh->links);
+        free(sh->hier);
         free(sh->entered);
         free(sh->world_ranks);
         free(sh);
         sh = next;
     }
+    dl__mpi_world_free(w);
     free(w->ctxs);
     free(w->threads);
     dl_placement_destroy(w->place);
@@ -428,6 +498,7 @@ void dl_world_destroy(dl_world *w)
     pthread_mutex_destroy(&w->reg_mu);
     pthread_mutex_destroy(&w->wd_mu);
     pthread_cond_destroy(&w->wd_cv);
+    pthread_mutex_destroy(&w->hier_mu);
     free(w);
 }
 
@@ -439,6 +510,14 @@ int dl_world_actual_cpu(const dl_world *w, int rank)
 }
 int dl_world_error_rank(const dl_world *w) { return w->err_rank; }
 int dl_world_oversubscribed(const dl_world *w) { return w->oversub; }
+int dl_world_local(const dl_world *w, int *first, int *count)
+{
+    if (first)
+        *first = w->lo;
+    if (count)
+        *count = w->hi - w->lo;
+    return w->nprocs;
+}
 
 int dl_ctx_rank(const dl_ctx *c) { return c->rank; }
 int dl_ctx_size(const dl_ctx *c) { return c->w->n; }

@@ -43,6 +43,10 @@ typedef enum dl_algo {
     DL_ALGO_RING = 1,
     DL_ALGO_ONESHOT = 2,  /* every rank sends its whole input to every other (small n, small data) */
     DL_ALGO_RD = 3,       /* recursive doubling (power-of-two sizes) */
+    DL_ALGO_HIER = 4,     /* hierarchical, in a world spanning MPI processes: reduce-scatter inside
+                           * each process, all-reduce of the shard across processes, all-gather
+                           * inside; AUTO picks it for messages above the eager size when every
+                           * process holds the same number (>= 2) of the communicator's members */
     DL_NALGOS
 } dl_algo;
 
@@ -83,6 +87,8 @@ typedef struct dl_comm_stats {
     uint64_t algo_ops[DL_NALGOS]; /* collectives run with each algorithm */
     uint64_t wait_ns, copy_ns;    /* summed over this communicator's links */
     uint64_t sleeps;              /* waits that slept on a futex (this rank's ends of its links) */
+    uint64_t bytes_sent_inter;    /* the part of bytes_sent / bytes_recv (all purposes) that crossed */
+    uint64_t bytes_recv_inter;    /* nodes: processes of an MPI world, the placement's nodes else */
 } dl_comm_stats;
 
 /* This rank's counters on c. */

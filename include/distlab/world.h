@@ -41,6 +41,11 @@ typedef struct dl_world_opts {
     FILE *log;                /* where watchdog/flight-recorder reports go (default stderr; NULL: none) */
     int quiet;                /* 1: don't print the flight recorder (printed for DL_ETIMEOUT and
                                * DL_EMISMATCH, with the error line) */
+    int mpi;                  /* span the processes of MPI_COMM_WORLD (distlab/mpi.h): -1 auto
+                               * (default: when dl_mpi_init was called and there are several
+                               * processes), 0 never, 1 always. Spanning P processes, nranks is
+                               * the whole world (a multiple of P) and process k hosts ranks
+                               * k*nranks/P ... (k+1)*nranks/P-1; each process is one node. */
 } dl_world_opts;
 
 void dl_world_opts_init(dl_world_opts *o);
@@ -63,6 +68,9 @@ int dl_world_actual_cpu(const dl_world *w, int rank);
 int dl_world_error_rank(const dl_world *w);
 /* 1 if ranks exceed the real machine's PUs */
 int dl_world_oversubscribed(const dl_world *w);
+/* The ranks this process hosts: [*first, *first + *count) (all of them unless the world spans
+ * MPI processes); returns the number of processes the world spans. */
+int dl_world_local(const dl_world *w, int *first, int *count);
 
 /* --- inside a rank function --- */
 int dl_ctx_rank(const dl_ctx *c);

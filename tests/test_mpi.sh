@@ -1,0 +1,83 @@
+#!/bin/sh
+# The MPI transport under mpirun --oversubscribe (loopback): every collective against the serial
+# reference for P x T = 2x1, 2x2, 3x2; a failing rank and a hung rank end every process's world
+# with the error within the watchdog timeout; MPI_Abort from the app ends the job; the trainer
+# with dp and tp spanning processes equals the single-process run.
+set -u
+MPIRUN=${MPIRUN:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+# loopback only; no warnings about the missing high-speed fabrics
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_pml=ob1
+run() { timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$@"; }
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+T=tests/test_mpi_coll
+[ -x "$T" ] || T=./test_mpi_coll
+
+for pt in "2 1" "2 2" "3 2"; do
+  set -- $pt
+  out=$(run "$1" "$T" coll "$2" 2>&1); rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c ', 0 wrong')" -eq "$1" ]; then
+    ok "collectives $1 x $2"; else bad "collectives $1 x $2 (exit $rc)"; fi
+  # with 2 threads per process the world's large all-reduces are hierarchical
+  if [ "$2" -ge 2 ] && [ "$(echo "$out" | grep -c ' 0 hierarchical')" -ne 0 ]; then
+    bad "no hierarchical all-reduce ran ($1 x $2)"; fi
+done
+
+out=$(run 2 "$T" fail 2 2>&1); rc=$?
+echo "$out"
+if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c 'DL_EUSER after .*rank 3: deliberate failure')" -eq 2 ]; then
+  ok "a failing rank ends every process's world with its error"; else bad "failure propagation (exit $rc)"; fi
+
+out=$(run 2 "$T" hang 2 2>&1); rc=$?
+echo "$out"
+if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c 'DL_ETIMEOUT after .*watchdog')" -eq 2 ]; then
+  ok "a hung rank ends every process's world through the watchdog"; else bad "hang (exit $rc)"; fi
+
+t0=$(date +%s)
+out=$(run 3 "$T" abort 1 2>&1); rc=$?
+dt=$(( $(date +%s) - t0 ))
+echo "$out"
+if [ $rc -ne 0 ] && echo "$out" | grep -q 'deliberate failure' && [ $dt -lt 60 ]; then
+  ok "MPI_Abort after the world's error ends the job (exit $rc, ${dt} s)"; else bad "abort (exit $rc, ${dt} s)"; fi
+
+# The trainer: dp, tp and pp spanning processes equal the single-process run of the same world
+# (the step losses of the JSON records; f64 within 1e-12, f32 within 1e-5).
+TRAIN=apps/distlab-train
+small="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --steps 3 --eval-every 0 --log-every 0"
+cmp_losses() { # a.json b.json tolerance
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def losses(p):
+    return [r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "step"]
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+d = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print("max relative loss difference %.3g over %d steps (tolerance %g)" % (d, len(a), tol))
+sys.exit(0 if d <= tol else 1)
+PY
+}
+if [ -x "$TRAIN" ] && command -v python3 >/dev/null; then
+  tmp=$(mktemp -d)
+  for cfg in "2 1 f64 --dp 2" "2 2 f64 --dp 2 --tp 2" "2 2 f32 --dp 2 --tp 2" "2 2 f64 --tp 4" \
+             "2 2 f64 --pp 2 --tp 2 --microbatches 2" "2 2 f32 --pp 2 --dp 2 --microbatches 2"; do
+    set -- $cfg
+    P=$1 T=$2 dt=$3; shift 3
+    tol=1e-12; [ "$dt" = f32 ] && tol=1e-5
+    name="$P x $T, $dt $*"
+    if ! "$TRAIN" $small --dtype "$dt" "$@" --json "$tmp/one.json" >"$tmp/one.log" 2>&1; then
+      cat "$tmp/one.log"; bad "trainer, one process ($name)"; continue; fi
+    if ! run "$P" "$TRAIN" $small --dtype "$dt" "$@" --threads "$T" --json "$tmp/mpi.json" >"$tmp/mpi.log" 2>&1; then
+      cat "$tmp/mpi.log"; bad "trainer under mpirun ($name)"; continue; fi
+    if cmp_losses "$tmp/mpi.json" "$tmp/one.json" "$tol"; then ok "trainer $name equals one process"
+    else bad "trainer $name differs from one process"; fi
+  done
+  rm -rf "$tmp"
+else
+  echo "skip: trainer comparison (no apps/distlab-train or python3)"
+fi
+
+[ $fails -eq 0 ] && echo "all MPI tests passed" || echo "$fails MPI tests failed"
+[ $fails -eq 0 ]
