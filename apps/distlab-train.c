@@ -40,7 +40,10 @@ static void usage(FILE *f)
 "  --heads N             attention heads; must divide --d-model (default 4)\n"
 "  --seq N               context length T (default 64)\n"
 "  --tie-embeddings      share the token embedding with the LM head\n"
-"  --dtype f32|f64       precision of parameters, activations and optimizer state (default f32)\n"
+"  --dtype f32|f64|bf16  precision of parameters, activations and optimizer state (default f32);\n"
+"                        bf16: mixed precision (bf16 parameters and gradients, f32 compute,\n"
+"                        fp32 master weights and AdamW moments; non-finite steps skipped)\n"
+
 "  --recompute none|full full: keep only each layer's input, recompute the rest in backward\n"
 "Batch (give any two; global = dp x microbatches x micro-batch):\n"
 "  --global-batch N      sequences per step (default dp x 8)\n"
@@ -57,9 +60,11 @@ static void usage(FILE *f)
 "  --bucket-mb X         gradient all-reduce bucket size in MiB (default 1; 0: per layer)\n"
 "  --overlap             run the bucket all-reduces on each rank's communication thread\n"
 "  --algo auto|ring      collective algorithm (ring: the lecture's byte counts exactly)\n"
-"  --zero 0|1|2          ZeRO stage over the dp group (default 0): 1 shards AdamW's state\n"
+"  --zero 0|1|2|3        ZeRO stage over the dp group (default 0): 1 shards AdamW's state\n"
 "                        (reduce-scatter, update the shard, all-gather the parameters),\n"
-"                        2 also keeps the reduced gradient as a shard; a no-op with dp 1\n"
+"                        2 also the gradients (reduce-scattered layer by layer during\n"
+"                        backward), 3 also the parameters (each layer all-gathered before its\n"
+"                        forward and its backward); a no-op with dp 1\n"
 "Data:\n"
 "  --data FILE           train on FILE's bytes (last 10%% held out); default: a synthetic\n"
 "                        order-2 Markov corpus whose entropy rate (the loss floor) is known\n"
@@ -171,7 +176,8 @@ static void json_steps(FILE *f, const dl_train_result *r)
         json_num(f, "lr", s->lr, 1);
         json_num(f, "grad_norm", s->grad_norm, 1);
         json_num(f, "ms", s->ms, 1);
-        json_num(f, "tokens_per_s", s->tokens_per_s, 0);
+        json_num(f, "tokens_per_s", s->tokens_per_s, 1);
+        fprintf(f, "\"skipped\":%s", s->skipped ? "true" : "false");
         fputs("}\n", f);
     }
 }
@@ -180,6 +186,34 @@ typedef struct check_t {
     double loss_diff, param_diff;
     char worst_tensor[48];
 } check_t;
+
+/* Model state per rank from rank 0's arena peaks, against the ZeRO paper's formula (Psi: the
+ * rank's elements, padded per unit when sharded; K: the optimizer's bytes per element). */
+typedef struct model_state_t {
+    uint64_t bytes;
+    int64_t P;
+    int K;
+    double per_param, formula_bytes, formula_elems;
+    const char *formula;
+} model_state_t;
+
+static void model_state(const dl_train_opts *o, const dl_train_result *r, model_state_t *m)
+{
+    int ss = (int)dl_dtype_size(o->dtype), cs = o->dtype == DL_F64 ? 8 : 4, st = r->zero;
+    int N = st ? o->dp : 1;
+    m->bytes = r->peak[DL_MEM_PARAMS] + r->peak[DL_MEM_GRADS] + r->peak[DL_MEM_OPTIMIZER];
+    m->P = (int64_t)(r->grad_bytes / (uint64_t)ss);
+    m->K = 2 * cs + (o->dtype == DL_BF16 ? 4 : 0);
+    m->per_param = m->P ? (double)m->bytes / (double)m->P : 0;
+    double P = (double)m->P, Pp = st ? (double)r->zero_padded : P, K = m->K;
+    static const char *f[4] = {"(2+2+K) Psi", "2 Psi + 2 Psi + K Psi/N", "2 Psi + (2+K) Psi/N",
+                               "(2+2+K) Psi/N"};
+    m->formula = f[st];
+    double b[4] = {(2.0 * ss + K) * P, 2.0 * ss * P + K * Pp / N, ss * P + (ss + K) * Pp / N,
+                   (2.0 * ss + K) * Pp / N};
+    m->formula_bytes = b[st];
+    m->formula_elems = o->dp > 1 ? (st == 3 ? 3.0 : 2.0) * Pp * (o->dp - 1) / o->dp : 0;
+}
 
 static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result *r,
                          const check_t *chk)
@@ -203,7 +237,19 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     fprintf(f, "},\"zero\":{\"stage\":%d,\"padded_elements\":%lld,\"padding\":%lld,"
                "\"shard_elements\":%lld}", r->zero, (long long)r->zero_padded,
             (long long)r->zero_padding, (long long)r->zero_shard);
+    model_state_t ms;
+    model_state(o, r, &ms);
+    fprintf(f, ",\"model_state\":{\"bytes_per_rank\":%llu,", (unsigned long long)ms.bytes);
+    json_num(f, "bytes_per_param", ms.per_param, 1);
+    fprintf(f, "\"K\":%d,", ms.K);
+    json_num(f, "formula_bytes", ms.formula_bytes, 1);
+    json_num(f, "elements_sent_per_step", r->dp_elems_per_step, 1);
+    json_num(f, "formula_elements", ms.formula_elems, 1);
+    fprintf(f, "\"unit_buffer_bytes\":%llu,\"gathered_param_bytes\":%llu},\"skipped_steps\":%d",
+            (unsigned long long)r->unit_bytes, (unsigned long long)r->gathered_bytes,
+            r->skipped_steps);
     fprintf(f, ",\"peak_bytes_per_rank\":[");
+
     for (int k = 0; k < r->nranks; k++) {
         fprintf(f, "%s{\"rank\":%d", k ? "," : "", k);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
@@ -219,7 +265,6 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
         fprintf(f, "\"worst_tensor\":\"%s\"", chk->worst_tensor);
         fputc('}', f);
     }
-    (void)o;
     fputs("}\n", f);
 }
 
@@ -244,14 +289,33 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
            o->dp > 1 ? 2.0 * (o->dp - 1) / o->dp * (double)r->grad_bytes / 1e6 : 0.0,
            r->tp_act_bytes_per_step / 1e6, r->loss_bytes_per_step);
     if (r->zero)
-        printf("ZeRO stage %d over dp %d: %lld elements per rank padded to %lld (+%lld) = %d shards "
-               "of %lld; per step dp gradients (reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB "
-               "(ring 2(d-1)/d x padded = %.3f MB)\n", r->zero, o->dp,
-               (long long)(r->zero_padded - r->zero_padding), (long long)r->zero_padded,
-               (long long)r->zero_padding, o->dp, (long long)r->zero_shard,
-               r->dp_grad_bytes_per_step / 1e6, r->dp_param_bytes_per_step / 1e6,
-               2.0 * (o->dp - 1) / o->dp * (double)r->zero_padded * (double)r->grad_bytes /
-                   (double)(r->zero_padded - r->zero_padding) / 1e6);
+        printf("ZeRO stage %d over dp %d: %lld elements per rank in %d units, each padded to a "
+               "multiple of %d: %lld (+%lld) = %d shards of %lld; per step dp gradients "
+               "(reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB\n", r->zero, o->dp,
+               (long long)(r->zero_padded - r->zero_padding), r->zero_units, o->dp,
+               (long long)r->zero_padded, (long long)r->zero_padding, o->dp,
+               (long long)r->zero_shard, r->dp_grad_bytes_per_step / 1e6,
+               r->dp_param_bytes_per_step / 1e6);
+    model_state_t ms;
+    model_state(o, r, &ms);
+    if (r->zero || o->dtype == DL_BF16) {
+        printf("model state per rank (rank 0's arena peaks): params %llu + grads %llu + optimizer "
+               "%llu = %llu bytes = %.2f bytes per parameter (P = %lld, K = %d; the paper's %s = "
+               "%.0f)\n", (unsigned long long)r->peak[DL_MEM_PARAMS],
+               (unsigned long long)r->peak[DL_MEM_GRADS],
+               (unsigned long long)r->peak[DL_MEM_OPTIMIZER], (unsigned long long)ms.bytes,
+               ms.per_param, (long long)ms.P, ms.K, ms.formula, ms.formula_bytes);
+        printf("  unit buffers (comm/other, outside the model state): %llu bytes, of which "
+               "gathered parameters %llu\n", (unsigned long long)r->unit_bytes,
+               (unsigned long long)r->gathered_bytes);
+        printf("  dp elements sent per rank per step: %.0f (the paper's %s = %.0f with one "
+               "micro-batch%s)\n", r->dp_elems_per_step, r->zero == 3 ? "3 Psi (N-1)/N"
+               : "2 Psi (N-1)/N", ms.formula_elems,
+               o->microbatches > 1 && r->zero >= 2 ? "; stages 2-3 reduce (and stage 3 gathers) "
+               "once per micro-batch" : "");
+    }
+    if (r->skipped_steps)
+        printf("%d step(s) skipped: non-finite gradient\n", r->skipped_steps);
     if (r->pp > 1) {
         int k = r->pp * r->pp_v;
         printf("pipeline: %d stages x %d chunk(s), %s, %d micro-batches; layers per virtual stage:",
@@ -358,7 +422,8 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_DTYPE:
             if (!strcmp(optarg, "f32")) o.dtype = DL_F32;
             else if (!strcmp(optarg, "f64")) o.dtype = DL_F64;
-            else { cli_error("--dtype: '%s' is not f32 or f64", optarg); bad = 1; }
+            else if (!strcmp(optarg, "bf16")) o.dtype = DL_BF16;
+            else { cli_error("--dtype: '%s' is not f32, f64 or bf16", optarg); bad = 1; }
             break;
         case O_RECOMP:
             if (!strcmp(optarg, "none")) o.recompute = DL_RECOMPUTE_NONE;
@@ -426,12 +491,8 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_TIMELINE: o.timeline = 1; break;
         case O_ZERO:
             bad = cli_parse_int("--zero", optarg, INT_MIN, INT_MAX, &o.zero);
-            if (!bad && o.zero == 3) {
-                cli_error("--zero 3: ZeRO stage 3 (parameter sharding) is not yet implemented; "
-                          "use 0, 1 or 2");
-                bad = 1;
-            } else if (!bad && (o.zero < 0 || o.zero > 2)) {
-                cli_error("--zero: %d is out of range [0, 2]", o.zero);
+            if (!bad && (o.zero < 0 || o.zero > 3)) {
+                cli_error("--zero: %d is out of range [0, 3]", o.zero);
                 bad = 1;
             }
             break;

@@ -8,7 +8,8 @@
 struct dl_gpt {
     dl_gpt_opts o;
     dl_gpt_layout *lay;
-    int tp, dsize;
+    int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
+    int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
     int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
     size_t N;         /* MB * T: rows of the largest batch */
     size_t set_elems; /* one layer's activations */
@@ -29,9 +30,76 @@ struct dl_gpt {
     int *inputs, *targets;
     void *dx, *dln, *dqkv, *datty, *dfchg, *dlnf, *att_scratch;
     int *zero_targets;
-    void *blocks[24];
+    void *blocks[32];
     int nblocks;
+    /* units (include/distlab/gpt.h): unit u is [ubound[u], ubound[u+1]), tensors ufirst[u] ..
+     * ufirst[u+1]-1; pw[k], gw[k]: where the kernels find tensor k's parameters and gradient */
+    int nunits, u_layer0, u_head, *ufirst;
+    size_t *ubound, umax;
+    void **pw, **gw;
+    int pdirect, gdirect; /* pw / gw point into the flat buffers (no unit buffers) */
+    int keep0;            /* tied embeddings on this rank: unit 0 kept in the second buffers */
+    void *pwork[2], *gwork[2], *gath[2];
+    size_t unit_bytes, gath_bytes;
 };
+
+static size_t unit_padded(const dl_gpt *g, size_t n)
+{
+    size_t p = g->o.unit_pad > 1 ? (size_t)g->o.unit_pad : 1;
+    return (n + p - 1) / p * p;
+}
+
+static void point_unit(dl_gpt *g, void **tab, int u, char *base)
+{
+    for (int k = g->ufirst[u]; k < g->ufirst[u + 1]; k++)
+        tab[k] = base + (g->lay->t[k].offset - g->ubound[u]) * (size_t)g->dsize;
+}
+
+static void point_direct(dl_gpt *g)
+{
+    for (int u = 0; u < g->nunits; u++) {
+        if (g->pdirect)
+            point_unit(g, g->pw, u, (char *)g->params + g->ubound[u] * (size_t)g->dsize);
+        if (g->gdirect)
+            point_unit(g, g->gw, u, (char *)g->grads + g->ubound[u] * (size_t)g->dsize);
+    }
+}
+
+/* Before unit u's forward (grads 0) or backward (grads 1): its parameters where the kernels read
+ * them, and a zeroed gradient buffer. */
+static int unit_begin(dl_gpt *g, int u, int grads)
+{
+    int sl = g->keep0 && u == 0, rc;
+    size_t lo = g->ubound[u], n = g->ubound[u + 1] - lo;
+    if (!g->pdirect) {
+        char *src = g->params ? (char *)g->params + lo * (size_t)g->ssize : g->gath[sl];
+        if (g->o.gather && (rc = g->o.gather(g->o.hook_arg, u, g->gath[sl])))
+            return rc;
+        if (g->store == DL_BF16) {
+            dl_bf16_widen(g->pwork[sl], (const uint16_t *)src, n);
+            src = g->pwork[sl];
+        }
+        point_unit(g, g->pw, u, src);
+    }
+    if (grads && !g->gdirect) {
+        memset(g->gwork[sl], 0, unit_padded(g, n) * (size_t)g->dsize);
+        point_unit(g, g->gw, u, g->gwork[sl]);
+    }
+    return DL_OK;
+}
+
+/* After unit u's backward: its gradient to the reduce hook, or added into the bf16 buffer. */
+static int unit_end(dl_gpt *g, int u)
+{
+    if (g->gdirect)
+        return DL_OK;
+    int sl = g->keep0 && u == 0;
+    size_t lo = g->ubound[u], n = g->ubound[u + 1] - lo;
+    if (g->o.reduce)
+        return g->o.reduce(g->o.hook_arg, u, g->gwork[sl]);
+    dl_bf16_acc_f32((uint16_t *)g->grads + lo, g->gwork[sl], n);
+    return DL_OK;
+}
 
 /* Point the current-slot buffers at slot s, chunk ch. */
 static void select_slot(dl_gpt *g, int s, int ch)
@@ -87,6 +155,7 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g->targets_base);
     free(g->lastB);
     free(g->zero_targets);
+    free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
     dl_gpt_layout_destroy(g->lay);
     free(g);
 }
@@ -94,8 +163,8 @@ void dl_gpt_destroy(dl_gpt *g)
 int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
 {
     *out = NULL;
-    if (o->dtype != DL_F32 && o->dtype != DL_F64)
-        return dl_error(DL_EINVAL, "model: dtype must be f32 or f64");
+    if (o->dtype != DL_F32 && o->dtype != DL_F64 && o->dtype != DL_BF16)
+        return dl_error(DL_EINVAL, "model: dtype must be f32, f64 or bf16");
     if (o->micro_batch < 1)
         return dl_error(DL_EINVAL, "model: micro-batch must be >= 1 (got %d)", o->micro_batch);
     if (!o->arena)
@@ -120,6 +189,8 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     const dl_gpt_config *c = &o->cfg;
     const dl_gpt_part *part = &g->lay->part;
     g->dsize = o->dtype == DL_F64 ? 8 : 4;
+    g->store = o->dtype;
+    g->ssize = (int)dl_dtype_size(o->dtype);
     g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->H = c->heads;
     g->L = 0;
     for (int ch = 0; ch < part->nchunks; ch++) {
@@ -153,7 +224,13 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->targets_base = malloc(sizeof(int) * N * S);
     g->lastB = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
-    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets) {
+    int nt = g->lay->ntensors;
+    g->ufirst = calloc((size_t)g->L + 3, sizeof(int));
+    g->ubound = calloc((size_t)g->L + 3, sizeof(size_t));
+    g->pw = calloc((size_t)nt, sizeof(void *));
+    g->gw = calloc((size_t)nt, sizeof(void *));
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets ||
+        !g->ufirst || !g->ubound || !g->pw || !g->gw) {
         dl_gpt_destroy(g);
         return dl_error(DL_ENOMEM, "model: out of memory");
     }
@@ -163,7 +240,39 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
             snprintf(name, sizeof name, "h.%d.ln_1.weight", part->first[ch] + i);
             g->k_layer[l] = dl_gpt_find(g->lay, name);
         }
-    size_t ds = (size_t)g->dsize, P = g->lay->numel;
+    /* units: [embeddings], each layer, [head]; the tensors are in offset order */
+    g->nunits = 0;
+    if (g->embed)
+        g->ubound[g->nunits++] = 0;
+    g->u_layer0 = g->nunits;
+    for (int l = 0; l < g->L; l++)
+        g->ubound[g->nunits++] = g->lay->t[g->k_layer[l]].offset;
+    g->u_head = g->head ? g->nunits : -1;
+    if (g->head)
+        g->ubound[g->nunits++] = g->lay->t[g->k_lnf].offset;
+    g->ubound[g->nunits] = g->lay->numel;
+    for (int u = 0, k = 0; u <= g->nunits; u++) {
+        while (k < nt && g->lay->t[k].offset < g->ubound[u])
+            k++;
+        g->ufirst[u] = k;
+    }
+    g->ufirst[g->nunits] = nt;
+    for (int u = 0; u < g->nunits; u++)
+        if (g->ubound[u + 1] - g->ubound[u] > g->umax)
+            g->umax = g->ubound[u + 1] - g->ubound[u];
+    g->pdirect = o->dtype != DL_BF16 && !o->gather;
+    g->gdirect = o->dtype != DL_BF16 && !o->reduce;
+    g->keep0 = !g->pdirect && c->tie && g->embed && g->head;
+    if (g->keep0 && part->nchunks != 1) {
+        dl_gpt_destroy(g);
+        return dl_error(DL_EINVAL, "model: tied embeddings and head in different chunks of one "
+                        "stage need f32/f64 parameters without ZeRO-3");
+    }
+    size_t ds = (size_t)g->dsize, P = g->lay->numel, ss = (size_t)g->ssize;
+    /* unit buffers: [0] any unit, [1] the embeddings' unit when kept (tied) */
+    size_t u0 = g->embed ? g->ubound[1] : 0;
+    size_t ucap[2] = {unit_padded(g, g->umax), g->keep0 ? unit_padded(g, u0) : 0};
+    int wantp = g->store == DL_BF16, wantg = !g->gdirect, wanta = o->gather != NULL;
     size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
     size_t H = g->head ? S : 0;
@@ -173,33 +282,57 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         dl_mem_category cat;
         size_t elems;
         void **p;
+        size_t esize; /* 0: the compute type's */
     } plan[] = {
-        {DL_MEM_PARAMS, P, &g->params},
-        {DL_MEM_GRADS, P, &g->grads},
-        {DL_MEM_ACTIVATIONS, sets * g->set_elems, &g->act_base},
-        {DL_MEM_ACTIVATIONS, S * (size_t)(g->maxc + 1) * N * C, &g->xres_base},
-        {DL_MEM_ACTIVATIONS, H * N * C, &g->lnf_base},
-        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_mean_base},
-        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base},
-        {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base},
-        {DL_MEM_ACTIVATIONS, H * N, &g->losses_base},
-        {DL_MEM_OTHER, N * C, &g->dx},
-        {DL_MEM_OTHER, N * C, &g->dln},
-        {DL_MEM_OTHER, N * 3 * Cl, &g->dqkv},
-        {DL_MEM_OTHER, N * Cl, &g->datty},
-        {DL_MEM_OTHER, N * Fl, &g->dfchg},
-        {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf},
-        {DL_MEM_OTHER, T * T, &g->att_scratch},
+        {DL_MEM_PARAMS, o->gather ? 0 : P, &g->params, ss},
+        {DL_MEM_GRADS, o->reduce ? 0 : P, &g->grads, ss},
+        {DL_MEM_COMM, wanta ? ucap[0] : 0, &g->gath[0], ss},
+        {DL_MEM_COMM, wanta ? ucap[1] : 0, &g->gath[1], ss},
+        {DL_MEM_OTHER, wantp ? g->umax : 0, &g->pwork[0], 4},
+        {DL_MEM_OTHER, wantp ? u0 * (size_t)g->keep0 : 0, &g->pwork[1], 4},
+        {o->reduce ? DL_MEM_COMM : DL_MEM_OTHER, wantg ? ucap[0] : 0, &g->gwork[0], 0},
+        {o->reduce ? DL_MEM_COMM : DL_MEM_OTHER, wantg ? ucap[1] : 0, &g->gwork[1], 0},
+        {DL_MEM_ACTIVATIONS, sets * g->set_elems, &g->act_base, 0},
+        {DL_MEM_ACTIVATIONS, S * (size_t)(g->maxc + 1) * N * C, &g->xres_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N * C, &g->lnf_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_mean_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->losses_base, 0},
+        {DL_MEM_OTHER, N * C, &g->dx, 0},
+        {DL_MEM_OTHER, N * C, &g->dln, 0},
+        {DL_MEM_OTHER, N * 3 * Cl, &g->dqkv, 0},
+        {DL_MEM_OTHER, N * Cl, &g->datty, 0},
+        {DL_MEM_OTHER, N * Fl, &g->dfchg, 0},
+        {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf, 0},
+        {DL_MEM_OTHER, T * T, &g->att_scratch, 0},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         if (!plan[i].elems)
             continue;
-        if ((rc = grab(g, plan[i].cat, plan[i].elems * ds, plan[i].p))) {
+        size_t es = plan[i].esize ? plan[i].esize : ds;
+        if ((rc = grab(g, plan[i].cat, plan[i].elems * es, plan[i].p))) {
             dl_gpt_destroy(g);
             return rc;
         }
+        if (plan[i].p == &g->gath[0] || plan[i].p == &g->gath[1])
+            g->gath_bytes += plan[i].elems * es;
+        if (i >= 2 && i < 8)
+            g->unit_bytes += plan[i].elems * es;
     }
-    dl_gpt_init(g->lay, g->params, g->dsize, o->seed);
+    if (g->store == DL_BF16 && g->params) {
+        float *tmp = malloc(sizeof(float) * (P ? P : 1));
+        if (!tmp) {
+            dl_gpt_destroy(g);
+            return dl_error(DL_ENOMEM, "model: out of memory");
+        }
+        dl_gpt_init(g->lay, tmp, 4, o->seed);
+        dl_bf16_from_f32(g->params, tmp, P);
+        free(tmp);
+    } else if (g->params) {
+        dl_gpt_init(g->lay, g->params, g->dsize, o->seed);
+    }
+    point_direct(g);
     select_slot(g, 0, 0);
     *out = g;
     return DL_OK;
@@ -209,7 +342,23 @@ const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g) { return g->lay; }
 void *dl_gpt_params(dl_gpt *g) { return g->params; }
 void *dl_gpt_grads(dl_gpt *g) { return g->grads; }
 size_t dl_gpt_numel(const dl_gpt *g) { return g->lay->numel; }
-void dl_gpt_zero_grads(dl_gpt *g) { memset(g->grads, 0, g->lay->numel * (size_t)g->dsize); }
+void dl_gpt_zero_grads(dl_gpt *g)
+{
+    if (g->grads)
+        memset(g->grads, 0, g->lay->numel * (size_t)g->ssize);
+}
+
+int dl_gpt_num_units(const dl_gpt *g) { return g->nunits; }
+size_t dl_gpt_unit_offset(const dl_gpt *g, int u)
+{
+    return u <= 0 ? 0 : u >= g->nunits ? g->lay->numel : g->ubound[u];
+}
+size_t dl_gpt_unit_bytes(const dl_gpt *g, size_t *gathered)
+{
+    if (gathered)
+        *gathered = g->gath_bytes;
+    return g->unit_bytes;
+}
 
 size_t dl_gpt_layer_offset(const dl_gpt *g, int l)
 {
@@ -302,6 +451,7 @@ void *dl_gpt_use_params(dl_gpt *g, void *params)
 {
     void *old = g->params;
     g->params = params;
+    point_direct(g);
     return old;
 }
 

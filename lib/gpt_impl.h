@@ -34,8 +34,10 @@ static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
     return a;
 }
 
-#define PARAM(k) ((REAL *)g->params + g->lay->t[k].offset)
-#define GRAD(k) ((REAL *)g->grads + g->lay->t[k].offset)
+/* tensor k's parameters and gradient: in the flat buffers, or in its unit's buffers while the
+ * unit is materialised (unit_begin / unit_end in gpt.c) */
+#define PARAM(k) ((REAL *)g->pw[k])
+#define GRAD(k) ((REAL *)g->gw[k])
 /* the residual stream of the current slot; index r is relative to the current chunk's first
  * layer (r = its input, r + 1 its first layer's output, ...) */
 #define XRES(r) ((REAL *)g->xres + (size_t)(r) * g->N * g->C)
@@ -137,13 +139,19 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
 {
     int N = B * g->T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
     int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
-    if (g->embed && ch == 0)
+    if (g->embed && ch == 0) {
+        if ((rc = unit_begin(g, 0, 0)))
+            return rc;
         OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
+    }
     for (int l = lb; l < le; l++)
-        if ((rc = FN(layer_fwd_)(g, l, B)))
+        if ((rc = unit_begin(g, g->u_layer0 + l, 0)) || (rc = FN(layer_fwd_)(g, l, B)))
             return rc;
     if (!(g->head && ch == g->lay->part.nchunks - 1))
         return DL_OK;
+    /* with tied embeddings kept (keep0), unit 0 is still materialised for the head */
+    if ((rc = unit_begin(g, g->u_head, 0)))
+        return rc;
     OP(dl_layernorm_fwd_)(g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf),
                           PARAM(g->k_lnf + 1), N, C);
     OP(dl_linear_fwd_)(g->probs, g->lnf, PARAM(g->k_head), NULL, N, C, V);
@@ -161,23 +169,34 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *
     int B = g->lastB[g->cur_slot], N = B * g->T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
     int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
     if (g->head && ch == g->lay->part.nchunks - 1) {
+        if ((g->keep0 && (rc = unit_begin(g, 0, 1))) || (rc = unit_begin(g, g->u_head, 1)))
+            return rc;
         OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
         OP(dl_linear_bwd_write_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf,
                                  PARAM(g->k_head), N, C, V);
         memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
         OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(le - lb),
                               PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);
+        if ((rc = unit_end(g, g->u_head)))
+            return rc;
         if (ready && (rc = ready(g->lay->t[g->k_lnf].offset, arg)))
             return rc;
     }
     for (int l = le - 1; l >= lb; l--) {
-        if ((rc = FN(layer_bwd_)(g, l, B)))
+        int u = g->u_layer0 + l;
+        if ((rc = unit_begin(g, u, 1)) || (rc = FN(layer_bwd_)(g, l, B)) || (rc = unit_end(g, u)))
             return rc;
         if (ready && (rc = ready(g->lay->t[g->k_layer[l]].offset, arg)))
             return rc;
     }
     if (g->embed && ch == 0) {
+        /* the encoder's backward reads no parameter, but the unit is materialised like every
+         * other (ZeRO-3's schedule: gathered before every unit's backward) */
+        if (!g->keep0 && (rc = unit_begin(g, 0, 1)))
+            return rc;
         OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), g->dx, g->inputs, B, g->T, C);
+        if ((rc = unit_end(g, 0)))
+            return rc;
         if (ready && (rc = ready(0, arg)))
             return rc;
     }

@@ -219,6 +219,84 @@ static inline void vsqrt_f64(double *restrict y, const double *restrict x, int n
 #undef SFX
 #undef DL_OPS_F32
 
+/* ---- bf16 arrays (mixed precision): round to nearest even, as dl_f32_to_bf16 in coll.c ---- */
+
+static inline uint16_t bf16_rne(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays a quiet NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_wide(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+void dl_bf16_from_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_rne(src[i]);
+}
+
+void dl_bf16_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_wide(src[i]);
+}
+
+void dl_bf16_acc_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_rne(bf16_wide(dst[i]) + src[i]);
+}
+
+void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_rne(bf16_wide(dst[i]) + bf16_wide(src[i]));
+}
+
+double dl_sumsq_bf16(const uint16_t *x, size_t n)
+{
+    double s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++) {
+            double v = bf16_wide(x[i + l]);
+            s[l] += v * v;
+        }
+    double r = (s[0] + s[1]) + (s[2] + s[3]);
+    for (; i < n; i++) {
+        double v = bf16_wide(x[i]);
+        r += v * v;
+    }
+    return r;
+}
+
+void dl_adamw_bf16(float *master, const uint16_t *grad, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float wd, float grad_scale, long step,
+                   uint16_t *param)
+{
+    float g[512];
+    for (size_t i0 = 0; i0 < n; i0 += 512) {
+        size_t len = n - i0 < 512 ? n - i0 : 512;
+        dl_bf16_widen(g, grad + i0, len);
+        /* element by element the f32 AdamW's arithmetic: the master weights of a bf16 run are
+         * those an f32 AdamW computes from the same (bf16-valued) gradients */
+        dl_adamw_f32(master + i0, g, m + i0, v + i0, len, lr, beta1, beta2, eps, wd, grad_scale,
+                     step);
+        if (param)
+            dl_bf16_from_f32(param + i0, master + i0, len);
+    }
+}
+
 #else /* DL_OPS_BODY: everything below is compiled once per type */
 
 /* ---- reductions with 8 partial sums (vectorisable, and a little more accurate) ---- */

@@ -148,13 +148,10 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
         return dl_error(DL_EINVAL, "--eval-only needs --load FILE");
     if (o->bucket_mb < 0)
         return dl_error(DL_EINVAL, "bucket size must be >= 0 MiB");
-    if (o->dtype != DL_F32 && o->dtype != DL_F64)
-        return dl_error(DL_EINVAL, "dtype must be f32 or f64");
-    if (o->zero == 3)
-        return dl_error(DL_EINVAL, "ZeRO stage 3 (parameter sharding) is not yet implemented: "
-                        "use stage 0, 1 or 2");
-    if (o->zero < 0 || o->zero > 2)
-        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1 or 2 (got %d)", o->zero);
+    if (o->dtype != DL_F32 && o->dtype != DL_F64 && o->dtype != DL_BF16)
+        return dl_error(DL_EINVAL, "dtype must be f32, f64 or bf16");
+    if (o->zero < 0 || o->zero > 3)
+        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1, 2 or 3 (got %d)", o->zero);
     return pp_resolve(o);
 }
 
@@ -177,6 +174,7 @@ typedef struct run {
     double *val;       /* [steps] */
     double *norm;      /* [steps] */
     double *lr;        /* [steps] */
+    int *skip;         /* [steps] skipped: non-finite gradient */
     int steps_done;
     dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
     dl_trace *trace;    /* NULL unless a trace or timeline was asked for */
@@ -185,16 +183,6 @@ typedef struct run {
     int *pp_gap, *pp_slots;
     uint64_t pp_bytes;  /* rank 0, all steps */
 } run;
-
-/* a reduce-scatter round in flight: its staging buffer, and where its result still has to go */
-#define ZMAXBUF 4
-typedef struct zround {
-    dl_request *req;        /* NULL: completed (blocking) */
-    int buf;
-    const char *copy_src;   /* copy_n elements to copy_dst on completion (0: none) */
-    char *copy_dst;
-    size_t copy_n;
-} zround;
 
 typedef struct rank_state {
     run *R;
@@ -212,16 +200,20 @@ typedef struct rank_state {
     int nreq;
     uint64_t eval_tp_bytes;   /* bytes sent by evaluations (excluded from per-step figures) */
     uint64_t eval_loss_bytes;
-    /* ZeRO stages 1-2 (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md) */
+    /* ZeRO (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md, "The trainer") */
     int stage;
-    dl_zero_shard z;        /* this rank's shard [z.begin, z.begin + z.shard) of the padded buffer */
-    char *gshard;           /* stage 2: the reduced gradient of the shard, z.shard elements */
-    size_t kc;              /* columns per reduce-scatter / all-gather round */
-    size_t col;             /* columns [col, z.shard) have been handed to the reduce-scatter */
-    int nbuf;               /* staging buffers (d * kc elements each): 1, or ZMAXBUF with overlap */
-    char *buf[ZMAXBUF];
-    zround q[ZMAXBUF];      /* rounds in flight, oldest first at q[qhead] */
-    int qhead, qn;
+    dl_zero_units zu;       /* per-unit shards (stage 0: d = 1, the blocks are the units) */
+    dl_dtype ct;            /* the compute type: f32 for bf16 mixed precision */
+    int csize, bf16;
+    char *master;           /* bf16: fp32 master weights of the shard (optimizer category) */
+    char *gshard;           /* stages 2-3: the reduced gradient of the shard */
+    char *pshard;           /* stage 3: the parameters of the shard */
+    char *stg;              /* one padded unit in the storage type (comm), when needed */
+    int next_unit;          /* stage 1: units >= next_unit are reduce-scattered (this step) */
+    dl_zero_units zr;       /* bf16 at stage 0 with dp > 1: the units cut into dp blocks, each
+                             * all-reduced as reduce-scatter + all-gather (ZeRO's order) */
+    uint64_t eval_param_bytes; /* stage 3: gathers of evaluations (not training traffic) */
+    int skipped;            /* steps skipped for a non-finite gradient */
     /* pipeline (pp > 1) */
     int pp_on;
     dl_pipe *eng;
@@ -255,115 +247,198 @@ static int launch_bucket(rank_state *s, size_t first)
     return rc;
 }
 
-/* ---- ZeRO stages 1-2: rounds of columns (include/distlab/zero.h) ---- */
+/* ---- ZeRO: per-unit shards (include/distlab/zero.h) ---- */
 
-static int zround_finish(rank_state *s, zround *q)
+/* This rank's reduced gradient of unit u's block (storage type): in the model's gradient buffer
+ * (stages 0-1) or in the shard (2-3). */
+static char *zgrad(rank_state *s, int u)
 {
-    int rc = q->req ? dl_wait(q->req) : DL_OK;
-    q->req = NULL;
-    if (rc == DL_OK && q->copy_n)
-        memcpy(q->copy_dst, q->copy_src, q->copy_n * (size_t)s->dsize);
-    q->copy_n = 0;
+    const dl_zero_unit *z = &s->zu.u[u];
+    if (s->stage >= 2)
+        return s->gshard + z->sbase * (size_t)s->dsize;
+    return (char *)dl_gpt_grads(s->g) + z->begin * (size_t)s->dsize;
+}
+
+/* ... and its parameters (storage type). */
+static char *zparam(rank_state *s, int u)
+{
+    const dl_zero_unit *z = &s->zu.u[u];
+    if (s->stage == 3)
+        return s->pshard + z->sbase * (size_t)s->dsize;
+    return (char *)dl_gpt_params(s->g) + z->begin * (size_t)s->dsize;
+}
+
+/* Stage 1: reduce-scatter unit u of the model's gradient buffer over the dp group; this rank's
+ * block of the sum lands in place (through the staging buffer when the unit is padded). */
+static int zero_rs_unit(rank_state *s, int u)
+{
+    const dl_zero_unit *z = &s->zu.u[u];
+    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
+    char *full = (char *)dl_gpt_grads(s->g) + z->lo * ss;
+    if (n == z->numel)
+        return dl_reduce_scatter(s->mesh.dp_comm, full, full + r * z->shard * ss, n, s->dt, DL_SUM,
+                                 DL_PURPOSE_GRADS);
+    memcpy(s->stg, full, z->numel * ss);
+    memset(s->stg + z->numel * ss, 0, (n - z->numel) * ss);
+    int rc = dl_reduce_scatter(s->mesh.dp_comm, s->stg, s->stg + r * z->shard * ss, n, s->dt,
+                               DL_SUM, DL_PURPOSE_GRADS);
+    if (rc == DL_OK)
+        memcpy(full + r * z->shard * ss, s->stg + r * z->shard * ss, z->owned * ss);
     return rc;
 }
 
-/* Complete the oldest round in flight (frees its staging buffer). */
-static int zround_pop(rank_state *s)
+/* Stages 1-2: all-gather unit u's updated parameters into the model's buffer. */
+static int zero_ag_unit(rank_state *s, int u)
 {
-    zround *q = &s->q[s->qhead];
-    s->qhead = (s->qhead + 1) % ZMAXBUF;
-    s->qn--;
-    return zround_finish(s, q);
-}
-
-static int zero_wait_all(rank_state *s)
-{
-    int rc = DL_OK;
-    while (s->qn > 0) {
-        int r = zround_pop(s);
-        if (r && !rc)
-            rc = r;
-    }
+    const dl_zero_unit *z = &s->zu.u[u];
+    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
+    char *full = (char *)dl_gpt_params(s->g) + z->lo * ss;
+    if (n == z->numel)
+        return dl_allgather(s->mesh.dp_comm, full + r * z->shard * ss, full, n, s->dt,
+                            DL_PURPOSE_PARAMS);
+    char *own = s->stg + r * z->shard * ss;
+    memcpy(own, full + r * z->shard * ss, z->owned * ss);
+    memset(own + z->owned * ss, 0, (z->shard - z->owned) * ss);
+    int rc = dl_allgather(s->mesh.dp_comm, own, s->stg, n, s->dt, DL_PURPOSE_PARAMS);
+    if (rc == DL_OK)
+        memcpy(full, s->stg, z->numel * ss);
     return rc;
 }
 
-/* Reduce-scatter columns [lo, lo + k) of the gradient: every rank receives the sum over the dp
- * group of ITS shard's columns: stage 2 into gshard, stage 1 into its own part of the gradient
- * buffer (through the staging buffer where that part reaches into the padding). */
-static int zero_rs_round(rank_state *s, size_t lo, size_t k)
+/* Stages 2-3 (the model's reduce hook): unit u's gradient of one backward (compute type, padded,
+ * the padding zero) is reduce-scattered at once (bf16: rounded to bf16 first, the ring adds in
+ * f32 and rounds per hop) and this rank's block is added into the gradient shard. So the full
+ * gradient never exists; with several micro-batches each one's gradient is reduced (DeepSpeed's
+ * stage 2 does the same): the traffic grows with the micro-batches. */
+static int zero_reduce_hook(void *arg, int u, void *grad)
 {
-    const dl_train_opts *o = s->R->o;
-    int rc = DL_OK;
-    if (s->qn == s->nbuf && (rc = zround_pop(s)))
-        return rc;
-    int b = (s->qhead + s->qn) % ZMAXBUF % s->nbuf;
-    zround *q = &s->q[(s->qhead + s->qn) % ZMAXBUF];
-    *q = (zround){.buf = b};
-    size_t ds = (size_t)s->dsize, mine = s->z.begin + lo, d = (size_t)s->z.dp;
-    char *stg = s->buf[b], *grads = dl_gpt_grads(s->g), *recv;
-    dl_zero_pack(&s->z, grads, lo, k, s->dsize, stg);
-    if (s->stage == 2) {
-        recv = s->gshard + lo * ds;
-    } else if (mine + k <= s->numel) {
-        recv = grads + mine * ds;
-    } else {
-        recv = stg + (size_t)s->z.rank * k * ds; /* in place: the rank's block of the round */
-        q->copy_src = recv;
-        q->copy_dst = grads + mine * ds;
-        q->copy_n = s->numel > mine ? s->numel - mine : 0;
+    rank_state *s = arg;
+    const dl_zero_unit *z = &s->zu.u[u];
+    size_t ss = (size_t)s->dsize, n = (size_t)s->zu.dp * z->shard, r = (size_t)s->zu.rank;
+    char *src = grad;
+    if (s->bf16) {
+        dl_bf16_from_f32((uint16_t *)s->stg, grad, n);
+        src = s->stg;
     }
-    s->qn++;
-    if (o->overlap)
-        return dl_ireduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
-                                  DL_PURPOSE_GRADS, &q->req);
-    if ((rc = dl_reduce_scatter(s->mesh.dp_comm, stg, recv, d * k, s->dt, DL_SUM,
-                                DL_PURPOSE_GRADS)))
+    char *mine = src + r * z->shard * ss, *dst = zgrad(s, u);
+    int rc = dl_reduce_scatter(s->mesh.dp_comm, src, mine, n, s->dt, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc)
         return rc;
-    return zround_pop(s);
+    if (s->bf16)
+        dl_bf16_acc((uint16_t *)dst, (const uint16_t *)mine, z->owned);
+    else if (s->dsize == 8)
+        for (size_t i = 0; i < z->owned; i++)
+            ((double *)dst)[i] += ((const double *)mine)[i];
+    else
+        for (size_t i = 0; i < z->owned; i++)
+            ((float *)dst)[i] += ((const float *)mine)[i];
+    return DL_OK;
 }
 
-/* Gradients at [first, numel) are final: launch rounds of columns whose every row is final, kc
- * columns at a time (with --bucket-mb 0: whatever is final), the rest when first reaches 0. */
+/* Stage 3 (the model's gather hook): unit u's parameters from every rank's block, before its
+ * forward and again before its backward, into the model's unit buffer. */
+static int zero_gather_hook(void *arg, int u, void *dst)
+{
+    rank_state *s = arg;
+    const dl_zero_unit *z = &s->zu.u[u];
+    return dl_allgather(s->mesh.dp_comm, zparam(s, u), dst, (size_t)s->zu.dp * z->shard, s->dt,
+                        DL_PURPOSE_PARAMS);
+}
+
+/* bf16 at stage 0: all-reduce unit u of the gradient as the ring all-reduce's two halves, a
+ * reduce-scatter and an all-gather of the padded unit, in place (through the staging buffer
+ * when padded). The same volume as one all-reduce, but every element's sum is formed in the
+ * ring order of ZeRO's reduce-scatter, so in bf16 (one rounding per hop) stage 0 reduces to
+ * bitwise the gradient stages 1-3 reduce (one micro-batch), not merely to within bf16 rounding. */
+static int bf16_allreduce_unit(rank_state *s, int u)
+{
+    const dl_zero_unit *z = &s->zr.u[u];
+    size_t ss = 2, n = (size_t)s->zr.dp * z->shard, r = (size_t)s->zr.rank;
+    char *full = (char *)dl_gpt_grads(s->g) + z->lo * ss, *buf = full;
+    if (n != z->numel) {
+        memcpy(s->stg, full, z->numel * ss);
+        memset(s->stg + z->numel * ss, 0, (n - z->numel) * ss);
+        buf = s->stg;
+    }
+    char *mine = buf + r * z->shard * ss;
+    int rc = dl_reduce_scatter(s->mesh.dp_comm, buf, mine, n, DL_BF16, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc == DL_OK)
+        rc = dl_allgather(s->mesh.dp_comm, mine, buf, n, DL_BF16, DL_PURPOSE_GRADS);
+    if (rc == DL_OK && buf != full)
+        memcpy(full, buf, z->numel * ss);
+    return rc;
+}
+
+/* Gradients at [first, numel) are final (the last micro-batch's backward): stage 1
+ * reduce-scatters every unit that is complete, as soon as it is. Stages 2-3 reduced in the
+ * model's hook already. */
 static int zero_ready(rank_state *s, size_t first)
 {
-    size_t lo = dl_zero_final_column(&s->z, first);
     int rc = DL_OK;
-    while (rc == DL_OK && s->col > lo) {
-        size_t avail = s->col - lo;
-        if (avail < s->kc && first > 0 && s->bucket_elems > 0)
-            break;
-        size_t k = avail < s->kc ? avail : s->kc;
-        rc = zero_rs_round(s, s->col - k, k);
-        s->col -= k;
-    }
+    if (s->stage != 1)
+        return DL_OK;
+    while (rc == DL_OK && s->next_unit > 0 && s->zu.u[s->next_unit - 1].lo >= first)
+        rc = zero_rs_unit(s, --s->next_unit);
     return rc;
 }
 
-/* All-gather a sharded buffer: `mine` holds this rank's shard (its `owned` real elements; may be
- * the rank's own part of `full`), `full` receives every shard (its P elements). */
-static int zero_allgather(rank_state *s, void *full, const char *mine, dl_purpose p)
+/* The whole buffer (P elements) for the caller, in the export type (f64 for f64 runs, f32
+ * otherwise: a bf16 run exports its fp32 master weights and its gradients widened): the
+ * parameters (which = 0) or the reduced gradients (1). Collective over the dp group with ZeRO
+ * (purpose OTHER: not training traffic); `out` is host memory. */
+static int zero_export(rank_state *s, int which, void *out)
 {
-    size_t ds = (size_t)s->dsize, d = (size_t)s->z.dp, S = s->z.shard;
-    int rc = zero_wait_all(s);
-    char *stg = s->buf[0];
-    int skip = mine == (char *)full + s->z.begin * ds ? s->z.rank : -1;
-    for (size_t lo = 0; rc == DL_OK && lo < S; lo += s->kc) {
-        size_t k = S - lo < s->kc ? S - lo : s->kc;
-        char *own = stg + (size_t)s->z.rank * k * ds;
-        dl_zero_pack_row(&s->z, s->z.rank, mine + lo * ds, lo, k, s->dsize, stg);
-        if ((rc = dl_allgather(s->mesh.dp_comm, own, stg, d * k, s->dt, p)))
-            break;
-        dl_zero_unpack(&s->z, full, lo, k, s->dsize, stg, skip);
+    size_t es = s->bf16 ? 4 : (size_t)s->dsize, ss = (size_t)s->dsize;
+    int widen = s->bf16 && which == 1;
+    if (!s->stage) {
+        const void *src = which ? dl_gpt_grads(s->g) : s->bf16 ? (void *)s->master
+                                                                : dl_gpt_params(s->g);
+        if (widen)
+            dl_bf16_widen(out, src, s->numel);
+        else
+            memcpy(out, src, s->numel * es);
+        return DL_OK;
     }
+    size_t bs = which == 0 && s->bf16 ? 4 : ss; /* element size of what travels */
+    dl_dtype t = which == 0 && s->bf16 ? DL_F32 : s->dt;
+    size_t d = (size_t)s->zu.dp;
+    char *blk = malloc(s->zu.max_padded / d * bs + 64), *all = malloc(s->zu.max_padded * bs + 64);
+    int rc = blk && all ? DL_OK : dl_error(DL_ENOMEM, "export: out of memory");
+    for (int u = 0; rc == DL_OK && u < s->zu.n; u++) {
+        const dl_zero_unit *z = &s->zu.u[u];
+        const char *src = which ? zgrad(s, u)
+                          : s->bf16 ? s->master + z->sbase * 4 : zparam(s, u);
+        memcpy(blk, src, z->owned * bs);
+        memset(blk + z->owned * bs, 0, (z->shard - z->owned) * bs);
+        if ((rc = dl_allgather(s->mesh.dp_comm, blk, all, d * z->shard, t, DL_PURPOSE_OTHER)))
+            break;
+        if (widen)
+            dl_bf16_widen((float *)out + z->lo, (const uint16_t *)all, z->numel);
+        else
+            memcpy((char *)out + z->lo * es, all, z->numel * es);
+    }
+    free(blk), free(all);
     return rc;
 }
 
-/* This rank's reduced gradient shard, indexed from z.begin (stage 0: the whole buffer). */
-static char *grad_shard(rank_state *s)
+/* Set the parameters (and bf16's master weights) from a whole buffer in the export type. */
+static void zero_import(rank_state *s, const void *full)
 {
-    if (s->stage == 2)
-        return s->gshard;
-    return (char *)dl_gpt_grads(s->g) + s->z.begin * (size_t)s->dsize;
+    size_t es = s->bf16 ? 4 : (size_t)s->dsize, ss = (size_t)s->dsize;
+    for (int u = 0; u < s->zu.n; u++) {
+        const dl_zero_unit *z = &s->zu.u[u];
+        const char *src = (const char *)full + z->begin * es;
+        if (s->bf16)
+            memcpy(s->master + z->sbase * 4, src, z->owned * 4);
+        if (s->stage == 3 && s->bf16)
+            dl_bf16_from_f32((uint16_t *)zparam(s, u), (const float *)src, z->owned);
+        else if (s->stage == 3)
+            memcpy(zparam(s, u), src, z->owned * ss);
+    }
+    if (s->stage < 3 && s->bf16)
+        dl_bf16_from_f32(dl_gpt_params(s->g), full, s->numel);
+    else if (s->stage < 3)
+        memcpy(dl_gpt_params(s->g), full, s->numel * ss);
 }
 
 /* Gradients at [first, numel) are final: launch a bucket once enough has accumulated. */
@@ -372,6 +447,12 @@ static int grad_ready(size_t first, void *arg)
     rank_state *s = arg;
     if (s->stage)
         return zero_ready(s, first);
+    if (s->zr.u) {
+        int rc = DL_OK;
+        while (rc == DL_OK && s->next_unit > 0 && s->zr.u[s->next_unit - 1].lo >= first)
+            rc = bf16_allreduce_unit(s, --s->next_unit);
+        return rc;
+    }
     if (s->launched - first >= s->bucket_elems || (first == 0 && s->launched > 0))
         return launch_bucket(s, first);
     return DL_OK;
@@ -406,23 +487,27 @@ static double lr_at(const dl_train_opts *o, int step /* 1-based */)
 static int grad_norm(rank_state *s, double *norm)
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(s->g);
-    const char *gr = grad_shard(s);
-    size_t lo = s->z.begin, hi = s->z.begin + s->z.owned;
     double sq = 0;
-    for (int k = 0; k < l->ntensors; k++) {
-        const dl_tensor_info *t = &l->t[k];
-        if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
-            continue;
-        if (t->id == 0 && !l->part.embed) /* the head stage's copy of tied wte: counted once */
-            continue;
-        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel;
-        if (b > hi)
-            b = hi;
-        if (a >= b)
-            continue;
-        const char *p = gr + (a - lo) * (size_t)s->dsize;
-        sq += s->dsize == 8 ? dl_sumsq_f64((const double *)p, b - a)
-                            : dl_sumsq_f32((const float *)p, b - a);
+    for (int u = 0; u < s->zu.n; u++) {
+        const dl_zero_unit *z = &s->zu.u[u];
+        const char *gr = zgrad(s, u);
+        size_t lo = z->begin, hi = z->begin + z->owned;
+        for (int k = 0; k < l->ntensors; k++) {
+            const dl_tensor_info *t = &l->t[k];
+            if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
+                continue;
+            if (t->id == 0 && !l->part.embed) /* the head stage's copy of tied wte: counted once */
+                continue;
+            size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel;
+            if (b > hi)
+                b = hi;
+            if (a >= b)
+                continue;
+            const char *p = gr + (a - lo) * (size_t)s->dsize;
+            sq += s->bf16        ? dl_sumsq_bf16((const uint16_t *)p, b - a)
+                  : s->dsize == 8 ? dl_sumsq_f64((const double *)p, b - a)
+                                  : dl_sumsq_f32((const float *)p, b - a);
+        }
     }
     if (s->stage && s->mesh.dp > 1) {
         int rc = dl_allreduce(s->mesh.dp_comm, &sq, &sq, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
@@ -623,7 +708,7 @@ static int pp_setup(rank_state *s, dl_gpt_part *part)
     for (int i = 0; i < s->nslots; i++)
         s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
-    return dl_pipe_create(s->mesh.pp_comm, (size_t)o->micro_batch * T * o->model.d_model, s->dt,
+    return dl_pipe_create(s->mesh.pp_comm, (size_t)o->micro_batch * T * o->model.d_model, s->ct,
                           dl_ctx_arena(s->ctx), &s->eng);
 }
 
@@ -655,7 +740,9 @@ static int pp_tie_sync(rank_state *s)
                           DL_PURPOSE_GRADS)) ||
         (rc = dl_send_wait(s->mesh.pp_comm, peer, ticket)))
         return rc;
-    if (s->dsize == 8)
+    if (s->bf16)
+        dl_bf16_acc((uint16_t *)g, s->tie_buf, t->numel);
+    else if (s->dsize == 8)
         for (size_t i = 0; i < t->numel; i++)
             ((double *)g)[i] += ((const double *)s->tie_buf)[i];
     else
@@ -678,13 +765,13 @@ static int model_forward(rank_state *s, const int *in, const int *tg, int B, dou
     for (int ch = 0; ch < s->pp_v && rc == DL_OK; ch++) {
         int prev, next;
         dl_pipe_peers(s->pp_p, s->pp_v, s->pp_stage, ch, &prev, &next);
-        if (prev >= 0 && (rc = dl_recv(s->mesh.pp_comm, dl_gpt_stage_input(s->g, 0, ch), n, s->dt,
+        if (prev >= 0 && (rc = dl_recv(s->mesh.pp_comm, dl_gpt_stage_input(s->g, 0, ch), n, s->ct,
                                        prev, DL_PURPOSE_ACTIVATIONS)))
             break;
         if ((rc = dl_gpt_stage_forward(s->g, 0, ch, in, tg, B, &l)))
             break;
         if (next >= 0)
-            rc = dl_send(s->mesh.pp_comm, dl_gpt_stage_output(s->g, 0, ch), n, s->dt, next,
+            rc = dl_send(s->mesh.pp_comm, dl_gpt_stage_output(s->g, 0, ch), n, s->ct, next,
                          DL_PURPOSE_ACTIVATIONS);
     }
     if (rc == DL_OK)
@@ -710,6 +797,16 @@ static int evaluate(rank_state *s, double *out, int *used)
     }
     double sum = 0;
     int rc = DL_OK;
+    /* stage 3 gathers parameters in every forward: every dp rank runs as many (a rank out of
+     * windows runs one window and drops its loss) */
+    long rounds = ((W + d - 1) / d + mb - 1) / mb;
+    for (long i = 0; s->stage == 3 && i < rounds && rc == DL_OK; i++) {
+        if (lo + i * mb < hi)
+            continue;
+        double junk;
+        if ((rc = dl_data_val_window(s->R->data, 0, in, tg)) == DL_OK)
+            rc = model_forward(s, in, tg, 1, &junk);
+    }
     for (long w = lo; w < hi && rc == DL_OK; w += mb) {
         int B = (int)(hi - w < mb ? hi - w : mb);
         for (int b = 0; b < B && rc == DL_OK; b++)
@@ -727,7 +824,7 @@ static int evaluate(rank_state *s, double *out, int *used)
 }
 
 /* Scatter this rank's shard (f32 or f64) into an unsharded f64 buffer (tp = 1 layout order). */
-static void gather_into(rank_state *s, const void *src, double *dst)
+static void gather_into(rank_state *s, const void *src, int es, double *dst)
 {
     if (s->mesh.dp_rank != 0)
         return;
@@ -743,7 +840,7 @@ static void gather_into(rank_state *s, const void *src, double *dst)
             continue;
         for (size_t i = 0; i < t->numel; i++) {
             size_t j = t->offset + i;
-            double v = s->dsize == 8 ? ((const double *)src)[j] : ((const float *)src)[j];
+            double v = es == 8 ? ((const double *)src)[j] : ((const float *)src)[j];
             dst[full->t[t->id].offset + (size_t)dl_gpt_global_index(l, k, i)] = v;
         }
     }
@@ -775,7 +872,7 @@ static int sample_text(rank_state *s)
         if (!s->pp_on || s->pp_stage == s->pp_p - 1) { /* the head's probabilities */
             const void *p = dl_gpt_probs(s->g, 0, len - 1);
             for (int v = 0; v < V; v++) {
-                acc += s->dsize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
+                acc += s->csize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
                 if (u < acc) {
                     c = v;
                     break;
@@ -807,10 +904,10 @@ static int sample_text(rank_state *s)
 
 /* Step 1's gradients as a safetensors file (every rank writes its own slices) and its global
  * batch (rank 0), for comparisons with other frameworks. */
-static int dump_step(rank_state *s)
+static int dump_step(rank_state *s, const void *grads, int es)
 {
     const dl_train_opts *o = s->R->o;
-    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(s->g), dl_gpt_grads(s->g), s->dsize,
+    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(s->g), grads, es,
                           dl_ctx_comm(s->ctx), s->mesh.dp_rank == 0);
     if (rc || dl_ctx_rank(s->ctx) != 0)
         return rc;
@@ -841,22 +938,37 @@ static int dump_step(rank_state *s)
     return rc;
 }
 
-/* AdamW on the whole buffer (stage 0) or this rank's shard's real elements (ZeRO, followed by
- * the all-gather of the updated parameters). t: the Adam step (bias correction). */
+/* AdamW over this rank's blocks of every unit (stage 0: the units themselves), from the reduced
+ * gradient, with state of the shard's size; bf16: on the fp32 master copy, then the bf16
+ * parameters are its rounding. Stages 1-2 then all-gather the updated parameters unit by unit;
+ * stage 3 keeps them sharded (gathered before each use). t: the Adam step (bias correction). */
 static int adam_update(rank_state *s, double scale, double lr, int t)
 {
     const dl_train_opts *o = s->R->o;
-    char *pw = (char *)dl_gpt_params(s->g) + s->z.begin * (size_t)s->dsize, *gw = grad_shard(s);
-    size_t nw = s->stage ? s->z.owned : s->numel;
-    if (s->dsize == 8)
-        dl_adamw_f64((double *)pw, (const double *)gw, s->m, s->v, nw, lr, o->beta1, o->beta2,
-                     o->eps, o->weight_decay, scale, t);
-    else
-        dl_adamw_f32((float *)pw, (const float *)gw, s->m, s->v, nw, (float)lr, (float)o->beta1,
-                     (float)o->beta2, (float)o->eps, (float)o->weight_decay, (float)scale, t);
-    if (s->stage)
-        return zero_allgather(s, dl_gpt_params(s->g), pw, DL_PURPOSE_PARAMS);
-    return DL_OK;
+    int rc = DL_OK;
+    for (int u = 0; u < s->zu.n; u++) {
+        const dl_zero_unit *z = &s->zu.u[u];
+        size_t nw = z->owned, sb = z->sbase;
+        if (!nw)
+            continue;
+        char *pw = zparam(s, u), *gw = zgrad(s, u);
+        if (s->bf16)
+            dl_adamw_bf16((float *)s->master + sb, (const uint16_t *)gw, (float *)s->m + sb,
+                          (float *)s->v + sb, nw, (float)lr, (float)o->beta1, (float)o->beta2,
+                          (float)o->eps, (float)o->weight_decay, (float)scale, t, (uint16_t *)pw);
+        else if (s->dsize == 8)
+            dl_adamw_f64((double *)pw, (const double *)gw, (double *)s->m + sb,
+                         (double *)s->v + sb, nw, lr, o->beta1, o->beta2, o->eps,
+                         o->weight_decay, scale, t);
+        else
+            dl_adamw_f32((float *)pw, (const float *)gw, (float *)s->m + sb, (float *)s->v + sb,
+                         nw, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                         (float)o->weight_decay, (float)scale, t);
+    }
+    if (s->stage == 1 || s->stage == 2)
+        for (int u = 0; rc == DL_OK && u < s->zu.n; u++)
+            rc = zero_ag_unit(s, u);
+    return rc;
 }
 
 static int train_rank(dl_ctx *ctx, void *arg)
@@ -874,8 +986,13 @@ static int train_rank(dl_ctx *ctx, void *arg)
     dl_comm_set_algo(s->mesh.dp_comm, o->algo);
     dl_comm_set_algo(s->mesh.tp_comm, o->algo);
     dl_comm_set_algo(s->mesh.pp_comm, o->algo);
-    s->dt = o->dtype;
-    s->dsize = o->dtype == DL_F64 ? 8 : 4;
+    s->dt = o->dtype;                           /* storage of parameters and gradients */
+    s->dsize = (int)dl_dtype_size(o->dtype);
+    s->bf16 = o->dtype == DL_BF16;
+    s->ct = s->bf16 ? DL_F32 : o->dtype;        /* activations and arithmetic */
+    s->csize = (int)dl_dtype_size(s->ct);
+    /* ZeRO: with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
+    s->stage = o->dp > 1 && !o->eval_only ? o->zero : 0;
     dl_gpt_part part;
     s->pp_on = o->pp > 1;
     if (s->pp_on && (rc = pp_setup(s, &part)))
@@ -883,10 +1000,55 @@ static int train_rank(dl_ctx *ctx, void *arg)
     dl_gpt_opts go = {.cfg = o->model, .dtype = o->dtype, .micro_batch = o->micro_batch,
                       .tp = o->tp, .tp_comm = o->tp > 1 ? s->mesh.tp_comm : NULL,
                       .recompute = o->recompute, .seed = o->seed, .arena = dl_ctx_arena(ctx),
-                      .part = s->pp_on ? &part : NULL, .act_slots = s->pp_on ? s->nslots : 1};
+                      .part = s->pp_on ? &part : NULL, .act_slots = s->pp_on ? s->nslots : 1,
+                      .unit_pad = s->stage ? o->dp : 1,
+                      .gather = s->stage == 3 ? zero_gather_hook : NULL,
+                      .reduce = s->stage >= 2 ? zero_reduce_hook : NULL, .hook_arg = s};
     if ((rc = dl_gpt_create(&go, &s->g)))
         goto out;
     s->numel = dl_gpt_numel(s->g);
+    {
+        int nu = dl_gpt_num_units(s->g);
+        size_t *bounds = malloc(sizeof(size_t) * (size_t)(nu + 1));
+        if (!bounds) {
+            rc = dl_error(DL_ENOMEM, "training: out of memory");
+            goto out;
+        }
+        for (int u = 0; u <= nu; u++)
+            bounds[u] = dl_gpt_unit_offset(s->g, u);
+        rc = dl_zero_units_init(&s->zu, bounds, nu, s->stage ? o->dp : 1,
+                                s->stage ? s->mesh.dp_rank : 0);
+        if (rc == DL_OK && s->bf16 && !s->stage && o->dp > 1 && !o->eval_only)
+            rc = dl_zero_units_init(&s->zr, bounds, nu, o->dp, s->mesh.dp_rank);
+        free(bounds);
+        if (rc)
+            goto out;
+    }
+    s->next_unit = s->zu.n;
+    s->bucket_elems = (size_t)(o->bucket_mb * 1048576.0 / s->dsize);
+    dl_arena *arena = dl_ctx_arena(ctx);
+    /* model state besides the model's own buffers: AdamW's m and v (and bf16's fp32 master) of
+     * the shard (stage 0: everything), the reduced gradient shard (stages 2-3), the parameter
+     * shard (stage 3) */
+    size_t Sh = s->zu.shard, cs = (size_t)s->csize, ss = (size_t)s->dsize;
+    if ((rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, Sh * cs, &s->m)) ||
+        (rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, Sh * cs, &s->v)) ||
+        (s->bf16 && (rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, Sh * 4, (void **)&s->master))) ||
+        (s->stage >= 2 &&
+         (rc = dl_arena_alloc(arena, DL_MEM_GRADS, Sh * ss, (void **)&s->gshard))) ||
+        (s->stage == 3 &&
+         (rc = dl_arena_alloc(arena, DL_MEM_PARAMS, Sh * ss, (void **)&s->pshard))))
+        goto out;
+    /* staging of one padded unit: stages 1-2 for padded units, stages 2-3 in bf16 (the rounded
+     * gradient handed to the reduce-scatter) */
+    int padded_units = 0;
+    const dl_zero_units *zs = s->zr.u ? &s->zr : &s->zu;
+    for (int u = 0; u < zs->n; u++)
+        padded_units |= zs->u[u].numel != (size_t)zs->dp * zs->u[u].shard;
+    if ((((s->stage == 1 || s->stage == 2 || s->zr.u) && padded_units) ||
+         (s->bf16 && s->stage >= 2)) &&
+        (rc = dl_arena_alloc(arena, DL_MEM_COMM, zs->max_padded * ss, (void **)&s->stg)))
+        goto out;
     if (s->pp_on && o->weight_stashing &&
         (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_PARAMS,
                              (size_t)s->nslots * s->numel * s->dsize, (void **)&s->stash)))
@@ -895,9 +1057,29 @@ static int train_rank(dl_ctx *ctx, void *arg)
         (rc = dl_arena_alloc(dl_ctx_arena(ctx), DL_MEM_COMM,
                              (size_t)o->model.vocab * o->model.d_model * s->dsize, &s->tie_buf)))
         goto out;
-    if (o->load_path &&
-        (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g), s->dsize)))
+    if (s->bf16 || s->stage == 3) {
+        /* the whole initial (or loaded) model in host memory once, in the export type; each rank
+         * keeps its part (FSDP initialises on the host and shards likewise) */
+        size_t es = s->bf16 ? 4 : ss;
+        void *full = malloc(s->numel * es + 64);
+        if (!full) {
+            rc = dl_error(DL_ENOMEM, "training: out of host memory for the initial parameters");
+            goto out;
+        }
+        if (o->load_path)
+            rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), full, (int)es);
+        else
+            dl_gpt_init(dl_gpt_get_layout(s->g), full, (int)es, o->seed);
+        if (rc == DL_OK)
+            zero_import(s, full);
+        free(full);
+        if (rc)
+            goto out;
+    } else if (o->load_path &&
+               (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g),
+                                  s->dsize))) {
         goto out;
+    }
     int T = o->model.seq, mb = o->micro_batch, G = o->global_batch;
     if (o->eval_only) {
         double v;
@@ -909,36 +1091,6 @@ static int train_rank(dl_ctx *ctx, void *arg)
             res->eval_windows_used = used;
         }
         goto finish;
-    }
-    /* ZeRO: with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
-    s->stage = o->dp > 1 ? o->zero : 0;
-    dl_zero_shard_init(&s->z, s->numel, s->stage ? o->dp : 1, s->stage ? s->mesh.dp_rank : 0);
-    s->bucket_elems = (size_t)(o->bucket_mb * 1048576.0 / s->dsize);
-    /* AdamW state: the whole buffer, or this rank's shard (padding included: 2 x S elements) */
-    size_t nstate = s->stage ? s->z.shard : s->numel;
-    dl_arena *arena = dl_ctx_arena(ctx);
-    if ((rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, nstate * (size_t)s->dsize, &s->m)) ||
-        (rc = dl_arena_alloc(arena, DL_MEM_OPTIMIZER, nstate * (size_t)s->dsize, &s->v)))
-        goto out;
-    if (s->stage) {
-        size_t d = (size_t)o->dp, S = s->z.shard;
-        /* a round: about one bucket (d x kc elements); --bucket-mb 0: a layer's worth */
-        size_t per = s->bucket_elems > 0
-                         ? s->bucket_elems
-                         : dl_gpt_layer_offset(s->g, 1) - dl_gpt_layer_offset(s->g, 0);
-        s->kc = (per + d - 1) / d;
-        if (s->kc < 1)
-            s->kc = 1;
-        if (s->kc > S)
-            s->kc = S;
-        s->nbuf = o->overlap ? ZMAXBUF : 1;
-        for (int b = 0; b < s->nbuf; b++)
-            if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, d * s->kc * (size_t)s->dsize,
-                                     (void **)&s->buf[b])))
-                goto out;
-        if (s->stage == 2 &&
-            (rc = dl_arena_alloc(arena, DL_MEM_GRADS, S * (size_t)s->dsize, (void **)&s->gshard)))
-            goto out;
     }
     int *in = malloc(sizeof(int) * (size_t)mb * T), *tg = malloc(sizeof(int) * (size_t)mb * T);
     if (!in || !tg) {
@@ -956,9 +1108,11 @@ static int train_rank(dl_ctx *ctx, void *arg)
         uint64_t t0 = dl_now_ns();
         s->step = step;
         dl_gpt_zero_grads(s->g);
+        if (s->gshard)
+            memset(s->gshard, 0, s->zu.shard * (size_t)s->dsize);
         double loss_sum = 0;
         s->launched = s->numel;
-        s->col = s->z.shard;
+        s->next_unit = s->zu.n;
         if (s->pp_on) {
             /* the pipeline: the engine runs this stage's actions; gradients are reduced after
              * it (stage by stage, not overlapped with the backward) */
@@ -979,19 +1133,21 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 if (s->stage)
                     rc = zero_ready(s, 0);
                 else if (o->dp > 1)
-                    rc = launch_bucket(s, 0);
+                    rc = grad_ready(0, s);
             }
         } else {
             for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
                 double loss;
                 int last = micro == o->microbatches - 1 && o->dp > 1;
                 uint64_t f0 = dl_now_ns(), f1 = 0;
+                double dloss = 1.0 / ((double)G * T);
+                if (step == o->nan_step && micro == 0 && s->mesh.dp_rank == 0)
+                    dloss = NAN; /* test hook: a non-finite gradient on one rank */
                 if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb,
                                         in, tg)) ||
                     (rc = dl_gpt_forward(s->g, in, tg, mb, &loss)) ||
                     ((f1 = dl_now_ns()),
-                     (rc = dl_gpt_backward(s->g, 1.0 / ((double)G * T), last ? grad_ready : NULL,
-                                           s))))
+                     (rc = dl_gpt_backward(s->g, dloss, last ? grad_ready : NULL, s))))
                     break;
                 dl_trace_add(R->trace, rank, DL_TR_FWD, step, micro, 0, f0, f1);
                 dl_trace_add(R->trace, rank, DL_TR_BWD, step, micro, 0, f1, dl_now_ns());
@@ -1002,7 +1158,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
         }
         uint64_t c0 = dl_now_ns();
         if (rc == DL_OK)
-            rc = s->stage ? zero_wait_all(s) : wait_buckets(s);
+            rc = wait_buckets(s);
         if (rc == DL_OK && o->dp > 1)
             rc = dl_allreduce(s->mesh.dp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
                               DL_PURPOSE_LOSS);
@@ -1019,16 +1175,30 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (rc)
             break;
         int want_full = (o->want_grads && step == o->steps) || (o->dump_grads && step == 1);
-        if (want_full && s->stage &&
-            (rc = zero_allgather(s, dl_gpt_grads(s->g), grad_shard(s), DL_PURPOSE_OTHER)))
-            break; /* the reduced gradient, whole, for the caller (not training traffic) */
-        if (o->want_grads && step == o->steps)
-            gather_into(s, dl_gpt_grads(s->g), res->grads);
-        if (o->dump_grads && step == 1 && (rc = dump_step(s)))
-            break;
+        if (want_full) {
+            /* the reduced gradient, whole, for the caller (not training traffic) */
+            int es = s->bf16 ? 4 : s->dsize;
+            void *full = malloc(s->numel * (size_t)es + 64);
+            if (!full) {
+                rc = dl_error(DL_ENOMEM, "training: out of host memory");
+                break;
+            }
+            rc = zero_export(s, 1, full);
+            if (rc == DL_OK && o->want_grads && step == o->steps)
+                gather_into(s, full, es, res->grads);
+            if (rc == DL_OK && o->dump_grads && step == 1)
+                rc = dump_step(s, full, es);
+            free(full);
+            if (rc)
+                break;
+        }
         double scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0, lr = lr_at(o, step);
+        /* a non-finite gradient anywhere (the norm is global) skips the step on every rank */
+        int skip = !updated && !isfinite(norm);
+        if (skip)
+            s->skipped++;
         uint64_t a0 = dl_now_ns();
-        if (!updated && (rc = adam_update(s, scale, lr, step)))
+        if (!updated && !skip && (rc = adam_update(s, scale, lr, ++s->adam_t)))
             break;
         dl_trace_add(R->trace, rank, DL_TR_OPT, step, -1, 0, a0, dl_now_ns());
         if (!s->pp_on) /* a pipeline's step span is the engine's (its bubble's window) */
@@ -1049,12 +1219,14 @@ static int train_rank(dl_ctx *ctx, void *arg)
             dl_comm_get_stats(s->mesh.dp_comm, &d1);
             s->eval_tp_bytes += b1.bytes_sent[DL_PURPOSE_ACTIVATIONS] - b0.bytes_sent[DL_PURPOSE_ACTIVATIONS];
             s->eval_loss_bytes += d1.bytes_sent[DL_PURPOSE_LOSS] - d0.bytes_sent[DL_PURPOSE_LOSS];
+            s->eval_param_bytes += d1.bytes_sent[DL_PURPOSE_PARAMS] - d0.bytes_sent[DL_PURPOSE_PARAMS];
         }
         if (rank == 0) {
             R->loss[step - 1] = loss_sum;
             R->val[step - 1] = val;
             R->norm[step - 1] = norm;
             R->lr[step - 1] = lr;
+            R->skip[step - 1] = skip;
             R->steps_done = step;
             res->eval_windows_used = used ? used : res->eval_windows_used;
             if (o->log && o->log_every > 0 && (step % o->log_every == 0 || step == 1 || step == o->steps)) {
@@ -1091,9 +1263,18 @@ static int train_rank(dl_ctx *ctx, void *arg)
         res->dp_grad_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
         res->dp_param_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_PARAMS] / n;
         res->zero = s->stage;
-        res->zero_padded = (int64_t)s->z.padded;
-        res->zero_padding = (int64_t)s->z.padding;
-        res->zero_shard = (int64_t)s->z.shard;
+        res->zero_padded = (int64_t)s->zu.padded;
+        res->zero_padding = (int64_t)s->zu.padding;
+        res->zero_shard = (int64_t)s->zu.shard;
+        res->zero_units = s->zu.n;
+        res->dp_param_bytes_per_step =
+            (double)(a.bytes_sent[DL_PURPOSE_PARAMS] - s->eval_param_bytes) / n;
+        res->dp_elems_per_step =
+            (res->dp_grad_bytes_per_step + res->dp_param_bytes_per_step) / s->dsize;
+        size_t gathered = 0;
+        res->unit_bytes = dl_gpt_unit_bytes(s->g, &gathered);
+        res->gathered_bytes = gathered;
+        res->skipped_steps = s->skipped;
         res->tp_act_bytes_per_step =
             (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - s->eval_tp_bytes) / n;
         res->loss_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_LOSS] +
@@ -1102,12 +1283,26 @@ static int train_rank(dl_ctx *ctx, void *arg)
         res->grad_bytes = (uint64_t)s->numel * (uint64_t)s->dsize;
     }
 finish:
-    if (o->want_params)
-        gather_into(s, dl_gpt_params(s->g), res->params);
-    if (o->save_path &&
-        (rc = dl_ckpt_save(o->save_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g), s->dsize,
-                           world, s->mesh.dp_rank == 0)))
-        goto out;
+    if (o->want_params || o->save_path) {
+        /* the whole parameters (bf16: the fp32 master weights), in host memory when sharded */
+        int es = s->bf16 ? 4 : s->dsize, direct = !s->bf16 && s->stage < 3;
+        void *full = direct ? dl_gpt_params(s->g) : malloc(s->numel * (size_t)es + 64);
+        if (!full) {
+            rc = dl_error(DL_ENOMEM, "training: out of host memory");
+            goto out;
+        }
+        if (!direct)
+            rc = zero_export(s, 0, full);
+        if (rc == DL_OK && o->want_params)
+            gather_into(s, full, es, res->params);
+        if (rc == DL_OK && o->save_path)
+            rc = dl_ckpt_save(o->save_path, dl_gpt_get_layout(s->g), full, es, world,
+                              s->mesh.dp_rank == 0);
+        if (!direct)
+            free(full);
+        if (rc)
+            goto out;
+    }
     if (o->sample > 0 && (rc = sample_text(s)))
         goto out;
 out:
@@ -1122,14 +1317,25 @@ out:
         dl_arena_free(dl_ctx_arena(ctx), s->m);
     if (s->v)
         dl_arena_free(dl_ctx_arena(ctx), s->v);
-    zero_wait_all(s);
-    for (int b = 0; b < s->nbuf; b++)
-        dl_arena_free(dl_ctx_arena(ctx), s->buf[b]);
+    dl_arena_free(dl_ctx_arena(ctx), s->master);
     dl_arena_free(dl_ctx_arena(ctx), s->gshard);
+    dl_arena_free(dl_ctx_arena(ctx), s->pshard);
+    dl_arena_free(dl_ctx_arena(ctx), s->stg);
+    dl_zero_units_free(&s->zu);
+    dl_zero_units_free(&s->zr);
     pp_free(s);
     dl_gpt_destroy(s->g);
-    if (rc == DL_OK)
+    if (rc == DL_OK) {
         rc = dl_mesh_destroy(&s->mesh);
+    } else {
+        /* abort the world first (the peers may wait for this rank in a collective), then free the
+         * communicators (their barriers return at once), keeping this rank's message */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dl_errmsg());
+        dl_comm_fail(world);
+        dl_mesh_destroy(&s->mesh);
+        dl_error(rc, "%s", msg);
+    }
     return rc;
 }
 
@@ -1241,6 +1447,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     R.val = calloc((size_t)steps + 1, sizeof(double));
     R.norm = calloc((size_t)steps + 1, sizeof(double));
     R.lr = calloc((size_t)steps + 1, sizeof(double));
+    R.skip = calloc((size_t)steps + 1, sizeof(int));
     if (o.want_params)
         res->params = calloc((size_t)res->nparams, sizeof(double));
     if (o.want_grads)
@@ -1263,7 +1470,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         (rc = dl_trace_create(n, (size_t)(steps + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
                               &R.trace)))
         goto done;
-    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.pp_busy ||
+    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.skip || !R.pp_busy ||
         !R.pp_wall || !R.pp_engine || !R.pp_gap || !res->pp_bounds || !res->pp_bubble ||
         !res->pp_slots || !res->pp_max_gap ||
         (o.want_params && !res->params) || (o.want_grads && !res->grads)) {
@@ -1296,6 +1503,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         st->val_loss = R.val[i];
         st->lr = R.lr[i];
         st->grad_norm = R.norm[i];
+        st->skipped = R.skip[i];
         st->ms = mx;
         st->tokens_per_s = (double)o.global_batch * o.model.seq / (mx / 1e3);
         med[i] = mx;
@@ -1326,7 +1534,7 @@ done:
     if (R.trace != o.trace)
         dl_trace_destroy(R.trace);
     free(R.pp_busy), free(R.pp_wall), free(R.pp_engine), free(R.pp_gap);
-    free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr);
+    free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr), free(R.skip);
     dl_data_free(R.data);
     return rc;
 }

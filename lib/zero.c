@@ -1,7 +1,9 @@
 /* ZeRO's sharding arithmetic: padding, contiguous dp shards, packing columns of the shards into
  * the blocks of a reduce-scatter / all-gather (see include/distlab/zero.h). */
 #include "config.h"
+#include <stdlib.h>
 #include <string.h>
+#include "distlab/error.h"
 #include "distlab/zero.h"
 
 void dl_zero_shard_init(dl_zero_shard *z, size_t numel, int dp, int rank)
@@ -65,4 +67,42 @@ void dl_zero_unpack(const dl_zero_shard *z, void *full, size_t lo, size_t k, int
 size_t dl_zero_final_column(const dl_zero_shard *z, size_t first)
 {
     return first < z->shard ? first : z->shard;
+}
+
+int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank)
+{
+    size_t d = dp > 0 ? (size_t)dp : 1;
+    memset(z, 0, sizeof *z);
+    z->u = calloc((size_t)(n > 0 ? n : 1), sizeof *z->u);
+    if (!z->u)
+        return dl_error(DL_ENOMEM, "zero: out of memory");
+    z->dp = (int)d;
+    z->rank = rank;
+    z->n = n;
+    z->numel = n > 0 ? bounds[n] : 0;
+    for (int i = 0; i < n; i++) {
+        dl_zero_unit *u = &z->u[i];
+        u->lo = bounds[i];
+        u->numel = bounds[i + 1] - bounds[i];
+        u->shard = (u->numel + d - 1) / d;
+        size_t off = (size_t)rank * u->shard;
+        u->begin = u->lo + off;
+        u->owned = u->numel > off ? u->numel - off : 0;
+        if (u->owned > u->shard)
+            u->owned = u->shard;
+        u->sbase = z->shard;
+        z->shard += u->shard;
+        if (d * u->shard > z->max_padded)
+            z->max_padded = d * u->shard;
+    }
+    z->padded = d * z->shard;
+    z->padding = z->padded - z->numel;
+    return DL_OK;
+}
+
+void dl_zero_units_free(dl_zero_units *z)
+{
+    free(z->u);
+    z->u = NULL;
+    z->n = 0;
 }

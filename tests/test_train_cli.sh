@@ -120,9 +120,8 @@ refused "--layers abc" '--layers' $M --dp 1 --layers abc
 # other options
 refused "--eval-only without --load" '--eval-only needs --load' $M --dp 1 --eval-only
 refused "--load missing file" "--load: cannot read '$TMP/none.st'" $M --dp 1 --load "$TMP/none.st"
-refused "--dtype f16" "--dtype: 'f16' is not f32 or f64" $M --dp 1 --dtype f16
-refused "--zero 3" '--zero 3: ZeRO stage 3.*not yet implemented' $M --dp 2 --zero 3
-refused "--zero 4" '--zero: 4 is out of range' $M --dp 2 --zero 4
+refused "--dtype f16" "--dtype: 'f16' is not f32, f64 or bf16" $M --dp 1 --dtype f16
+refused "--zero 4" '--zero: 4 is out of range \[0, 3\]' $M --dp 2 --zero 4
 refused "--zero -1" '--zero: -1 is out of range' $M --dp 2 --zero -1
 refused "--recompute some" "--recompute: 'some' is not none or full" $M --dp 1 --recompute some
 refused "--json unwritable" "--json: cannot write '$TMP/no/dir.json'" $M --dp 1 --json "$TMP/no/dir.json"
@@ -273,6 +272,28 @@ check_run "check dp 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --check
 # ZeRO: the same model as one rank; the summary names the stage, the padding and the shards
 check_run "check dp 2 zero 2 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --zero 2 --check
 has "check dp 2 zero 2 f32" "ZeRO stage 2 over dp 2"
+check_run "check dp 2 zero 3 f32" 1e-5 --dp 2 $TINY --steps 3 --log-every 0 --zero 3 --check
+has "check dp 2 zero 3 f32" "ZeRO stage 3 over dp 2"
+# bf16 mixed precision at stage 3: the model state per rank, measured
+if run "bf16 zero 3" 0 --dp 2 $TINY --steps 2 --log-every 0 --zero 3 --dtype bf16 \
+       --json "$TMP/bf.jsonl"; then
+  has "bf16 zero 3" "model state per rank"
+  has "bf16 zero 3" "8.00 bytes per parameter"
+  if [ -n "$PY" ]; then
+    $PY - "$TMP/bf.jsonl" <<'EOF' || fail "bf16 zero 3: JSON check failed"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+c, m = recs[0], recs[-1]
+assert c["dtype"] == "bf16" and c["zero"] == 3, c
+z = m["zero"]
+assert z["stage"] == 3 and z["padded_elements"] == 29664, z
+ms = m["model_state"]
+assert ms["bytes_per_rank"] == 16 * 29664 // 2 and ms["bytes_per_param"] == 8.0, ms
+assert ms["elements_sent_per_step"] == 3 * 29664 // 2, ms
+assert all(s["skipped"] is False for s in recs[1:-1]), recs
+EOF
+  fi
+fi
 # the pipeline: stages, schedules, tied embeddings across stages; the trace opens as JSON
 check_run "check pp 2 1f1b f64" 1e-12 --dp 1 --pp 2 --schedule 1f1b --microbatches 4 $TINY \
   --layers 2 --steps 2 --log-every 0 --dtype f64 --tie-embeddings --check --trace "$TMP/trace.json" --timeline

@@ -1,12 +1,14 @@
-/* ZeRO stages 1 and 2 (f32, f64) over the dp group: the sharding arithmetic (padding, contiguous
- * shards, packing columns of the shards into reduce-scatter / all-gather blocks); stages 1 and 2
- * train exactly the model stage 0 of the same layout trains (dp 4, dp 2 x tp 2; f64 within
- * 1e-12, f32 within 1e-6, per tensor max|a-b|/max|b| of the final parameters, and the last
- * step's reduced gradients); parameter counts not divisible by dp (padding); dp 1 (a no-op);
- * overlap and per-layer rounds change nothing; the arena's optimizer peak is exactly
- * 2 x padded/d elements per rank and the bytes each rank sends per step are exactly
- * (d-1)/d x padded under GRADS (reduce-scatter) plus the same under PARAMS (all-gather), which is
- * stage 0's all-reduce volume; stage 3 and stages outside 0..2 are refused. */
+/* ZeRO stages 1, 2 and 3 (f32, f64, bf16 mixed precision) over the dp group: the sharding
+ * arithmetic (padding; contiguous shards and columns, kept for the planner; per-unit blocks, what
+ * the trainer uses); stages 1-3 train exactly the model stage 0 of the same layout trains (dp 4,
+ * dp 2 x tp 2; f64 within 1e-12, f32 within 1e-6 (caveats at stages_equal), per tensor
+ * max|a-b|/max|b| of the final parameters and the last step's reduced gradients); bf16: bitwise
+ * the same reduced gradients and master weights at every stage (one micro-batch); parameter
+ * counts not divisible by dp (padding); dp 1 (a no-op); overlap and bucket sizes change nothing;
+ * the arena's params / grads / optimizer peaks and the bytes each rank sends per step are
+ * asserted exactly (check_figures: bf16's 16 / 4+12/N / 2+14/N / 16/N bytes per element, and
+ * 2 or 3 Psi(d-1)/d elements sent with one micro-batch); a non-finite gradient skips its step;
+ * --gpu-mem: a model too big for stage 0 trains at stage 3; stages outside 0..3 are refused. */
 #include "testutil.h"
 #include <check.h>
 #include <math.h>
@@ -123,46 +125,63 @@ static void run(dl_train_opts *o, dl_train_result *r)
     ck_assert_int_eq(r->nsteps, o->steps);
 }
 
-/* The memory and byte figures of a ZeRO run, exactly. */
+/* The memory and byte figures of a run, exactly, from the arena's peaks and the dp counters:
+ * with storage size ss (2 bf16, 4, 8), compute size cs, P elements per rank and shard S (stage 0:
+ * S = P), params P ss (stage 3: S ss), grads P ss (stages 2-3: S ss), optimizer 2 S cs (+ 4 S
+ * for bf16's master weights); so in bf16 (2+2+12) P, 2P + 2P + 12S, 2P + 14S, 16S. Per step,
+ * ring reduce-scatters and all-gathers of d S_u per unit send (d-1) S elements each: stages 1-2
+ * one of each (the gradients of stage 2 once per micro-batch), stage 3 the gradients once and
+ * the parameters twice per micro-batch. */
 static void check_figures(const dl_train_opts *o, const dl_train_result *r)
 {
-    int d = o->dp, ds = o->dtype == DL_F64 ? 8 : 4;
-    uint64_t P = r->grad_bytes / (uint64_t)ds;
-    int stage = d > 1 ? o->zero : 0;
+    int d = o->dp, ss = (int)dl_dtype_size(o->dtype), cs = o->dtype == DL_F64 ? 8 : 4;
+    int bf = o->dtype == DL_BF16;
+    uint64_t P = r->grad_bytes / (uint64_t)ss;
+    int stage = d > 1 ? o->zero : 0, m = o->microbatches;
     ck_assert_int_eq(r->zero, stage);
-    uint64_t S = (P + (uint64_t)d - 1) / (uint64_t)d;
+    uint64_t S = (uint64_t)r->zero_shard;
     if (stage == 0)
-        S = P;
-    ck_assert_int_eq(r->zero_shard, (int64_t)S);
+        ck_assert_uint_eq(S, P);
+    else
+        ck_assert_uint_ge(S * (uint64_t)d, P);
     ck_assert_int_eq(r->zero_padded, (int64_t)(stage ? S * (uint64_t)d : P));
     ck_assert_int_eq(r->zero_padding, r->zero_padded - (int64_t)P);
+    /* padding: fewer than d elements per unit */
+    ck_assert_int_lt(r->zero_padding, (int64_t)d * r->zero_units);
     for (int k = 0; k < r->nranks; k++) {
         const uint64_t *pk = &r->peak[(size_t)k * DL_MEM_NCATEGORIES];
-        /* AdamW's m and v: 2 x padded / d elements at stages 1-2 (2 P at stage 0) */
-        ck_assert_msg(pk[DL_MEM_OPTIMIZER] == 2 * S * (uint64_t)ds,
-                      "rank %d stage %d: optimizer peak %llu bytes, want 2 x %llu x %d", k, stage,
-                      (unsigned long long)pk[DL_MEM_OPTIMIZER], (unsigned long long)S, ds);
-        ck_assert(pk[DL_MEM_PARAMS] == P * (uint64_t)ds);
-        /* the model's full gradient buffer, plus the reduced shard at stage 2 */
-        ck_assert_msg(pk[DL_MEM_GRADS] == (P + (stage == 2 ? S : 0)) * (uint64_t)ds,
-                      "rank %d stage %d: grads peak %llu", k, stage,
-                      (unsigned long long)pk[DL_MEM_GRADS]);
+        uint64_t want_o = 2 * S * (uint64_t)cs + (bf ? 4 * S : 0);
+        uint64_t want_p = (stage == 3 ? S : P) * (uint64_t)ss;
+        uint64_t want_g = (stage >= 2 ? S : P) * (uint64_t)ss;
+        ck_assert_msg(pk[DL_MEM_OPTIMIZER] == want_o, "rank %d stage %d: optimizer peak %llu, want %llu",
+                      k, stage, (unsigned long long)pk[DL_MEM_OPTIMIZER], (unsigned long long)want_o);
+        ck_assert_msg(pk[DL_MEM_PARAMS] == want_p, "rank %d stage %d: params peak %llu, want %llu", k,
+                      stage, (unsigned long long)pk[DL_MEM_PARAMS], (unsigned long long)want_p);
+        ck_assert_msg(pk[DL_MEM_GRADS] == want_g, "rank %d stage %d: grads peak %llu, want %llu", k,
+                      stage, (unsigned long long)pk[DL_MEM_GRADS], (unsigned long long)want_g);
+        if (bf) {
+            uint64_t state = pk[DL_MEM_PARAMS] + pk[DL_MEM_GRADS] + pk[DL_MEM_OPTIMIZER];
+            uint64_t want[4] = {16 * P, 4 * P + 12 * S, 2 * P + 14 * S, 16 * S};
+            ck_assert_uint_eq(state, want[stage]);
+        }
     }
     if (stage) {
-        /* ring reduce-scatter and all-gather of rounds of d x k elements: (d-1) k each */
-        double each = (double)(d - 1) * (double)S * ds;
-        ck_assert_msg(r->dp_grad_bytes_per_step == each, "stage %d: %.1f grad bytes, want %.0f",
-                      stage, r->dp_grad_bytes_per_step, each);
-        ck_assert_msg(r->dp_param_bytes_per_step == each, "stage %d: %.1f param bytes, want %.0f",
-                      stage, r->dp_param_bytes_per_step, each);
-        double total = 2.0 * (d - 1) / d * (double)(S * (uint64_t)d) * ds;
-        ck_assert(fabs(r->dp_grad_bytes_per_step + r->dp_param_bytes_per_step - total) < 1e-6);
+        double each = (double)(d - 1) * (double)S * ss;
+        double g = each * (stage >= 2 ? m : 1), p = each * (stage == 3 ? 2 * m : 1);
+        ck_assert_msg(r->dp_grad_bytes_per_step == g, "stage %d: %.1f grad bytes, want %.0f",
+                      stage, r->dp_grad_bytes_per_step, g);
+        ck_assert_msg(r->dp_param_bytes_per_step == p, "stage %d: %.1f param bytes, want %.0f",
+                      stage, r->dp_param_bytes_per_step, p);
+        ck_assert(r->dp_elems_per_step == (g + p) / ss);
+        if (m == 1) /* the paper's 2 Psi (d-1)/d and 3 Psi (d-1)/d, Psi padded */
+            ck_assert(r->dp_elems_per_step ==
+                      (stage == 3 ? 3.0 : 2.0) * (d - 1) / d * (double)r->zero_padded);
     } else {
         ck_assert(r->dp_param_bytes_per_step == 0);
     }
 }
 
-/* Train `o` at stage 0 and at stages 1 and 2 (same layout): losses, grad norms, the last step's
+/* Train `o` at stage 0 and at stages 1, 2 and 3 (same layout): losses, grad norms, the last step's
  * reduced gradients and the final parameters agree within tol.
  *
  * f32 with d > 2: stage 0's ring sums each element in the order of its bucket's block, stages 1-2
@@ -187,7 +206,7 @@ static void stages_equal_tol(dl_train_opts o, double tol, double param_tol)
     o.zero = 0;
     run(&o, &r0);
     check_figures(&o, &r0);
-    for (int z = 1; z <= 2; z++) {
+    for (int z = 1; z <= 3; z++) {
         dl_train_opts oz = o;
         oz.zero = z;
         run(&oz, &rz);
@@ -201,11 +220,15 @@ static void stages_equal_tol(dl_train_opts o, double tol, double param_tol)
                           rz.steps[i].grad_norm, r0.steps[i].grad_norm);
         }
         char name[48];
+        /* stages 2-3 reduce every micro-batch's gradient, then add (stage 0 and 1: add, then
+         * reduce): in f32 another rounding, which Adam amplifies as above */
+        double ptol = o.dtype == DL_F32 && z >= 2 && o.microbatches > 1 ? 1e-4 : param_tol;
+        double gtol = o.steps == 1 ? tol : ptol; /* a first step's gradients: within tol */
         double w = tu_worst_tensor_rel(&o.model, rz.params, r0.params, name);
-        ck_assert_msg(w <= param_tol, "dp %d tp %d %s stage %d: parameters differ from stage 0 by %.3g (%s)",
+        ck_assert_msg(w <= ptol, "dp %d tp %d %s stage %d: parameters differ from stage 0 by %.3g (%s)",
                       o.dp, o.tp, dl_dtype_name(o.dtype), z, w, name);
         double wg = tu_worst_tensor_rel(&o.model, rz.grads, r0.grads, name);
-        ck_assert_msg(wg <= param_tol, "dp %d tp %d %s stage %d: gradients differ by %.3g (%s)", o.dp,
+        ck_assert_msg(wg <= gtol, "dp %d tp %d %s stage %d: gradients differ by %.3g (%s)", o.dp,
                       o.tp, dl_dtype_name(o.dtype), z, wg, name);
         fprintf(stderr, "zero dp %d tp %d %s stage %d (P %lld, padding %lld): params %.3g, "
                 "grads %.3g vs stage 0\n", o.dp, o.tp, dl_dtype_name(o.dtype), z,
@@ -213,7 +236,7 @@ static void stages_equal_tol(dl_train_opts o, double tol, double param_tol)
         dl_train_result_free(&rz);
     }
     dl_train_result_free(&r0);
-    if (param_tol > tol && o.steps > 1) {
+    if ((param_tol > tol || (o.dtype == DL_F32 && o.microbatches > 1)) && o.steps > 1) {
         o.steps = 1;
         stages_equal_tol(o, tol, tol);
     }
@@ -271,7 +294,7 @@ START_TEST(dp1_noop)
         dl_train_opts o = base(1, tp, DL_F64, 0);
         dl_train_result r0, rz;
         run(&o, &r0);
-        for (int z = 1; z <= 2; z++) {
+        for (int z = 1; z <= 3; z++) {
             dl_train_opts oz = o;
             oz.zero = z;
             run(&oz, &rz);
@@ -290,7 +313,7 @@ END_TEST
  * (--bucket-mb 0) change no arithmetic: bitwise the same parameters. */
 START_TEST(overlap_and_rounds_same)
 {
-    for (int z = 1; z <= 2; z++) {
+    for (int z = 1; z <= 3; z++) {
         dl_train_opts a = base(4, 1, DL_F64, z), b = a, c = a;
         b.overlap = 1;
         c.bucket_mb = 0;
@@ -332,16 +355,169 @@ END_TEST
 
 START_TEST(bad_stage)
 {
-    dl_train_opts o = base(2, 1, DL_F32, 3);
+    dl_train_opts o = base(2, 1, DL_F32, 4);
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "not yet implemented"));
-    o.zero = 4;
-    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "0, 1 or 2"));
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "0, 1, 2 or 3"));
     o.zero = -1;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
-    o.zero = 2;
-    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
+    for (int z = 0; z <= 3; z++) {
+        o.zero = z;
+        ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
+    }
+    o.dtype = (dl_dtype)7;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "f32, f64 or bf16"));
+}
+END_TEST
+
+/* ---- per-unit sharding ---- */
+
+START_TEST(units_arithmetic)
+{
+    size_t b[4] = {0, 10, 13, 21}; /* units of 10, 3, 8 */
+    dl_zero_units z;
+    size_t owned[4][3] = {{3, 1, 2}, {3, 1, 2}, {3, 1, 2}, {1, 0, 2}};
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(dl_zero_units_init(&z, b, 3, 4, r), DL_OK);
+        ck_assert_uint_eq(z.shard, 3 + 1 + 2);
+        ck_assert_uint_eq(z.padded, 24);
+        ck_assert_uint_eq(z.padding, 3);
+        ck_assert_uint_eq(z.max_padded, 12);
+        ck_assert_uint_eq(z.u[1].begin, 10 + (size_t)r);
+        ck_assert_uint_eq(z.u[2].sbase, 4);
+        for (int u = 0; u < 3; u++)
+            ck_assert_uint_eq(z.u[u].owned, owned[r][u]);
+        dl_zero_units_free(&z);
+    }
+    ck_assert_int_eq(dl_zero_units_init(&z, b, 3, 1, 0), DL_OK); /* d = 1: the units */
+    ck_assert_uint_eq(z.shard, 21);
+    ck_assert_uint_eq(z.padding, 0);
+    ck_assert_uint_eq(z.u[2].begin, 13);
+    ck_assert_uint_eq(z.u[2].sbase, 13);
+    dl_zero_units_free(&z);
+}
+END_TEST
+
+/* ---- bf16 mixed precision ---- */
+
+/* bf16 on 4 ranks, one micro-batch: stage 0 reduces each unit as reduce-scatter + all-gather
+ * (ZeRO's ring order), so every stage reduces bitwise the same bf16 gradient. Stages 1-3 then
+ * compute the same norm (the same shard sums) and end with bitwise the same master weights;
+ * stage 0 sums the squared norm in another order (the whole gradient, no dp all-reduce), so its
+ * clipping factor differs in the last bits: master weights within f32 rounding. The model
+ * state is exactly 16 / 2+2+12/N / 2+14/N / 16/N bytes per element. */
+static void bf16_stages(dl_train_opts o, int bitwise_all)
+{
+    dl_train_result r[4];
+    for (int z = 0; z <= 3; z++) {
+        dl_train_opts oz = o;
+        oz.zero = z;
+        run(&oz, &r[z]);
+        check_figures(&oz, &r[z]);
+    }
+    size_t n = sizeof(double) * (size_t)r[0].nparams;
+    for (int z = 1; z <= 3; z++) {
+        char name[48];
+        double w = tu_worst_tensor_rel(&o.model, r[z].params, r[0].params, name);
+        fprintf(stderr, "bf16 dp %d tp %d stage %d: master weights vs stage 0 %.3g (%s), grads "
+                "%s\n", o.dp, o.tp, z, w, name,
+                memcmp(r[z].grads, r[0].grads, n) ? "differ" : "bitwise equal");
+        ck_assert_msg(w <= 1e-6, "bf16 stage %d: master weights differ from stage 0 by %.3g (%s)",
+                      z, w, name);
+        if (bitwise_all || z > 1)
+            ck_assert(memcmp(r[z].params, r[bitwise_all ? 0 : 1].params, n) == 0);
+        ck_assert(memcmp(r[z].grads, r[0].grads, n) == 0);
+        for (int i = 0; i < r[z].nsteps; i++)
+            ck_assert(!r[z].steps[i].skipped);
+    }
+    uint64_t P = r[0].grad_bytes / 2;
+    const uint64_t *p0 = r[0].peak, *p3 = r[3].peak;
+    double b0 = (double)(p0[0] + p0[1] + p0[2]) / (double)P;
+    double b3 = (double)(p3[0] + p3[1] + p3[2]) / (double)P;
+    fprintf(stderr, "bf16 dp %d: %.4f / %.4f bytes per parameter at stages 0 / 3 (padding %lld)\n",
+            o.dp, b0, b3, (long long)r[3].zero_padding);
+    ck_assert(b0 == 16.0);
+    for (int z = 0; z <= 3; z++)
+        dl_train_result_free(&r[z]);
+}
+
+START_TEST(bf16_dp4)
+{
+    dl_train_opts o = base(4, 1, DL_BF16, 0);
+    o.microbatches = 1;
+    bf16_stages(o, 0);
+}
+END_TEST
+
+START_TEST(bf16_dp2tp2_padding)
+{
+    dl_train_opts o = base(2, 2, DL_BF16, 0);
+    o.microbatches = 1;
+    o.model.layers = 1;
+    o.model.d_model = 30;
+    o.model.heads = 2;
+    bf16_stages(o, 0);
+}
+END_TEST
+
+/* bf16 stage 0 on one rank vs f32 on one rank: the same model within bf16's precision; and
+ * a step with a non-finite gradient is skipped and reported: two steps, the second poisoned,
+ * end with bitwise the parameters of one step. */
+START_TEST(bf16_nonfinite_skipped)
+{
+    for (int z = 0; z <= 3; z += 3) {
+        dl_train_opts o = base(2, 1, DL_BF16, z), one = o;
+        o.microbatches = 1;
+        o.steps = 2;
+        o.nan_step = 2;
+        one = o;
+        one.steps = 1;
+        one.nan_step = 0;
+        dl_train_result r, r1;
+        run(&o, &r);
+        run(&one, &r1);
+        ck_assert_int_eq(r.skipped_steps, 1);
+        ck_assert(!r.steps[0].skipped && r.steps[1].skipped);
+        ck_assert(!isfinite(r.steps[1].grad_norm));
+        ck_assert(isfinite(r.final_loss));
+        ck_assert(memcmp(r.params, r1.params, sizeof(double) * (size_t)r.nparams) == 0);
+        dl_train_result_free(&r);
+        dl_train_result_free(&r1);
+    }
+}
+END_TEST
+
+/* --gpu-mem: a model whose state does not fit a rank at stage 0 trains at stage 3 on 4 ranks;
+ * too small for stage 3 too, the error names the rank, the category and the bytes. */
+START_TEST(gpu_mem_stage3)
+{
+    dl_train_opts o = base(4, 1, DL_BF16, 0);
+    o.model.layers = 2;
+    o.model.d_model = 128;
+    o.model.seq = 8;
+    o.micro_batch = 1;
+    o.microbatches = 1;
+    o.steps = 2;
+    o.eval_windows = 2;
+    o.want_params = o.want_grads = 0;
+    int64_t P = dl_gpt_num_params(&o.model);
+    o.gpu_mem = (uint64_t)(P * 16 * 3 / 4); /* stage 0's model state alone is 16 P */
+    dl_train_result r;
+    ck_assert_int_eq(dl_train_run(&o, &r), DL_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank"));
+    fprintf(stderr, "gpu-mem %llu, stage 0: %s\n", (unsigned long long)o.gpu_mem, dl_errmsg());
+    dl_train_result_free(&r);
+    o.zero = 3;
+    run(&o, &r);
+    uint64_t top = 0;
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
+        top += r.peak[c];
+    fprintf(stderr, "gpu-mem %llu, stage 3: trains, rank 0 peaks sum to %llu\n",
+            (unsigned long long)o.gpu_mem, (unsigned long long)top);
+    dl_train_result_free(&r);
+    o.gpu_mem = (uint64_t)P; /* 1 byte per parameter: not even stage 3 */
+    ck_assert_int_eq(dl_train_run(&o, &r), DL_ENOMEM);
+    dl_train_result_free(&r);
 }
 END_TEST
 
@@ -353,6 +529,10 @@ int main(void)
     tcase_add_test(tc, shard_arithmetic);
     tcase_add_test(tc, pack_unpack);
     tcase_add_test(tc, bad_stage);
+    tcase_add_test(tc, units_arithmetic);
+    tcase_add_test(tc, bf16_dp4);
+    tcase_add_test(tc, bf16_nonfinite_skipped);
+    tcase_add_test(tc, gpu_mem_stage3);
     tcase_add_test(tc, dp4_f64);
     tcase_add_test(tc, dp2tp2_f64);
     tcase_add_test(tc, dp4_f32);
@@ -364,6 +544,7 @@ int main(void)
         tcase_add_test(tc, dp2_f32);
         tcase_add_test(tc, padding_dp2tp2);
         tcase_add_test(tc, overlap_and_rounds_same);
+        tcase_add_test(tc, bf16_dp2tp2_padding);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -6,6 +6,7 @@
  * and first MLP projections), each of N·C elements (N = B·T rows); with full recomputation the
  * backward re-runs the forward too (four). With tp = 1 there are none.
  * Backward accumulates into the gradient buffer (micro-batches add up); the caller zeroes it.
+ * Storage f32, f64 or bf16 (mixed precision: f32 compute from bf16 parameters; see "Units").
  * Exception: the key third of each c_attn.bias gradient is set to exactly 0 (softmax ignores a
  * per-row shift, so that is its exact value; the GEMM would leave rounding noise there). */
 #ifndef DISTLAB_GPT_H
@@ -23,9 +24,17 @@ typedef struct dl_gpt dl_gpt;
 
 typedef enum dl_recompute { DL_RECOMPUTE_NONE = 0, DL_RECOMPUTE_FULL = 1 } dl_recompute;
 
+/* ZeRO's hooks (see "Units" below): fill `dst` with unit `unit`'s parameters in the storage type
+ * (room for the unit padded to a multiple of unit_pad); receive unit `unit`'s gradient of one
+ * backward in the compute type (`grad` has room for the padded unit, the padding zero; the hook
+ * may use the whole buffer as scratch). */
+typedef int (*dl_gpt_gather_fn)(void *arg, int unit, void *dst);
+typedef int (*dl_gpt_reduce_fn)(void *arg, int unit, void *grad);
+
 typedef struct dl_gpt_opts {
     dl_gpt_config cfg;
-    dl_dtype dtype;         /* DL_F32 or DL_F64 */
+    dl_dtype dtype;         /* DL_F32, DL_F64, or DL_BF16: mixed precision (bf16 parameters and
+                             * gradients, f32 activations and arithmetic) */
     int micro_batch;        /* largest B a forward will see */
     int tp;                 /* tensor-parallel degree (1: none) */
     dl_comm *tp_comm;       /* the tp group (NULL when tp == 1); its rank is the tp rank */
@@ -36,6 +45,13 @@ typedef struct dl_gpt_opts {
     const dl_gpt_part *part;/* pipeline: the part this rank holds (NULL: the whole model) */
     int act_slots;          /* pipeline: micro-batches whose activations are held at once
                              * (0 or 1: one) */
+    /* ZeRO (appended; all zero: the model holds its whole flat buffers) */
+    int unit_pad;           /* gathered and gradient unit buffers padded to a multiple (dp) */
+    dl_gpt_gather_fn gather;/* non-NULL: no parameter buffer (stage 3); called before each unit's
+                             * forward and again before its backward */
+    dl_gpt_reduce_fn reduce;/* non-NULL: no gradient buffer (stages 2, 3); called after each
+                             * unit's backward, every micro-batch */
+    void *hook_arg;
 } dl_gpt_opts;
 
 /* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are
@@ -46,8 +62,9 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out);
 void dl_gpt_destroy(dl_gpt *g);
 
 const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g);
-void *dl_gpt_params(dl_gpt *g);    /* flat, layout order, f32 or f64 */
-void *dl_gpt_grads(dl_gpt *g);     /* same shape */
+void *dl_gpt_params(dl_gpt *g);    /* flat, layout order, in the storage type (f32, f64, bf16);
+                                    * NULL with a gather hook */
+void *dl_gpt_grads(dl_gpt *g);     /* same shape; NULL with a reduce hook */
 size_t dl_gpt_numel(const dl_gpt *g);
 void dl_gpt_zero_grads(dl_gpt *g);
 
@@ -64,6 +81,21 @@ int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg);
 /* Probabilities over the vocabulary at position t of sequence b after the last forward
  * (V values, in the run's precision). */
 const void *dl_gpt_probs(const dl_gpt *g, int b, int t);
+
+/* Units: the flat buffer cut where the embeddings (wte, wpe), each layer and the head (ln_f,
+ * lm_head or the tied copy) start; unit u is [offset(u), offset(u + 1)), offset(nunits) = numel.
+ * Forward and backward work unit by unit. With f32/f64 storage and no hooks the kernels read the
+ * flat buffers in place. Otherwise each unit's parameters are materialised before its forward
+ * and again before its backward (bf16 widened to f32 into a unit buffer, category other; with a
+ * gather hook, gathered into a unit buffer, category comm) and its gradient is computed into a
+ * zeroed unit buffer (comm with a reduce hook, other for bf16), then handed to the hook or added
+ * into the bf16 gradient buffer (one rounding per micro-batch), before `ready`. With tied
+ * embeddings on one rank the embeddings' unit stays materialised from the encoder to the head
+ * (forward) and from the head to the encoder (backward): a second unit buffer. */
+int dl_gpt_num_units(const dl_gpt *g);
+size_t dl_gpt_unit_offset(const dl_gpt *g, int u);
+/* Bytes of the unit buffers: gathered parameters (comm), and all of them. */
+size_t dl_gpt_unit_bytes(const dl_gpt *g, size_t *gathered);
 
 /* Flat offset where local layer l's tensors start (l == the layers held: where ln_f starts, or
  * the end of the buffer on a stage without the head). */

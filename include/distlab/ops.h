@@ -35,6 +35,7 @@
 #define DISTLAB_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -213,6 +214,18 @@ double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps);
  * global-norm clipping (reduce the partial sums of all shards, then sqrt). */
 double dl_sumsq_f32(const float *x, size_t n);
 double dl_sumsq_f64(const double *x, size_t n);
+
+/* ---- bf16 mixed precision (bf16 as uint16_t; rounding to nearest even, NaN kept) ----------- */
+void dl_bf16_from_f32(uint16_t *dst, const float *src, size_t n);   /* dst = bf16(src) */
+void dl_bf16_widen(float *dst, const uint16_t *src, size_t n);      /* dst = f32(src), exact */
+void dl_bf16_acc_f32(uint16_t *dst, const float *src, size_t n);    /* dst = bf16(dst + src) */
+void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n);     /* dst = bf16(dst + src) */
+double dl_sumsq_bf16(const uint16_t *x, size_t n);
+/* AdamW on an fp32 master copy from bf16 gradients (each element exactly dl_adamw_f32's
+ * arithmetic on the widened gradient), then param = bf16(master) when param is not NULL. */
+void dl_adamw_bf16(float *master, const uint16_t *grad, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float wd, float grad_scale, long step,
+                   uint16_t *param);
 
 #ifdef __cplusplus
 }

@@ -6,9 +6,14 @@
  * as their gradients are final (on the rank's communication thread with `overlap`), clips by the
  * global norm (reduced over the tp group, which holds the sharded parts), and takes an AdamW step
  * with linear warm-up and cosine decay. Every layout trains the model one rank trains.
- * With ZeRO stage 1 or 2 (`zero`) the gradients are reduce-scattered instead, each dp rank updates
- * its shard of the flat buffer with AdamW state for that shard only, and the updated parameters
- * are all-gathered (include/distlab/zero.h; docs/ARCHITECTURE.md, "The trainer"). */
+ * With ZeRO (`zero`) each unit (embeddings, layer, head) is padded to a multiple of dp and cut
+ * into dp blocks; stage 1 reduce-scatters each unit's gradient as soon as it is final, each dp
+ * rank updates its blocks with AdamW state for them only and the updated parameters are
+ * all-gathered; stage 2 reduce-scatters each unit's gradient during every backward into a
+ * shard-sized gradient (the full gradient is never held); stage 3 also keeps only the
+ * parameter blocks and all-gathers each unit before its forward and its backward
+ * (include/distlab/zero.h; docs/ARCHITECTURE.md, "The trainer"). DL_BF16 trains in mixed
+ * precision; a step whose gradient norm is not finite is skipped (step.skipped). */
 #ifndef DISTLAB_TRAIN_H
 #define DISTLAB_TRAIN_H
 
@@ -23,7 +28,9 @@ extern "C" {
 
 typedef struct dl_train_opts {
     dl_gpt_config model;
-    dl_dtype dtype;          /* DL_F32 (default) or DL_F64 */
+    dl_dtype dtype;          /* DL_F32 (default), DL_F64, or DL_BF16: mixed precision (bf16
+                              * parameters and gradients, f32 compute, fp32 master weights and
+                              * AdamW moments: K = 12) */
     int dp, tp;              /* world = dp * tp */
     int global_batch;        /* G = dp * microbatches * micro_batch (see dl_train_resolve) */
     int micro_batch;
@@ -57,7 +64,7 @@ typedef struct dl_train_opts {
     FILE *log;               /* progress lines (NULL: quiet) */
     /* (appended: the fields above keep their offsets) */
     int zero;                /* ZeRO stage over the dp group: 0 none, 1 optimizer state sharded,
-                              * 2 gradients too (3: not yet implemented); no-op with dp = 1 */
+                              * 2 gradients too, 3 parameters too; no-op with dp = 1 */
     /* pipeline parallelism (world = dp * tp * pp; include/distlab/pipe.h) */
     int pp;                  /* stages (0 or 1: none) */
     int schedule;            /* dl_sched_kind: GPIPE (default when 0), 1F1B, INTERLEAVED, ASYNC */
@@ -69,6 +76,8 @@ typedef struct dl_train_opts {
     int timeline;            /* keep the measured ASCII timeline of the last step (res->timeline) */
     struct dl_trace *trace;  /* record into this trace (dp x tp x pp tracks; the caller creates
                               * and frees it) instead of one of the run's own */
+    int nan_step;            /* test hook: dp rank 0's first micro-batch of this step has a NaN
+                              * loss gradient (0: never; not with pp) */
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);
@@ -85,6 +94,7 @@ typedef struct dl_train_step {
     double lr, grad_norm;
     double ms;               /* wall time of the step (slowest rank) */
     double tokens_per_s;
+    int skipped;             /* the gradient was not finite: no update (mixed-precision guard) */
 } dl_train_step;
 
 typedef struct dl_train_result {
@@ -123,6 +133,15 @@ typedef struct dl_train_result {
     double pp_bytes_per_step;/* activations and gradients rank 0 sent over the pipeline */
     double pp_engine_us;     /* median engine overhead per action (dispatch, hand-off staging) */
     char *timeline;          /* opts.timeline: the last step's measured grid */
+    /* ZeRO and mixed precision, measured on rank 0 (model state = the params, grads and
+     * optimizer peaks of `peak`; the unit buffers are comm/other) */
+    int zero_units;          /* units of rank 0's buffer (each padded to a multiple of dp) */
+    double dp_elems_per_step;/* elements rank 0 sent over the dp group per step (gradients and
+                              * parameters: dp_grad + dp_param bytes / storage size) */
+    uint64_t unit_bytes;     /* the model's unit buffers (gathered parameters, bf16 working
+                              * copies, gradients handed to the reduce-scatter) */
+    uint64_t gathered_bytes; /* of which gathered parameters (stage 3: the largest unit's) */
+    int skipped_steps;       /* steps skipped for a non-finite gradient */
 } dl_train_result;
 
 /* Train (or evaluate) with o->dp * o->tp * o->pp rank threads. The result is filled even when the run

@@ -1,4 +1,6 @@
-/* distlab: ZeRO's sharding arithmetic over the dp group (stages 1 and 2; the trainer uses it).
+/* distlab: ZeRO's sharding arithmetic over the dp group. The trainer shards per unit (below,
+ * "per-unit sharding"); the contiguous partition of the whole buffer that follows first is the
+ * ZeRO paper's, kept for the planner (apps/plan_calib.c) and its tests.
  *
  * A rank's flat buffer (its tp shard: P = dl_gpt_numel elements, parameters and gradients alike)
  * is padded to a multiple of the dp size d and cut into d contiguous shards of S = padded / d
@@ -54,6 +56,38 @@ void dl_zero_unpack(const dl_zero_shard *z, void *full, size_t lo, size_t k, int
 /* Lowest column whose d elements are all final once every element at flat offsets >= first is:
  * first when first < S, S (no column) otherwise. */
 size_t dl_zero_final_column(const dl_zero_shard *z, size_t first);
+
+/* ---- per-unit sharding (what the trainer uses: stages 1, 2 and 3) ---------------------------
+ * FSDP's flat parameters: the rank's flat buffer is cut into units (the model's: embeddings, each
+ * layer, head; dl_gpt_num_units), each unit padded to a multiple of d and cut into d blocks of
+ * S_u = ceil(n_u / d) elements; dp rank r owns block r of every unit: [lo + r S_u, lo + (r+1) S_u)
+ * of the unit, the padding (< d per unit) at the end of the unit's last block(s), never stored in
+ * the model's buffers. So a unit's gradient is one plain reduce-scatter of d S_u elements (each
+ * rank receives its block) and its parameters one plain all-gather, as soon as the backward
+ * finishes the unit, or right before its forward. The rank's shard buffers (optimizer state,
+ * stage 2-3 gradients, stage 3 parameters) hold its blocks one after another: shard = sum S_u,
+ * padded = d x shard = sum of the padded units (Psi padded). With d = 1 the blocks are the units. */
+typedef struct dl_zero_unit {
+    size_t lo, numel;  /* the unit: [lo, lo + numel) of the flat buffer */
+    size_t shard;      /* S_u */
+    size_t begin;      /* lo + r S_u: the flat offset of this rank's block */
+    size_t owned;      /* real elements of the block (those below lo + numel) */
+    size_t sbase;      /* where the block starts in the rank's shard buffers */
+} dl_zero_unit;
+
+typedef struct dl_zero_units {
+    int dp, rank, n;
+    size_t numel;      /* P */
+    size_t shard;      /* sum of S_u */
+    size_t padded;     /* d x shard */
+    size_t padding;    /* padded - P */
+    size_t max_padded; /* the largest d S_u */
+    dl_zero_unit *u;   /* [n] */
+} dl_zero_units;
+
+/* bounds[0] = 0 < bounds[1] < ... < bounds[n] = P (n >= 1). DL_ENOMEM only. */
+int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank);
+void dl_zero_units_free(dl_zero_units *z);
 
 #ifdef __cplusplus
 }
