@@ -428,6 +428,8 @@ typedef struct mlink {
     uint64_t s_head, s_done;
     rslot *r;
     uint64_t r_acq, r_rel;
+    int pre_on;         /* a receive for message r_acq's header is already posted (pre_rq) */
+    MPI_Request pre_rq;
     int broken; /* a receive was abandoned: its buffers may still be written, never free them */
 } mlink;
 
@@ -500,6 +502,14 @@ static int recv_wait(mlink *ml, MPI_Request *rq, MPI_Status *st, const dl_waiter
     return dl_error(rc, "%s", msg);
 }
 
+static int post_header(mlink *ml, uint64_t msg, MPI_Request *rq)
+{
+    if (MPI_Irecv(ml->r[msg % ml->nslots].buf, (int)(HDR + ml->eager), MPI_BYTE, ml->peer, ml->tag,
+                  ml->comm, rq) != MPI_SUCCESS)
+        return dl_error(DL_ESYS, "MPI link %d->%d: MPI_Irecv failed", ml->base.src, ml->base.dst);
+    return DL_OK;
+}
+
 static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
 {
     mlink *ml = (mlink *)l;
@@ -514,10 +524,14 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     rslot *r = &ml->r[ml->r_acq % ml->nslots];
     MPI_Request rq;
     MPI_Status st;
-    if (MPI_Irecv(r->buf, (int)(HDR + ml->eager), MPI_BYTE, ml->peer, ml->tag, ml->comm, &rq) !=
-        MPI_SUCCESS)
-        return dl_error(DL_ESYS, "MPI link %d->%d: MPI_Irecv failed", l->src, l->dst);
-    int rc = recv_wait(ml, &rq, &st, w);
+    int rc;
+    if (ml->pre_on) {
+        rq = ml->pre_rq;
+        ml->pre_on = 0;
+    } else if ((rc = post_header(ml, ml->r_acq, &rq))) {
+        return rc;
+    }
+    rc = recv_wait(ml, &rq, &st, w);
     if (rc)
         return rc;
     int got = 0;
@@ -529,8 +543,14 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
         return dl_error(DL_ESYS, "MPI link %d->%d: malformed message (%d bytes)", l->src, l->dst,
                         got);
     }
+    /* the next header's receive goes up as soon as this message's last receive is posted (MPI
+     * matches receives of one tag in posting order), if its slot is free: it then lands straight
+     * in the slot, and its wait starts with the message already there */
+    int pre = ml->r_acq + 1 - ml->r_rel < ml->nslots;
     if (h.bytes <= ml->eager) {
         m->data = r->buf + HDR;
+        if (pre && (rc = post_header(ml, ml->r_acq + 1, &ml->pre_rq)) == DL_OK)
+            ml->pre_on = 1;
     } else {
         if (r->big_cap < h.bytes) {
             free(r->big);
@@ -545,6 +565,8 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
         if (MPI_Irecv(r->big, (int)h.bytes, MPI_BYTE, ml->peer, ml->tag, ml->comm, &rq) !=
             MPI_SUCCESS)
             return dl_error(DL_ESYS, "MPI link %d->%d: MPI_Irecv failed", l->src, l->dst);
+        if (pre && post_header(ml, ml->r_acq + 1, &ml->pre_rq) == DL_OK)
+            ml->pre_on = 1;
         if ((rc = recv_wait(ml, &rq, &st, w)))
             return rc;
         m->data = r->big;
@@ -665,6 +687,11 @@ static void ml_destroy(dl_link *l)
             free(ml->s[i].buf);
         free(ml->s);
     } else if (ml->r) {
+        if (ml->pre_on) { /* the next header's receive, posted ahead: withdraw it */
+            MPI_Cancel(&ml->pre_rq);
+            if (poll_req(&ml->pre_rq, MPI_STATUS_IGNORE, NULL, 0, 1000000000ull, NULL, NULL))
+                ml->broken = 1;
+        }
         for (uint32_t i = 0; i < ml->nslots && !ml->broken; i++) {
             free(ml->r[i].buf);
             free(ml->r[i].big);
