@@ -224,6 +224,36 @@ static size_t run_len(const dl_gpt_layout *l, const dl_tensor_info *t)
     }
 }
 
+/* A pipeline stage's layout holds part of the model (include/distlab/model.h, dl_gpt_part);
+ * the file always holds the whole model. `full` is the whole model's layout for l's tp rank
+ * (l itself when it is whole; otherwise a new one the caller destroys): headers, offsets and
+ * the check that a file has every tensor are the whole model's, slices the part's, matched by
+ * each tensor's single-rank id (t->id, the index in the whole layout). */
+static int is_whole(const dl_gpt_layout *l)
+{
+    const dl_gpt_part *p = &l->part;
+    return p->nchunks == 1 && p->first[0] == 0 && p->count[0] == l->cfg.layers && p->embed &&
+           p->head;
+}
+
+static int whole_layout(const dl_gpt_layout *l, const dl_gpt_layout **full, dl_gpt_layout **own)
+{
+    *own = NULL;
+    *full = l;
+    if (is_whole(l))
+        return DL_OK;
+    int rc = dl_gpt_layout_create_part(&l->cfg, l->tp, l->tp_rank, NULL, own);
+    if (rc == DL_OK)
+        *full = *own;
+    return rc;
+}
+
+/* The head stage's copy of a tied wte (equal to the first stage's): not written twice. */
+static int is_tied_copy(const dl_gpt_layout *l, const dl_tensor_info *t)
+{
+    return t->id == 0 && !l->part.embed;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* the header a layout saves                                                                  */
 
@@ -381,7 +411,11 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': element size %d (expected 4 or 8)", path, dsize);
     else if (!params && l->numel)
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': null parameter buffer", path);
-    if (!e.st && plan_build(l, dsize, &plan))
+    const dl_gpt_layout *full = l;
+    dl_gpt_layout *own_full = NULL;
+    if (!e.st && whole_layout(l, &full, &own_full))
+        ck_fail(&e, DL_ENOMEM, "checkpoint save to '%s': %s", path, dl_errmsg());
+    if (!e.st && plan_build(full, dsize, &plan))
         ck_fail(&e, DL_ENOMEM, "checkpoint save to '%s': out of memory building the header", path);
     if (!e.st && !CK_HOST_LE && !(stage = malloc(CK_IOBUF)))
         ck_fail(&e, DL_ENOMEM, "checkpoint save to '%s': out of memory", path);
@@ -455,11 +489,13 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
             const dl_tensor_info *t = &l->t[k];
             if (t->shard == DL_SHARD_NONE && l->tp_rank != 0)
                 continue; /* replicated: the tp_rank 0 writer's */
+            if (is_tied_copy(l, t))
+                continue; /* the first stage writes wte */
             size_t run = run_len(l, t);
             const char *src = (const char *)params + t->offset * (size_t)dsize;
             for (size_t i = 0; i < t->numel; i += run) {
                 int64_t g = dl_gpt_global_index(l, k, i);
-                off_t off = (off_t)(8 + plan.N + plan.begin[k] + (uint64_t)g * (uint64_t)dsize);
+                off_t off = (off_t)(8 + plan.N + plan.begin[t->id] + (uint64_t)g * (uint64_t)dsize);
                 if (write_run(fd, src + i * (size_t)dsize, run, dsize, off, stage)) {
                     ck_fail(&e, DL_ESYS, "checkpoint save: writing %s to '%s' at byte %lld: %s",
                             t->name, tmp, (long long)off, errtext(errno));
@@ -540,6 +576,7 @@ out:
         unlink(tmp);
     free(stage);
     plan_free(&plan);
+    dl_gpt_layout_destroy(own_full);
     return ck_return(&e);
 }
 
@@ -1220,16 +1257,26 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         close(fd);
         return rc;
     }
-    int *map = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof *map);
+    /* the file must hold the whole model (a pipeline stage reads its part of it) */
+    const dl_gpt_layout *part = l, *full = l;
+    dl_gpt_layout *own_full = NULL;
+    int *map = NULL, *pmap = NULL;
     void *stage = malloc(CK_IOBUF);
     dl_ckpt_info inf;
     fill_info(&h, &inf);
-    if (!map || !stage) {
+    if ((rc = whole_layout(part, &full, &own_full))) {
+        rc = dl_error(rc, "checkpoint load from '%s': %s", path, dl_errmsg());
+        goto out;
+    }
+    l = full;
+    map = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof *map);
+    pmap = calloc((size_t)(part->ntensors ? part->ntensors : 1), sizeof *pmap);
+    if (!map || !pmap || !stage) {
         rc = dl_error(DL_ENOMEM, "checkpoint load from '%s': out of memory", path);
         goto out;
     }
 
-    /* every tensor of the layout, with its global shape */
+    /* every tensor of the whole model, with its global shape */
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         int j = -1;
@@ -1301,10 +1348,13 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         inf.checksum_verified = 1;
     }
 
-    /* this rank's slices */
+    /* this rank's slices (of its part; the whole model's tensor ids index `map`) */
+    l = part;
+    for (int k = 0; k < l->ntensors; k++)
+        pmap[k] = map[l->t[k].id];
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
-        const ck_ent *e = &h.e[map[k]];
+        const ck_ent *e = &h.e[pmap[k]];
         size_t run = run_len(l, t);
         char *dst = (char *)params + t->offset * (size_t)dsize;
         if (e->dsize != dsize)
@@ -1324,6 +1374,8 @@ out:
     if (info)
         *info = inf;
     free(map);
+    free(pmap);
+    dl_gpt_layout_destroy(own_full);
     free(stage);
     hdr_free(&h);
     close(fd);

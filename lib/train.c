@@ -81,9 +81,6 @@ static int pp_resolve(dl_train_opts *o)
         return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
     if (p == 1)
         return DL_OK;
-    if (o->save_path || o->load_path || o->dump_grads)
-        return dl_error(DL_EINVAL, "checkpoints and gradient dumps with pp > 1 are not supported "
-                        "yet (train with pp 1 to save or load)");
     if (k == DL_SCHED_ASYNC && (o->zero || o->model.tie))
         return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
                         "not combine with ZeRO or tied embeddings");

@@ -227,6 +227,26 @@ if [ -s "$TMP/m.st" ]; then
   done
 fi
 
+# a pipeline saves the whole model (each stage its part; tied embeddings once): pp 2 saves,
+# tp 2 and pp 2 x tp 2 load it and evaluate to the saving run's validation loss
+PPM="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --tie-embeddings"
+if run "pp save" 0 --dp 1 --pp 2 --microbatches 2 $PPM --steps 2 --log-every 0 \
+       --eval-windows 16 --json "$TMP/pp.jsonl" --save "$TMP/pp.st"; then
+  ref=$(val_of "$TMP/pp.jsonl")
+  for lay in "--dp 1 --tp 2" "--dp 1 --pp 2 --tp 2"; do
+    # shellcheck disable=SC2086
+    if run "pp eval-only $lay" 0 $PPM $lay --eval-windows 16 --load "$TMP/pp.st" --eval-only \
+           --json "$TMP/ev.jsonl"; then
+      got=$(val_of "$TMP/ev.jsonl")
+      if close "$got" "$ref"; then
+        echo "ok: pp eval-only $lay: validation loss $got (saving run $ref)"
+      else
+        fail "pp eval-only $lay: validation loss $got, the saving run's $ref"
+      fi
+    fi
+  done
+fi
+
 # ---- a data file: the window rule of docs (window i starts at byte i*seq of the split) ----
 awk 'BEGIN { for (i = 0; i < 600; i++) printf "line %d: the quick brown fox %d\n", i, i * i % 97 }' \
   >"$TMP/corpus.txt"

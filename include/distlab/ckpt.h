@@ -1,7 +1,10 @@
 /* distlab: checkpoints of the GPT model's parameters in the safetensors layout.
  *
- * A checkpoint holds the FULL (unsharded) model, whatever tensor-parallel layout saved it, and
- * any layout (any tp degree) loads it. No rank ever holds the whole model: every rank computes
+ * A checkpoint holds the FULL (unsharded) model, whatever tensor-parallel layout or pipeline
+ * stage saved it, and any layout (any tp degree, any pipeline part) loads it: a stage's layout
+ * (dl_gpt_layout.part) writes and reads its own tensors, matched to the whole model's by tensor
+ * id; the whole model's header and offsets are used either way, a file must hold every tensor
+ * of the whole model, and a head stage's copy of tied wte is read but not written. No rank ever holds the whole model: every rank computes
  * the same header from its dl_gpt_layout and reads or writes only its own slices, at their
  * global offsets, with pread / pwrite.
  *
