@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "distlab.h"
 #include "cli.h"
+#include "layer_costs.h"
 #include "mpi_app.h"
 
 static void usage(FILE *f)
@@ -31,7 +32,8 @@ static void usage(FILE *f)
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"
 "  --weight-stashing     async: each backward uses the weights its forward used\n"
 "  --layer-costs LIST    comma-separated cost per layer: split layers to stages minimising the\n"
-"                        slowest stage (the lecture's dynamic program); default: evenly\n"
+"                        slowest stage (the lecture's dynamic program); default: evenly;\n"
+"                        'measure': time the first, a middle and the last layer here first\n"
 "  --trace FILE          write every rank's timeline as Chrome trace JSON (open in Perfetto)\n"
 "  --timeline            print the last step's measured timeline as the lecture's grid\n"
 "Model:\n"
@@ -43,7 +45,6 @@ static void usage(FILE *f)
 "  --dtype f32|f64|bf16  precision of parameters, activations and optimizer state (default f32);\n"
 "                        bf16: mixed precision (bf16 parameters and gradients, f32 compute,\n"
 "                        fp32 master weights and AdamW moments; non-finite steps skipped)\n"
-
 "  --recompute none|full full: keep only each layer's input, recompute the rest in backward\n"
 "Batch (give any two; global = dp x microbatches x micro-batch):\n"
 "  --global-batch N      sequences per step (default dp x 8)\n"
@@ -249,7 +250,6 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
             (unsigned long long)r->unit_bytes, (unsigned long long)r->gathered_bytes,
             r->skipped_steps);
     fprintf(f, ",\"peak_bytes_per_rank\":[");
-
     for (int k = 0; k < r->nranks; k++) {
         fprintf(f, "%s{\"rank\":%d", k ? "," : "", k);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
@@ -401,6 +401,7 @@ static int train_main(int argc, char **argv, int nprocs)
     o.eval_every = 250;
     o.log = stdout;
     int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0, layer_costs_n = 0;
+    int measure_costs = 0;
     int threads = 0;
     const char *json = NULL;
     double d;
@@ -476,6 +477,11 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_LCOSTS: {
             static double costs[4096];
             int nc = 0;
+            if (!strcmp(optarg, "measure")) {
+                measure_costs = 1;
+                o.layer_costs = costs;
+                break;
+            }
             char *dup = strdup(optarg), *save = NULL;
             for (char *t = strtok_r(dup, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
                 if (nc == 4096 || cli_parse_double("--layer-costs", t, 0, 1e30, &costs[nc]))
@@ -534,7 +540,7 @@ static int train_main(int argc, char **argv, int nprocs)
                   "(compare with a single-process run of the same world instead)");
         return CLI_EXIT_USAGE;
     }
-    if (o.layer_costs && layer_costs_n != o.model.layers) {
+    if (o.layer_costs && !measure_costs && layer_costs_n != o.model.layers) {
         cli_error("--layer-costs: %d costs for %d layers", layer_costs_n, o.model.layers);
         return CLI_EXIT_USAGE;
     }
@@ -616,6 +622,18 @@ static int train_main(int argc, char **argv, int nprocs)
                "lr %g (warm-up %d, cosine to %g); data: %s\n", o.global_batch, o.dp,
                o.microbatches, o.micro_batch, o.model.seq, o.steps, o.lr, o.warmup, o.min_lr,
                o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
+    if (measure_costs) {
+        /* measured on this thread before the ranks start, so they do not compete for the cores */
+        char desc[300];
+        if (measure_layer_costs(&o.model, o.dtype, o.micro_batch, 5, (double *)o.layer_costs,
+                                desc, sizeof desc)) {
+            cli_error("--layer-costs measure: %s", dl_errmsg());
+            if (jf)
+                fclose(jf);
+            return CLI_EXIT_FAIL;
+        }
+        printf("layer costs measured here: %s\n", desc);
+    }
     fflush(stdout);
     if (jf)
         json_config(jf, &o);

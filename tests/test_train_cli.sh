@@ -227,6 +227,14 @@ if [ -s "$TMP/m.st" ]; then
   done
 fi
 
+# --layer-costs measure: the first, a middle and the last layer timed here feed the partition
+if run "layer costs measure" 0 --dp 1 --pp 2 --microbatches 2 --layers 3 --d-model 32 --heads 4 \
+       --seq 16 --micro-batch 2 --steps 1 --log-every 0 --layer-costs measure; then
+  grep -qE '^layer costs measured here: first layer \(with the embeddings\) [0-9.]+ ms, a middle layer [0-9.]+ ms, last layer' "$TMP/out" ||
+    fail "layer costs measure: no measured line: $(grep -i 'layer costs' "$TMP/out")"
+  has "layer costs measure" "layers per virtual stage:"
+fi
+
 # a pipeline saves the whole model (each stage its part; tied embeddings once): pp 2 saves,
 # tp 2 and pp 2 x tp 2 load it and evaluate to the saving run's validation loss
 PPM="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --tie-embeddings"
