@@ -256,6 +256,22 @@ static inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 enum { RING_AR, RING_RS, RING_AG };
 
+/* Slice of c's collectives: the world's, or in a world spanning MPI processes, for a
+ * communicator whose members live in several processes, the MPI slice (every member computes the
+ * same, from the members' ranks). */
+static size_t slice_of(dl_comm *c)
+{
+    dl_world *w = c->ctx->w;
+    size_t s = w->opts.slice_bytes;
+    if (w->mpi && w->opts.mpi_slice_bytes) {
+        int T = w->hi - w->lo, p0 = c->sh->world_ranks[0] / T;
+        for (int m = 1; m < c->sh->n; m++)
+            if (c->sh->world_ranks[m] / T != p0)
+                return w->opts.mpi_slice_bytes;
+    }
+    return s;
+}
+
 static size_t nrounds(size_t count, int n, size_t es, size_t slice_bytes)
 {
     size_t maxblock = (count + (size_t)n - 1) / (size_t)n;
@@ -279,7 +295,7 @@ static int ring(call *k, int mode, const char *sbuf, char *rbuf, size_t count, d
         if ((rc = dl__scratch(c, count * es, (void **)&scratch)))
             return rc;
     }
-    size_t R = nrounds(count, n, es, c->ctx->w->opts.slice_bytes);
+    size_t R = nrounds(count, n, es, slice_of(c));
     int nsteps = mode == RING_AR ? 2 * n - 1 : n;
     /* non-temporal stores only pay off when the output does not fit the caches anyway */
     int nt_final = count * es >= ((size_t)32 << 20);
@@ -396,7 +412,7 @@ static int bcast_chain(call *k, const char *sbuf, char *rbuf, size_t count, dl_d
     int n = c->sh->n, r = c->rank, rc;
     int pos = mod(r - root, n);
     size_t es = dl_dtype_size(t);
-    size_t R = nrounds(count, 1, es, c->ctx->w->opts.slice_bytes);
+    size_t R = nrounds(count, 1, es, slice_of(c));
     dl_link *out = NULL, *in = NULL;
     if (pos < n - 1 && (rc = get_link(k, r, mod(r + 1, n), &out)))
         return rc;
@@ -430,7 +446,7 @@ static int reduce_chain(call *k, const char *sbuf, char *rbuf, size_t count, dl_
     int n = c->sh->n, r = c->rank, rc;
     int pos = mod(r - root - 1, n); /* root + 1 starts, the root ends */
     size_t es = dl_dtype_size(t);
-    size_t R = nrounds(count, 1, es, c->ctx->w->opts.slice_bytes);
+    size_t R = nrounds(count, 1, es, slice_of(c));
     dl_link *out = NULL, *in = NULL;
     char *part = NULL;
     if (pos < n - 1 && (rc = get_link(k, r, mod(r + 1, n), &out)))

@@ -26,6 +26,7 @@ void dl_world_opts_init(dl_world_opts *o)
     o->nslots = 16;
     o->eager_bytes = 4096;
     o->slice_bytes = 256 * 1024;
+    o->mpi_slice_bytes = 128 * 1024;
     o->log = stderr;
     o->quiet = 0;
     o->mpi = -1;

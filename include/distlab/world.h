@@ -46,6 +46,8 @@ typedef struct dl_world_opts {
                                * processes), 0 never, 1 always. Spanning P processes, nranks is
                                * the whole world (a multiple of P) and process k hosts ranks
                                * k*nranks/P ... (k+1)*nranks/P-1; each process is one node. */
+    size_t mpi_slice_bytes;   /* worlds spanning MPI processes: the slice of communicators whose
+                               * ranks live in several processes (default 128 KiB; 0: slice_bytes) */
 } dl_world_opts;
 
 void dl_world_opts_init(dl_world_opts *o);
