@@ -256,6 +256,44 @@ START_TEST(pp_zero_f64)
 }
 END_TEST
 
+START_TEST(pp_zero3_f64)
+{
+    dl_train_opts o = base(2, 2, DL_SCHED_1F1B, DL_F64);
+    o.dp = 2;
+    o.zero = 3;
+    equals_one_rank(o, 1e-12);
+}
+END_TEST
+
+/* bf16 mixed precision: a pipeline changes nothing but where the layers run, so pp 2 x dp 2
+ * ends with the same master weights as dp 2 alone (the dp reductions add the same values in the
+ * same order), at ZeRO stages 0 and 3 */
+START_TEST(pp_bf16_same_as_dp)
+{
+    for (int zero = 0; zero <= 3; zero += 3) {
+        dl_train_opts a = base(2, 2, DL_SCHED_1F1B, DL_BF16), b;
+        a.dp = 2;
+        a.zero = zero;
+        b = a;
+        b.pp = 1;
+        b.schedule = 0;
+        dl_train_result ra, rb;
+        ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
+        ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
+        for (int i = 0; i < ra.nsteps; i++)
+            ck_assert_msg(ra.steps[i].loss == rb.steps[i].loss, "bf16 zero %d step %d: loss %.17g "
+                          "with pp 2, %.17g without", zero, i + 1, ra.steps[i].loss,
+                          rb.steps[i].loss);
+        char name[48];
+        double w = tu_worst_tensor_rel(&a.model, ra.params, rb.params, name);
+        ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero,
+                      w, name);
+        dl_train_result_free(&ra);
+        dl_train_result_free(&rb);
+    }
+}
+END_TEST
+
 /* ---- asynchronous PipeDream: weight versions ---------------------------------------------- */
 
 START_TEST(async_versions)
@@ -334,6 +372,8 @@ int main(void)
     tcase_add_loop_test(tc, pp_f64, 0, DL_TEST_SMALL ? 3 : NCASES);
     tcase_add_loop_test(tc, pp_f32, 0, DL_TEST_SMALL ? 1 : 4);
     tcase_add_test(tc, pp_tied_f64);
+    tcase_add_test(tc, pp_zero3_f64);
+    tcase_add_test(tc, pp_bf16_same_as_dp);
     tcase_add_test(tc, async_versions);
     tcase_add_test(tc, activation_memory);
     if (!DL_TEST_SMALL) {
