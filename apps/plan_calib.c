@@ -257,21 +257,55 @@ static double run_once(const pc_model *m, const pc_layout *L, int steps, dl_trai
 /* ---------------------------------------------------------------------------------------- */
 /* Predictions                                                                                */
 
+/* The trainer's ZeRO shard per rank: units (the embeddings, each layer, the head) each padded to
+ * a multiple of dp, rank r owning block r of every unit (include/distlab/zero.h); the sum of the
+ * blocks. */
+static size_t pc_zero_shard(const dl_gpt_layout *lay, int dp)
+{
+    size_t *b = malloc(sizeof(size_t) * (size_t)(lay->ntensors + 2));
+    int n = 0;
+    if (!b) return lay->numel;
+    if (lay->part.embed) b[n++] = 0;
+    for (int k = 0; k < lay->ntensors; k++) {
+        const char *nm = lay->t[k].name;
+        size_t len = strlen(nm);
+        if ((len > 12 && !strcmp(nm + len - 12, ".ln_1.weight")) || !strcmp(nm, "ln_f.weight"))
+            if (n == 0 || b[n - 1] != lay->t[k].offset) b[n++] = lay->t[k].offset;
+    }
+    b[n] = lay->numel;
+    dl_zero_units z;
+    size_t S = lay->numel;
+    if (n > 0 && dl_zero_units_init(&z, b, n, dp, 0) == DL_OK) {
+        S = z.shard;
+        dl_zero_units_free(&z);
+    }
+    free(b);
+    return S;
+}
+
+/* Model-state bytes of a rank holding `lay` (f32/f64): params, grads, AdamW m and v, sharded as
+ * the trainer shards them: stage 1 the optimizer state, 2 also the gradient (the full buffer is
+ * never held), 3 also the parameters. */
+static void pc_state_of(const dl_gpt_layout *lay, int dp, int zero, int dsize, double bytes[3])
+{
+    int st = dp > 1 ? zero : 0;
+    double P = (double)lay->numel, S = st ? (double)pc_zero_shard(lay, dp) : P;
+    bytes[0] = (st == 3 ? S : P) * dsize;
+    bytes[1] = (st >= 2 ? S : P) * dsize;
+    bytes[2] = 2.0 * S * dsize;
+}
+
 void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize,
                       double bytes[3], size_t *numel_out)
 {
     /* every tp rank holds the same number of elements (the shards are equal blocks) */
     dl_gpt_layout *lay = NULL;
-    size_t P = 0;
-    if (dl_gpt_layout_create(c, tp, 0, &lay) == DL_OK) P = lay->numel;
+    bytes[0] = bytes[1] = bytes[2] = 0;
+    if (numel_out) *numel_out = 0;
+    if (dl_gpt_layout_create(c, tp, 0, &lay) != DL_OK) return;
+    pc_state_of(lay, dp, zero, dsize, bytes);
+    if (numel_out) *numel_out = lay->numel;
     dl_gpt_layout_destroy(lay);
-    int stage = dp > 1 ? zero : 0;
-    dl_zero_shard z;
-    dl_zero_shard_init(&z, P, stage ? dp : 1, 0);
-    bytes[0] = (double)P * dsize;                                         /* params */
-    bytes[1] = (double)P * dsize + (stage == 2 ? (double)z.shard * dsize : 0); /* grads (+ shard) */
-    bytes[2] = 2.0 * (double)(stage ? z.shard : P) * dsize;              /* AdamW m and v */
-    if (numel_out) *numel_out = P;
 }
 
 typedef struct pc_pred {
@@ -281,16 +315,17 @@ typedef struct pc_pred {
 } pc_pred;
 
 /* Blocking collectives of one training step per rank (distlab-train's defaults: 1 MiB gradient
- * buckets, no overlap): dp gradient buckets (ZeRO 1/2: a reduce-scatter and an all-gather per
- * round of about a bucket), tp's 4 all-reduces per layer (2 forward, 2 backward) per
+ * buckets, no overlap): dp gradient buckets, or with ZeRO per unit (the embeddings, each layer,
+ * the head) a reduce-scatter and an all-gather (stages 1, 2) or two all-gathers and a
+ * reduce-scatter (stage 3), tp's 4 all-reduces per layer (2 forward, 2 backward) per
  * micro-batch, and the loss and gradient-norm scalars. */
 static int pc_collectives(const pc_model *m, int dp, int tp, int zero, size_t P)
 {
     size_t bucket = (size_t)(1.0 * 1048576.0 / 4);
     int n = 0;
     if (dp > 1) {
-        int rounds = (int)((P + bucket - 1) / bucket);
-        n += zero ? 2 * rounds : rounds;
+        int rounds = (int)((P + bucket - 1) / bucket), units = m->cfg.layers + 2;
+        n += zero == 3 ? 3 * units : zero ? 2 * units : rounds;
     }
     if (tp > 1) n += 4 * m->cfg.layers;
     if (dp * tp > 1) n += 2;
@@ -300,7 +335,7 @@ static int pc_collectives(const pc_model *m, int dp, int tp, int zero, size_t P)
 static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int tp, int zero,
                             int cores, pc_pred *p)
 {
-    (void)zero; /* ZeRO 1/2: reduce-scatter + all-gather = the all-reduce's bytes */
+    /* ZeRO 1/2: reduce-scatter + all-gather = the all-reduce's bytes; 3: one more all-gather */
     memset(p, 0, sizeof *p);
     double blocks, head;
     pc_gemm_flops(m, &blocks, &head);
@@ -317,7 +352,9 @@ static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int
     double pb[3];
     size_t P;
     pc_state_predict(&m->cfg, dp, tp, zero, 4, pb, &P);
-    if (dp > 1) p->dp_comm = 2.0 * (dp - 1) * (alpha + (double)P * 4 / (dp * beta));
+    if (dp > 1)
+        p->dp_comm = (dp > 1 && zero == 3 ? 1.5 : 1.0) * 2.0 * (dp - 1) *
+                     (alpha + (double)P * 4 / (dp * beta));
     if (tp > 1) {
         double msg = (double)m->micro_batch * m->cfg.seq * m->cfg.d_model * 4;
         p->tp_comm = 4.0 * m->cfg.layers * 2.0 * (tp - 1) * (alpha + msg / (tp * beta));
@@ -355,15 +392,21 @@ static int pc_stage_numel(const dl_gpt_config *c, int tp, int pp, int stage, siz
 static void pc_state_predict_stage(const dl_gpt_config *c, const pc_layout *L, int stage,
                                    int dsize, double bytes[3], size_t *numel_out)
 {
-    size_t P = 0;
-    if (pc_stage_numel(c, L->tp, L->pp, stage, &P, NULL) != 0) P = 0;
-    int zst = L->dp > 1 ? L->zero : 0;
-    dl_zero_shard z;
-    dl_zero_shard_init(&z, P, zst ? L->dp : 1, 0);
-    bytes[0] = (double)P * dsize;
-    bytes[1] = (double)P * dsize + (zst == 2 ? (double)z.shard * dsize : 0);
-    bytes[2] = 2.0 * (double)(zst ? z.shard : P) * dsize;
-    if (numel_out) *numel_out = P;
+    int bounds[65];
+    double cost[64];
+    dl_gpt_part part;
+    dl_gpt_layout *lay = NULL;
+    bytes[0] = bytes[1] = bytes[2] = 0;
+    if (numel_out) *numel_out = 0;
+    if (L->pp > 64 || c->layers > 64) return;
+    for (int i = 0; i < c->layers; i++) cost[i] = 1;
+    if (dl_sched_partition(cost, c->layers, L->pp, 0, bounds, NULL, NULL) != DL_OK ||
+        dl_gpt_part_stage(c, L->pp, 1, stage, bounds, &part) != DL_OK ||
+        dl_gpt_layout_create_part(c, L->tp, 0, &part, &lay) != DL_OK)
+        return;
+    pc_state_of(lay, L->dp, L->zero, dsize, bytes);
+    if (numel_out) *numel_out = lay->numel;
+    dl_gpt_layout_destroy(lay);
 }
 
 /* A pipelined step: each micro-batch's forward and backward through the slowest stage, (m + p -
@@ -403,7 +446,7 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
     double hop = hw->p2p_lat + (hw->p2p_bw > 0 ? msg / hw->p2p_bw : 0);
     double pipe_comm = L->pp > 1 ? 2.0 * steps * hop : 0;
     double alpha = hw->intra_lat, beta = hw->intra_bw;
-    if (L->dp > 1) p->dp_comm = 2.0 * (L->dp - 1) * (alpha + (double)Pmax * 4 / (L->dp * beta));
+    if (L->dp > 1) p->dp_comm = (L->zero == 3 ? 1.5 : 1.0) * 2.0 * (L->dp - 1) * (alpha + (double)Pmax * 4 / (L->dp * beta));
     if (L->tp > 1)
         p->tp_comm = 4.0 * m->cfg.layers / L->pp * L->m * 2.0 * (L->tp - 1) *
                      (alpha + msg / (L->tp * beta));
@@ -529,7 +572,7 @@ static const char *const val_help =
     "\n"
     "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
     "AdamW state, from the tp sharding, the pipeline stage and the ZeRO shard) for local layouts\n"
-    "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-2), runs them through the trainer for a few steps and\n"
+    "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-3), runs them through the trainer for a few steps and\n"
     "prints predicted vs measured. Layouts with more ranks than cores are marked oversubscribed:\n"
     "the time goal (within 25%) applies to the others, the memory goal (within 2%) to all.\n"
     "Exit status 0 when the goals hold, 1 otherwise.\n"
@@ -634,9 +677,11 @@ int plan_validate_main(int argc, char **argv)
         {1, 1, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0}, {1, 2, 0, 1, 1, 0}, {2, 1, 1, 1, 1, 0},
         {2, 1, 2, 1, 1, 0}, {2, 2, 0, 1, 1, 0}, {4, 1, 0, 1, 1, 0}, {1, 4, 0, 1, 1, 0},
         {4, 1, 2, 1, 1, 0}, {2, 2, 1, 1, 1, 0}, {8, 1, 0, 1, 1, 0}, {2, 4, 0, 1, 1, 0},
+        {2, 1, 3, 1, 1, 0}, {4, 1, 3, 1, 1, 0}, {2, 2, 3, 1, 1, 0},
         {1, 1, 0, 2, 4, DL_SCHED_1F1B}, {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
         {2, 1, 1, 2, 4, DL_SCHED_1F1B}, {1, 2, 0, 2, 4, DL_SCHED_1F1B},
-        {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B}};
+        {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B},
+        {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
     int nall = (int)(sizeof all / sizeof all[0]);
     printf("# model L %d C %d H %d T %d, micro-batch %d per dp rank (global batch dp x %d), f32, "
            "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
@@ -771,7 +816,7 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
             for (int pp = 1; pp <= nr / tp; pp++) {
                 if ((nr / tp) % pp || pp > cfg->layers) continue;
                 int dp = nr / tp / pp;
-                for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++) {
+                for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
                     if (k == cap) return dl_error(DL_EINVAL, "search: more than %d layouts", cap);
                     pc_layout L = {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1,
                                    pp > 1 ? DL_SCHED_1F1B : 0};

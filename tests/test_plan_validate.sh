@@ -46,7 +46,7 @@ grep -q "yes" "$TMP/val" || fail "validate: no oversubscribed layout marked"
 head -1 "$TMP/search" | grep -q 'dp,tp,pp,zero,m,ranks,over,step_ms,tokens_per_s,state_mb' ||
   fail "search --hardware profile: header $(head -1 "$TMP/search")"
 n=$(($(wc -l <"$TMP/search") - 1))
-[ "$n" -eq 22 ] || fail "search --hardware profile: $n layouts on 1..4 ranks, want 22"
+[ "$n" -eq 27 ] || fail "search --hardware profile: $n layouts on 1..4 ranks, want 27"
 
 
 if [ "$fails" -ne 0 ]; then
