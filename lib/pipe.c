@@ -286,6 +286,8 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
     dl_comm_get_stats(e->grad_comm, &g1);
     for (int k = 0; k < DL_NPURPOSES; k++)
         st->bytes_sent += c1.bytes_sent[k] - c0.bytes_sent[k] + g1.bytes_sent[k] - g0.bytes_sent[k];
+    st->chan_wait_ns = (c1.wait_ns - c0.wait_ns) + (g1.wait_ns - g0.wait_ns);
+    st->sleeps = (c1.sleeps - c0.sleeps) + (g1.sleeps - g0.sleeps);
     dl_trace_add(trace, trace_rank, DL_TR_STEP, step, -1, 0, t_start, t);
     if (rc) {
         char prev[768], buf[32];

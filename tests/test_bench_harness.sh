@@ -75,7 +75,8 @@ rows = list(csv.DictReader(l for l in open(csvf) if not l.startswith('#')))
 assert rows, "no CSV rows"
 recs = [json.loads(l) for l in open(jsonf)]
 kinds = [r["type"] for r in recs]
-assert kinds[0] == "config" and kinds[-1] == "summary" and set(kinds[1:-1]) == {"row"}, kinds
+assert kinds[0] == "config" and kinds[-1] == "summary", kinds
+assert set(kinds[1:-1]) == ({"row", "pipeline"} if sub == "contention" else {"row"}), kinds
 for r in recs:
     assert r["schema"] == "distlab/1" and r["app"] == "distlab-bench" and r["subcommand"] == sub
 assert "openblas" in recs[0]["machine"] and recs[0]["machine"]["pus"] >= 1
@@ -96,6 +97,14 @@ elif sub == "contention":
         assert 0 <= r["wait_pct"] <= 100 and abs(r["wait_pct"] + r["work_pct"] - 100) < 1e-9
         assert r["us_per_op"] > 0 and r["sleeps_per_op"] >= 0
         assert r["wait_mode"] == ("yield" if r["oversubscribed"] else "spin")
+    # the pipeline engine on the stage counts that are at least 2: work + wait + other = 100
+    pipe = [r for r in recs if r["type"] == "pipeline"]
+    assert pipe, "no pipeline records"
+    for r in pipe:
+        assert r["stages"] >= 2 and r["microbatches"] == 2 * r["stages"] and r["ms_per_step"] > 0
+        assert abs(r["work_pct"] + r["wait_pct"] + r["other_pct"] - 100) < 1e-6, r
+        assert 0 < r["work_pct"] <= 100 and 0 <= r["wait_pct"] <= 100
+        assert abs(r["lecture_bubble_pct"] - 100 * (r["stages"] - 1) / (3 * r["stages"] - 1)) < 1e-9
 else:
     assert {r["mode"] for r in rows} == {"thread", "alternating"}
     for r in body:

@@ -68,6 +68,9 @@ typedef struct dl_pipe_stats {
     int fwd, bwd;           /* of which forwards, backwards */
     size_t staging_bytes;   /* staging buffers held (their peak so far) */
     uint64_t bytes_sent;    /* hand-off bytes this stage sent in the step */
+    uint64_t chan_wait_ns;  /* of the hand-offs' time, waiting on the channels (the channel
+                             * counters: a peer not there yet), the rest being copies */
+    uint64_t sleeps;        /* waits that slept on a futex rather than spinning or yielding */
 } dl_pipe_stats;
 
 /* Run this stage's actions of s (s->p must equal the pp group's size; validate schedules
