@@ -20,8 +20,13 @@ static int launched_by_mpirun(void)
 
 int app_mpi_start(int *argc, char ***argv)
 {
-    if (!dl_mpi_available() || !launched_by_mpirun())
+    if (!launched_by_mpirun())
         return 1;
+    if (!dl_mpi_available()) {
+        cli_error("warning: launched by mpirun but built without MPI: every process runs a world "
+                  "of its own (configure --with-mpi)");
+        return 1;
+    }
     if (dl_mpi_init(argc, argv)) {
         cli_error("%s", dl_errmsg());
         return -1;
