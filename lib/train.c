@@ -13,6 +13,7 @@
 #include "distlab/data.h"
 #include "distlab/ckpt.h"
 #include "distlab/zero.h"
+#include "distlab/mpi.h"
 
 void dl_train_opts_init(dl_train_opts *o)
 {
@@ -935,6 +936,48 @@ static int dump_step(rank_state *s, const void *grads, int es)
     return rc;
 }
 
+/* Under MPI the world spans processes and each process has its own copy of the run's tables,
+ * filled by its own ranks: every rank shares its peaks and per-step figures with all (an
+ * all-gather over the world), and each process's first rank fills the other processes' rows, so
+ * that every process's summary covers every rank. */
+static int share_rank_stats(rank_state *s, dl_comm *world, const uint64_t *peak)
+{
+    run *R = s->R;
+    int n = R->nranks, rank = dl_ctx_rank(s->ctx), S = R->o->eval_only ? 0 : R->o->steps;
+    int P = dl_mpi_size();
+    size_t per = DL_MEM_NCATEGORIES + 5 * (size_t)S;
+    double *all = calloc(per * (size_t)n, sizeof(double)), *mine;
+    if (!all)
+        return dl_error(DL_ENOMEM, "training: out of memory sharing the ranks' figures");
+    mine = all + per * (size_t)rank;
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
+        mine[c] = (double)peak[c];
+    for (int i = 0; i < S; i++) {
+        size_t at = (size_t)i * n + rank;
+        double *v = mine + DL_MEM_NCATEGORIES + 5 * (size_t)i;
+        v[0] = R->step_ms[at], v[1] = R->pp_busy[at], v[2] = R->pp_wall[at];
+        v[3] = R->pp_engine[at], v[4] = R->pp_gap[at];
+    }
+    int rc = dl_allgather(world, mine, all, per * (size_t)n, DL_F64, DL_PURPOSE_OTHER);
+    int local = n / P, first = dl_mpi_rank() * local;
+    if (rc == DL_OK && rank == first)
+        for (int r = 0; r < n; r++) {
+            if (r >= first && r < first + local)
+                continue; /* this process's own ranks wrote theirs */
+            const double *v = all + per * (size_t)r;
+            for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
+                R->res->peak[(size_t)r * DL_MEM_NCATEGORIES + c] = (uint64_t)v[c];
+            for (int i = 0; i < S; i++) {
+                size_t at = (size_t)i * n + r;
+                const double *w = v + DL_MEM_NCATEGORIES + 5 * (size_t)i;
+                R->step_ms[at] = w[0], R->pp_busy[at] = w[1], R->pp_wall[at] = w[2];
+                R->pp_engine[at] = w[3], R->pp_gap[at] = (int)w[4];
+            }
+        }
+    free(all);
+    return rc;
+}
+
 /* AdamW over this rank's blocks of every unit (stage 0: the units themselves), from the reduced
  * gradient, with state of the shard's size; bf16: on the fp32 master copy, then the bf16
  * parameters are its rounding. Stages 1-2 then all-gather the updated parameters unit by unit;
@@ -1309,6 +1352,8 @@ out:
         dl_arena_get_stats(dl_ctx_arena(ctx), &as);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
             res->peak[(size_t)rank * DL_MEM_NCATEGORIES + c] = as.peak[c];
+        if (dl_mpi_size() > 1)
+            rc = share_rank_stats(s, world, as.peak);
     }
     if (s->m)
         dl_arena_free(dl_ctx_arena(ctx), s->m);

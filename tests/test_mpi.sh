@@ -73,6 +73,17 @@ if [ -x "$TRAIN" ] && command -v python3 >/dev/null; then
       cat "$tmp/mpi.log"; bad "trainer under mpirun ($name)"; continue; fi
     if cmp_losses "$tmp/mpi.json" "$tmp/one.json" "$tol"; then ok "trainer $name equals one process"
     else bad "trainer $name differs from one process"; fi
+    # the summary covers every rank, those of the other processes too: each rank's peak
+    # parameter bytes equal the single-process run's
+    if python3 - "$tmp/mpi.json" "$tmp/one.json" <<'PY'; then ok "trainer $name: every rank's peak memory in the summary"
+import json, sys
+def peaks(p):
+    s = [r for r in map(json.loads, open(p)) if r.get("type") == "summary"][-1]
+    return [(r["rank"], r["params"]) for r in s["peak_bytes_per_rank"]]
+a, b = peaks(sys.argv[1]), peaks(sys.argv[2])
+sys.exit(0 if a == b and all(v > 0 for _, v in a) else 1)
+PY
+    else bad "trainer $name: the summary's per-rank peaks differ from one process's"; fi
   done
   rm -rf "$tmp"
 else
