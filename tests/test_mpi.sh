@@ -9,7 +9,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 # loopback only; no warnings about the missing high-speed fabrics
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_pml=ob1
-run() { timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$@"; }
+# Open MPI needs to be told that more processes than cores is fine and not to bind; MPICH's
+# hydra launcher takes neither option (and does neither by default)
+if "$MPIRUN" --version 2>&1 | grep -qi hydra; then
+  run() { timeout 300 "$MPIRUN" -n "$@"; }
+else
+  run() { timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$@"; }
+fi
 fails=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
