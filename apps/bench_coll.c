@@ -703,6 +703,31 @@ static void csv_num(FILE *f, double v, int decimals)
     if (isfinite(v)) fprintf(f, "%.*f", decimals, v);
 }
 
+/* The MPI columns of row i: per-rank intra/inter-node link bandwidth of the out-of-place cell (the
+ * in-place one if only that ran), and with --vs-mpi plain MPI's time, busbw and distlab / MPI
+ * (NAN where not measured). */
+static void mpi_cols(const bench *b, int i, double *intra, double *inter, double *mpi_us,
+                     double *mpi_bus, double *ratio)
+{
+    const coll_cfg *c = b->c;
+    *intra = *inter = *mpi_us = *mpi_bus = *ratio = NAN;
+    if (c->nprocs > 1) {
+        size_t ci = (size_t)i * NMODES + (b->cells[(size_t)i * NMODES].valid ? 0 : 1);
+        double ns = b->cells[ci].time_us * 1e3;
+        *intra = ns > 0 ? b->intra_b[ci] / ns : 0.0;
+        *inter = ns > 0 ? b->inter_b[ci] / ns : 0.0;
+    }
+    if (c->vs_mpi) {
+        const cell *ce = &b->cells[(size_t)i * NMODES];
+        double us = b->mpi_us[(size_t)i * NMODES];
+        if (isfinite(us) && us > 0 && ce->valid) {
+            *mpi_us = us;
+            *mpi_bus = (double)b->rows[i].bytes / (us * 1e3) * bus_factor(b->rows[i].op, c->nprocs);
+            *ratio = *mpi_bus > 0 ? ce->busbw / *mpi_bus : NAN;
+        }
+    }
+}
+
 static void print_row(bench *b, int i)
 {
     const coll_cfg *c = b->c;
@@ -727,6 +752,17 @@ static void print_row(bench *b, int i)
             if (c->check) fprintf(f, ",%" PRIu64, ce->wrong);
             else fputc(',', f);
         }
+        double ia, ie, mu, mb, ra;
+        mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
+        if (c->nprocs > 1) {
+            csv_num(f, ia, 4);
+            csv_num(f, ie, 4);
+        }
+        if (c->vs_mpi) {
+            csv_num(f, mu, 3);
+            csv_num(f, mb, 4);
+            csv_num(f, ra, 4);
+        }
         fputc('\n', f);
         fflush(f);
         return;
@@ -749,20 +785,14 @@ static void print_row(bench *b, int i)
         else snprintf(wr, sizeof wr, "N/A");
         fprintf(f, " %s %8.2f %8.2f %6s %7s", t, ce->algbw, ce->busbw, lim, wr);
     }
-    if (c->nprocs > 1) { /* out-of-place cell (in-place if only that ran) */
-        size_t ci = (size_t)i * NMODES + (b->cells[(size_t)i * NMODES].valid ? 0 : 1);
-        double ns = b->cells[ci].time_us * 1e3;
-        fprintf(f, " %8.2f %8.2f", ns > 0 ? b->intra_b[ci] / ns : 0.0,
-                ns > 0 ? b->inter_b[ci] / ns : 0.0);
-    }
+    double ia, ie, mu, mb, ra;
+    mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
+    if (c->nprocs > 1) fprintf(f, " %8.2f %8.2f", ia, ie);
     if (c->vs_mpi) {
-        const cell *ce = &b->cells[(size_t)i * NMODES];
-        double us = b->mpi_us[(size_t)i * NMODES];
-        if (isfinite(us) && us > 0 && ce->valid) {
+        if (isfinite(mu)) {
             char t[32];
-            fmt_time(t, sizeof t, us);
-            double mb = (double)rw->bytes / (us * 1e3) * bus_factor(rw->op, c->nprocs);
-            fprintf(f, " %s %8.2f %6.2f", t, mb, mb > 0 ? ce->busbw / mb : 0.0);
+            fmt_time(t, sizeof t, mu);
+            fprintf(f, " %s %8.2f %6.2f", t, mb, isfinite(ra) ? ra : 0.0);
         } else {
             fprintf(f, " %9s %8s %6s", "-", "-", "-");
         }
@@ -788,6 +818,8 @@ static void print_preamble(bench *b)
             const char *p = mode == MODE_OOP ? "oop" : "ip";
             printf(",%s_time_us,%s_algbw_gbs,%s_busbw_gbs,%s_lim_pct,%s_wrong", p, p, p, p, p);
         }
+        if (c->nprocs > 1) printf(",intra_gbs,inter_gbs");
+        if (c->vs_mpi) printf(",mpi_time_us,mpi_busbw_gbs,dl_over_mpi");
         printf("\n");
         fflush(stdout);
         return;
@@ -1176,7 +1208,9 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
     fprintf(f, ",\n  \"ops\": [");
     for (int o = 0, k = 0; o < NOPS; o++)
         if (c->ops[o]) fprintf(f, "%s\"%s\"", k++ ? ", " : "", op_name[o]);
-    fprintf(f, "],\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": \"%s\",\n",
+    fprintf(f, "],\n  \"processes\": %d,\n  \"threads_per_process\": %d,", c->nprocs,
+            c->nprocs > 1 ? c->nranks / c->nprocs : c->nranks);
+    fprintf(f, "\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": \"%s\",\n",
             c->nranks, b->nnodes, dl_node_kind_name(c->w.nodes), dl_place_policy_name(c->w.policy));
     fprintf(f, "  \"topology\": ");
     json_str(f, b->topo.desc);
@@ -1221,6 +1255,24 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             json_num(f, ce->lim_pct);
             if (c->check) fprintf(f, ", \"wrong\": %" PRIu64 "}", ce->wrong);
             else fprintf(f, ", \"wrong\": null}");
+        }
+        double ia, ie, mu, mb, ra;
+        mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
+        if (c->nprocs > 1) {
+            fprintf(f, ", \"link_gbs\": {\"intra\": ");
+            json_num(f, ia);
+            fprintf(f, ", \"inter\": ");
+            json_num(f, ie);
+            fputc('}', f);
+        }
+        if (c->vs_mpi) {
+            fprintf(f, ", \"mpi\": {\"time_us\": ");
+            json_num(f, mu);
+            fprintf(f, ", \"busbw_gbs\": ");
+            json_num(f, mb);
+            fprintf(f, ", \"dl_over_mpi\": ");
+            json_num(f, ra);
+            fputc('}', f);
         }
         fputc('}', f);
     }

@@ -96,5 +96,28 @@ else
   echo "skip: trainer comparison (no apps/distlab-train or python3)"
 fi
 
+# distlab-bench coll under mpirun: the JSON and CSV carry the intra/inter-node link bandwidth and
+# plain MPI's figures next to distlab's
+BENCH=apps/distlab-bench
+if [ -x "$BENCH" ] && command -v python3 >/dev/null; then
+  bt=$(mktemp -d)
+  if run 2 "$BENCH" coll --threads 2 -b 64K -e 256K -f 4 -n 3 -w 1 --vs-mpi --json >"$bt/c.json" 2>/dev/null &&
+     python3 - "$bt/c.json" <<'PY'; then ok "bench coll --vs-mpi --json under mpirun"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["processes"] == 2 and d["threads_per_process"] == 2 and d["ranks"] == 4, d
+for r in d["rows"]:
+    assert r["link_gbs"]["intra"] > 0 and r["link_gbs"]["inter"] > 0, r
+    assert r["mpi"]["time_us"] > 0 and r["mpi"]["busbw_gbs"] > 0 and r["mpi"]["dl_over_mpi"] > 0, r
+    assert r["out_of_place"]["wrong"] == 0, r
+PY
+  else bad "bench coll --vs-mpi --json under mpirun"; fi
+  if run 2 "$BENCH" coll --threads 1 -b 64K -e 64K -n 3 -w 1 --vs-mpi --csv >"$bt/c.csv" 2>/dev/null &&
+     head -1 "$bt/c.csv" | grep -q ',intra_gbs,inter_gbs,mpi_time_us,mpi_busbw_gbs,dl_over_mpi$'; then
+    ok "bench coll --vs-mpi --csv under mpirun"
+  else bad "bench coll --vs-mpi --csv under mpirun"; fi
+  rm -rf "$bt"
+fi
+
 [ $fails -eq 0 ] && echo "all MPI tests passed" || echo "$fails MPI tests failed"
 [ $fails -eq 0 ]
