@@ -103,19 +103,12 @@ typedef struct pstage {
     float in[PIPE_COUNT], out[PIPE_COUNT];
 } pstage;
 
-static void spin_us(int us)
-{
-    uint64_t end = dl_now_ns() + (uint64_t)us * 1000u;
-    while (dl_now_ns() < end)
-        ;
-}
-
 static void *p_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((pstage *)arg)->in; }
 static int p_fwd(void *arg, int mb, int ch, const void **out)
 {
     pstage *s = arg;
     (void)mb, (void)ch;
-    spin_us(s->r->fwd_us);
+    bu_spin_until(dl_now_ns(), (uint64_t)s->r->fwd_us * 1000u);
     *out = s->out;
     return DL_OK;
 }
@@ -123,7 +116,7 @@ static int p_bwd(void *arg, int mb, int ch, const void **din)
 {
     pstage *s = arg;
     (void)mb, (void)ch;
-    spin_us(2 * s->r->fwd_us);
+    bu_spin_until(dl_now_ns(), 2u * (uint64_t)s->r->fwd_us * 1000u);
     *din = s->out;
     return DL_OK;
 }

@@ -411,8 +411,7 @@ static void do_work(int work, uint64_t start, uint64_t ns)
         struct timespec ts = pb_deadline(start, ns);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
     } else {
-        uint64_t end = start + ns;
-        while (dl_now_ns() < end) __builtin_ia32_pause();
+        bu_spin_until(start, ns);
     }
 }
 

@@ -112,11 +112,6 @@ typedef struct point {
     double bubble;                    /* pp: measured total bubble */
 } point;
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Each instant of a step's window goes to one class, the most specific event covering it:
  * communication (a collective, posting a hand-off) over waiting for a hand-off over compute
@@ -191,8 +186,7 @@ static void breakdown(const dl_trace *t, int steps, point *p)
             *out[k] = NAN;
             continue;
         }
-        qsort(f[k], (size_t)n, sizeof(double), cmp_d);
-        *out[k] = n % 2 ? f[k][n / 2] : 0.5 * (f[k][n / 2 - 1] + f[k][n / 2]);
+        *out[k] = cli_median(f[k], (size_t)n);
     }
 }
 

@@ -189,6 +189,16 @@ int bu_selftest(FILE *f)
     return ok;
 }
 
+void bu_spin_until(uint64_t start, uint64_t ns)
+{
+    uint64_t end = start + ns;
+    while (dl_now_ns() < end) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 double bu_median(const double *v, size_t n)
 {
     if (n == 0) return NAN;

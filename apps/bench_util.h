@@ -84,6 +84,9 @@ int bu_plot(const char *file, const char *data, const char *script);
 
 /* Median of v[0..n-1] (sorts a copy). */
 double bu_median(const double *v, size_t n);
+/* Busy-wait until `ns` nanoseconds after `start` (dl_now_ns clock): fixed "compute" that
+ * occupies a core, for the harness's emulated work. */
+void bu_spin_until(uint64_t start, uint64_t ns);
 
 /* The subcommands: argv[0] is the subcommand's name; return the exit status (0 ok, 1 a failed
  * run, 2 bad usage). */

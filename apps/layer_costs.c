@@ -12,13 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "cli.h"
 #include "layer_costs.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, int reps,
                         double *costs, char *desc, size_t desc_len)
@@ -83,10 +78,8 @@ int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, 
     if (rc)
         goto out;
     double med[3] = {0, 0, 0};
-    for (int k = 0; k < n; k++) {
-        qsort(t + (size_t)k * reps, (size_t)reps, sizeof(double), cmp_double);
-        med[k] = t[(size_t)k * reps + reps / 2] / 1e6; /* ms */
-    }
+    for (int k = 0; k < n; k++)
+        med[k] = cli_median(t + (size_t)k * reps, (size_t)reps) / 1e6; /* ms */
     for (int l = 0; l < L; l++)
         costs[l] = l == 0 ? med[0] : l == L - 1 ? med[n - 1] : med[1];
     if (desc) {

@@ -371,39 +371,30 @@ static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int
 /* Pipeline layouts: what stage `stage` holds (the trainer's even split of the layers) and
  * its model-state bytes. The trainer's stage s holds layers bounds[s] .. bounds[s+1]-1, stage 0
  * the embeddings, the last stage ln_f and the head. */
-static int pc_stage_numel(const dl_gpt_config *c, int tp, int pp, int stage, size_t *numel,
-                          int *nlayers)
+static dl_gpt_layout *pc_stage_layout(const dl_gpt_config *c, int tp, int pp, int stage,
+                                      int *nlayers)
 {
     int bounds[65];
     double cost[64];
-    if (pp > 64 || pp > c->layers) return -1;
-    for (int i = 0; i < c->layers && i < 64; i++) cost[i] = 1;
-    if (dl_sched_partition(cost, c->layers, pp, 0, bounds, NULL, NULL) != DL_OK) return -1;
     dl_gpt_part part;
-    if (dl_gpt_part_stage(c, pp, 1, stage, bounds, &part) != DL_OK) return -1;
     dl_gpt_layout *lay = NULL;
-    if (dl_gpt_layout_create_part(c, tp, 0, &part, &lay) != DL_OK) return -1;
-    *numel = lay->numel;
+    if (pp > 64 || c->layers > 64 || pp > c->layers) return NULL;
+    for (int i = 0; i < c->layers; i++) cost[i] = 1;
+    if (dl_sched_partition(cost, c->layers, pp, 0, bounds, NULL, NULL) != DL_OK ||
+        dl_gpt_part_stage(c, pp, 1, stage, bounds, &part) != DL_OK ||
+        dl_gpt_layout_create_part(c, tp, 0, &part, &lay) != DL_OK)
+        return NULL;
     if (nlayers) *nlayers = part.count[0];
-    dl_gpt_layout_destroy(lay);
-    return 0;
+    return lay;
 }
 
 static void pc_state_predict_stage(const dl_gpt_config *c, const pc_layout *L, int stage,
                                    int dsize, double bytes[3], size_t *numel_out)
 {
-    int bounds[65];
-    double cost[64];
-    dl_gpt_part part;
-    dl_gpt_layout *lay = NULL;
+    dl_gpt_layout *lay = pc_stage_layout(c, L->tp, L->pp, stage, NULL);
     bytes[0] = bytes[1] = bytes[2] = 0;
     if (numel_out) *numel_out = 0;
-    if (L->pp > 64 || c->layers > 64) return;
-    for (int i = 0; i < c->layers; i++) cost[i] = 1;
-    if (dl_sched_partition(cost, c->layers, L->pp, 0, bounds, NULL, NULL) != DL_OK ||
-        dl_gpt_part_stage(c, L->pp, 1, stage, bounds, &part) != DL_OK ||
-        dl_gpt_layout_create_part(c, L->tp, 0, &part, &lay) != DL_OK)
-        return;
+    if (!lay) return;
     pc_state_of(lay, L->dp, L->zero, dsize, bytes);
     if (numel_out) *numel_out = lay->numel;
     dl_gpt_layout_destroy(lay);
@@ -430,9 +421,11 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
     double per_layer = blocks / m->cfg.layers, slowest = 0, work = 0, slowest_gemm = 0;
     size_t Pmax = 0;
     for (int st = 0; st < L->pp; st++) {
-        size_t P;
         int nl = 0;
-        if (pc_stage_numel(&m->cfg, L->tp, L->pp, st, &P, &nl) != 0) continue;
+        dl_gpt_layout *lay = pc_stage_layout(&m->cfg, L->tp, L->pp, st, &nl);
+        if (!lay) continue;
+        size_t P = lay->numel;
+        dl_gpt_layout_destroy(lay);
         double f = per_layer * nl / L->tp + (st == L->pp - 1 ? head : 0);
         double g = f / rate1 * cf, ng = hw->nongemm_ratio * f / rate1 * ncf;
         if (g + ng > slowest) slowest = g + ng, slowest_gemm = g;

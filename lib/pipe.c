@@ -156,6 +156,62 @@ static int drain_sends(dl_pipe *e)
     return DL_OK;
 }
 
+/* A forward or a backward: receive its input hand-off (an activation from the previous virtual
+ * stage, or a gradient from the next), compute, send its output the other way. The two mirror
+ * each other; `what` names the phase for an error message. */
+static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg,
+                    const dl_sched_action *a, int step, dl_trace *trace, int trace_rank,
+                    dl_pipe_stats *st, const char **what)
+{
+    int fwd = a->op == DL_SCHED_F, prev, next, rc;
+    dl_pipe_peers(e->p, s->v, e->stage, a->chunk, &prev, &next);
+    int from = fwd ? prev : next, to = fwd ? next : prev, kind = fwd ? TAG_ACT : TAG_GRAD;
+    dl_comm *c = fwd ? e->act_comm : e->grad_comm;
+    uint64_t t0, t1;
+    if (from >= 0) {
+        *what = fwd ? "receiving the input activation" : "receiving the output gradient";
+        t0 = dl_now_ns();
+        void *(*where)(void *, int, int) = fwd ? ops->fwd_in : ops->bwd_in;
+        void *in = where ? where(arg, a->mb, a->chunk) : NULL;
+        if (!in)
+            return dl_error(DL_EINVAL, fwd ? "no input buffer" : "no gradient buffer");
+        if ((rc = dl_recv_tag(c, in, e->count, e->t, from, tag_of(kind, a->mb, a->chunk),
+                              DL_PURPOSE_ACTIVATIONS)))
+            return rc;
+        t1 = dl_now_ns();
+        st->recv_ns += t1 - t0;
+        dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
+    }
+    *what = fwd ? "forward" : "backward";
+    const void *out = NULL;
+    t0 = dl_now_ns();
+    if ((rc = fwd ? ops->fwd(arg, a->mb, a->chunk, &out) : ops->bwd(arg, a->mb, a->chunk, &out)))
+        return rc;
+    t1 = dl_now_ns();
+    st->busy_ns += t1 - t0;
+    if (fwd)
+        st->fwd++;
+    else
+        st->bwd++;
+    dl_trace_add(trace, trace_rank, fwd ? DL_TR_FWD : DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
+    if (to < 0)
+        return DL_OK;
+    *what = fwd ? "sending the output activation" : "sending the input gradient";
+    if (!out)
+        return dl_error(DL_EINVAL, fwd ? "the forward returned no output"
+                                       : "the backward returned no input gradient");
+    /* the receiver's chunk: a forward of the last stage hands on to chunk + 1 of stage 0, a
+     * backward of stage 0 back to chunk - 1 of the last stage */
+    int rchunk = a->chunk + (fwd ? e->stage == e->p - 1 : -(e->stage == 0));
+    t0 = t1;
+    if ((rc = send_handoff(e, c, to, tag_of(kind, a->mb, rchunk), out)))
+        return rc;
+    t1 = dl_now_ns();
+    st->send_ns += t1 - t0;
+    dl_trace_add(trace, trace_rank, DL_TR_SEND, step, a->mb, a->chunk, t0, t1);
+    return DL_OK;
+}
+
 int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg, int step,
                 dl_trace *trace, int trace_rank, dl_pipe_stats *st)
 {
@@ -171,7 +227,7 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
         return dl_error(DL_EINVAL, "pipeline: interleaving needs at least 2 stages");
     if (s->v > 64)
         return dl_error(DL_EINVAL, "pipeline: at most 64 model chunks per stage (got %d)", s->v);
-    int p = e->p, stage = e->stage, rc = DL_OK, i = 0;
+    int stage = e->stage, rc = DL_OK, i = 0;
     dl_comm_stats c0, c1, g0, g1;
     dl_comm_get_stats(e->act_comm, &c0);
     dl_comm_get_stats(e->grad_comm, &g0);
@@ -180,9 +236,8 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
     const char *what = "";
     for (i = 0; i < s->len[stage]; i++) {
         const dl_sched_action *a = &acts[i];
-        int prev, next;
-        uint64_t t0, t1;
         if (a->op == DL_SCHED_OPT) {
+            uint64_t t0, t1;
             what = "optimizer step";
             t0 = dl_now_ns();
             if (ops->opt && (rc = ops->opt(arg, a->mb)))
@@ -190,86 +245,8 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
             t1 = dl_now_ns();
             st->opt_ns += t1 - t0;
             dl_trace_add(trace, trace_rank, DL_TR_OPT, step, a->mb, 0, t0, t1);
-        } else if (a->op == DL_SCHED_F) {
-            dl_pipe_peers(p, s->v, stage, a->chunk, &prev, &next);
-            if (prev >= 0) {
-                what = "receiving the input activation";
-                t0 = dl_now_ns();
-                void *in = ops->fwd_in ? ops->fwd_in(arg, a->mb, a->chunk) : NULL;
-                if (!in) {
-                    rc = dl_error(DL_EINVAL, "no input buffer");
-                    break;
-                }
-                if ((rc = dl_recv_tag(e->act_comm, in, e->count, e->t, prev,
-                                      tag_of(TAG_ACT, a->mb, a->chunk), DL_PURPOSE_ACTIVATIONS)))
-                    break;
-                t1 = dl_now_ns();
-                st->recv_ns += t1 - t0;
-                dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
-            }
-            what = "forward";
-            const void *out = NULL;
-            t0 = dl_now_ns();
-            if ((rc = ops->fwd(arg, a->mb, a->chunk, &out)))
-                break;
-            t1 = dl_now_ns();
-            st->busy_ns += t1 - t0;
-            st->fwd++;
-            dl_trace_add(trace, trace_rank, DL_TR_FWD, step, a->mb, a->chunk, t0, t1);
-            if (next >= 0) {
-                what = "sending the output activation";
-                if (!out) {
-                    rc = dl_error(DL_EINVAL, "the forward returned no output");
-                    break;
-                }
-                t0 = t1;
-                if ((rc = send_handoff(e, e->act_comm, next, tag_of(TAG_ACT, a->mb, a->chunk + (next == 0 && stage == p - 1)), out)))
-                    break;
-                t1 = dl_now_ns();
-                st->send_ns += t1 - t0;
-                dl_trace_add(trace, trace_rank, DL_TR_SEND, step, a->mb, a->chunk, t0, t1);
-            }
-        } else {
-            dl_pipe_peers(p, s->v, stage, a->chunk, &prev, &next);
-            if (next >= 0) {
-                what = "receiving the output gradient";
-                t0 = dl_now_ns();
-                void *in = ops->bwd_in ? ops->bwd_in(arg, a->mb, a->chunk) : NULL;
-                if (!in) {
-                    rc = dl_error(DL_EINVAL, "no gradient buffer");
-                    break;
-                }
-                if ((rc = dl_recv_tag(e->grad_comm, in, e->count, e->t, next,
-                                      tag_of(TAG_GRAD, a->mb, a->chunk), DL_PURPOSE_ACTIVATIONS)))
-                    break;
-                t1 = dl_now_ns();
-                st->recv_ns += t1 - t0;
-                dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
-            }
-            what = "backward";
-            const void *din = NULL;
-            t0 = dl_now_ns();
-            if ((rc = ops->bwd(arg, a->mb, a->chunk, &din)))
-                break;
-            t1 = dl_now_ns();
-            st->busy_ns += t1 - t0;
-            st->bwd++;
-            dl_trace_add(trace, trace_rank, DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
-            if (prev >= 0) {
-                what = "sending the input gradient";
-                if (!din) {
-                    rc = dl_error(DL_EINVAL, "the backward returned no input gradient");
-                    break;
-                }
-                t0 = t1;
-                /* the receiver's chunk: one less when the hand-off wraps from stage 0 to p-1 */
-                int rchunk = a->chunk - (stage == 0);
-                if ((rc = send_handoff(e, e->grad_comm, prev, tag_of(TAG_GRAD, a->mb, rchunk), din)))
-                    break;
-                t1 = dl_now_ns();
-                st->send_ns += t1 - t0;
-                dl_trace_add(trace, trace_rank, DL_TR_SEND, step, a->mb, a->chunk, t0, t1);
-            }
+        } else if ((rc = run_work(e, s, ops, arg, a, step, trace, trace_rank, st, &what))) {
+            break;
         }
         st->actions++;
     }

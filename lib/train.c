@@ -1157,7 +1157,6 @@ static int train_rank(dl_ctx *ctx, void *arg)
             /* the pipeline: the engine runs this stage's actions; gradients are reduced after
              * it (stage by stage, not overlapped with the backward) */
             dl_pipe_stats ps;
-            s->step = step;
             s->loss_sum = 0;
             s->max_gap = 0;
             rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, step, R->trace, rank, &ps);
@@ -1401,7 +1400,8 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
 {
     int n = R->nranks, p = o->pp, per = o->dp * o->tp, S = R->steps_done;
     int skip = S > 1 ? 1 : 0, k = S - skip;
-    double *x = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1) * (size_t)(p + 1));
+    /* per step: a stage's figure, or every rank's engine overhead (n >= p) */
+    double *x = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1) * (size_t)n);
     if (!x)
         return;
     for (int st = 0; st < p; st++) {
@@ -1428,11 +1428,10 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
         x[i] = wall > 0 ? 1.0 - busy / (p * wall) : NAN;
     }
     res->pp_bubble_total = median_of(x, k);
-    int m = 0;
     for (int i = 0; i < k; i++)
         for (int r = 0; r < n; r++)
-            x[m++ % (k * (p + 1))] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
-    res->pp_engine_us = median_of(x, m < k * (p + 1) ? m : k * (p + 1));
+            x[(size_t)i * n + r] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
+    res->pp_engine_us = median_of(x, k * n);
     res->pp_bytes_per_step = (double)R->pp_bytes / S;
     free(x);
     dl_sched *sc = NULL;
