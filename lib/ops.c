@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include <cblas.h>
@@ -55,6 +56,39 @@
  * polynomials of exp, erf and the row kernels run about a third faster, and each FMA rounds once
  * instead of twice. (gcc's ISO C modes default to -ffp-contract=off.) */
 #pragma GCC optimize("fp-contract=fast")
+
+/* ---- which kernel runs the attention's small products (see small_mm) ---- */
+
+static _Atomic int mm_cap = -2; /* -2: not yet read from the environment; -1: no cap */
+
+static int mm_hw_level(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f"))
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return 1;
+#endif
+    return 0;
+}
+
+static int mm_level(void)
+{
+    int cap = atomic_load_explicit(&mm_cap, memory_order_relaxed);
+    if (cap == -2) {
+        const char *e = getenv("DISTLAB_SMALL_MM");
+        cap = !e ? -1 : !strcmp(e, "blas") ? 0 : !strcmp(e, "avx2") ? 1 : -1;
+        atomic_store_explicit(&mm_cap, cap, memory_order_relaxed);
+    }
+    int hw = mm_hw_level();
+    return cap >= 0 && cap < hw ? cap : hw;
+}
+
+int dl_ops_small_mm_cap(int cap)
+{
+    atomic_store_explicit(&mm_cap, cap < 0 ? -1 : cap, memory_order_relaxed);
+    return mm_level();
+}
 
 /* ---- GEMM shape log (for the trainer's GEMM-utilisation figure) ---- */
 
@@ -602,23 +636,25 @@ void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
 
 /* The attention's per-head products are small (a block of 32 query rows by up to T keys by the
  * head size): cblas_sgemm spends about as long there in per-call set-up and packing as in its
- * kernel (100-110 GFLOP/s hot on this host, against 125 on the linear layers' shapes). So they
- * run here: a tile of C of up to 4 rows by 4 vectors in registers, B's rows streamed once per
- * tile, op(A)'s elements broadcast. Measured alone on the benchmark model's shapes: 195-245
- * GFLOP/s (AVX-512 clone) against 100-110 for cblas_sgemm. Every element of C sums its K
- * products in order k = 0, 1, ... (in one register lane), whichever tile holds it. */
-typedef real FN(vec) __attribute__((vector_size(64), aligned(sizeof(real)), may_alias));
-#define VLEN ((int)(64 / sizeof(real)))
+ * kernel (100-110 GFLOP/s hot on this host, against 125 on the linear layers' shapes). So on
+ * x86-64 they run here: a tile of C in registers (AVX-512: 4 rows by 4 vectors of 16 floats;
+ * AVX2: 6 rows by 2 vectors of 8, Haswell's register budget), B's rows streamed once per tile,
+ * op(A)'s elements broadcast. Measured alone on the benchmark model's shapes: 204-268 GFLOP/s
+ * (AVX-512) and 106-128 (AVX2) against 99-110 for cblas_sgemm. Every element of C sums its K
+ * products in order k = 0, 1, ... with one FMA each, in whichever lane or tile holds it, so the
+ * two kernels give bitwise the same results. Other CPUs use the BLAS. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define MM_KERNELS 1
 
-/* C[0:ROWS, 0:NV·VLEN] = alpha · op(A) B + beta · C (beta 0: C is not read) */
-#define MM_TILE(TA, ROWS, NV)                                                                      \
+/* C[0:ROWS, 0:NV·VL] = alpha · op(A) B + beta · C (beta 0: C is not read) */
+#define MM_TILE(VT, VL, TA, ROWS, NV)                                                              \
     do {                                                                                           \
-        FN(vec) acc[ROWS][NV], bv[NV];                                                             \
+        VT acc[ROWS][NV], bv[NV];                                                                  \
         for (int r = 0; r < ROWS; r++)                                                             \
-            for (int v = 0; v < NV; v++) acc[r][v] = (FN(vec)){0};                                 \
+            for (int v = 0; v < NV; v++) acc[r][v] = (VT){0};                                      \
         for (int k = 0; k < K; k++) {                                                              \
             const real *b = B + (size_t)k * ldb;                                                   \
-            for (int v = 0; v < NV; v++) bv[v] = *(const FN(vec) *)(b + v * VLEN);                 \
+            for (int v = 0; v < NV; v++) bv[v] = *(const VT *)(b + v * VL);                        \
             for (int r = 0; r < ROWS; r++) {                                                       \
                 real a = TA ? A[(size_t)k * lda + r] : A[(size_t)r * lda + k];                     \
                 for (int v = 0; v < NV; v++) acc[r][v] += a * bv[v];                               \
@@ -626,69 +662,116 @@ typedef real FN(vec) __attribute__((vector_size(64), aligned(sizeof(real)), may_
         }                                                                                          \
         for (int r = 0; r < ROWS; r++)                                                             \
             for (int v = 0; v < NV; v++) {                                                         \
-                FN(vec) *cp = (FN(vec) *)(C + (size_t)r * ldc + v * VLEN), x = alpha * acc[r][v];  \
+                VT *cp = (VT *)(C + (size_t)r * ldc + v * VL), x = alpha * acc[r][v];              \
                 if (beta != 0)                                                                     \
                     x += beta * *cp;                                                               \
                 *cp = x;                                                                           \
             }                                                                                      \
     } while (0)
 
-/* columns [j, j + NV·VLEN) of every row: tiles of 4 rows, then single rows */
-#define MM_COLS(TA, NV)                                                                            \
+/* columns [j, j + NV·VL) of every row: tiles of RT rows, then single rows */
+#define MM_COLS(VT, VL, TA, RT, NV)                                                                \
     do {                                                                                           \
-        const real *A0 = A;                                                                        \
-        real *C0 = C;                                                                              \
         int i = 0;                                                                                 \
-        for (; i + 4 <= M; i += 4) {                                                               \
-            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda);                               \
-            const real *B = B0 + j;                                                                \
+        for (; i + RT <= M; i += RT) {                                                             \
+            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                 \
             real *C = C0 + (size_t)i * ldc + j;                                                    \
-            MM_TILE(TA, 4, NV);                                                                    \
+            MM_TILE(VT, VL, TA, RT, NV);                                                           \
         }                                                                                          \
         for (; i < M; i++) {                                                                       \
-            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda);                               \
-            const real *B = B0 + j;                                                                \
+            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                 \
             real *C = C0 + (size_t)i * ldc + j;                                                    \
-            MM_TILE(TA, 1, NV);                                                                    \
+            MM_TILE(VT, VL, TA, 1, NV);                                                            \
         }                                                                                          \
-        j += NV * VLEN;                                                                            \
+        j += NV * VL;                                                                              \
     } while (0)
 
-#define MM_ALL(TA)                                                                                 \
-    do {                                                                                           \
-        for (; j + 4 * VLEN <= N;) MM_COLS(TA, 4);                                                 \
-        if (j + 2 * VLEN <= N) MM_COLS(TA, 2);                                                     \
-        if (j + VLEN <= N) MM_COLS(TA, 1);                                                         \
-    } while (0)
+/* the last N mod VL (< 16) columns, row by row: k outermost as in a tile, each element the same
+ * FMA chain as a lane. The FMA is explicit: gcc 12 leaves a * b + c unfused in the masked vector
+ * loop it makes of this (measured: the AVX-512 kernel's tail then rounded differently). */
+#define FMA_REAL(a, b, c) _Generic((a), float: __builtin_fmaf, default: __builtin_fma)(a, b, c)
+#define MM_TAIL()                                                                                  \
+    for (int i = 0, w = N - j; i < M && w > 0; i++) {                                              \
+        real acc[16];                                                                              \
+        for (int jj = 0; jj < w; jj++) acc[jj] = 0;                                                \
+        for (int k = 0; k < K; k++) {                                                              \
+            real a = ta ? A0[(size_t)k * lda + i] : A0[(size_t)i * lda + k];                       \
+            const real *b = B0 + (size_t)k * ldb + j;                                              \
+            for (int jj = 0; jj < w; jj++) acc[jj] = FMA_REAL(a, b[jj], acc[jj]);                  \
+        }                                                                                          \
+        real *c = C0 + (size_t)i * ldc + j;                                                        \
+        for (int jj = 0; jj < w; jj++) {                                                           \
+            real x = alpha * acc[jj];                                                              \
+            if (beta != 0)                                                                         \
+                x += beta * c[jj];                                                                 \
+            c[jj] = x;                                                                             \
+        }                                                                                          \
+    }
+
+#define MM_ARGS                                                                                    \
+    int ta, int M, int N, int K, real alpha, const real *A0, int lda, const real *B0, int ldb,     \
+        real beta, real *C0, int ldc
+
+typedef real FN(v64) __attribute__((vector_size(64), aligned(sizeof(real)), may_alias));
+typedef real FN(v32) __attribute__((vector_size(32), aligned(sizeof(real)), may_alias));
+#define VL64 ((int)(64 / sizeof(real)))
+#define VL32 ((int)(32 / sizeof(real)))
+
+__attribute__((target("avx512f"))) static void FN(small_mm_512)(MM_ARGS)
+{
+    int j = 0;
+    if (ta) {
+        for (; j + 4 * VL64 <= N;) MM_COLS(FN(v64), VL64, 1, 4, 4);
+        if (j + 2 * VL64 <= N) MM_COLS(FN(v64), VL64, 1, 4, 2);
+        if (j + VL64 <= N) MM_COLS(FN(v64), VL64, 1, 4, 1);
+    } else {
+        for (; j + 4 * VL64 <= N;) MM_COLS(FN(v64), VL64, 0, 4, 4);
+        if (j + 2 * VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 2);
+        if (j + VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 1);
+    }
+    MM_TAIL()
+}
+
+__attribute__((target("avx2,fma"))) static void FN(small_mm_256)(MM_ARGS)
+{
+    int j = 0;
+    if (ta) {
+        for (; j + 2 * VL32 <= N;) MM_COLS(FN(v32), VL32, 1, 6, 2);
+        if (j + VL32 <= N) MM_COLS(FN(v32), VL32, 1, 6, 1);
+    } else {
+        for (; j + 2 * VL32 <= N;) MM_COLS(FN(v32), VL32, 0, 6, 2);
+        if (j + VL32 <= N) MM_COLS(FN(v32), VL32, 0, 6, 1);
+    }
+    MM_TAIL()
+}
+#undef VL64
+#undef VL32
+#undef MM_ARGS
+#undef MM_TILE
+#undef MM_COLS
+#undef MM_TAIL
+#undef FMA_REAL
+#endif
 
 /* C (M x N, ldc) = alpha · op(A) · B + beta · C; op(A) = A (M x K, lda) or, with ta, Aᵀ of an
  * A stored K x M; B is K x N (ldb). beta 0 writes C without reading it. */
-DL_CLONES
 static void FN(small_mm)(int ta, int M, int N, int K, real alpha, const real *A, int lda,
                          const real *B, int ldb, real beta, real *C, int ldc)
 {
-    if (gemm_log) /* what it stands in for, for the GEMM-utilisation replay */
-        log_gemm(ta, 0, M, N, K);
-    const real *B0 = B;
-    int j = 0;
-    if (ta)
-        MM_ALL(1);
-    else
-        MM_ALL(0);
-    for (int i = 0; i < M && j < N; i++) /* the last N mod VLEN columns */
-        for (int jj = j; jj < N; jj++) {
-            real acc = 0;
-            for (int k = 0; k < K; k++)
-                acc += (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) * B0[(size_t)k * ldb + jj];
-            real x = alpha * acc;
-            if (beta != 0)
-                x += beta * C[(size_t)i * ldc + jj];
-            C[(size_t)i * ldc + jj] = x;
-        }
+#ifdef MM_KERNELS
+    int level = mm_level();
+    if (level > 0) {
+        if (gemm_log) /* what it stands in for, for the GEMM-utilisation replay */
+            log_gemm(ta, 0, M, N, K);
+        if (level == 2)
+            FN(small_mm_512)(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        else
+            FN(small_mm_256)(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    FN(gemm)(ta, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-#undef MM_TILE
-#undef MM_COLS
-#undef MM_ALL
 
 /* keys transposed a chunk at a time into a stack buffer of this many elements */
 #define KT_ELEMS 16384
@@ -696,12 +779,13 @@ static void FN(small_mm)(int ta, int M, int N, int K, real alpha, const real *A,
 /* Causal S = alpha · A Bᵀ for one head (A, B: T rows of HS at strides lda, ldb; S: T x T at
  * stride T): row block [i0, i1) of DL_ATT_BLOCK rows gets keys [0, i1) only, as in the GEMM
  * formulation. B is transposed in chunks of keys (each once) so that small_mm streams rows. */
+DL_CLONES
 static void FN(causal_abt)(real *S, const real *A, int lda, const real *B, int ldb, int T, int HS,
                            real alpha)
 {
-    int kc = (KT_ELEMS / (HS > 0 ? HS : 1)) / VLEN * VLEN;
-    kc = kc > 4 * VLEN ? 4 * VLEN : kc;
-    if (kc < VLEN) { /* a head too wide for the buffer: the GEMMs */
+    int kc = (KT_ELEMS / (HS > 0 ? HS : 1)) / 16 * 16;
+    kc = kc > 64 ? 64 : kc;
+    if (kc < 16) { /* a head too wide for the buffer: the GEMMs */
         for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
             int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
             FN(gemm)(0, 1, i1 - i0, i1, HS, alpha, A + (size_t)i0 * lda, lda, B, ldb, (real)0,
@@ -712,8 +796,14 @@ static void FN(causal_abt)(real *S, const real *A, int lda, const real *B, int l
     real bt[KT_ELEMS];
     for (int c0 = 0; c0 < T; c0 += kc) {
         int w = T - c0 < kc ? T - c0 : kc;
-        for (int c = 0; c < w; c++) /* bt[d][c] = B[c0 + c][d] */
-            for (int d = 0; d < HS; d++) bt[(size_t)d * w + c] = B[(size_t)(c0 + c) * ldb + d];
+        /* bt[d][c] = B[c0 + c][d], in 16 x 16 blocks (both sides stay in a few cache lines) */
+        for (int cb = 0; cb < w; cb += 16)
+            for (int db = 0; db < HS; db += 16) {
+                int ce = cb + 16 < w ? cb + 16 : w, de = db + 16 < HS ? db + 16 : HS;
+                for (int d = db; d < de; d++)
+                    for (int c = cb; c < ce; c++)
+                        bt[(size_t)d * w + c] = B[(size_t)(c0 + c) * ldb + d];
+            }
         for (int i0 = c0 / DL_ATT_BLOCK * DL_ATT_BLOCK; i0 < T; i0 += DL_ATT_BLOCK) {
             int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
             int we = (i1 < c0 + w ? i1 : c0 + w) - c0;
@@ -723,7 +813,6 @@ static void FN(causal_abt)(real *S, const real *A, int lda, const real *B, int l
     }
 }
 #undef KT_ELEMS
-#undef VLEN
 
 /* ---- causal multi-head attention ---- */
 

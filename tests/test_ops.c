@@ -496,6 +496,87 @@ START_TEST(t_attention_split)
 }
 END_TEST
 
+/* The attention's small products at every kernel level the CPU has (2 AVX-512, 1 AVX2 + FMA,
+ * 0 the BLAS), on shapes that use every tile and tail (HS = 44: vectors of 16 and 8 floats plus a
+ * remainder; T = 2 blocks + 6; ldout padded): levels 1 and 2 bitwise equal, every level against
+ * an f64 run of the same inputs (f32) or the BLAS level (f64). */
+static void att_run_f32(int cap, const att_ctx *c, float *out, float *att, float *dqkv)
+{
+    size_t N = (size_t)c->B * c->T, nq = N * 3 * c->C;
+    float *qkv = falloc(nq), *R = falloc(N * c->ldout), *sc = falloc((size_t)c->T * c->T);
+    for (size_t i = 0; i < nq; i++) qkv[i] = (float)c->qkv[i];
+    for (size_t i = 0; i < N * c->ldout; i++) R[i] = (float)c->R[i];
+    dl_ops_small_mm_cap(cap);
+    dl_attention_fwd_f32(out, c->ldout, att, qkv, qkv + c->C, qkv + 2 * c->C, 3 * c->C, c->B,
+                         c->T, c->NH, c->HS);
+    dl_attention_bwd_write_f32(dqkv, dqkv + c->C, dqkv + 2 * c->C, sc, R, c->ldout, qkv,
+                               qkv + c->C, qkv + 2 * c->C, 3 * c->C, att, c->B, c->T, c->NH, c->HS);
+}
+
+static void att_run_f64(int cap, const att_ctx *c, double *out, double *att, double *dqkv)
+{
+    dl_ops_small_mm_cap(cap);
+    dl_attention_fwd_f64(out, c->ldout, att, c->qkv, c->qkv + c->C, c->qkv + 2 * c->C, 3 * c->C,
+                         c->B, c->T, c->NH, c->HS);
+    dl_attention_bwd_write_f64(dqkv, dqkv + c->C, dqkv + 2 * c->C, dalloc((size_t)c->T * c->T),
+                               c->R, c->ldout, c->qkv, c->qkv + c->C, c->qkv + 2 * c->C, 3 * c->C,
+                               att, c->B, c->T, c->NH, c->HS);
+}
+
+static double rel_err_f32(const float *a, const double *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));
+    return m > 0 ? e / m : e;
+}
+
+static double rel_err_f64(const double *a, const double *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));
+    return m > 0 ? e / m : e;
+}
+
+START_TEST(t_small_mm_levels)
+{
+    att_ctx c;
+    att_setup(&c, 2, 2 * DL_ATT_BLOCK + 6, 2, 44);
+    size_t N = (size_t)c.B * c.T, nq = N * 3 * c.C, no = N * c.ldout;
+    size_t na = (size_t)c.B * c.NH * c.T * c.T;
+    round32(c.qkv, nq), round32(c.R, no);
+    int top = dl_ops_small_mm_cap(-1);
+    double *o64[3], *a64[3], *d64[3];
+    float *o32[3], *a32[3], *d32[3];
+    for (int l = 0; l <= top; l++) {
+        o64[l] = dalloc(no), a64[l] = dalloc(na), d64[l] = dalloc(nq);
+        o32[l] = falloc(no), a32[l] = falloc(na), d32[l] = falloc(nq);
+        memset(o64[l], 0, no * sizeof(double)), memset(o32[l], 0, no * sizeof(float));
+        att_run_f64(l, &c, o64[l], a64[l], d64[l]);
+        att_run_f32(l, &c, o32[l], a32[l], d32[l]);
+    }
+    dl_ops_small_mm_cap(-1);
+    for (int l = 0; l <= top; l++) {
+        double e[6] = { rel_err_f32(o32[l], o64[0], no), rel_err_f32(a32[l], a64[0], na),
+                        rel_err_f32(d32[l], d64[0], nq), rel_err_f64(o64[l], o64[0], no),
+                        rel_err_f64(a64[l], a64[0], na), rel_err_f64(d64[l], d64[0], nq) };
+        if (getenv("DISTLAB_TEST_VERBOSE"))
+            printf("  level %d: f32 vs f64 out %.3g att %.3g dqkv %.3g; f64 vs BLAS %.3g %.3g %.3g\n",
+                   l, e[0], e[1], e[2], e[3], e[4], e[5]);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_msg(e[k] <= 1e-5, "level %d: f32 attention differs from f64 by %.3g", l, e[k]);
+            ck_assert_msg(e[3 + k] <= 1e-13, "level %d: f64 attention differs from the BLAS by %.3g",
+                          l, e[3 + k]);
+        }
+    }
+    if (top == 2) {
+        ck_assert(memcmp(o32[1], o32[2], no * sizeof(float)) == 0);
+        ck_assert(memcmp(a32[1], a32[2], na * sizeof(float)) == 0);
+        ck_assert(memcmp(d32[1], d32[2], nq * sizeof(float)) == 0);
+        ck_assert(memcmp(d64[1], d64[2], nq * sizeof(double)) == 0);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* cross-entropy                                                                                */
 
@@ -1145,6 +1226,7 @@ static Suite *ops_suite(void)
     tcase_add_loop_test(tc, t_fd_attention, 0, 2);
     tcase_add_test(tc, t_fd_crossentropy);
     tcase_add_test(tc, t_attention_split);
+    tcase_add_test(tc, t_small_mm_levels);
     tcase_add_test(tc, t_crossentropy_lse);
     tcase_add_test(tc, t_gelu_erf);
     tcase_add_test(tc, t_write_variants);

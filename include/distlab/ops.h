@@ -211,6 +211,13 @@ void dl_ops_gemm_log(dl_gemm_log *log);
 /* GFLOP/s of running the logged GEMMs once on this thread (best of reps), f32 (dsize 4) or f64. */
 double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps);
 
+/* The attention's small matrix products run in the library's own kernel where the CPU has
+ * AVX-512 (level 2) or AVX2 with FMA (level 1), else through the BLAS (level 0); levels 1 and 2
+ * give bitwise the same results. dl_ops_small_mm_cap(c) caps the level for the whole process
+ * (c < 0: no cap) and returns the level now in use; the environment variable
+ * DISTLAB_SMALL_MM=avx512|avx2|blas sets the cap at start-up. */
+int dl_ops_small_mm_cap(int cap);
+
 /* Sum of squares of x (n elements), accumulated in double: a gradient's squared norm for
  * global-norm clipping (reduce the partial sums of all shards, then sqrt). */
 double dl_sumsq_f32(const float *x, size_t n);
