@@ -641,8 +641,9 @@ void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
  * AVX2: 6 rows by 2 vectors of 8, Haswell's register budget), B's rows streamed once per tile,
  * op(A)'s elements broadcast. Measured alone on the benchmark model's shapes: 204-268 GFLOP/s
  * (AVX-512) and 106-128 (AVX2) against 99-110 for cblas_sgemm. Every element of C sums its K
- * products in order k = 0, 1, ... with one FMA each, in whichever lane or tile holds it, so the
- * two kernels give bitwise the same results. Other CPUs use the BLAS. */
+ * products in order k = 0, 1, ... by the same operations (one FMA each in optimised builds) in
+ * whichever lane or tile holds it, so the two kernels give bitwise the same results. Other CPUs
+ * use the BLAS. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MM_KERNELS 1
 
@@ -686,26 +687,26 @@ void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
         j += NV * VL;                                                                              \
     } while (0)
 
-/* the last N mod VL (< 16) columns, row by row: k outermost as in a tile, each element the same
- * FMA chain as a lane. The FMA is explicit: gcc 12 leaves a * b + c unfused in the masked vector
- * loop it makes of this (measured: the AVX-512 kernel's tail then rounded differently). */
-#define FMA_REAL(a, b, c) _Generic((a), float: __builtin_fmaf, default: __builtin_fma)(a, b, c)
-#define MM_TAIL()                                                                                  \
+/* the last N mod VL columns, row by row, in one vector whose unused lanes are zero: each element
+ * is the same chain of operations as in a tile, so the kernels agree bitwise whatever the
+ * compiler fuses (gcc contracts a * b + c into FMA at -O2, not at -O1, and left a scalar tail
+ * loop unfused at -O2 once it vectorised it with masks) */
+#define MM_TAIL(VT, VL)                                                                            \
     for (int i = 0, w = N - j; i < M && w > 0; i++) {                                              \
-        real acc[16];                                                                              \
-        for (int jj = 0; jj < w; jj++) acc[jj] = 0;                                                \
+        VT acc = (VT){0}, bv;                                                                      \
         for (int k = 0; k < K; k++) {                                                              \
             real a = ta ? A0[(size_t)k * lda + i] : A0[(size_t)i * lda + k];                       \
-            const real *b = B0 + (size_t)k * ldb + j;                                              \
-            for (int jj = 0; jj < w; jj++) acc[jj] = FMA_REAL(a, b[jj], acc[jj]);                  \
+            bv = (VT){0};                                                                          \
+            memcpy(&bv, B0 + (size_t)k * ldb + j, (size_t)w * sizeof(real));                       \
+            acc += a * bv;                                                                         \
         }                                                                                          \
+        VT x = alpha * acc, cv = (VT){0};                                                          \
         real *c = C0 + (size_t)i * ldc + j;                                                        \
-        for (int jj = 0; jj < w; jj++) {                                                           \
-            real x = alpha * acc[jj];                                                              \
-            if (beta != 0)                                                                         \
-                x += beta * c[jj];                                                                 \
-            c[jj] = x;                                                                             \
+        if (beta != 0) {                                                                           \
+            memcpy(&cv, c, (size_t)w * sizeof(real));                                              \
+            x += beta * cv;                                                                        \
         }                                                                                          \
+        memcpy(c, &x, (size_t)w * sizeof(real));                                                   \
     }
 
 #define MM_ARGS                                                                                    \
@@ -729,7 +730,7 @@ __attribute__((target("avx512f"))) static void FN(small_mm_512)(MM_ARGS)
         if (j + 2 * VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 2);
         if (j + VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 1);
     }
-    MM_TAIL()
+    MM_TAIL(FN(v64), VL64)
 }
 
 __attribute__((target("avx2,fma"))) static void FN(small_mm_256)(MM_ARGS)
@@ -742,7 +743,7 @@ __attribute__((target("avx2,fma"))) static void FN(small_mm_256)(MM_ARGS)
         for (; j + 2 * VL32 <= N;) MM_COLS(FN(v32), VL32, 0, 6, 2);
         if (j + VL32 <= N) MM_COLS(FN(v32), VL32, 0, 6, 1);
     }
-    MM_TAIL()
+    MM_TAIL(FN(v32), VL32)
 }
 #undef VL64
 #undef VL32
@@ -750,7 +751,6 @@ __attribute__((target("avx2,fma"))) static void FN(small_mm_256)(MM_ARGS)
 #undef MM_TILE
 #undef MM_COLS
 #undef MM_TAIL
-#undef FMA_REAL
 #endif
 
 /* C (M x N, ldc) = alpha · op(A) · B + beta · C; op(A) = A (M x K, lda) or, with ta, Aᵀ of an
