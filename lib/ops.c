@@ -773,8 +773,8 @@ static void FN(small_mm)(int ta, int M, int N, int K, real alpha, const real *A,
     FN(gemm)(ta, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* keys transposed a chunk at a time into a stack buffer of this many elements */
-#define KT_ELEMS 16384
+/* keys transposed a chunk at a time into a stack buffer of this many elements (32 KiB in f32) */
+#define KT_ELEMS 8192
 
 /* Causal S = alpha · A Bᵀ for one head (A, B: T rows of HS at strides lda, ldb; S: T x T at
  * stride T): row block [i0, i1) of DL_ATT_BLOCK rows gets keys [0, i1) only, as in the GEMM

@@ -497,9 +497,10 @@ START_TEST(t_attention_split)
 END_TEST
 
 /* The attention's small products at every kernel level the CPU has (2 AVX-512, 1 AVX2 + FMA,
- * 0 the BLAS), on shapes that use every tile and tail (HS = 44: vectors of 16 and 8 floats plus a
- * remainder; T = 2 blocks + 6; ldout padded): levels 1 and 2 bitwise equal, every level against
- * an f64 run of the same inputs (f32) or the BLAS level (f64). */
+ * 0 the BLAS), on shapes that use every tile and tail (_i = 0: HS = 44, vectors of 16 and 8
+ * floats plus a remainder; T = 2 blocks + 6; ldout padded) and a head too wide for the
+ * transposed-key buffer (_i = 1: HS = 520, Q·Kᵀ through the BLAS): levels 1 and 2 bitwise equal,
+ * every level against an f64 run of the same inputs (f32) or the BLAS level (f64). */
 static void att_run_f32(int cap, const att_ctx *c, float *out, float *att, float *dqkv)
 {
     size_t N = (size_t)c->B * c->T, nq = N * 3 * c->C;
@@ -540,7 +541,10 @@ static double rel_err_f64(const double *a, const double *b, size_t n)
 START_TEST(t_small_mm_levels)
 {
     att_ctx c;
-    att_setup(&c, 2, 2 * DL_ATT_BLOCK + 6, 2, 44);
+    if (_i == 0)
+        att_setup(&c, 2, 2 * DL_ATT_BLOCK + 6, 2, 44);
+    else
+        att_setup(&c, 1, DL_ATT_BLOCK + 5, 1, 520);
     size_t N = (size_t)c.B * c.T, nq = N * 3 * c.C, no = N * c.ldout;
     size_t na = (size_t)c.B * c.NH * c.T * c.T;
     round32(c.qkv, nq), round32(c.R, no);
@@ -1226,7 +1230,7 @@ static Suite *ops_suite(void)
     tcase_add_loop_test(tc, t_fd_attention, 0, 2);
     tcase_add_test(tc, t_fd_crossentropy);
     tcase_add_test(tc, t_attention_split);
-    tcase_add_test(tc, t_small_mm_levels);
+    tcase_add_loop_test(tc, t_small_mm_levels, 0, 2);
     tcase_add_test(tc, t_crossentropy_lse);
     tcase_add_test(tc, t_gelu_erf);
     tcase_add_test(tc, t_write_variants);
