@@ -349,6 +349,14 @@ int dl_mesh_create(dl_comm *world, int dp, int pp, int tp, int ep, dl_mesh *out)
     if (rc == DL_OK && ep > 1)
         rc = dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * (dp / ep) + out->dp_rank / ep,
                            out->ep_rank, &out->ep_comm);
+    if (rc != DL_OK) {
+        /* a split fails when a peer aborted the world meanwhile: free what was made (the frees'
+         * barriers return at once then), keeping the split's message */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dl_errmsg());
+        dl_mesh_destroy(out);
+        dl_error(rc, "%s", msg);
+    }
     return rc;
 }
 

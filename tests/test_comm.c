@@ -498,6 +498,49 @@ START_TEST(t_mesh)
 }
 END_TEST
 
+/* A peer aborts the world after the mesh's first split: the other ranks' dl_mesh_create fails
+ * and leaves no communicator behind (all NULL; the sanitizer build's leak check covers the rest). */
+typedef struct aborted_mesh_arg {
+    int st[NMAX], left[NMAX];
+} aborted_mesh_arg;
+
+static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
+{
+    aborted_mesh_arg *a = argp;
+    dl_comm *world = dl_ctx_comm(ctx);
+    int r = dl_ctx_rank(ctx);
+    if (r == 0) {
+        /* dp 2 x tp 2: the mesh's first split is the tp group (color dp_rank, key tp_rank) */
+        dl_comm *tp;
+        int st = dl_comm_split(world, 0, 0, &tp);
+        struct timespec ms50 = { 0, 50000000 }; /* let the peers finish that split */
+        nanosleep(&ms50, NULL);
+        dl_comm_fail(world);
+        if (st == DL_OK)
+            dl_comm_free(tp);
+        return dl_error(DL_EUSER, "rank 0 fails on purpose");
+    }
+    dl_mesh m;
+    a->st[r] = dl_mesh_create(world, 2, 1, 2, 1, &m);
+    a->left[r] = (m.tp_comm != NULL) + (m.dp_comm != NULL) + (m.pp_comm != NULL) + (m.ep_comm != NULL);
+    if (a->st[r] == DL_OK)
+        dl_mesh_destroy(&m);
+    return a->st[r];
+}
+
+START_TEST(t_mesh_aborted)
+{
+    aborted_mesh_arg a = { 0 };
+    int st = tu_run_world(4, aborted_mesh_rank, &a);
+    ck_assert_int_ne(st, DL_OK);
+    for (int r = 1; r < 4; r++) {
+        ck_assert_msg(a.st[r] != DL_OK, "rank %d: mesh created in an aborted world", r);
+        ck_assert_msg(a.left[r] == 0, "rank %d: %d communicators left after a failed mesh", r,
+                      a.left[r]);
+    }
+}
+END_TEST
+
 typedef struct bad_mesh_arg {
     int st[NMAX][8];
     int ok_after[NMAX];
@@ -807,6 +850,7 @@ static Suite *comm_suite(void)
                         DL_TEST_SMALL ? (int)(sizeof mesh_small / sizeof mesh_small[0])
                                       : (int)(sizeof mesh_full / sizeof mesh_full[0]));
     tcase_add_test(tc, t_mesh_invalid);
+    tcase_add_test(tc, t_mesh_aborted);
     tcase_add_loop_test(tc, t_p2p_pairs, 0, 2);
     tcase_add_test(tc, t_p2p_stream);
     tcase_add_test(tc, t_p2p_isend);
