@@ -96,8 +96,8 @@ END_TEST
  * order lr (it divides by the gradient's own size). After 5 steps the worst tensor (max|a-b| /
  * max|b|) measured, seeds 1-6: 1.0e-5, 2.8e-6, 3.9e-6, 2.7e-5, 1.4e-6, 1.1e-5 (before the FMA
  * kernels: 7.6e-6, 1.4e-5, 5.8e-6, 4.2e-5, 1.8e-6, 1.5e-5), always in a bias or an element near
- * zero. So the same-model check is the first step's gradients and the losses within 1e-5; the
- * parameters after 5 steps are bounded by 1e-4. */
+ * zero. So the same-model check is the first step's gradients (measured 4.5e-7 … 7.2e-7 over the
+ * same seeds) and the losses within 1e-5; the parameters after 5 steps are bounded by 1e-4. */
 START_TEST(dp2tp2_f32)
 {
     dl_train_opts o = base(2, 2, DL_F32);
