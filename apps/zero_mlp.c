@@ -149,6 +149,23 @@ static void tmp_free(zm_rank_state *s, int k)
     s->comm_tmp[k] = NULL;
 }
 
+/* Layer l's weights: in params, or (stage 3) gathered from every rank's shard into comm_tmp[0],
+ * which the caller frees after the layer. */
+static int layer_weights(zm_rank_state *s, dl_comm *c, const zm_layout *L, int l, int stage,
+                         const void *params, dl_dtype t, const void **W)
+{
+    size_t es = dl_dtype_size(t);
+    *W = (const char *)params + L->off[l] * es;
+    if (stage != 3)
+        return DL_OK;
+    int rc = tmp_alloc(s, 0, L->pad[l] * es);
+    if (rc == DL_OK)
+        rc = dl_allgather(c, (const char *)params + L->soff[l] * es, s->comm_tmp[0], L->pad[l], t,
+                          DL_PURPOSE_PARAMS);
+    *W = s->comm_tmp[0];
+    return rc;
+}
+
 static int zm_rank(dl_ctx *x, void *arg)
 {
     zm_job *job = arg;
@@ -218,14 +235,8 @@ static int zm_rank(dl_ctx *x, void *arg)
 
         /* forward */
         for (int l = 0; l < ZM_LAYERS && rc == 0; l++) {
-            const void *W = (const char *)params + L->off[l] * es;
-            if (stage == 3) {
-                if ((rc = tmp_alloc(&S, 0, L->pad[l] * es)) ||
-                    (rc = dl_allgather(c, (const char *)params + L->soff[l] * es, S.comm_tmp[0], L->pad[l], t,
-                                       DL_PURPOSE_PARAMS)))
-                    break;
-                W = S.comm_tmp[0];
-            }
+            const void *W;
+            if ((rc = layer_weights(&S, c, L, l, stage, params, t, &W))) break;
             lin_fwd(act + zoff[l], act + aoff[l], W, t, Bl, L->in[l], L->out[l]);
             if (l + 1 < ZM_LAYERS) dl_gelu_fwd_f32(act + aoff[l + 1], act + zoff[l], (size_t)Bl * L->out[l]);
             if (stage == 3) tmp_free(&S, 0);
@@ -246,14 +257,8 @@ static int zm_rank(dl_ctx *x, void *arg)
 
         /* backward, layer by layer from the last; each layer's gradient goes as soon as it exists */
         for (int l = ZM_LAYERS - 1; l >= 0 && rc == 0; l--) {
-            const void *W = (const char *)params + L->off[l] * es;
-            if (stage == 3) {
-                if ((rc = tmp_alloc(&S, 0, L->pad[l] * es)) ||
-                    (rc = dl_allgather(c, (const char *)params + L->soff[l] * es, S.comm_tmp[0], L->pad[l], t,
-                                       DL_PURPOSE_PARAMS)))
-                    break;
-                W = S.comm_tmp[0];
-            }
+            const void *W;
+            if ((rc = layer_weights(&S, c, L, l, stage, params, t, &W))) break;
             void *G = (char *)grads + L->off[l] * es;
             if (stage >= 2) {
                 if ((rc = tmp_alloc(&S, 1, L->pad[l] * es))) break; /* zeroed: the padding stays 0 */
