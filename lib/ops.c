@@ -59,11 +59,16 @@
 
 /* ---- which kernel runs the attention's small products (see small_mm) ---- */
 
-static _Atomic int mm_cap = -2; /* -2: not yet read from the environment; -1: no cap */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define MM_KERNELS 1
+#endif
+
+/* the level in use: resolved once (the CPU, capped by DISTLAB_SMALL_MM), then read per call */
+static _Atomic int mm_active = -1;
 
 static int mm_hw_level(void)
 {
-#if defined(__GNUC__) && defined(__x86_64__)
+#ifdef MM_KERNELS
     if (__builtin_cpu_supports("avx512f"))
         return 2;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
@@ -72,22 +77,21 @@ static int mm_hw_level(void)
     return 0;
 }
 
-static int mm_level(void)
-{
-    int cap = atomic_load_explicit(&mm_cap, memory_order_relaxed);
-    if (cap == -2) {
-        const char *e = getenv("DISTLAB_SMALL_MM");
-        cap = !e ? -1 : !strcmp(e, "blas") ? 0 : !strcmp(e, "avx2") ? 1 : -1;
-        atomic_store_explicit(&mm_cap, cap, memory_order_relaxed);
-    }
-    int hw = mm_hw_level();
-    return cap >= 0 && cap < hw ? cap : hw;
-}
-
 int dl_ops_small_mm_cap(int cap)
 {
-    atomic_store_explicit(&mm_cap, cap < 0 ? -1 : cap, memory_order_relaxed);
-    return mm_level();
+    int hw = mm_hw_level(), l = cap >= 0 && cap < hw ? cap : hw;
+    atomic_store_explicit(&mm_active, l, memory_order_relaxed);
+    return l;
+}
+
+static int mm_level(void)
+{
+    int l = atomic_load_explicit(&mm_active, memory_order_relaxed);
+    if (l < 0) {
+        const char *e = getenv("DISTLAB_SMALL_MM");
+        l = dl_ops_small_mm_cap(!e ? -1 : !strcmp(e, "blas") ? 0 : !strcmp(e, "avx2") ? 1 : -1);
+    }
+    return l;
 }
 
 /* ---- GEMM shape log (for the trainer's GEMM-utilisation figure) ---- */
@@ -644,8 +648,7 @@ void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
  * products in order k = 0, 1, ... by the same operations (one FMA each in optimised builds) in
  * whichever lane or tile holds it, so the two kernels give bitwise the same results. Other CPUs
  * use the BLAS. */
-#if defined(__GNUC__) && defined(__x86_64__)
-#define MM_KERNELS 1
+#ifdef MM_KERNELS
 
 /* C[0:ROWS, 0:NV·VL] = alpha · op(A) B + beta · C (beta 0: C is not read) */
 #define MM_TILE(VT, VL, TA, ROWS, NV)                                                              \
