@@ -201,18 +201,32 @@ static int check_rank(const dl_trace *t, int rank, const char *what)
     return DL_OK;
 }
 
-int dl_trace_bubble(const dl_trace *t, int rank, int step, double *bubble, double *busy_ns,
-                    double *wall_ns)
+/* The window [w0, w1] of rank's step event and a scratch interval array for merged() (the
+ * caller frees *v); `what` names the query in the messages. */
+static int step_window(const dl_trace *t, int rank, int step, const char *what, uint64_t *w0,
+                       uint64_t *w1, iv **v)
 {
-    int rc = check_rank(t, rank, "bubble");
+    int rc = check_rank(t, rank, what);
     if (rc) return rc;
     const dl_trace_event *s = find_step(t, rank, step);
     if (s == NULL)
-        return dl_error(DL_EINVAL, "trace bubble: rank %d has no step event of step %d", rank, step);
-    uint64_t w0 = s->t0, w1 = s->t1 > s->t0 ? s->t1 : s->t0;
+        return dl_error(DL_EINVAL, "trace %s: rank %d has no step event of step %d", what, rank,
+                        step);
+    *w0 = s->t0, *w1 = s->t1 > s->t0 ? s->t1 : s->t0;
+    size_t n = t->r[rank].n;
+    *v = malloc((n ? n : 1) * sizeof **v);
+    if (*v == NULL) return dl_error(DL_ENOMEM, "trace %s: out of memory", what);
+    return DL_OK;
+}
+
+int dl_trace_bubble(const dl_trace *t, int rank, int step, double *bubble, double *busy_ns,
+                    double *wall_ns)
+{
+    uint64_t w0, w1;
+    iv *v;
+    int rc = step_window(t, rank, step, "bubble", &w0, &w1, &v);
+    if (rc) return rc;
     const rank_buf *b = &t->r[rank];
-    iv *v = malloc((b->n ? b->n : 1) * sizeof *v);
-    if (v == NULL) return dl_error(DL_ENOMEM, "trace bubble: out of memory");
     uint64_t busy = total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD), w0, w1, v));
     free(v);
     double wall = (double)(w1 - w0);
@@ -227,13 +241,10 @@ int dl_trace_breakdown(const dl_trace *t, int rank, int step, double ns[DL_TR_NK
     int rc = check_rank(t, rank, "breakdown");
     if (rc) return rc;
     if (ns == NULL) return dl_error(DL_EINVAL, "trace breakdown: null output");
-    const dl_trace_event *s = find_step(t, rank, step);
-    if (s == NULL)
-        return dl_error(DL_EINVAL, "trace breakdown: rank %d has no step event of step %d", rank, step);
-    uint64_t w0 = s->t0, w1 = s->t1 > s->t0 ? s->t1 : s->t0;
+    uint64_t w0, w1;
+    iv *v;
+    if ((rc = step_window(t, rank, step, "breakdown", &w0, &w1, &v))) return rc;
     const rank_buf *b = &t->r[rank];
-    iv *v = malloc((b->n ? b->n : 1) * sizeof *v);
-    if (v == NULL) return dl_error(DL_ENOMEM, "trace breakdown: out of memory");
     for (int k = 0; k < DL_TR_NKINDS; k++) ns[k] = (double)total(v, merged(b, 1u << k, w0, w1, v));
     free(v);
     return DL_OK;
