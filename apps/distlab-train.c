@@ -138,13 +138,32 @@ static void json_num(FILE *f, const char *key, double v, int comma)
         fprintf(f, "\"%s\":%.17g%s", key, v, comma ? "," : "");
 }
 
+/* Every axis in use: "dp 2 x tp 2 x pp 2; schedule 1f1b" (also the virtual stages when
+ * interleaved, and ZeRO's stage), for the banner and the summary header alike. */
+static void layout_desc(const dl_train_opts *o, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "dp %d x tp %d x pp %d", o->dp, o->tp, o->pp);
+    if (o->pp > 1 && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, "; schedule %s%s",
+                      dl_sched_kind_name((dl_sched_kind)o->schedule),
+                      o->weight_stashing ? " with weight stashing" : "");
+    if (o->pp > 1 && o->virtual_stages > 1 && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, ", %d virtual stages", o->virtual_stages);
+    if (o->zero && o->dp > 1 && k >= 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, "; ZeRO %d", o->zero);
+}
+
 static void json_config(FILE *f, const dl_train_opts *o)
 {
     fprintf(f, "{\"type\":\"config\",\"schema\":\"distlab/1\",\"app\":\"distlab-train\","
-               "\"version\":\"%s\",\"dp\":%d,\"tp\":%d,\"layers\":%d,\"d_model\":%d,\"heads\":%d,"
+               "\"version\":\"%s\",\"dp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\","
+               "\"virtual_stages\":%d,\"weight_stashing\":%s,\"layers\":%d,\"d_model\":%d,\"heads\":%d,"
                "\"seq\":%d,\"vocab\":%d,\"tie_embeddings\":%s,\"dtype\":\"%s\",\"recompute\":\"%s\","
                "\"global_batch\":%d,\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"zero\":%d,",
-            dl_version(), o->dp, o->tp, o->model.layers, o->model.d_model, o->model.heads,
+            dl_version(), o->dp, o->tp, o->pp,
+            o->pp > 1 ? dl_sched_kind_name((dl_sched_kind)o->schedule) : "none",
+            o->pp > 1 ? o->virtual_stages : 1, o->pp > 1 && o->weight_stashing ? "true" : "false",
+            o->model.layers, o->model.d_model, o->model.heads,
             o->model.seq, o->model.vocab, o->model.tie ? "true" : "false", dl_dtype_name(o->dtype),
             o->recompute ? "full" : "none", o->global_batch, o->micro_batch, o->microbatches,
             o->steps, o->zero);
@@ -272,8 +291,10 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
 
 static void print_summary(const dl_train_opts *o, const dl_train_result *r)
 {
-    printf("\n== summary: %d steps, %d ranks (dp %d x tp %d), %lld parameters, %s\n", r->nsteps,
-           r->nranks, o->dp, o->tp, (long long)r->nparams, dl_dtype_name(o->dtype));
+    char lay[160];
+    layout_desc(o, lay, sizeof lay);
+    printf("\n== summary: %d steps, %d ranks (%s), %lld parameters, %s\n", r->nsteps,
+           r->nranks, lay, (long long)r->nparams, dl_dtype_name(o->dtype));
     if (!isnan(r->floor))
         printf("final loss %.4f (validation %.4f) vs the corpus's entropy rate %.4f nats: %.4f above "
                "the floor\n", r->final_loss, r->final_val_loss, r->floor,
@@ -604,9 +625,11 @@ static int train_main(int argc, char **argv, int nprocs)
         return CLI_EXIT_USAGE;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("distlab-train %s: %d ranks (dp %d x tp %d x pp %d) on %ld cores%s; model: %d layers, "
+    char lay[160];
+    layout_desc(&o, lay, sizeof lay);
+    printf("distlab-train %s: %d ranks (%s) on %ld cores%s; model: %d layers, "
            "d-model %d, %d heads, seq %d, %lld parameters, %s%s\n", dl_version(),
-           o.dp * o.tp * o.pp, o.dp, o.tp, o.pp, cores,
+           o.dp * o.tp * o.pp, lay, cores,
            o.dp * o.tp * o.pp > cores ? " (oversubscribed: timings include contention)" : "",
            o.model.layers, o.model.d_model, o.model.heads, o.model.seq,
            (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),

@@ -148,7 +148,7 @@ TINY="--layers 1 --d-model 32 --heads 4 --seq 16 --micro-batch 2"
 if run tiny 0 --dp 2 $TINY --steps 3 --log-every 1 --eval-windows 16 --json "$TMP/run.jsonl" \
        --save "$TMP/m.st"; then
   has tiny "step     3/3"
-  has tiny "== summary: 3 steps, 2 ranks (dp 2 x tp 1)"
+  has tiny "== summary: 3 steps, 2 ranks (dp 2 x tp 1 x pp 1)"
   [ -s "$TMP/err" ] && fail "tiny: wrote to stderr: $(head -c 300 "$TMP/err")"
   [ -s "$TMP/m.st" ] || fail "tiny: --save wrote no file"
   n=$(wc -l <"$TMP/run.jsonl")
@@ -161,7 +161,8 @@ types = [r.get("type") for r in recs]
 assert types == ["config", "step", "step", "step", "summary"], types
 c = recs[0]
 assert c["schema"] == "distlab/1" and c["app"] == "distlab-train", c
-for k, v in (("dp", 2), ("tp", 1), ("layers", 1), ("d_model", 32), ("heads", 4), ("seq", 16),
+for k, v in (("dp", 2), ("tp", 1), ("pp", 1), ("schedule", "none"), ("virtual_stages", 1),
+             ("weight_stashing", False), ("layers", 1), ("d_model", 32), ("heads", 4), ("seq", 16),
              ("vocab", 256), ("global_batch", 4), ("micro_batch", 2), ("microbatches", 1),
              ("steps", 3), ("dtype", "f32"), ("recompute", "none"), ("data", "synthetic"),
              ("tie_embeddings", False)):
@@ -241,6 +242,9 @@ PPM="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --tie-embeddings
 if run "pp save" 0 --dp 1 --pp 2 --microbatches 2 $PPM --steps 2 --log-every 0 \
        --eval-windows 16 --json "$TMP/pp.jsonl" --save "$TMP/pp.st"; then
   ref=$(val_of "$TMP/pp.jsonl")
+  has "pp save" "== summary: 2 steps, 2 ranks (dp 1 x tp 1 x pp 2; schedule gpipe)"
+  grep -q '^{"type":"config",.*"dp":1,"tp":1,"pp":2,"schedule":"gpipe","virtual_stages":1,' \
+    "$TMP/pp.jsonl" || fail "pp save: config record lacks pp 2 / gpipe: $(head -1 "$TMP/pp.jsonl")"
   for lay in "--dp 1 --tp 2" "--dp 1 --pp 2 --tp 2"; do
     # shellcheck disable=SC2086
     if run "pp eval-only $lay" 0 $PPM $lay --eval-windows 16 --load "$TMP/pp.st" --eval-only \
@@ -253,6 +257,16 @@ if run "pp save" 0 --dp 1 --pp 2 --microbatches 2 $PPM --steps 2 --log-every 0 \
       fi
     fi
   done
+fi
+
+# every axis in use reaches the header and the config record: interleaved's virtual stages, ZeRO
+if run "pp interleaved header" 0 --dp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
+       --microbatches 2 --layers 4 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --steps 1 \
+       --zero 1 --log-every 0 --eval-windows 4 --json "$TMP/il.jsonl"; then
+  has "pp interleaved header" \
+    "4 ranks (dp 2 x tp 1 x pp 2; schedule interleaved, 2 virtual stages; ZeRO 1)"
+  grep -q '"pp":2,"schedule":"interleaved","virtual_stages":2,' "$TMP/il.jsonl" ||
+    fail "pp interleaved header: config record: $(head -1 "$TMP/il.jsonl")"
 fi
 
 # ---- a data file: the window rule of docs (window i starts at byte i*seq of the split) ----
