@@ -71,6 +71,8 @@ static void usage(FILE *f)
 "Data:\n"
 "  --data FILE           train on FILE's bytes (last 10%% held out); default: a synthetic\n"
 "                        order-2 Markov corpus whose entropy rate (the loss floor) is known\n"
+"  --data-max SIZE       refuse a --data file larger than SIZE (default 1G; the whole file\n"
+"                        is held in memory); --data reads regular files only\n"
 "  --data-seed N         seed of the synthetic corpus (default 1)\n"
 "  --eval-every N        validation loss every N steps (default 250; 0: at the end only)\n"
 "  --eval-windows N      validation windows per evaluation (default 64; 0: all)\n"
@@ -104,7 +106,7 @@ enum {
     O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
     O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
     O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO, O_PP, O_SCHED, O_VIRT, O_STASH, O_LCOSTS,
-    O_TRACE, O_TIMELINE, O_THREADS
+    O_TRACE, O_TIMELINE, O_THREADS, O_DMAX
 };
 
 static const struct option longopts[] = {
@@ -123,7 +125,7 @@ static const struct option longopts[] = {
     {"zero", 1, 0, O_ZERO}, {"pp", 1, 0, O_PP}, {"schedule", 1, 0, O_SCHED},
     {"virtual-stages", 1, 0, O_VIRT}, {"weight-stashing", 0, 0, O_STASH},
     {"layer-costs", 1, 0, O_LCOSTS}, {"trace", 1, 0, O_TRACE}, {"timeline", 0, 0, O_TIMELINE},
-    {"threads", 1, 0, O_THREADS},
+    {"threads", 1, 0, O_THREADS}, {"data-max", 1, 0, O_DMAX},
     {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
 };
 
@@ -470,6 +472,7 @@ static int train_main(int argc, char **argv, int nprocs)
             if (dl_algo_parse(optarg, &o.algo)) { cli_error("--algo: %s", dl_errmsg()); bad = 1; }
             break;
         case O_DATA: o.data_path = optarg; break;
+        case O_DMAX: bad = cli_parse_size("--data-max", optarg, 1, UINT64_MAX, &o.data_max); break;
         case O_DSEED: bad = cli_parse_size("--data-seed", optarg, 0, UINT64_MAX, &o.data_seed); break;
         case O_EVERY: bad = cli_parse_int("--eval-every", optarg, 0, 1 << 30, &o.eval_every); break;
         case O_EWIN: bad = cli_parse_int("--eval-windows", optarg, 0, 1 << 30, &o.eval_windows); break;
@@ -599,6 +602,15 @@ static int train_main(int argc, char **argv, int nprocs)
             return CLI_EXIT_USAGE;
         }
     }
+    {
+        /* a bad or oversized synthetic topology (--topology or DISTLAB_TOPOLOGY) is a usage error */
+        dl_topo *t;
+        if (dl_topo_load(&t, o.topology)) {
+            cli_error("--topology: %s", dl_errmsg());
+            return CLI_EXIT_USAGE;
+        }
+        dl_topo_destroy(t);
+    }
     if (dl_train_resolve(&o, o.dp * o.tp * o.pp)) {
         cli_error("%s", dl_errmsg());
         return CLI_EXIT_USAGE;
@@ -611,6 +623,7 @@ static int train_main(int argc, char **argv, int nprocs)
         dop.path = o.data_path;
         dop.seq = o.model.seq;
         dop.seed = o.data_seed;
+        dop.max_bytes = o.data_max;
         if (dl_data_open(&dop, &dd)) {
             cli_error("%s", dl_errmsg());
             return CLI_EXIT_USAGE;

@@ -15,6 +15,7 @@
 #include "distlab/sched.h"
 #include "distlab/ops.h"
 #include "distlab/model.h"
+#include "distlab/path.h"
 #include "distlab/ckpt.h"
 #include "distlab/gpt.h"
 #include "distlab/train.h"

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "distlab/path.h"
 
 #define CK_MAX_HEADER ((uint64_t)100 << 20) /* safetensors' own limit on N */
 #define CK_IOBUF ((size_t)1 << 20)          /* staging / checksum chunk */
@@ -1181,12 +1182,11 @@ int dl_ckpt_inspect(const char *path, dl_ckpt_info *info)
 {
     if (!path || !info)
         return dl_error(DL_EINVAL, "checkpoint inspect: null argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dl_error(errno == ENOENT ? DL_EINVAL : DL_ESYS, "cannot open checkpoint '%s': %s",
-                        path, strerror(errno));
+    int fd, rc = dl_path_open_input(path, "checkpoint", &fd);
+    if (rc)
+        return rc;
     ck_hdr h;
-    int rc = read_header(path, fd, &h);
+    rc = read_header(path, fd, &h);
     if (!rc)
         fill_info(&h, info);
     hdr_free(&h);
@@ -1246,12 +1246,11 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         verify != DL_CKPT_VERIFY_NEVER)
         return dl_error(DL_EINVAL, "checkpoint load from '%s': bad verify policy %d", path,
                         (int)verify);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dl_error(errno == ENOENT ? DL_EINVAL : DL_ESYS, "cannot open checkpoint '%s': %s",
-                        path, strerror(errno));
+    int fd, rc = dl_path_open_input(path, "checkpoint", &fd);
+    if (rc)
+        return rc;
     ck_hdr h;
-    int rc = read_header(path, fd, &h);
+    rc = read_header(path, fd, &h);
     if (rc) {
         hdr_free(&h);
         close(fd);

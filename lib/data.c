@@ -16,6 +16,7 @@
 
 #include "distlab/error.h"
 #include "distlab/data.h"
+#include "distlab/path.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
 #define KEY_OFFSETS 0x4F46465345545321ull  /* "OFFSET!" */
@@ -172,39 +173,37 @@ static size_t min_len(int seq, double f)
     return n;
 }
 
-/* Read all of `path` into *buf (malloc'd), its length into *len. */
-static int read_file(const char *path, unsigned char **buf, size_t *len)
+/* Read all of the regular file `path` (at most `max` bytes) into *buf (malloc'd), its length
+ * into *len. The size is fstat's; a file that grows while read is cut at max + 1 and refused. */
+static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t *len)
 {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dl_error(DL_ESYS, "data: cannot open '%s': %s", path, strerror(errno));
+    int fd, st = dl_path_open_input(path, "data file", &fd);
+    if (st != DL_OK) return st;
     struct stat sb;
-    size_t cap = 1 << 16;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
-        cap = (size_t)sb.st_size + 1;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return dl_error(DL_ESYS, "data: fstat of '%s': %s", path, strerror(e));
+    }
+    if ((uint64_t)sb.st_size > max || (uint64_t)sb.st_size >= SIZE_MAX) {
+        close(fd);
+        return dl_error(DL_EINVAL, "data: '%s' is %lld bytes, more than the cap of %llu bytes "
+                        "(max_bytes; distlab-train --data-max)", path, (long long)sb.st_size,
+                        (unsigned long long)max);
+    }
+    size_t cap = (size_t)sb.st_size + 1;
     unsigned char *p = malloc(cap);
     if (!p) {
         close(fd);
         return dl_error(DL_ENOMEM, "data: no memory for %zu bytes of '%s'", cap, path);
     }
     size_t n = 0;
-    for (;;) {
-        if (n == cap) {
-            size_t nc = cap * 2;
-            unsigned char *q = realloc(p, nc);
-            if (!q) {
-                free(p);
-                close(fd);
-                return dl_error(DL_ENOMEM, "data: no memory for %zu bytes of '%s'", nc, path);
-            }
-            p = q;
-            cap = nc;
-        }
+    while (n < cap) {
         ssize_t r = read(fd, p + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            if (errno == EINTR) continue;
             int e = errno;
             free(p);
             close(fd);
@@ -214,6 +213,11 @@ static int read_file(const char *path, unsigned char **buf, size_t *len)
         n += (size_t)r;
     }
     close(fd);
+    if (n == cap) { /* it grew past its size: don't chase it */
+        free(p);
+        return dl_error(DL_EINVAL, "data: '%s' grew while it was read (from %zu bytes)", path,
+                        cap - 1);
+    }
     *buf = p;
     *len = n;
     return DL_OK;
@@ -238,7 +242,8 @@ int dl_data_open(const dl_data_opts *o, dl_data **out)
     if (file) {
         d->floor = NAN;
         snprintf(d->name, sizeof d->name, "%s", o->path);
-        st = read_file(o->path, &d->bytes, &d->n);
+        st = read_file(o->path, o->max_bytes ? o->max_bytes : DL_DATA_DEFAULT_MAX, &d->bytes,
+                       &d->n);
         if (st != DL_OK) goto fail;
         if (d->n == 0) {
             st = dl_error(DL_EINVAL,

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* sched_getcpu */
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <hwloc.h>
 #include <sched.h>
 #include <stdint.h>
@@ -98,6 +99,46 @@ static int describe(dl_topo *t)
     return DL_OK;
 }
 
+/* The count of one level ("pack:10", "10", "core:4(...)"): 0 when the token has none (hwloc
+ * then judges it). */
+static unsigned long long level_count(const char *tok, size_t len)
+{
+    const char *colon = memchr(tok, ':', len);
+    const char *num = colon ? colon + 1 : tok;
+    unsigned long long v = 0;
+    for (; num < tok + len && *num >= '0' && *num <= '9'; num++)
+        v = v > ULLONG_MAX / 10 ? ULLONG_MAX : v * 10 + (unsigned long long)(*num - '0');
+    return v;
+}
+
+/* DL_OK if the synthetic string stays within DL_TOPO_MAX_PUS and DL_TOPO_MAX_DEPTH. Levels
+ * are separated by blanks; attributes in parentheses may hold blanks. */
+static int check_synthetic(const char *syn)
+{
+    unsigned long long pus = 1;
+    int depth = 0;
+    const char *p = syn;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        const char *t = p;
+        int paren = 0;
+        for (; *p && (paren || (*p != ' ' && *p != '\t' && *p != '\n')); p++)
+            paren += *p == '(' ? 1 : *p == ')' && paren ? -1 : 0;
+        unsigned long long c = level_count(t, (size_t)(p - t));
+        if (c == 0) continue; /* "numa:..." attributes-only tokens and the like: hwloc decides */
+        depth++;
+        pus = pus > ULLONG_MAX / c ? ULLONG_MAX : pus * c;
+    }
+    if (depth > DL_TOPO_MAX_DEPTH)
+        return dl_error(DL_EINVAL, "synthetic topology \"%s\" has %d levels; the cap is %d",
+                        syn, depth, DL_TOPO_MAX_DEPTH);
+    if (pus > DL_TOPO_MAX_PUS)
+        return dl_error(DL_EINVAL, "synthetic topology \"%s\" has %llu PUs; the cap is %d "
+                        "(DL_TOPO_MAX_PUS)", syn, pus, DL_TOPO_MAX_PUS);
+    return DL_OK;
+}
+
 int dl_topo_load(dl_topo **out, const char *synthetic)
 {
     if (!out)
@@ -107,6 +148,11 @@ int dl_topo_load(dl_topo **out, const char *synthetic)
         synthetic = getenv("DISTLAB_TOPOLOGY");
     if (synthetic && !*synthetic)
         synthetic = NULL;
+    if (synthetic) {
+        int st = check_synthetic(synthetic);
+        if (st != DL_OK)
+            return st;
+    }
 
     dl_topo *t = calloc(1, sizeof *t);
     if (!t)

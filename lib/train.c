@@ -1475,6 +1475,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     dopt.path = o.data_path;
     dopt.seq = o.model.seq;
     dopt.seed = o.data_seed;
+    dopt.max_bytes = o.data_max;
     run R = {.o = &o, .res = res, .nranks = n};
     if ((rc = dl_data_open(&dopt, &R.data)))
         return rc;

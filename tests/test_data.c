@@ -661,15 +661,35 @@ START_TEST(test_errors)
     const char *miss = tmp_path("no-such-file.bin");
     o.path = miss;
     o.seq = 16;
-    ck_assert_int_eq(dl_data_open(&o, &d), DL_ESYS);
+    ck_assert_int_eq(dl_data_open(&o, &d), DL_EINVAL);
     ck_assert(d == NULL);
     ck_assert_msg(strstr(dl_errmsg(), miss) && strstr(dl_errmsg(), "No such file"), "%s",
                   dl_errmsg());
 
-    /* a directory cannot be read */
+    /* only regular files are read: a directory, a device (it never ends) */
     o.path = tmpdir;
-    ck_assert_int_eq(dl_data_open(&o, &d), DL_ESYS);
-    ck_assert_msg(strstr(dl_errmsg(), tmpdir) != NULL, "%s", dl_errmsg());
+    ck_assert_int_eq(dl_data_open(&o, &d), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), tmpdir) && strstr(dl_errmsg(), "is a directory"), "%s",
+                  dl_errmsg());
+    o.path = "/dev/zero";
+    ck_assert_int_eq(dl_data_open(&o, &d), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "character device"), "%s", dl_errmsg());
+
+    /* the size cap: one byte over is refused, exactly at it is read */
+    char capped[512];
+    snprintf(capped, sizeof capped, "%s", tmp_path("capped.bin"));
+    write_file(capped, 4096);
+    o.path = capped;
+    o.max_bytes = 4095;
+    ck_assert_int_eq(dl_data_open(&o, &d), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "4096 bytes, more than the cap of 4095"), "%s", dl_errmsg());
+    o.max_bytes = 4096;
+    ck_assert_int_eq(dl_data_open(&o, &d), DL_OK);
+    ck_assert_uint_eq(dl_data_len(d), 4096);
+    dl_data_free(d);
+    unlink(capped);
+    d = (dl_data *)&o;
+    o.max_bytes = 0;
 
     /* empty */
     char empty[512];

@@ -103,7 +103,7 @@ refused "empty data file" "'$TMP/empty.bin' is empty; need at least 34 bytes" $M
 printf '%050d' 0 >"$TMP/short.bin"
 refused "data file too short" "'$TMP/short.bin' has 50 bytes; need at least [0-9]+" \
   $M --dp 1 --seq 32 --data "$TMP/short.bin"
-refused "data is a directory" "cannot read '$TMP'" $M --dp 1 --data "$TMP"
+refused "data is a directory" "'$TMP' is a directory" $M --dp 1 --data "$TMP"
 # zero or negative sizes
 refused "--layers 0" '--layers: 0 is out of range' $M --dp 1 --layers 0
 refused "--d-model -1" '--d-model: -1 is out of range' $M --dp 1 --d-model -1

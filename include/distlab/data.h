@@ -91,6 +91,9 @@ extern "C" {
 #endif
 
 #define DL_DATA_MAX_K 16 /* most branches per state of the synthetic chain */
+/* Default cap on a corpus file's size: the whole file is held in memory, so a huge file (or a
+ * mistyped path to one) fails at once instead of filling the machine. */
+#define DL_DATA_DEFAULT_MAX ((uint64_t)1 << 30)
 
 typedef struct dl_data_opts {
     const char *path;        /* NULL or "": the synthetic corpus; else read this file */
@@ -103,6 +106,9 @@ typedef struct dl_data_opts {
     int K;                   /* branches per state, 1 .. DL_DATA_MAX_K; default 4 */
     double p[DL_DATA_MAX_K]; /* branch probabilities p_0 .. p_{K-1}, >= 0, sum 1 (within 1e-9);
                               * default 0.5, 0.25, 0.125, 0.125 */
+    uint64_t max_bytes;      /* a file larger than this is refused (only regular files are
+                              * read: a FIFO or a device is refused before it is opened);
+                              * default (and 0): DL_DATA_DEFAULT_MAX = 1 GiB */
 } dl_data_opts;
 
 typedef struct dl_data dl_data;
@@ -112,9 +118,10 @@ void dl_data_opts_init(dl_data_opts *o);
 
 /* Load the file or generate the synthetic corpus and split it. Errors: DL_EINVAL (seq < 1,
  * val_fraction outside (0, 1), bad K or p, synth_bytes below the minimum corpus or burn_in < 0,
- * an empty file,
+ * a missing file, one that is not a regular file (a FIFO or device: refused before it is
+ * opened), one larger than max_bytes, an empty file,
  * a corpus too short for one training and one validation window: the message names the file,
- * its size and the bytes needed), DL_ESYS (the file cannot be opened or read: the message names
+ * its size and the bytes needed), DL_ESYS (the file cannot be opened or read otherwise: the message names
  * it and the system's reason), DL_ENOMEM. On success *out must be released with dl_data_free. */
 int dl_data_open(const dl_data_opts *o, dl_data **out);
 void dl_data_free(dl_data *d);

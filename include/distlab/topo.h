@@ -39,6 +39,13 @@ typedef struct dl_topo_summary {
  * string. If `synthetic` is NULL the environment variable DISTLAB_TOPOLOGY is consulted. The real
  * machine is always loaded too (for binding). */
 int dl_topo_load(dl_topo **out, const char *synthetic);
+
+/* Caps on a synthetic string, checked before hwloc builds it (hwloc's time and memory grow
+ * with the objects: 1e5 PUs take minutes and gigabytes): at most DL_TOPO_MAX_PUS PUs (the
+ * product of the levels' counts) and DL_TOPO_MAX_DEPTH levels; more is DL_EINVAL naming the
+ * cap. */
+#define DL_TOPO_MAX_PUS 4096
+#define DL_TOPO_MAX_DEPTH 16
 void dl_topo_destroy(dl_topo *t);
 void dl_topo_get_summary(const dl_topo *t, dl_topo_summary *s);
 /* PUs of the real machine (what binding uses). */

