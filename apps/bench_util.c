@@ -457,7 +457,14 @@ int bu_plot_check(const char *file)
         cli_error("--plot: FILE must end in .svg or .png (got '%s')", file ? file : "");
         return -1;
     }
-    return 0;
+    /* the image, and the data and script written beside it */
+    size_t stem = (size_t)(plot_ext(file) - file);
+    char side[4096];
+    if (cli_check_output("--plot", file)) return -1;
+    snprintf(side, sizeof side, "%.*s.dat", (int)stem, file);
+    if (cli_check_output("--plot", side)) return -1;
+    snprintf(side, sizeof side, "%.*s.gp", (int)stem, file);
+    return cli_check_output("--plot", side);
 }
 
 int bu_plot(const char *file, const char *data, const char *script)

@@ -97,6 +97,14 @@ int cli_parse_bool(const char *what, const char *s, int *out)
     return -1;
 }
 
+int cli_check_output(const char *what, const char *path)
+{
+    if (dl_path_check_output(path, what) == DL_OK)
+        return 0;
+    cli_error("%s", dl_errmsg());
+    return -1;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

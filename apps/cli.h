@@ -34,6 +34,12 @@ int cli_parse_double(const char *what, const char *s, double min, double max, do
 /* "0"/"1" (also "no"/"yes", "off"/"on", "false"/"true"). */
 int cli_parse_bool(const char *what, const char *s, int *out);
 
+/* An output file `path` (option `what`, e.g. "--save") may be written without destroying
+ * anything: it does not exist or is a regular file, not a symlink, in a writable directory
+ * (dl_path_check_output). Called after option parsing, before any work. 0 or -1 (message
+ * printed). */
+int cli_check_output(const char *what, const char *path);
+
 /* OpenBLAS must run one thread per rank whatever the user's environment: it reads
  * OPENBLAS_NUM_THREADS when it loads (before main), so unless the variable is already "1", set it
  * and re-exec this program once (/proc/self/exe). */

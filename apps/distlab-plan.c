@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "distlab.h"
 #include "cli.h"
 #include "plan_calib.h"
@@ -589,13 +590,11 @@ static int parse_args(args *a, int argc, char **argv)
     if (groups & G_HW) {
         if (dl_plan_hw_preset(hw_name, &a->hw) != DL_OK) {
             int is_preset_like = strchr(hw_name, '/') == NULL && strchr(hw_name, '.') == NULL;
-            FILE *f = fopen(hw_name, "r");
-            if (f == NULL && is_preset_like) {
+            if (access(hw_name, F_OK) != 0 && is_preset_like) {
                 cli_error("unknown hardware preset '%s' (presets: a100, h100, b200, or a profile file)",
                           hw_name);
                 return -1;
             }
-            if (f) fclose(f);
             if (dl_plan_hw_load(hw_name, &a->hw) != DL_OK) {
                 cli_error("%s", dl_errmsg());
                 return -1;

@@ -76,7 +76,8 @@ static void usage(FILE *f)
 "  --data-seed N         seed of the synthetic corpus (default 1)\n"
 "  --eval-every N        validation loss every N steps (default 250; 0: at the end only)\n"
 "  --eval-windows N      validation windows per evaluation (default 64; 0: all)\n"
-"Output:\n"
+"Output (an existing output FILE must be a regular file, not a symlink: nothing else is\n"
+"replaced; checked with its directory before the run, exit 2):\n"
 "  --log-every N         progress line every N steps (default 100; 0: none)\n"
 "  --json FILE           JSON Lines: a config record, one record per step, a summary\n"
 "                        (docs/JSON.md)\n"
@@ -574,6 +575,18 @@ static int train_main(int argc, char **argv, int nprocs)
     o.global_batch = gb;
     o.micro_batch = mb;
     o.microbatches = micro;
+    /* outputs: nothing that is not a regular file is replaced, and none fails after the run */
+    const char *outs[][2] = {{"--save", o.save_path}, {"--trace", o.trace_path},
+                             {"--json", json}, {"--dump-grads", o.dump_grads}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if (outs[i][1] && cli_check_output(outs[i][0], outs[i][1]))
+            return CLI_EXIT_USAGE;
+    if (o.dump_grads) {
+        char tok[4096];
+        snprintf(tok, sizeof tok, "%s.tokens", o.dump_grads);
+        if (cli_check_output("--dump-grads", tok))
+            return CLI_EXIT_USAGE;
+    }
     if (o.eval_only && !o.load_path) {
         cli_error("--eval-only needs --load FILE");
         return CLI_EXIT_USAGE;

@@ -620,6 +620,8 @@ int plan_calibrate_main(int argc, char **argv)
         cli_error("calibrate: --ranks must be at least 2 (communication needs two ranks)");
         return CLI_EXIT_USAGE;
     }
+    /* before the measurements: a minute of them must not end in "cannot write" */
+    if (strcmp(a.out, "-") && cli_check_output("calibrate: --out", a.out)) return CLI_EXIT_USAGE;
     pc_model m;
     pc_model_init(&m, a.small);
     dl_plan_hw hw;

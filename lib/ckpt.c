@@ -412,6 +412,8 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': element size %d (expected 4 or 8)", path, dsize);
     else if (!params && l->numel)
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': null parameter buffer", path);
+    else if (me == 0 && (rc = dl_path_check_output(path, "checkpoint save")))
+        ck_fail(&e, rc, "%s", dl_errmsg());
     const dl_gpt_layout *full = l;
     dl_gpt_layout *own_full = NULL;
     if (!e.st && whole_layout(l, &full, &own_full))

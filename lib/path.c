@@ -86,20 +86,20 @@ int dl_path_check_output(const char *path, const char *what)
             return dl_error(DL_EINVAL, "%s: '%s' is %s; refusing to replace it", what, path,
                             kind_of(sb.st_mode));
         if (access(path, W_OK) != 0)
-            return dl_error(DL_EINVAL, "%s: cannot write '%s': %s", what, path, strerror(errno));
+            return dl_error(DL_ESYS, "%s: cannot write '%s': %s", what, path, strerror(errno));
     } else if (errno != ENOENT) {
-        return dl_error(DL_EINVAL, "%s: cannot write '%s': %s", what, path, strerror(errno));
+        return dl_error(DL_ESYS, "%s: cannot write '%s': %s", what, path, strerror(errno));
     }
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     if (stat(dir, &sb) != 0)
-        return dl_error(DL_EINVAL, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
+        return dl_error(DL_ESYS, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return dl_error(DL_EINVAL, "%s: cannot write '%s': '%s' is not a directory", what, path,
+        return dl_error(DL_ESYS, "%s: cannot write '%s': '%s' is not a directory", what, path,
                         dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return dl_error(DL_EINVAL, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
+        return dl_error(DL_ESYS, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
     return DL_OK;
 }

@@ -9,9 +9,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "distlab/error.h"
 #include "distlab/plan.h"
+#include "distlab/path.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Models                                                                                    */
@@ -281,8 +283,13 @@ int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
 int dl_plan_hw_load(const char *path, dl_plan_hw *hw)
 {
     if (path == NULL || hw == NULL) return dl_error(DL_EINVAL, "hardware profile: null argument");
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return dl_error(DL_EINVAL, "hardware profile %s: %s", path, strerror(errno));
+    int fd;
+    if (dl_path_open_input(path, "hardware profile", &fd) != DL_OK) return DL_EINVAL;
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return dl_error(DL_ESYS, "hardware profile %s: %s", path, strerror(errno));
+    }
     /* Profiles are a dozen lines; 64 KiB is far more than any legitimate one. */
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap + 1);

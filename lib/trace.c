@@ -13,6 +13,7 @@
 
 #include "distlab/error.h"
 #include "distlab/trace.h"
+#include "distlab/path.h"
 
 /* One rank's buffer header: its own cache line (the _Alignas pads the struct to 64 bytes), so a
  * rank's count and drop counter never share a line with another rank's. */
@@ -285,6 +286,8 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
 {
     if (t == NULL || path == NULL || *path == '\0')
         return dl_error(DL_EINVAL, "trace: write chrome: null trace or empty path");
+    int st = dl_path_check_output(path, "trace");
+    if (st != DL_OK) return st;
     uint64_t base = UINT64_MAX;
     for (int r = 0; r < t->nranks; r++)
         for (size_t i = 0; i < t->r[r].n; i++)

@@ -911,6 +911,8 @@ static int dump_step(rank_state *s, const void *grads, int es)
         return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s.tokens", o->dump_grads);
+    if ((rc = dl_path_check_output(path, "gradient dump")))
+        return rc;
     FILE *f = fopen(path, "wb");
     if (!f)
         return dl_error(DL_ESYS, "cannot write '%s'", path);

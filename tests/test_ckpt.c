@@ -771,9 +771,33 @@ START_TEST(t_create_fails)
     save_job *j = malloc(sizeof *j);
     save_job_init(j, small_cfg(), 2, 2, 4, 1, "no/such/dir/model.safetensors");
     run_save(j);
-    assert_all_failed(j, 4, DL_ESYS, "cannot create");
+    assert_all_failed(j, 4, DL_ESYS, "cannot write");
     for (int r = 1; r < 4; r++)
         ck_assert_msg(strstr(j->msg[r], "rank 0") != NULL, "rank %d: %s", r, j->msg[r]);
+    free(j);
+    rm_dir();
+}
+END_TEST
+
+/* The save replaces PATH by a rename: a FIFO or a symlink there is refused (every rank), and
+ * left as it was, not replaced by a regular file. */
+START_TEST(t_refuses_non_regular)
+{
+    mk_dir();
+    save_job *j = malloc(sizeof *j);
+    save_job_init(j, small_cfg(), 2, 2, 4, 1, "fifo.safetensors");
+    ck_assert_int_eq(mkfifo(j->path, 0600), 0);
+    run_save(j);
+    assert_all_failed(j, 4, DL_EINVAL, "is a FIFO; refusing to replace it");
+    struct stat sb;
+    ck_assert(lstat(j->path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    char target[600];
+    snprintf(target, sizeof target, "%s", j->path);
+    save_job_init(j, small_cfg(), 2, 2, 4, 1, "link.safetensors");
+    ck_assert_int_eq(symlink(target, j->path), 0);
+    run_save(j);
+    assert_all_failed(j, 4, DL_EINVAL, "is a symbolic link");
+    ck_assert(lstat(j->path, &sb) == 0 && S_ISLNK(sb.st_mode));
     free(j);
     rm_dir();
 }
@@ -879,6 +903,7 @@ static Suite *ckpt_suite(void)
     tcase_add_test(tc, t_corrupt);
     tcase_add_test(tc, t_mismatch);
     tcase_add_test(tc, t_create_fails);
+    tcase_add_test(tc, t_refuses_non_regular);
     tcase_add_test(tc, t_size_limit_keeps_old);
     tcase_add_test(tc, t_group_disagrees);
     suite_add_tcase(s, tc);

@@ -73,6 +73,34 @@ run "topology at the cap" 0 $BENCH topo -n 2 --topology "pack:2 core:4 pu:512"
 # ---- 3: checkpoints: FIFOs refused before open ----
 refused "load FIFO" "'.*fifo' is a FIFO" $TRAIN $TINY --load "$TMP/fifo" --eval-only
 
+# ---- 4, 11: outputs: nothing that is not a regular file is replaced; checked before any work ----
+: >"$TMP/target"
+ln -s "$TMP/target" "$TMP/link"
+for opt in --save --trace --json --dump-grads; do
+  refused "train $opt FIFO" "^distlab-train: $opt: '.*fifo' is a FIFO; refusing to replace it" \
+    $TRAIN $TINY --steps 1 $opt "$TMP/fifo"
+  refused "train $opt symlink" "'.*link' is a symbolic link; refusing" $TRAIN $TINY --steps 1 $opt "$TMP/link"
+  refused "train $opt no directory" "cannot write '/nonexistent-h14/x'" \
+    $TRAIN $TINY --steps 1 $opt /nonexistent-h14/x
+done
+refused "train --save /dev/null" "'/dev/null' is a character device" $TRAIN $TINY --steps 1 --save /dev/null
+[ -p "$TMP/fifo" ] || fail "the FIFO was replaced"
+[ -L "$TMP/link" ] || fail "the symlink was replaced"
+[ -c /dev/null ] || fail "/dev/null was replaced"
+# negative control: an existing regular file is replaced as before
+if run "train --save over a regular file" 0 $TRAIN $TINY --steps 1 --save "$TMP/target"; then
+  [ -s "$TMP/target" ] || fail "--save over a regular file: it is still empty"
+fi
+refused "plan calibrate --out no directory" "^distlab-plan: calibrate: --out: cannot write '/nonexistent-h14/x.hw'" \
+  $PLAN calibrate --quick --out /nonexistent-h14/x.hw
+refused "plan calibrate --out FIFO" "is a FIFO" $PLAN calibrate --quick --out "$TMP/fifo"
+refused "plan --hardware FIFO" "hardware profile '.*fifo' is a FIFO" $PLAN search --hardware "$TMP/fifo"
+refused "bench --plot no directory" "^distlab-bench: --plot: cannot write '/nonexistent-h14/x.svg'" \
+  $BENCH gemm --plot /nonexistent-h14/x.svg
+ln -s "$TMP/target" "$TMP/plot.dat"
+refused "bench --plot's data file a symlink" "plot.dat' is a symbolic link" $BENCH gemm --plot "$TMP/plot.svg"
+refused "bench pipeline --trace FIFO" "^distlab-bench: --trace: .* is a FIFO" $BENCH pipeline --trace "$TMP/fifo"
+
 # ---- 9: a bad topology is a usage error before the banner ----
 refused "train --topology garbage" "invalid synthetic topology" $TRAIN $TINY --steps 1 --topology garbage
 

@@ -24,8 +24,9 @@ int dl_path_open_input(const char *path, const char *what, int *fd);
 
 /* DL_OK if `path` may be written by truncation or by renaming a temporary file over it: it does
  * not exist, or it is a regular file (not a symlink) that we may write; and its directory exists
- * and we may create files in it. Otherwise DL_EINVAL naming `what`, the path and the reason.
- * Nothing is created. */
+ * and we may create files in it. Otherwise DL_EINVAL (not a regular file, or a symlink) or
+ * DL_ESYS (no such directory, no permission) naming `what`, the path and the reason. Nothing is
+ * created. */
 int dl_path_check_output(const char *path, const char *what);
 
 #ifdef __cplusplus
