@@ -950,6 +950,24 @@ static int cmd_pipeline(args *a)
 /* A profile from `distlab-plan calibrate` describes this machine's ranks: predict distlab-train
  * (its byte-level GPT, the shape from --layers/--hidden/--heads/--seq or distlab-train's
  * defaults) for every local layout instead of a cluster's 3-D search. */
+/* After the table: which rows tie (within PC_TIE of their group's first: not ranked) and how
+ * many of them are oversubscribed (predicted CPU-bound: all stages' work over the cores, the
+ * same for every layout of the same total work). */
+static void search_local_ties(const pc_local_row *r, int n)
+{
+    for (int i = 0; i < n;) {
+        int j = i, over = 0;
+        while (j < n && r[j].rank == r[i].rank) over += r[j++].oversub;
+        if (j - i > 1)
+            printf("\nrank %d: %d layouts within %.0f%% of each other (%.0f .. %.0f tokens/s): the "
+                   "predictions do not rank them; %d of them oversubscribed (more ranks than cores: "
+                   "predicted as the total work over the cores, contention not modelled beyond "
+                   "that); measure them (distlab-plan validate, distlab-train)\n",
+                   r[i].rank, j - i, 100 * PC_TIE, r[j - 1].tokens_per_s, r[i].tokens_per_s, over);
+        i = j;
+    }
+}
+
 static int cmd_search_local(args *a)
 {
     dl_gpt_config c;
@@ -977,14 +995,14 @@ static int cmd_search_local(args *a)
     char title[300];
     snprintf(title, sizeof title,
              "distlab-train on this machine (%s): %d layouts on 1..%d ranks, L %d C %d H %d T %d, "
-             "micro-batch %d; sorted by predicted tokens/s", a->hw.name, n, ranks, c.layers,
-             c.d_model, c.heads, c.seq, mb);
-    table *t = tbl_new("search_local", title, 10, "dp", "dp", "tp", "tp", "pp", "pp", "zero",
+             "micro-batch %d; sorted by predicted tokens/s (within %.0f%%: one rank, fitting the cores first)", a->hw.name, n, ranks, c.layers,
+             c.d_model, c.heads, c.seq, mb, 100 * PC_TIE);
+    table *t = tbl_new("search_local", title, 11, "rank", "rank", "dp", "dp", "tp", "tp", "pp", "pp", "zero",
                        "ZeRO", "m", "m", "ranks", "ranks", "over", "over", "step_ms", "step ms",
                        "tokens_per_s", "tokens/s", "state_mb", "states MB/rank");
     for (int i = 0; i < n; i++) {
         const pc_local_row *x = &r[i];
-        tbl_row(t); c_int(x->dp); c_int(x->tp); c_int(x->pp); c_int(x->zero); c_int(x->m);
+        tbl_row(t); c_int(x->rank); c_int(x->dp); c_int(x->tp); c_int(x->pp); c_int(x->zero); c_int(x->m);
         c_int(x->ranks); c_bool(x->oversub);
         c_num(x->pred_ms, "%.2f", x->pred_ms); c_num(x->tokens_per_s, "%.0f", x->tokens_per_s);
         c_num(x->state_bytes / 1e6, "%.3f", x->state_bytes / 1e6);
@@ -994,6 +1012,7 @@ static int cmd_search_local(args *a)
                "m = 2p; states: params + grads + AdamW per rank, the largest stage); check a "
                "layout with `distlab-train` or all with `distlab-plan validate`\n\n");
     print_tables(a->mode, stdout);
+    if (a->mode == OUT_HUMAN) search_local_ties(r, n);
     free(r);
     return CLI_EXIT_OK;
 }

@@ -10,6 +10,7 @@
  * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-2), runs each through dl_train_run
  * for a few steps, and prints predicted vs measured with the error (docs/PLANNER.md,
  * "Calibrated against this machine"). */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -455,129 +456,356 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
 /* ---------------------------------------------------------------------------------------- */
 /* calibrate                                                                                  */
 
-static int calibrate(const pc_model *m, int ranks, int quick, dl_plan_hw *hw, FILE *f)
+/* The measured figures of a calibration, each the fastest over interleaved rounds (seconds), and
+ * the noise: the largest (median - fastest) / fastest of a figure over the rounds. Every figure
+ * comes from the same rounds, so a burst of background load, or the host's slow mode, lands in
+ * one round of each figure rather than in all rounds of one (the cause of "GEMMs alone 199.96 ms,
+ * step 107.20 ms": the GEMM passes ran back to back in one second, the steps over a minute). */
+typedef struct pc_figs {
+    double gemm1, gemmR;         /* one pass of the step's GEMMs: alone; per rank, R at once */
+    double step1, stepR, steptp; /* fastest step: 1 rank; dp R; tp R */
+    double noise;
+} pc_figs;
+
+enum { PC_NFIG = 5, PC_MAXROUNDS = 16 };
+
+/* What the figures give: the profile's compute keys (the communication keys already in hw). */
+static void pc_fit(const pc_model *m, int ranks, const pc_figs *x, dl_plan_hw *hw, double *arR,
+                   pc_pred *tp_model)
+{
+    double blocks, head;
+    pc_gemm_flops(m, &blocks, &head);
+    double F = blocks + head;
+    hw->flops_alone = F / x->gemm1;
+    hw->flops = F / x->gemmR;
+    hw->nongemm_ratio = (x->step1 - x->gemm1) / x->gemm1;
+    /* the same per-rank work on R ranks at once (dp = R), less its gradient all-reduce */
+    double pb[3];
+    size_t numel;
+    pc_state_predict(&m->cfg, ranks, 1, 0, 4, pb, &numel);
+    *arR = 2.0 * (ranks - 1) * (hw->intra_lat + (double)numel * 4 / (ranks * hw->intra_bw));
+    hw->nongemm_contention = (x->stepR - x->gemmR - *arR) / (x->step1 - x->gemm1);
+    /* tp = R: what the compute and byte model leave unexplained, per blocking collective (the
+     * cost of a rendezvous of busy ranks) */
+    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
+    hw->sync_cost = 0;
+    pc_predict_time(hw, m, 1, tpR, 0, ranks, tp_model);
+    hw->sync_cost = (x->steptp - tp_model->total) / tp_model->ncoll;
+}
+
+/* 0 when the figures are plausible, else -1 and why (one line): a part never exceeds its whole,
+ * R ranks at once are not faster per rank than one alone beyond the noise, a synchronised run is
+ * not faster than the model of it without its synchronisation, and every cost is positive. */
+static int pc_check_figures(const pc_model *m, int ranks, const pc_figs *x, const dl_plan_hw *comm,
+                     char *why, size_t n)
+{
+    dl_plan_hw hw = *comm;
+    double arR;
+    pc_pred tpm;
+    double tol = x->noise;
+    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
+    if (!(comm->intra_bw > 0) || !(comm->intra_lat > 0) || !(comm->p2p_bw > 0) ||
+        !(comm->p2p_lat > 0)) {
+        snprintf(why, n, "the communication fit has a non-positive latency or bandwidth (ring "
+                 "%.3g GB/s, %.3g us; point-to-point %.3g GB/s, %.3g us)", comm->intra_bw / 1e9,
+                 comm->intra_lat * 1e6, comm->p2p_bw / 1e9, comm->p2p_lat * 1e6);
+        return -1;
+    }
+    if (!(x->gemm1 > 0) || !(x->gemmR > 0) || !(x->step1 > 0) || !(x->stepR > 0) || !(x->steptp > 0)) {
+        snprintf(why, n, "a measured time is not positive");
+        return -1;
+    }
+    if (x->gemm1 >= x->step1) {
+        snprintf(why, n, "the step's GEMMs alone (%.2f ms) take no less than the whole 1-rank "
+                 "step (%.2f ms): a part exceeds its whole", x->gemm1 * 1e3, x->step1 * 1e3);
+        return -1;
+    }
+    if (x->gemmR < x->gemm1 * (1 - tol)) {
+        snprintf(why, n, "a GEMM pass with %d ranks at once (%.2f ms per rank) beats one rank "
+                 "alone (%.2f ms) by more than the noise (%.1f%%)", ranks, x->gemmR * 1e3,
+                 x->gemm1 * 1e3, 100 * tol);
+        return -1;
+    }
+    pc_fit(m, ranks, x, &hw, &arR, &tpm);
+    if (x->stepR <= x->gemmR + arR) {
+        snprintf(why, n, "the dp %d step (%.2f ms) is no longer than its GEMMs (%.2f ms) and "
+                 "all-reduce (%.2f ms): a part exceeds its whole", ranks, x->stepR * 1e3,
+                 x->gemmR * 1e3, arR * 1e3);
+        return -1;
+    }
+    if (x->steptp <= tpm.total) {
+        snprintf(why, n, "tp %d with its synchronisation (%.2f ms) is not slower than the model "
+                 "of it without (%.2f ms): its %d blocking collectives would cost %.1f us each",
+                 tpR, x->steptp * 1e3, tpm.total * 1e3, tpm.ncoll,
+                 (x->steptp - tpm.total) / tpm.ncoll * 1e6);
+        return -1;
+    }
+    return 0;
+}
+
+/* The communication figures: ring all-reduce and ping-pong fits; measured again (at most three
+ * times) when a fit gives a non-positive latency or bandwidth (the timer's view of the smallest
+ * message is a few hundred ns: a burst of load on the largest one tilts the line). */
+static int measure_comm_checked(int ranks, int quick, dl_plan_hw *hw, comm_job *ar, comm_job *pp,
+                                int quiet)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        if (measure_comm(ranks, 0, quick, &hw->intra_bw, &hw->intra_lat, ar) ||
+            measure_comm(ranks, 1, quick, &hw->p2p_bw, &hw->p2p_lat, pp)) {
+            cli_error("calibrate: communication measurement failed: %s", dl_errmsg());
+            return -1;
+        }
+        if (hw->intra_bw > 0 && hw->intra_lat > 0 && hw->p2p_bw > 0 && hw->p2p_lat > 0) {
+            if (!quiet)
+                fprintf(stderr, "calibrate: communication: ring %.3g GB/s, %.3g us; "
+                        "point-to-point %.3g GB/s, %.3g us\n", hw->intra_bw / 1e9,
+                        hw->intra_lat * 1e6, hw->p2p_bw / 1e9, hw->p2p_lat * 1e6);
+            return 0;
+        }
+        if (!quiet)
+            fprintf(stderr, "calibrate: communication fit not positive (ring %.3g us, point-to-point "
+                    "%.3g us): measuring again\n", hw->intra_lat * 1e6, hw->p2p_lat * 1e6);
+    }
+    cli_error("calibrate: the communication fit stayed non-positive after 3 measurements "
+              "(the host is too noisy); no profile written");
+    return -1;
+}
+
+/* One round: each figure once (GEMM passes: the fastest of `iters`; steps: the fastest after the
+ * first of `steps`), into v[figure]. */
+static int pc_round(const pc_model *m, int ranks, const dl_gemm_log *lg, int iters, int steps,
+                    double v[PC_NFIG])
+{
+    dl_train_result res;
+    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
+    v[0] = measure_gemm(lg, 1, iters);
+    v[1] = measure_gemm(lg, ranks, iters);
+    v[2] = run_best(m, 1, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+    v[3] = run_best(m, ranks, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+    v[4] = run_best(m, 1, tpR, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
+    for (int i = 0; i < PC_NFIG; i++)
+        if (!(v[i] > 0) || !isfinite(v[i])) return -1;
+    return 0;
+}
+
+/* The figures of rounds 0..n-1 (v[figure][round]): the fastest of each and the noise. */
+static void pc_figs_of(double v[PC_NFIG][PC_MAXROUNDS], int n, pc_figs *x)
+{
+    double f[PC_NFIG];
+    x->noise = 0;
+    for (int i = 0; i < PC_NFIG; i++) {
+        f[i] = INFINITY;
+        for (int r = 0; r < n; r++) f[i] = v[i][r] < f[i] ? v[i][r] : f[i];
+        double med = bu_median(v[i], (size_t)n), d = (med - f[i]) / f[i];
+        x->noise = d > x->noise ? d : x->noise;
+    }
+    x->gemm1 = f[0], x->gemmR = f[1], x->step1 = f[2], x->stepR = f[3], x->steptp = f[4];
+}
+
+static void pc_report(const pc_model *m, int ranks, int rounds, int steps, const pc_figs *x,
+                      const dl_plan_hw *hw, const comm_job *ar, const comm_job *pp, FILE *f)
+{
+    double arR;
+    pc_pred p;
+    dl_plan_hw h = *hw;
+    pc_fit(m, ranks, x, &h, &arR, &p);
+    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
+    fprintf(f, "# calibrate: %d cores, %d ranks at once; model L %d C %d H %d T %d, micro-batch %d\n",
+            pc_cores(), ranks, m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq,
+            m->micro_batch);
+    fprintf(f, "# every figure: the fastest of %d interleaved rounds; noise (largest median/fastest "
+               "- 1 of a figure) %.1f%%\n", rounds, 100 * x->noise);
+    fprintf(f, "# GEMM (the step's linear-layer shapes, %.3g GFLOP a pass): %.2f ms = %.2f GFLOP/s "
+               "alone, %.2f ms = %.2f GFLOP/s per rank with %d at once (contention %.2fx)\n",
+            hw->flops_alone * x->gemm1 / 1e9, x->gemm1 * 1e3, hw->flops_alone / 1e9,
+            x->gemmR * 1e3, hw->flops / 1e9, ranks, x->gemmR / x->gemm1);
+    if (ar) {
+        fprintf(f, "# all-reduce on %d ranks (median):", ranks);
+        for (int s = 0; s < ar->nsizes; s++) fprintf(f, " %zu B %.1f us;", ar->count[s] * 4, ar->t[s] * 1e6);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "#   ring fit 2(n-1)(alpha + S/(n beta)): beta %.3g GB/s, alpha %.3g us\n",
+            hw->intra_bw / 1e9, hw->intra_lat * 1e6);
+    if (pp) {
+        fprintf(f, "# point-to-point (ping-pong, one way):");
+        for (int s = 0; s < pp->nsizes; s++) fprintf(f, " %zu B %.1f us;", pp->count[s] * 4, pp->t[s] * 1e6);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "#   fit alpha + S/beta: beta %.3g GB/s, alpha %.3g us\n", hw->p2p_bw / 1e9,
+            hw->p2p_lat * 1e6);
+    fprintf(f, "# training step on 1 rank (dl_train_run, fastest after the first of %d steps): "
+               "%.2f ms; its GEMMs %.2f ms, the rest %.2f ms: non-GEMM ratio %.3f\n",
+            steps, x->step1 * 1e3, x->gemm1 * 1e3, (x->step1 - x->gemm1) * 1e3, hw->nongemm_ratio);
+    fprintf(f, "# the same per rank on %d ranks at once (dp %d): %.2f ms; GEMMs %.2f ms, all-reduce "
+               "%.2f ms, the rest %.2f ms: non-GEMM contention %.2fx\n",
+            ranks, ranks, x->stepR * 1e3, x->gemmR * 1e3, arR * 1e3,
+            (x->stepR - x->gemmR - arR) * 1e3, hw->nongemm_contention);
+    fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
+               "collectives a step: %.1f us each\n",
+            tpR, tpR, x->steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6);
+    fprintf(f, "# figures (distlab-plan calibrate --figures): gemm1=%.4f,gemmR=%.4f,step1=%.4f,"
+               "stepR=%.4f,steptp=%.4f,noise=%.2f,bw=%.4g,lat=%.4g,p2p_bw=%.4g,p2p_lat=%.4g\n",
+            x->gemm1 * 1e3, x->gemmR * 1e3, x->step1 * 1e3, x->stepR * 1e3, x->steptp * 1e3,
+            100 * x->noise, hw->intra_bw / 1e9, hw->intra_lat * 1e6, hw->p2p_bw / 1e9,
+            hw->p2p_lat * 1e6);
+    fprintf(f, "# pipeline hand-offs use the point-to-point figures above; no separate term\n");
+}
+
+static void pc_hw_base(int ranks, dl_plan_hw *hw)
 {
     memset(hw, 0, sizeof *hw);
-    int cores = pc_cores();
     snprintf(hw->name, sizeof hw->name, "this-machine");
     hw->mfu = 1.0;
     hw->ranks = ranks;
     hw->gpus_per_node = ranks;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     hw->mem_bytes = pages > 0 && psz > 0 ? (double)pages * psz / ranks : 1e9;
+}
 
+/* Measures (rounds until the figures pass pc_check_figures: at least 3 / 5, at most twice that)
+ * and fits the profile; -1 with a message when a measurement fails or the figures stay
+ * implausible. Progress on stderr unless quiet; the report on f. */
+static int calibrate(const pc_model *m, int ranks, int quick, int quiet, dl_plan_hw *hw, FILE *f)
+{
+    pc_hw_base(ranks, hw);
+    uint64_t t0 = dl_now_ns();
     static dl_gemm_log lg;
     bu_model b = {m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch};
     bu_model_gemms(&b, &lg);
-    double F = bu_gemm_log_flops(&lg);
-    int iters = quick ? 9 : 31;
-    double t1 = measure_gemm(&lg, 1, iters), tR = measure_gemm(&lg, ranks, iters);
-    if (!(t1 > 0) || !(tR > 0)) {
-        cli_error("calibrate: GEMM measurement failed: %s", dl_errmsg());
-        return -1;
-    }
-    hw->flops_alone = F / t1;
-    hw->flops = F / tR;
+    if (!quiet)
+        fprintf(stderr, "calibrate: %d ranks; communication, then rounds of GEMM passes and "
+                "training runs (1 rank, dp %d, tp %d)\n", ranks, ranks,
+                m->cfg.heads % ranks == 0 ? ranks : 2);
     comm_job ar, pp;
-    if (measure_comm(ranks, 0, quick, &hw->intra_bw, &hw->intra_lat, &ar) ||
-        measure_comm(ranks, 1, quick, &hw->p2p_bw, &hw->p2p_lat, &pp)) {
-        cli_error("calibrate: communication measurement failed: %s", dl_errmsg());
-        return -1;
-    }
+    if (measure_comm_checked(ranks, quick, hw, &ar, &pp, quiet)) return -1;
     hw->inter_bw = hw->intra_bw; /* one node: no second link */
     hw->inter_lat = hw->intra_lat;
-    dl_train_result res;
-    int steps = quick ? 10 : 30, reps = quick ? 3 : 5;
-    int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
-    double step = INFINITY, stepR = INFINITY, steptp = INFINITY;
-    for (int i = 0; i < reps; i++) { /* interleaved: a burst of background load hits one of each */
-        double x;
-        x = run_best(m, 1, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
-        if (x < step) step = x;
-        x = run_best(m, ranks, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
-        if (x < stepR) stepR = x;
-        x = run_best(m, 1, tpR, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
-        if (x < steptp) steptp = x;
+    int iters = quick ? 5 : 9, steps = quick ? 10 : 30, reps = quick ? 3 : 5;
+    static double v[PC_NFIG][PC_MAXROUNDS];
+    double one[PC_NFIG];
+    pc_figs x;
+    char why[400] = "";
+    int n = 0, ok = 0;
+    while (n < 2 * reps && !ok) {
+        if (pc_round(m, ranks, &lg, iters, steps, one)) {
+            cli_error("calibrate: a measurement run failed: %s", dl_errmsg());
+            return -1;
+        }
+        for (int i = 0; i < PC_NFIG; i++) v[i][n] = one[i];
+        n++;
+        if (!quiet)
+            fprintf(stderr, "calibrate: round %d (%d to %d): GEMM pass %.2f ms alone, %.2f ms "
+                    "x%d; steps %.2f ms (1 rank), %.2f ms (dp %d), %.2f ms (tp) [%.0f s]\n",
+                    n, reps, 2 * reps, one[0] * 1e3, one[1] * 1e3, ranks, one[2] * 1e3,
+                    one[3] * 1e3, ranks, one[4] * 1e3, (double)(dl_now_ns() - t0) / 1e9);
+        if (n < reps) continue;
+        pc_figs_of(v, n, &x);
+        ok = pc_check_figures(m, ranks, &x, hw, why, sizeof why) == 0;
+        if (!ok && !quiet && n < 2 * reps)
+            fprintf(stderr, "calibrate: implausible: %s; measuring another round\n", why);
     }
-    if (!(step > 0) || !(stepR > 0) || !(steptp > 0) || !isfinite(step + stepR + steptp)) {
-        cli_error("calibrate: training run failed: %s", dl_errmsg());
+    if (!ok) {
+        cli_error("calibrate: implausible after %d rounds: %s (the host is too noisy or busy to "
+                  "calibrate now); no profile written", n, why);
         return -1;
     }
-    double tg = F / hw->flops_alone, tgR = F / hw->flops;
-    hw->nongemm_ratio = step > tg ? (step - tg) / tg : 0;
-    /* the same per-rank work on R ranks at once (dp = R), less its gradient all-reduce */
-    double P = 0, pb[3];
-    size_t numel;
-    pc_state_predict(&m->cfg, ranks, 1, 0, 4, pb, &numel);
-    P = (double)numel;
-    double arR = 2.0 * (ranks - 1) * (hw->intra_lat + P * 4 / (ranks * hw->intra_bw));
-    double ngR = stepR - tgR - arR, ng1 = step - tg;
-    hw->nongemm_contention = ng1 > 0 && ngR > 0 ? ngR / ng1 : 0;
-    /* tp = R: what the compute and byte model leave unexplained, per blocking collective (the
-     * cost of a rendezvous of busy ranks) */
+    double arR;
     pc_pred p;
-    hw->sync_cost = 0;
-    pc_predict_time(hw, m, 1, tpR, 0, ranks, &p);
-    hw->sync_cost = steptp > p.total && p.ncoll > 0 ? (steptp - p.total) / p.ncoll : 0;
-    if (f) {
-        fprintf(f, "# calibrate: %d cores, %d ranks at once; model L %d C %d H %d T %d, micro-batch %d\n",
-                cores, ranks, m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch);
-        fprintf(f, "# GEMM (the model's %d shapes, %.3g GFLOP a pass): %.2f GFLOP/s alone, %.2f per rank "
-                   "with %d at once (contention %.2fx)\n",
-                lg.n, F / 1e9, hw->flops_alone / 1e9, hw->flops / 1e9, ranks, t1 > 0 ? tR / t1 : NAN);
-        fprintf(f, "# all-reduce on %d ranks (median):", ranks);
-        for (int s = 0; s < ar.nsizes; s++) fprintf(f, " %zu B %.1f us;", ar.count[s] * 4, ar.t[s] * 1e6);
-        fprintf(f, "\n#   ring fit 2(n-1)(alpha + S/(n beta)): beta %.3g GB/s, alpha %.3g us\n",
-                hw->intra_bw / 1e9, hw->intra_lat * 1e6);
-        fprintf(f, "# point-to-point (ping-pong, one way):");
-        for (int s = 0; s < pp.nsizes; s++) fprintf(f, " %zu B %.1f us;", pp.count[s] * 4, pp.t[s] * 1e6);
-        fprintf(f, "\n#   fit alpha + S/beta: beta %.3g GB/s, alpha %.3g us\n", hw->p2p_bw / 1e9,
-                hw->p2p_lat * 1e6);
-        fprintf(f, "# training step on 1 rank (dl_train_run, %d steps, fastest step of %d runs): %.2f ms; "
-                   "its GEMMs alone %.2f ms; non-GEMM ratio %.3f\n",
-                steps, reps, step * 1e3, tg * 1e3, hw->nongemm_ratio);
-        fprintf(f, "# the same per rank on %d ranks at once (dp %d): %.2f ms; GEMMs %.2f ms, all-reduce "
-                   "%.2f ms; non-GEMM contention %.2fx\n",
-                ranks, ranks, stepR * 1e3, tgR * 1e3, arR * 1e3, hw->nongemm_contention);
-        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
-                   "collectives a step: %.1f us each\n",
-                tpR, tpR, steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6);
-        fprintf(f, "# pipeline hand-offs use the point-to-point figures above; no separate term\n");
+    pc_fit(m, ranks, &x, hw, &arR, &p);
+    if (f) pc_report(m, ranks, n, steps, &x, hw, &ar, &pp, f);
+    return 0;
+}
+
+/* --figures LIST: the figures of an earlier calibration (its report's "# figures" line: ms,
+ * GB/s, us, noise in %) instead of measuring: checked and fitted alike (tests feed it
+ * fabricated figures). */
+static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
+{
+    static const char *const key[] = {"gemm1", "gemmR", "step1", "stepR", "steptp", "noise",
+                                      "bw", "lat", "p2p_bw", "p2p_lat"};
+    static const double scale[] = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e9, 1e-6, 1e9, 1e-6};
+    enum { NK = sizeof key / sizeof key[0] };
+    double val[NK];
+    int seen[NK] = {0};
+    char *dup = strdup(list), *save = NULL;
+    int bad = !dup;
+    for (char *t = dup ? strtok_r(dup, ",", &save) : NULL; t && !bad; t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        int k = -1;
+        if (eq) {
+            *eq = '\0';
+            for (int i = 0; i < NK; i++) if (!strcmp(t, key[i])) k = i;
+        }
+        if (k < 0) {
+            cli_error("--figures: '%s' is not one of gemm1, gemmR, step1, stepR, steptp, noise, bw, "
+                      "lat, p2p_bw, p2p_lat =VALUE", t);
+            bad = 1;
+        } else if (cli_parse_double("--figures", eq + 1, -1e30, 1e30, &val[k])) {
+            bad = 1;
+        } else {
+            val[k] *= scale[k];
+            seen[k] = 1;
+        }
     }
+    free(dup);
+    for (int i = 0; i < NK && !bad; i++)
+        if (!seen[i]) {
+            cli_error("--figures: %s= missing", key[i]);
+            bad = 1;
+        }
+    if (bad) return -1;
+    x->gemm1 = val[0], x->gemmR = val[1], x->step1 = val[2], x->stepR = val[3], x->steptp = val[4];
+    x->noise = val[5];
+    hw->intra_bw = hw->inter_bw = val[6], hw->intra_lat = hw->inter_lat = val[7];
+    hw->p2p_bw = val[8], hw->p2p_lat = val[9];
     return 0;
 }
 
 static const char *const cal_help =
-    "Usage: distlab-plan calibrate [--out FILE] [--ranks N] [--quick] [--small]\n"
+    "Usage: distlab-plan calibrate [--out FILE] [--ranks N] [--quick] [--small] [--quiet]\n"
+    "                              [--figures LIST]\n"
     "\n"
     "Measures this machine with the runtime itself and writes a hardware profile\n"
     "(docs/PLANNER.md): GEMM FLOP/s per rank on the trainer's model shapes (alone and with N ranks\n"
     "at once), ring all-reduce and point-to-point bandwidth and latency on N ranks, and the\n"
     "non-GEMM share of a training step (dl_train_run on one rank). Pipelines are predicted from\n"
-    "these figures and the point-to-point ones (no separate measurement).\n"
-    "  --out FILE   the profile (default distlab.hw; '-' for stdout)\n"
-    "  --ranks N    ranks at once (default: the cores, at least 2)\n"
-    "  --quick      fewer repetitions (seconds)\n"
-    "  --small      a smaller model (L 2, C 64, T 32; what DISTLAB_TEST_SCALE=small tests use)\n";
+    "these figures and the point-to-point ones (no separate measurement). Every figure is the\n"
+    "fastest of interleaved rounds (5, --quick 3) and is checked: a part never exceeds its whole,\n"
+    "N ranks at once are not faster per rank than one beyond the noise, tp with its\n"
+    "synchronisation is slower than the model of it without, every cost is positive. Implausible\n"
+    "figures are measured again (up to twice the rounds), then refused: exit 1, no profile.\n"
+    "Takes about 10 s a round for the default model on 2 cores; progress on stderr.\n"
+    "  --out FILE      the profile (default distlab.hw; '-' for stdout)\n"
+    "  --ranks N       ranks at once (default: the cores, at least 2)\n"
+    "  --quick         fewer repetitions (seconds)\n"
+    "  --small         a smaller model (L 2, C 64, T 32; what DISTLAB_TEST_SCALE=small tests use)\n"
+    "  --quiet         no progress on stderr\n"
+    "  --figures LIST  check and fit these figures instead of measuring (the report's\n"
+    "                  '# figures' line: gemm1=MS,gemmR=MS,step1=MS,stepR=MS,steptp=MS,\n"
+    "                  noise=PCT,bw=GBPS,lat=US,p2p_bw=GBPS,p2p_lat=US)\n";
 
 static const char *const val_help =
     "Usage: distlab-plan validate [--hardware FILE] [--ranks N] [--quick] [--small] [--steps N]\n"
+    "                             [--quiet]\n"
     "\n"
     "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
     "AdamW state, from the tp sharding, the pipeline stage and the ZeRO shard) for local layouts\n"
     "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-3), runs them through the trainer for a few steps and\n"
     "prints predicted vs measured. Layouts with more ranks than cores are marked oversubscribed:\n"
     "the time goal (within 25%) applies to the others, the memory goal (within 2%) to all.\n"
+    "Each run is reported on stderr as it ends (its step time and the error so far); each\n"
+    "layout's row is printed when its last round ends. About 2 minutes for --ranks 2 on 2 cores.\n"
     "Exit status 0 when the goals hold, 1 otherwise.\n"
     "  --hardware FILE  a profile from `distlab-plan calibrate` (default: calibrate now)\n"
     "  --ranks N        largest layout (default 8; --quick 4)\n"
     "  --quick          fewer layouts and steps\n"
     "  --small          a smaller model (L 2, C 64, T 32); use the same for calibrate\n"
-    "  --steps N        training steps per layout (default 30; --quick 10)\n";
+    "  --steps N        training steps per layout (default 30; --quick 10)\n"
+    "  --quiet          no progress on stderr\n";
 
 typedef struct pc_args {
-    const char *out, *hardware;
-    int ranks, quick, small, steps;
+    const char *out, *hardware, *figures;
+    int ranks, quick, small, steps, quiet;
 } pc_args;
 
 static int pc_parse(int argc, char **argv, int validate, pc_args *a)
@@ -592,6 +820,7 @@ static int pc_parse(int argc, char **argv, int validate, pc_args *a)
             return 1;
         } else if (!strcmp(s, "--quick")) a->quick = 1;
         else if (!strcmp(s, "--small")) a->small = 1;
+        else if (!strcmp(s, "--quiet")) a->quiet = 1;
         else if (!strcmp(s, "--ranks") && v) {
             if (cli_parse_int("--ranks", v, 1, 64, &a->ranks)) return -1;
             i++;
@@ -599,6 +828,7 @@ static int pc_parse(int argc, char **argv, int validate, pc_args *a)
             if (cli_parse_int("--steps", v, 2, 100000, &a->steps)) return -1;
             i++;
         } else if (!validate && !strcmp(s, "--out") && v) a->out = v, i++;
+        else if (!validate && !strcmp(s, "--figures") && v) a->figures = v, i++;
         else if (validate && !strcmp(s, "--hardware") && v) a->hardware = v, i++;
         else {
             cli_error("%s: unknown or incomplete option '%s' (see --help)",
@@ -606,6 +836,21 @@ static int pc_parse(int argc, char **argv, int validate, pc_args *a)
             return -1;
         }
     }
+    return 0;
+}
+
+/* --figures: check and fit given figures; -1 (a message) when they are implausible */
+static int calibrate_given(const pc_model *m, int ranks, const pc_figs *x, dl_plan_hw *hw, FILE *f)
+{
+    char why[400];
+    if (pc_check_figures(m, ranks, x, hw, why, sizeof why)) {
+        cli_error("calibrate: implausible figures: %s; no profile written", why);
+        return -1;
+    }
+    double arR;
+    pc_pred p;
+    pc_fit(m, ranks, x, hw, &arR, &p);
+    pc_report(m, ranks, 0, 0, x, hw, NULL, NULL, f);
     return 0;
 }
 
@@ -625,7 +870,13 @@ int plan_calibrate_main(int argc, char **argv)
     pc_model m;
     pc_model_init(&m, a.small);
     dl_plan_hw hw;
-    if (calibrate(&m, a.ranks, a.quick, &hw, stdout) != 0) return CLI_EXIT_FAIL;
+    pc_figs given;
+    pc_hw_base(a.ranks, &hw);
+    if (a.figures && pc_parse_figures(a.figures, &given, &hw)) return CLI_EXIT_USAGE;
+    FILE *rep = strcmp(a.out, "-") ? stdout : stderr; /* the report stays off a profile on stdout */
+    if (a.figures ? calibrate_given(&m, a.ranks, &given, &hw, rep)
+                  : calibrate(&m, a.ranks, a.quick, a.quiet, &hw, rep))
+        return CLI_EXIT_FAIL;
     FILE *f = strcmp(a.out, "-") ? fopen(a.out, "w") : stdout;
     if (!f) {
         cli_error("calibrate: cannot write %s", a.out);
@@ -643,6 +894,96 @@ int plan_calibrate_main(int argc, char **argv)
 
 /* ---------------------------------------------------------------------------------------- */
 /* validate                                                                                   */
+
+/* One layout of validate: its prediction, and what its runs measured. */
+typedef struct pc_vrow {
+    pc_layout L;
+    int n, failed, insample;
+    pc_pred p;
+    double spred, paper, best, worst, smeas0, peak0, terr;
+    char name[40];
+} pc_vrow;
+
+static void pc_vrow_predict(const dl_plan_hw *hw, const pc_model *m, int cores, pc_vrow *v)
+{
+    const pc_layout *L = &v->L;
+    double pb[3];
+    size_t P;
+    v->n = L->dp * L->tp * L->pp;
+    if (L->pp > 1) {
+        pc_predict_time_pp(hw, m, L, cores, &v->p);
+        pc_state_predict_stage(&m->cfg, L, 0, 4, pb, &P);
+    } else {
+        pc_predict_time(hw, m, L->dp, L->tp, L->zero, cores, &v->p);
+        pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+    }
+    v->spred = pb[0] + pb[1] + pb[2];
+    /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
+    dl_plan_opts po;
+    dl_plan_opts_init(&po);
+    po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
+    v->paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
+    if (L->pp > 1) /* six words like the others: "dp1 tp1 pp2 1f1b m4 z0" */
+        snprintf(v->name, sizeof v->name, "dp%d tp%d pp%d %s m%d z%d", L->dp, L->tp, L->pp,
+                 L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m, L->zero);
+    else
+        snprintf(v->name, sizeof v->name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
+    int R = hw->ranks > 0 ? hw->ranks : 2;
+    v->insample = L->zero == 0 && L->pp == 1 &&
+                  ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
+                   (L->dp == 1 && L->tp == (m->cfg.heads % R == 0 ? R : 2)));
+    v->best = INFINITY, v->worst = 0, v->failed = 0;
+}
+
+/* The model states of every rank of a run against the prediction (the worst error kept), and
+ * rank 0's states and peak. */
+static void pc_vrow_memory(const pc_model *m, const dl_train_result *res, pc_vrow *v)
+{
+    const pc_layout *L = &v->L;
+    int per_stage = L->dp * L->tp;
+    v->peak0 = 0;
+    for (int rk = 0; rk < res->nranks; rk++) {
+        double pb[3];
+        if (L->pp > 1)
+            pc_state_predict_stage(&m->cfg, L, rk / per_stage, 4, pb, NULL);
+        else
+            pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
+        double spred = pb[0] + pb[1] + pb[2];
+        const uint64_t *pk = res->peak + (size_t)rk * DL_MEM_NCATEGORIES;
+        double sm = (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] +
+                    (double)pk[DL_MEM_OPTIMIZER];
+        double e = 100.0 * (sm - spred) / spred;
+        if (fabs(e) > fabs(v->worst)) v->worst = e;
+        if (rk == 0) {
+            v->smeas0 = sm;
+            for (int c = 0; c < DL_MEM_NCATEGORIES; c++) v->peak0 += (double)pk[c];
+        }
+    }
+}
+
+/* The row of a finished layout; 1 when its goals hold. */
+static int pc_vrow_print(pc_vrow *v)
+{
+    v->terr = 100.0 * (v->best - v->p.total * 1e3) / (v->p.total * 1e3);
+    int tgoal = v->p.oversub || fabs(v->terr) <= 25.0, mgoal = fabs(v->worst) <= 2.0;
+    printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n",
+           v->name, v->n, v->p.oversub ? "yes" : "no", v->insample ? "calib" : "new",
+           v->p.total * 1e3, v->best, v->terr, v->spred, v->smeas0, v->worst, v->paper, v->peak0,
+           tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
+    fflush(stdout);
+    return tgoal && mgoal;
+}
+
+static const pc_layout pc_val_layouts[] = { /* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
+    {1, 1, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0}, {1, 2, 0, 1, 1, 0}, {2, 1, 1, 1, 1, 0},
+    {2, 1, 2, 1, 1, 0}, {2, 2, 0, 1, 1, 0}, {4, 1, 0, 1, 1, 0}, {1, 4, 0, 1, 1, 0},
+    {4, 1, 2, 1, 1, 0}, {2, 2, 1, 1, 1, 0}, {8, 1, 0, 1, 1, 0}, {2, 4, 0, 1, 1, 0},
+    {2, 1, 3, 1, 1, 0}, {4, 1, 3, 1, 1, 0}, {2, 2, 3, 1, 1, 0},
+    {1, 1, 0, 2, 4, DL_SCHED_1F1B}, {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
+    {2, 1, 1, 2, 4, DL_SCHED_1F1B}, {1, 2, 0, 2, 4, DL_SCHED_1F1B},
+    {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B},
+    {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
+enum { PC_NVAL = sizeof pc_val_layouts / sizeof pc_val_layouts[0] };
 
 int plan_validate_main(int argc, char **argv)
 {
@@ -664,126 +1005,77 @@ int plan_validate_main(int argc, char **argv)
                "alpha %.3g us, non-GEMM ratio %.3f\n",
                a.hardware, hw.name, hw.flops / 1e9, hw.flops_alone / 1e9, hw.intra_bw / 1e9,
                hw.intra_lat * 1e6, hw.nongemm_ratio);
-    } else if (calibrate(&m, cores < 2 ? 2 : cores, a.quick, &hw, stdout) != 0) {
+    } else if (calibrate(&m, cores < 2 ? 2 : cores, a.quick, a.quiet, &hw, stdout) != 0) {
         return CLI_EXIT_FAIL;
     }
-    /* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
-    static const pc_layout all[] = {
-        {1, 1, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0}, {1, 2, 0, 1, 1, 0}, {2, 1, 1, 1, 1, 0},
-        {2, 1, 2, 1, 1, 0}, {2, 2, 0, 1, 1, 0}, {4, 1, 0, 1, 1, 0}, {1, 4, 0, 1, 1, 0},
-        {4, 1, 2, 1, 1, 0}, {2, 2, 1, 1, 1, 0}, {8, 1, 0, 1, 1, 0}, {2, 4, 0, 1, 1, 0},
-        {2, 1, 3, 1, 1, 0}, {4, 1, 3, 1, 1, 0}, {2, 2, 3, 1, 1, 0},
-        {1, 1, 0, 2, 4, DL_SCHED_1F1B}, {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
-        {2, 1, 1, 2, 4, DL_SCHED_1F1B}, {1, 2, 0, 2, 4, DL_SCHED_1F1B},
-        {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B},
-        {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
-    int nall = (int)(sizeof all / sizeof all[0]);
-    printf("# model L %d C %d H %d T %d, micro-batch %d per dp rank (global batch dp x %d), f32, "
-           "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
-           m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
-           a.steps, a.quick ? 3 : 5, cores);
-    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x %d)\n",
-           m.micro_batch, m.micro_batch);
-    printf("%-22s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks", "over", "sample",
-           "pred_ms", "meas_ms", "err%", "states_pred", "states_meas", "err%", "paper_zero",
-           "peak_meas", "ok");
-    int ok_all = 1, nrun = 0, ntime = 0;
+    static pc_vrow v[PC_NVAL];
+    int nv = 0;
+    for (int i = 0; i < PC_NVAL; i++) {
+        const pc_layout *L = &pc_val_layouts[i];
+        if (L->dp * L->tp * L->pp > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers) continue;
+        v[nv].L = *L;
+        pc_vrow_predict(&hw, &m, cores, &v[nv++]);
+    }
     /* interleaved rounds: a burst of background load hits one run of several layouts, not every
      * run of one layout; each layout keeps its fastest step over the rounds */
     int reps = a.quick ? 3 : 5;
-    double best[sizeof all / sizeof all[0]];
-    int failed[sizeof all / sizeof all[0]];
-    double smeas0[sizeof all / sizeof all[0]], peak0[sizeof all / sizeof all[0]];
-    double worst[sizeof all / sizeof all[0]];
-    for (int i = 0; i < nall; i++) best[i] = INFINITY, failed[i] = 0, worst[i] = 0;
-    for (int round = 0; round < reps; round++)
-        for (int i = 0; i < nall; i++) {
-            const pc_layout *L = &all[i];
-            int n = L->dp * L->tp * L->pp;
-            if (n > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers || failed[i]) continue;
+    printf("# model L %d C %d H %d T %d, micro-batch %d per dp rank (global batch dp x %d), f32, "
+           "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
+           m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
+           a.steps, reps, cores);
+    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x %d)\n",
+           m.micro_batch, m.micro_batch);
+    fflush(stdout);
+    if (!a.quiet)
+        fprintf(stderr, "validate: %d layouts x %d rounds of %d steps; each layout's row when its "
+                "last round ends\n", nv, reps, a.steps);
+    int ok_all = 1, nrun = 0, ntime = 0;
+    uint64_t t0 = dl_now_ns();
+    for (int round = 0; round < reps; round++) {
+        if (round == reps - 1)
+            printf("%-22s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks",
+                   "over", "sample", "pred_ms", "meas_ms", "err%", "states_pred", "states_meas",
+                   "err%", "paper_zero", "peak_meas", "ok");
+        for (int i = 0; i < nv; i++) {
+            pc_vrow *x = &v[i];
+            if (x->failed) continue;
             dl_train_result res;
-            double ms = run_once(&m, L, a.steps, &res);
+            double ms = run_once(&m, &x->L, a.steps, &res);
             if (!(ms > 0)) {
-                printf("# dp %d tp %d pp %d zero %d: run failed: %s\n", L->dp, L->tp, L->pp,
-                       L->zero, dl_errmsg());
-                failed[i] = 1;
+                printf("# %s: run failed: %s\n", x->name, dl_errmsg());
+                x->failed = 1;
+                ok_all = 0;
                 dl_train_result_free(&res);
                 continue;
             }
-            if (ms < best[i]) best[i] = ms;
-            if (round == 0) {
-                peak0[i] = 0;
-                int per_stage = L->dp * L->tp;
-                for (int rk = 0; rk < res.nranks; rk++) {
-                    double pb[3];
-                    if (L->pp > 1)
-                        pc_state_predict_stage(&m.cfg, L, rk / per_stage, 4, pb, NULL);
-                    else
-                        pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
-                    double spred = pb[0] + pb[1] + pb[2];
-                    const uint64_t *pk = res.peak + (size_t)rk * DL_MEM_NCATEGORIES;
-                    double sm = (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] +
-                                (double)pk[DL_MEM_OPTIMIZER];
-                    double e = 100.0 * (sm - spred) / spred;
-                    if (fabs(e) > fabs(worst[i])) worst[i] = e;
-                    if (rk == 0) {
-                        smeas0[i] = sm;
-                        for (int c = 0; c < DL_MEM_NCATEGORIES; c++) peak0[i] += (double)pk[c];
-                    }
-                }
-            }
+            if (ms < x->best) x->best = ms;
+            if (round == 0) pc_vrow_memory(&m, &res, x);
             dl_train_result_free(&res);
+            double e = 100.0 * (x->best - x->p.total * 1e3) / (x->p.total * 1e3);
+            if (!a.quiet)
+                fprintf(stderr, "validate: round %d/%d %-22s %2d ranks%s: %8.2f ms (fastest %.2f), "
+                        "predicted %.2f ms: %+6.1f%% [%.0f s]\n", round + 1, reps, x->name, x->n,
+                        x->p.oversub ? " (oversubscribed)" : "", ms, x->best, x->p.total * 1e3, e,
+                        (double)(dl_now_ns() - t0) / 1e9);
+            if (round == reps - 1) {
+                ok_all &= pc_vrow_print(x);
+                nrun++;
+                ntime += !x->p.oversub;
+            }
         }
-    for (int i = 0; i < nall; i++) {
-        const pc_layout *L = &all[i];
-        int n = L->dp * L->tp * L->pp;
-        if (n > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers) continue;
-        if (failed[i]) {
-            ok_all = 0;
-            continue;
-        }
-        pc_pred p;
-        double pb[3];
-        size_t P;
-        if (L->pp > 1) {
-            pc_predict_time_pp(&hw, &m, L, cores, &p);
-            pc_state_predict_stage(&m.cfg, L, 0, 4, pb, &P);
-        } else {
-            pc_predict_time(&hw, &m, L->dp, L->tp, L->zero, cores, &p);
-            pc_state_predict(&m.cfg, L->dp, L->tp, L->zero, 4, pb, &P);
-        }
-        double spred = pb[0] + pb[1] + pb[2];
-        /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
-        dl_plan_opts po;
-        dl_plan_opts_init(&po);
-        po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
-        double paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
-        char name[40];
-        if (L->pp > 1)
-            snprintf(name, sizeof name, "dp%d tp%d pp%d %s m%d", L->dp, L->tp, L->pp,
-                     L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m);
-        else
-            snprintf(name, sizeof name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
-        if (L->pp > 1) /* six words like the others: "dp1 tp1 pp2 1f1b m4 z0" */
-            snprintf(name + strlen(name), sizeof name - strlen(name), " z%d", L->zero);
-        double meas = best[i], terr = 100.0 * (meas - p.total * 1e3) / (p.total * 1e3);
-        int tgoal = p.oversub || fabs(terr) <= 25.0, mgoal = fabs(worst[i]) <= 2.0;
-        if (!p.oversub) ntime++;
-        ok_all &= tgoal && mgoal;
-        nrun++;
-        int R = hw.ranks > 0 ? hw.ranks : 2;
-        int insample = L->zero == 0 && L->pp == 1 &&
-                       ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
-                        (L->dp == 1 && L->tp == (m.cfg.heads % R == 0 ? R : 2)));
-        printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", name, n,
-               p.oversub ? "yes" : "no", insample ? "calib" : "new", p.total * 1e3, meas, terr, spred, smeas0[i], worst[i], paper,
-               peak0[i], tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
     }
+    double worst = 0;
+    const char *wname = "-";
+    for (int i = 0; i < nv; i++)
+        if (!v[i].failed && !v[i].p.oversub && fabs(v[i].terr) > fabs(worst))
+            worst = v[i].terr, wname = v[i].name;
     printf("# step time = GEMM (model shapes / GEMM rate x contention) + non-GEMM (ratio x GEMM) + "
            "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; pipelines: (m + p - 1) "
            "x the slowest stage's micro-batch + 2 hand-offs per slot; states and peaks in bytes per rank "
            "(rank 0; states err%% is the worst rank); sample: calib = calibrate ran this layout "
            "to fit the profile (in-sample), new = not seen by calibrate\n");
+    printf("# largest step-time error within the cores: %+.1f%% (%s); within +-15%%: %s\n", worst,
+           wname, fabs(worst) <= 15.0 ? "yes" : "no");
     printf("# %d layouts, %d within the cores; goals (time +-25%% within the cores, model states "
            "+-2%% for all): %s\n",
            nrun, ntime, ok_all && nrun >= 6 ? "met" : "NOT met");
@@ -840,6 +1132,17 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
         }
     /* the batch differs between layouts (dp x m x micro-batch): rank them by throughput */
     qsort(rows, (size_t)k, sizeof *rows, pc_row_cmp);
+    for (int i = 0, lead = 0; i < k; i++) {
+        if (rows[i].tokens_per_s < rows[lead].tokens_per_s * (1 - PC_TIE)) lead = i;
+        rows[i].rank = lead + 1;
+    }
+    /* within a tie, the layouts that fit the cores first (insertion sort: stable) */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && rows[j].rank == rows[j - 1].rank && rows[j - 1].oversub &&
+                        !rows[j].oversub; j--) {
+            pc_local_row t = rows[j];
+            rows[j] = rows[j - 1], rows[j - 1] = t;
+        }
     *n = k;
     return DL_OK;
 }

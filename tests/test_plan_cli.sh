@@ -78,6 +78,9 @@ usage_error "bad costs" "costs" pipeline --costs 1,,x
 usage_error "calibrate bad flag" "unknown or incomplete option" calibrate --bogus
 usage_error "validate bad flag" "unknown or incomplete option" validate --out x
 usage_error "calibrate one rank" "at least 2" calibrate --ranks 1
+usage_error "figures missing key" "--figures: gemmR= missing" calibrate --figures gemm1=1
+usage_error "figures unknown key" "is not one of" calibrate --figures gemm1=1,speed=2
+usage_error "figures not a number" "--figures" calibrate --figures gemm1=fast
 
 # ---- the lecture's numbers ----
 if run "memory gpt3" 0 memory --model gpt3-175b; then
