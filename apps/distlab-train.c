@@ -74,6 +74,8 @@ static void usage(FILE *f)
 "  --data-max SIZE       refuse a --data file larger than SIZE (default 1G; the whole file\n"
 "                        is held in memory); --data reads regular files only\n"
 "  --data-seed N         seed of the synthetic corpus (default 1)\n"
+"  --write-corpus FILE   write the synthetic corpus (4 MiB; --data-seed) to FILE and exit:\n"
+"                        --data FILE then trains on the same bytes\n"
 "  --eval-every N        validation loss every N steps (default 250; 0: at the end only)\n"
 "  --eval-windows N      validation windows per evaluation (default 64; 0: all)\n"
 "Output (an existing output FILE must be a regular file, not a symlink: nothing else is\n"
@@ -107,7 +109,7 @@ enum {
     O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
     O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
     O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO, O_PP, O_SCHED, O_VIRT, O_STASH, O_LCOSTS,
-    O_TRACE, O_TIMELINE, O_THREADS, O_DMAX
+    O_TRACE, O_TIMELINE, O_THREADS, O_DMAX, O_WCORPUS
 };
 
 static const struct option longopts[] = {
@@ -127,6 +129,7 @@ static const struct option longopts[] = {
     {"virtual-stages", 1, 0, O_VIRT}, {"weight-stashing", 0, 0, O_STASH},
     {"layer-costs", 1, 0, O_LCOSTS}, {"trace", 1, 0, O_TRACE}, {"timeline", 0, 0, O_TIMELINE},
     {"threads", 1, 0, O_THREADS}, {"data-max", 1, 0, O_DMAX},
+    {"write-corpus", 1, 0, O_WCORPUS},
     {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
 };
 
@@ -406,6 +409,30 @@ static double compare_params(const dl_gpt_config *c, const double *a, const doub
 
 static int train_main(int argc, char **argv, int nprocs);
 
+/* --write-corpus: the built-in corpus as a file, so that the --data examples have a file to read. */
+static int write_corpus(const char *path, uint64_t seed)
+{
+    dl_data_opts dop;
+    dl_data *d;
+    dl_data_opts_init(&dop);
+    dop.seed = seed;
+    if (dl_data_open(&dop, &d)) {
+        cli_error("--write-corpus: %s", dl_errmsg());
+        return CLI_EXIT_FAIL;
+    }
+    FILE *f = fopen(path, "wb");
+    size_t n = dl_data_len(d), w = f ? fwrite(dl_data_bytes(d), 1, n, f) : 0;
+    int bad = !f || w != n || fclose(f) != 0;
+    dl_data_free(d);
+    if (bad) {
+        cli_error("--write-corpus: cannot write '%s'", path);
+        return CLI_EXIT_USAGE;
+    }
+    printf("wrote the synthetic corpus (data seed %llu, %zu bytes, entropy rate %.4f nats/byte) "
+           "to %s\n", (unsigned long long)seed, n, dl_data_entropy_rate(dop.p, dop.K), path);
+    return CLI_EXIT_OK;
+}
+
 /* Under mpirun: MPI first (the world spans the processes), MPI_Abort when the run failed. */
 int main(int argc, char **argv)
 {
@@ -429,7 +456,7 @@ static int train_main(int argc, char **argv, int nprocs)
     int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0, layer_costs_n = 0;
     int measure_costs = 0;
     int threads = 0;
-    const char *json = NULL;
+    const char *json = NULL, *corpus = NULL;
     double d;
     uint64_t u;
     int c;
@@ -521,6 +548,7 @@ static int train_main(int argc, char **argv, int nprocs)
             break;
         }
         case O_TRACE: o.trace_path = optarg; break;
+        case O_WCORPUS: corpus = optarg; break;
         case O_TIMELINE: o.timeline = 1; break;
         case O_ZERO:
             bad = cli_parse_int("--zero", optarg, INT_MIN, INT_MAX, &o.zero);
@@ -541,6 +569,8 @@ static int train_main(int argc, char **argv, int nprocs)
         cli_error("unexpected argument '%s' (see --help)", argv[optind]);
         return CLI_EXIT_USAGE;
     }
+    if (corpus)
+        return write_corpus(corpus, o.data_seed);
     if (!have_minlr)
         o.min_lr = o.lr / 10;
     if (o.pp == 0)

@@ -354,6 +354,23 @@ if [ "$SMALL" -eq 0 ]; then
     --log-every 0 --check
 fi
 
+# --write-corpus: the file holds the built-in corpus's bytes, so training on it with --data gives
+# the synthetic run's losses exactly; another --data-seed gives another corpus (negative control)
+if run "write corpus" 0 --write-corpus "$TMP/corpus.bin" && run "write corpus seed 2" 0 \
+    --write-corpus "$TMP/corpus2.bin" --data-seed 2; then
+  [ "$(wc -c <"$TMP/corpus.bin")" -eq 4194304 ] || fail "write corpus: not 4 MiB"
+  cmp -s "$TMP/corpus.bin" "$TMP/corpus2.bin" && fail "write corpus: seed 2 gave the same bytes"
+  for src in synthetic file; do
+    if [ $src = file ]; then set -- --data "$TMP/corpus.bin"; else set --; fi
+    run "corpus $src" 0 --dp 1 $TINY --steps 2 --log-every 0 --eval-every 0 "$@" \
+      --json "$TMP/$src.jsonl"
+    grep '"type":"step"' "$TMP/$src.jsonl" | sed 's/"ms".*//' > "$TMP/$src.loss"
+  done
+  [ -s "$TMP/file.loss" ] && cmp -s "$TMP/synthetic.loss" "$TMP/file.loss" ||
+    fail "corpus: --data of the written corpus trains differently: $(cat "$TMP/synthetic.loss" "$TMP/file.loss")"
+fi
+refused "write corpus unwritable" "cannot write" --write-corpus "$TMP/no/such/dir/c.bin"
+
 if [ "$fails" -ne 0 ]; then
   echo "test_train_cli: $fails failure(s)"
   exit 1
