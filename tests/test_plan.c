@@ -1,5 +1,5 @@
 /* The planner's analytic models against the lecture's numbers (lecture 17 §1, §4, §5.2, §6.4,
- * exercises) and against brute force: the issue's Tests section, analytic part.
+ * exercises) and against brute force.
  *
  * Tolerances follow the precision the lecture prints (2.87 GB: +-0.005 GB, 0.07 s: +-0.005 s),
  * so that a wrong factor of (n-1)/n, a missing /t or a wrong byte count fails. */

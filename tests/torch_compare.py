@@ -4,7 +4,7 @@
 usage: torch_compare.py --model INIT.st --grads GRADS.st [--tokens GRADS.st.tokens]
                         (--loss X | --json STEP.jsonl) [--tol R] [--quiet]
 
-Builds the model of ../shared/peers/torch_gpt.py in PyTorch (nn.Embedding tok/pos; Blocks with
+Builds the model of peers/torch_gpt.py in PyTorch (nn.Embedding tok/pos; Blocks with
 nn.LayerNorm ln1/ln2, nn.Linear qkv/proj/fc1/fc2, exact erf GeLU, causal softmax attention;
 final LayerNorm lnf; head nn.Linear without bias, or the token embedding when the file has no
 lm_head.weight), sized from the checkpoint's shapes, and loads the parameters from a distlab

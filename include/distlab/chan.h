@@ -2,7 +2,7 @@
  *
  * A link is one direction of a connection between two ranks: one sending end, one receiving
  * end. Collectives touch links only through dl_link_ops, so that a transport for many machines
- * (MPI) adds a link type without touching the algorithms (DESIGN decision 4).
+ * (MPI) adds a link type without touching the algorithms.
  *
  * The shared-memory link is a channel: a single-producer single-consumer ring of fixed-size
  * slots (power-of-two count). The consumer polls each slot's own 32-bit sequence word (one cache

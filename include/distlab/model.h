@@ -1,6 +1,6 @@
 /* distlab: the GPT-style byte-level decoder, its parameter layout and its sharding.
  *
- * The model is ../shared/peers/torch_gpt.py's: learned token and position embeddings, pre-LayerNorm
+ * The model is peers/torch_gpt.py's: learned token and position embeddings, pre-LayerNorm
  * blocks (causal multi-head attention with biased Q/K/V and output projections; MLP
  * Z = GeLU(X·A + a)·B + b with 4x width and the exact erf GeLU), residuals, a final LayerNorm and
  * an untied LM head without bias (or tied to the token embedding).

@@ -1,4 +1,4 @@
-/* distlab: per-rank event traces (DESIGN "trace"): what the pipeline engine and the trainer did,
+/* distlab: per-rank event traces: what the pipeline engine and the trainer did,
  * when, on which rank — the measured counterpart of lib/sched.c's simulated schedules.
  *
  * Each rank records into its own buffer, allocated once at creation (page-aligned, padded to
