@@ -224,16 +224,16 @@ static int lecture_01(void)
 /* ---------------------------------------------------------------------------------------- */
 /* 03: pipeline parallelism (§4, §6.2, code 03)                                              */
 
-/* The lecture's §4.1 grids, byte for byte (the naive and GPipe blocks side by side at display
- * column 42, then the 1F1B block). */
+/* The lecture's §4.1 grids, byte for byte, under its captions in English (the numbers are the
+ * lecture's): the naive and GPipe blocks side by side at display column 42, then the 1F1B block. */
 static const char LECTURE_NAIVE_GPIPE[] =
-    "朴素（1 个微批次）：气泡 75%              GPipe（4 个微批次）：气泡 42.9%\n"
+    "naive (1 micro-batch): bubble 75%         GPipe (4 micro-batches): bubble 42.9%\n"
     "GPU 1  0·········aa                       GPU 1  0123·········aabbccdd\n"
     "GPU 2  ·0······aa··                       GPU 2  ·0123······aabbccdd··\n"
     "GPU 3  ··0···aa····                       GPU 3  ··0123···aabbccdd····\n"
     "GPU 4  ···0aa······                       GPU 4  ···0123aabbccdd······\n";
 static const char LECTURE_1F1B[] =
-    "1F1B（8 个微批次）：气泡 27.3%，每段同时存着的激活 4 / 3 / 2 / 1 份\n"
+    "1F1B (8 micro-batches): bubble 27.3%, activations held per stage 4 / 3 / 2 / 1\n"
     "GPU 1  0123······aa4bb5cc6dd7ee·ff·gg·hh\n"
     "GPU 2  ·012····aa3bb4cc5dd6ee7ff·gg·hh··\n"
     "GPU 3  ··01··aa2bb3cc4dd5ee6ff7gg·hh····\n"
@@ -672,8 +672,9 @@ static void usage(FILE *f)
     fprintf(f,
 "Usage: distlab-lecture SECTION [--check] [--json]\n"
 "\n"
-"Reproduces lecture 17 (distributed training, ../shared/seed/) with distlab: each section prints\n"
-"the lecture's quantities as measured or computed here, labelled with the lecture's section.\n"
+"Reproduces Lecture 17, Distributed Training, of CMU 10-423/623/723 Generative AI with distlab:\n"
+"each section prints the lecture's quantities as measured or computed here, labelled with the\n"
+"lecture's section.\n"
 "\n"
 "Sections:\n"
 "  01         §1: bytes per parameter, GPT-3 activations, the 7.5B model's compute and gradient\n"

@@ -680,18 +680,17 @@ int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, c
     if (s == NULL || sim == NULL || out == NULL || sim->p != s->p)
         return dl_error(DL_EINVAL, "caption: null or mismatched schedule and simulation");
     *out = NULL;
-    static const char *const names[] = {"自定义", "朴素", "GPipe", "1F1B", "交错 1F1B", "异步 1F1B",
-                                        "TeraPipe"};
+    static const char *const names[] = {"custom", "naive", "GPipe", "1F1B", "interleaved 1F1B",
+                                        "async 1F1B", "TeraPipe"};
     sbuf sb = {0};
     sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_TERAPIPE ? names[s->kind] : "?");
-    sb_printf(&sb, "（%d 个微批次", s->m);
-    if (s->v > 1) sb_printf(&sb, "，每段 %d 块", s->v);
-    sb_str(&sb, "）：气泡 ");
+    sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
+    if (s->v > 1) sb_printf(&sb, ", %d chunks per stage", s->v);
+    sb_str(&sb, "): bubble ");
     percent(&sb, sim->bubble_total);
     if (with_act) {
-        sb_str(&sb, "，每段同时存着的激活 ");
+        sb_str(&sb, ", activations held per stage ");
         for (int q = 0; q < s->p; q++) sb_printf(&sb, "%s%d", q ? " / " : "", sim->peak_act[q]);
-        sb_str(&sb, " 份");
     }
     return sb_done(&sb, out, "caption");
 }

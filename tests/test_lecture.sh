@@ -79,7 +79,7 @@ if run "02" 0 02 --check; then
 fi
 if run "03" 0 03 --check; then
   has 03 "$TMP/out" "GPU 4  ···0aa1bb2cc3dd4ee5ff6gg7hh······"
-  has 03 "$TMP/out" "1F1B（8 个微批次）：气泡 27.3%，每段同时存着的激活 4 / 3 / 2 / 1 份"
+  has 03 "$TMP/out" "1F1B (8 micro-batches): bubble 27.3%, activations held per stage 4 / 3 / 2 / 1"
   has 03 "$TMP/out" "15.8%"
   has 03 "$TMP/out" "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5"
   # code 03 part 2: the 8-layer MLP in 4 stages through the pipeline engine (GPipe m = 1 / 4 / 8,

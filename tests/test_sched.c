@@ -14,16 +14,16 @@
     ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.12g, want %.12g +- %g", #x, \
                   (double)(x), (double)(want), (double)(tol))
 
-/* Copied byte for byte from ../shared/seed/lecture17-distributed-training.txt §4.1 (code 03
+/* The lecture's §4.1 grids byte for byte, its captions in English (numbers unchanged) (code 03
  * part 1): the naive and GPipe grids side by side, then the 1F1B grid. */
 static const char LECTURE_NAIVE_GPIPE[] =
-    "朴素（1 个微批次）：气泡 75%              GPipe（4 个微批次）：气泡 42.9%\n"
+    "naive (1 micro-batch): bubble 75%         GPipe (4 micro-batches): bubble 42.9%\n"
     "GPU 1  0·········aa                       GPU 1  0123·········aabbccdd\n"
     "GPU 2  ·0······aa··                       GPU 2  ·0123······aabbccdd··\n"
     "GPU 3  ··0···aa····                       GPU 3  ··0123···aabbccdd····\n"
     "GPU 4  ···0aa······                       GPU 4  ···0123aabbccdd······\n";
 static const char LECTURE_1F1B[] =
-    "1F1B（8 个微批次）：气泡 27.3%，每段同时存着的激活 4 / 3 / 2 / 1 份\n"
+    "1F1B (8 micro-batches): bubble 27.3%, activations held per stage 4 / 3 / 2 / 1\n"
     "GPU 1  0123······aa4bb5cc6dd7ee·ff·gg·hh\n"
     "GPU 2  ·012····aa3bb4cc5dd6ee7ff·gg·hh··\n"
     "GPU 3  ··01··aa2bb3cc4dd5ee6ff7gg·hh····\n"
@@ -76,7 +76,7 @@ START_TEST(t_lecture_grids)
     free(g);
     dl_sched_sim_free(sim);
 
-    /* The column the lecture uses is the widest left line (the caption, 28 columns) + 14. */
+    /* Wide characters count two columns (the lecture's own captions are Chinese). */
     ck_assert_int_eq(dl_sched_display_width("朴素（1 个微批次）：气泡 75%"), 28);
     ck_assert_int_eq(dl_sched_display_width("GPU 1  0·········aa"), 19);
     dl_sched_free(naive);

@@ -1,4 +1,4 @@
-/* distlab: pipeline schedules as data (lecture 17 §4 and §6.2, code 03; DESIGN decision 7).
+/* distlab: pipeline schedules as data (lecture 17 §4 and §6.2, code 03).
  *
  * A schedule is, for each of p stages, an ordered array of actions: the forward (F) or backward
  * (B) of micro-batch j through model chunk c of that stage, or an optimizer step (OPT). The
@@ -160,8 +160,9 @@ double dl_sched_bubble_formula(const dl_sched *s);
  * whole units, and the makespan must not exceed 1e6 units (DL_EINVAL otherwise).
  * *out is a malloc'd string, each line ending in '\n'. */
 int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out);
-/* The lecture's caption: "GPipe（4 个微批次）：气泡 42.9%" (the percentage with one decimal,
- * ".0" dropped as the lecture writes 75%), and with with_act "，每段同时存着的激活 4 / 3 / 2 / 1 份". */
+/* The lecture's caption, in English: "GPipe (4 micro-batches): bubble 42.9%" (the percentage with
+ * one decimal, ".0" dropped as the lecture writes 75%), and with with_act ", activations held per
+ * stage 4 / 3 / 2 / 1". */
 int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, char **out);
 /* Caption line followed by the grid. */
 int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, char **out);
