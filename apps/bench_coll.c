@@ -871,7 +871,9 @@ static void usage(FILE *f)
 "  -n, --iters N         timed calls per row and variant (default 20)\n"
 "  -d, --dtype T         f32|f64|bf16 (default f32)\n"
 "  -o, --redop OP        sum|avg|max (default sum)\n"
-"  --algo A              auto|ring|oneshot|rd (default auto; each row shows what ran)\n"
+"  --algo A              auto|ring|oneshot|rd (default auto; each row shows what ran: oneshot\n"
+"                        and rd apply to all-reduces up to 64 KiB and the eager size, the ring\n"
+"                        runs the rest; rd needs a power-of-two --ranks)\n"
 "  -r, --root R          root of broadcast and reduce (default 0)\n"
 "  -c, --check 0|1       check results (default 1): inputs are small integers from a formula\n"
 "                        of (rank, index), so every result is exact and known; #wrong counts\n"
@@ -1130,6 +1132,12 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
     }
     if (c->vs_mpi && c->nprocs < 2) {
         cli_error("--vs-mpi: run under mpirun -np P (P >= 2) with a build that has MPI");
+        return -1;
+    }
+    if (c->algo == DL_ALGO_RD && (c->nranks & (c->nranks - 1))) {
+        /* the library would run the ring on every row: say so instead of measuring it silently */
+        cli_error("--algo rd: recursive doubling needs a power-of-two rank count, not %d "
+                  "(--algo auto picks one that fits)", c->nranks);
         return -1;
     }
     if (c->root >= c->nranks) {

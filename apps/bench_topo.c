@@ -23,7 +23,9 @@ static void usage(FILE *f)
             "Show the machine's topology, place ranks on it, pin one thread per rank and\n"
             "report the cpu each rank actually runs on.\n"
             "\n"
-            "  -n, --ranks N             number of ranks (default: the real PU count)\n"
+            "  -g, --ranks N             number of ranks (default: the real PU count); -g as in\n"
+            "                            coll (where -n is --iters); -n N, the older spelling,\n"
+            "                            still works here\n"
             "  -p, --policy P            placement: compact (rank i on PU i) or scatter\n"
             "                            (round-robin over packages, NUMA nodes, L3s, cores);\n"
             "                            default compact\n"
@@ -147,7 +149,7 @@ static void mesh_report(const dl_placement *pl, int tp, int pp)
 int bench_topo_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"ranks", required_argument, NULL, 'n'},
+        {"ranks", required_argument, NULL, 'g'},
         {"policy", required_argument, NULL, 'p'},
         {"nodes", required_argument, NULL, 'N'},
         {"ranks-per-node", required_argument, NULL, 'k'},
@@ -166,7 +168,7 @@ int bench_topo_main(int argc, char **argv)
     optind = 0;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":n:p:N:k:t:T:P:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":g:n:p:N:k:t:T:P:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'T':
             if (parse_int("--tp", optarg, 1, MAX_RANKS, &mtp))
@@ -176,7 +178,8 @@ int bench_topo_main(int argc, char **argv)
             if (parse_int("--pp", optarg, 1, MAX_RANKS, &mpp))
                 return 2;
             break;
-        case 'n':
+        case 'g':
+        case 'n': /* the older spelling of -g, kept for scripts */
             if (parse_int("--ranks", optarg, 1, MAX_RANKS, &nranks))
                 return 2;
             break;

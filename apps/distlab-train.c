@@ -295,12 +295,15 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     fputs("}\n", f);
 }
 
+/* "1 rank", "2 ranks": the noun as counted (plural: the noun + "s" or + "es"). */
+static const char *plural(int n, const char *es) { return n == 1 ? "" : es; }
+
 static void print_summary(const dl_train_opts *o, const dl_train_result *r)
 {
     char lay[160];
     layout_desc(o, lay, sizeof lay);
-    printf("\n== summary: %d steps, %d ranks (%s), %lld parameters, %s\n", r->nsteps,
-           r->nranks, lay, (long long)r->nparams, dl_dtype_name(o->dtype));
+    printf("\n== summary: %d step%s, %d rank%s (%s), %lld parameters, %s\n", r->nsteps,
+           plural(r->nsteps, "s"), r->nranks, plural(r->nranks, "s"), lay, (long long)r->nparams, dl_dtype_name(o->dtype));
     if (!isnan(r->floor))
         printf("final loss %.4f (validation %.4f) vs the corpus's entropy rate %.4f nats: %.4f above "
                "the floor\n", r->final_loss, r->final_val_loss, r->floor,
@@ -347,8 +350,9 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
         printf("%d step(s) skipped: non-finite gradient\n", r->skipped_steps);
     if (r->pp > 1) {
         int k = r->pp * r->pp_v;
-        printf("pipeline: %d stages x %d chunk(s), %s, %d micro-batches; layers per virtual stage:",
-               r->pp, r->pp_v, dl_sched_kind_name((dl_sched_kind)o->schedule), o->microbatches);
+        printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s; layers per virtual stage:",
+               r->pp, r->pp_v, plural(r->pp_v, "s"), dl_sched_kind_name((dl_sched_kind)o->schedule),
+               o->microbatches, plural(o->microbatches, "es"));
         for (int i = 0; i < k; i++)
             printf(" %d-%d", r->pp_bounds[i], r->pp_bounds[i + 1] - 1);
         printf("\n  measured bubble per stage (1 - busy/wall, median step):");
@@ -593,8 +597,9 @@ static int train_main(int argc, char **argv, int nprocs)
         return CLI_EXIT_USAGE;
     }
     if (nprocs > 1 && check) {
-        cli_error("--check trains on one rank in this process: not available under mpirun "
-                  "(compare with a single-process run of the same world instead)");
+        if (app_mpi_rank() == 0) /* every process refuses; one says why */
+            cli_error("--check trains on one rank in this process: not available under mpirun "
+                      "(compare with a single-process run of the same world instead)");
         return CLI_EXIT_USAGE;
     }
     if (o.layer_costs && !measure_costs && layer_costs_n != o.model.layers) {
@@ -683,9 +688,9 @@ static int train_main(int argc, char **argv, int nprocs)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char lay[160];
     layout_desc(&o, lay, sizeof lay);
-    printf("distlab-train %s: %d ranks (%s) on %ld cores%s; model: %d layers, "
+    printf("distlab-train %s: %d rank%s (%s) on %ld cores%s; model: %d layers, "
            "d-model %d, %d heads, seq %d, %lld parameters, %s%s\n", dl_version(),
-           o.dp * o.tp * o.pp, lay, cores,
+           o.dp * o.tp * o.pp, plural(o.dp * o.tp * o.pp, "s"), lay, cores,
            o.dp * o.tp * o.pp > cores ? " (oversubscribed: timings include contention)" : "",
            o.model.layers, o.model.d_model, o.model.heads, o.model.seq,
            (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),
@@ -699,9 +704,10 @@ static int train_main(int argc, char **argv, int nprocs)
         printf("evaluating '%s' on the validation split of %s\n", o.load_path,
                o.data_path ? o.data_path : "the synthetic corpus");
     else
-        printf("batch: global %d = dp %d x %d micro-batches x %d sequences of %d bytes; %d steps, "
+        printf("batch: global %d = dp %d x %d micro-batch%s x %d sequence%s of %d bytes; %d step%s, "
                "lr %g (warm-up %d, cosine to %g); data: %s\n", o.global_batch, o.dp,
-               o.microbatches, o.micro_batch, o.model.seq, o.steps, o.lr, o.warmup, o.min_lr,
+               o.microbatches, plural(o.microbatches, "es"), o.micro_batch, plural(o.micro_batch, "s"),
+               o.model.seq, o.steps, plural(o.steps, "s"), o.lr, o.warmup, o.min_lr,
                o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
     if (measure_costs) {
         /* measured on this thread before the ranks start, so they do not compete for the cores */
