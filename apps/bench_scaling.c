@@ -56,6 +56,27 @@ static void usage(FILE *f)
 "  -h, --help       this help\n");
 }
 
+/* Two panels, speed-up and efficiency, one colour per series in both (the key in the first);
+ * the ideal as a grey line; an open circle around every oversubscribed point (column 4). */
+#define SERIES(i, name, colour) \
+    "datafile index " #i " using 1:(column(COL)) with linespoints lw 2 pt 7 lc rgb '" colour "' title '" name "'"
+#define SERIES_ALL(more) \
+    SERIES(0, "strong dp", "#1f77b4") ", " SERIES(1, "weak dp", "#2ca02c") ", " \
+    SERIES(2, "strong tp", "#d62728") ", " SERIES(3, "strong pp", "#9467bd") ", " \
+    "for [i=0:3] datafile index i using 1:($4 > 0 ? column(COL) : 1/0) with points pt 6 ps 2.2 " \
+    "lc rgb 'black' title (i == 0 ? 'oversubscribed (ranks > cores)' : '')" more
+#define PLOT_SCRIPT \
+    "set multiplot layout 1,2 title 'distlab-bench scaling: the trainer (rank threads on this " \
+    "machine)'\n" \
+    "set logscale x 2\nset xrange [0.9:*]\nset offsets 0, graph 0.05, 0, 0\nset xlabel 'ranks'\n" \
+    "set key inside bottom right box opaque\n" \
+    "set ylabel 'speed-up over one rank'\nset yrange [0:*]\nCOL = 2\n" \
+    "plot " SERIES_ALL(", x with lines dt 2 lc rgb 'grey50' title 'ideal'") "\n" \
+    "set ylabel 'efficiency (speed-up / ranks)'\nset yrange [0:1.1]\nCOL = 3\nunset key\n" \
+    "plot " SERIES_ALL(", 1 with lines dt 2 lc rgb 'grey50' notitle") "\n" \
+    "unset multiplot\n"
+
+
 static int parse(int argc, char **argv, scfg *c)
 {
     enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ };
@@ -324,8 +345,8 @@ int bench_scaling_main(int argc, char **argv)
     for (int kind = 0; kind < 4 && status == CLI_EXIT_OK; kind++) {
         double base = 0;
         if (df)
-            fprintf(df, "%s# %s %s: ranks speedup efficiency\n", kind ? "\n\n" : "", mode[kind],
-                    par[kind]);
+            fprintf(df, "%s# %s %s: ranks speedup efficiency oversubscribed\n", kind ? "\n\n" : "",
+                    mode[kind], par[kind]);
         for (int n = 1; n <= most && status == CLI_EXIT_OK; n *= 2) {
             point p = {.mode = mode[kind], .par = par[kind], .ranks = n, .over = n > pus};
             p.dp = kind < 2 ? n : 1;
@@ -345,7 +366,7 @@ int bench_scaling_main(int argc, char **argv)
             p.eff = p.speedup / n;
             if (!p.over && n > 1 && p.eff > best_eff_fit) best_eff_fit = p.eff;
             print_point(f, &c, &p);
-            if (df) fprintf(df, "%d %.6g %.6g\n", n, p.speedup, p.eff);
+            if (df) fprintf(df, "%d %.6g %.6g %d\n", n, p.speedup, p.eff, p.over);
             rows++;
         }
     }
@@ -359,19 +380,7 @@ int bench_scaling_main(int argc, char **argv)
     if (df) {
         fclose(df);
         if (status == CLI_EXIT_OK &&
-            bu_plot(c.o.plot, dat,
-                    "set title 'distlab-bench scaling: the trainer'\n"
-                    "set xlabel 'ranks'\nset ylabel 'speed-up over one rank'\n"
-                    "set y2label 'efficiency'\nset y2tics\nset yrange [0:*]\nset y2range [0:1.1]\n"
-                    "set logscale x 2\n"
-                    "plot datafile index 0 using 1:2 with linespoints title 'strong dp', \\\n"
-                    "     datafile index 1 using 1:2 with linespoints title 'weak dp', \\\n"
-                    "     datafile index 2 using 1:2 with linespoints title 'strong tp', \\\n"
-                    "     datafile index 3 using 1:2 with linespoints title 'strong pp', \\\n"
-                    "     datafile index 0 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong dp', \\\n"
-                    "     datafile index 1 using 1:3 axes x1y2 with lines dt 2 title 'eff. weak dp', \\\n"
-                    "     datafile index 2 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong tp', \\\n"
-                    "     datafile index 3 using 1:3 axes x1y2 with lines dt 2 title 'eff. strong pp'\n") != 0)
+            bu_plot(c.o.plot, dat, PLOT_SCRIPT) != 0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }
