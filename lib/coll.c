@@ -20,6 +20,7 @@
 #endif
 #include "distlab.h"
 #include "internal.h"
+#include "testhook.h"
 
 /* ---- bf16 ---- */
 
@@ -759,11 +760,24 @@ static int hierarchical(call *k, const char *sbuf, char *rbuf, size_t count, dl_
     return sub_op(k, c->h_intra, OP_ALLGATHER, RING_AG, shard, rbuf, count, t, sop);
 }
 
+/* The test hook's skipped reduction: this rank's own input, no communication. */
+static int skip_op(const dl_request *q)
+{
+    size_t es = dl_dtype_size(q->t), off = 0, len = q->count;
+    if (q->kind == OP_REDUCE_SCATTER)
+        dl_block(q->count, q->c->sh->n, q->c->rank, &off, &len);
+    if ((const char *)q->rbuf != (const char *)q->sbuf + off * es)
+        memmove(q->rbuf, (const char *)q->sbuf + off * es, len * es);
+    return DL_OK;
+}
+
 static int run_op(dl_request *q)
 {
     dl_comm *c = q->c;
     int n = c->sh->n;
     size_t es = dl_dtype_size(q->t);
+    if (q->skip)
+        return skip_op(q);
     call k = {c, &c->ctx->waiter, q->kind, 0, q->p};
     dl__op_begin(c, q->kind, q->count, (int)q->t, q->root);
     k.check = fingerprint(q->kind, c->seq, q->t, q->op, q->count, q->root);
@@ -995,6 +1009,9 @@ static int prepare(dl_request *q, int kind, dl_comm *c, const void *sbuf, void *
         sbuf = rbuf;
     *q = (dl_request){.kind = kind, .c = c, .sbuf = sbuf, .rbuf = rbuf, .count = count, .t = t,
                       .op = op, .root = root, .p = p};
+    /* counted here, on the rank's thread, in the order the rank starts its collectives */
+    if (kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER)
+        q->skip = dl__test_skip_reduction(p, &c->ctx->test_reductions);
     return DL_OK;
 }
 

@@ -81,6 +81,7 @@ struct dl_request {
     int status;
     char errmsg[512];
     atomic_int done;
+    int skip; /* the test hook's skipped reduction (lib/testhook.h): local result only */
     struct dl_request *next;
 };
 
@@ -117,6 +118,7 @@ struct dl_ctx {
 
     dl_flight flight[DL_FLIGHT_N];
     uint64_t nflight;
+    unsigned long test_reductions; /* reductions of the test hook's purpose started (testhook.h) */
 
     dl_progress prog;
 };

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "config.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "distlab/ckpt.h"
 #include "distlab/zero.h"
 #include "distlab/mpi.h"
+#include "testhook.h"
 
 void dl_train_opts_init(dl_train_opts *o)
 {
@@ -1013,6 +1015,33 @@ static int adam_update(rank_state *s, double scale, double lr, int t)
     return rc;
 }
 
+/* The test hook's perturbation (lib/testhook.h): one element of this rank's parameters, where
+ * the rank keeps it (the shard at stage 3, where this rank owns the element). */
+static void test_perturb(rank_state *s, int rank)
+{
+    dl__test_hook *h = dl__test_hook_get();
+    if (!h || h->perturb_rel == 0 || h->perturb_rank != rank || s->bf16 ||
+        h->perturb_index >= s->numel)
+        return;
+    size_t i = h->perturb_index;
+    char *base = dl_gpt_params(s->g);
+    if (s->stage == 3) {
+        base = NULL;
+        for (int u = 0; u < s->zu.n && !base; u++) {
+            const dl_zero_unit *z = &s->zu.u[u];
+            if (i >= z->begin && i < z->begin + z->owned)
+                base = zparam(s, u), i -= z->begin;
+        }
+        if (!base)
+            return;
+    }
+    if (s->dsize == 8)
+        ((double *)base)[i] *= 1 + h->perturb_rel;
+    else
+        ((float *)base)[i] *= (float)(1 + h->perturb_rel);
+    atomic_fetch_add(&h->perturbed, 1);
+}
+
 static int train_rank(dl_ctx *ctx, void *arg)
 {
     run *R = arg;
@@ -1122,6 +1151,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
                                   s->dsize))) {
         goto out;
     }
+    test_perturb(s, rank);
     int T = o->model.seq, mb = o->micro_batch, G = o->global_batch;
     if (o->eval_only) {
         double v;
