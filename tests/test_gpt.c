@@ -1,4 +1,5 @@
-/* The GPT shard: backward against finite differences (f64), tensor parallelism (t = 2, 4) and
+/* The GPT shard: backward against finite differences (f64), tensor parallelism (t = 2, 4, 8;
+ * within the rounding bounds of tests/testutil.h, with negative controls that fail them) and
  * full recomputation against one rank, and the tp all-reduce count per layer. */
 #include "testutil.h"
 #include <check.h>
@@ -24,6 +25,7 @@ typedef struct {
     dl_gpt_config cfg;
     int tp;
     dl_recompute rc;
+    double perturb; /* negative control: rank 0's first h.0.ln_1 gain times 1 + perturb */
     /* outputs (global layout, f64) */
     double loss;
     double *grads;     /* [numel of the unsharded model] */
@@ -43,6 +45,9 @@ static int rank_fn(dl_ctx *x, void *arg)
     int rc = dl_gpt_create(&o, &g);
     if (rc)
         return rc;
+    if (r->perturb != 0 && rank == 0)
+        ((double *)dl_gpt_params(g))[tu_rank0_index(&r->cfg, r->tp, "h.0.ln_1.weight", 0)] *=
+            1 + r->perturb;
     int in[B * 64], tg[B * 64];
     batch(&r->cfg, in, tg);
     double loss;
@@ -135,23 +140,50 @@ START_TEST(finite_differences)
 }
 END_TEST
 
-static void check_tp(int tp, int heads)
+/* One forward and backward of f64 on tp ranks against one rank: the loss within R and the
+ * gradients within gtol of tests/testutil.h's rounding analysis (the batch: B sequences). With
+ * a hook (the tp run's first backward all-reduce skipped) or a perturbation (1e-6 relative),
+ * the same comparison must fail: returns whether it passed. */
+static int tp_matches(int tp, int heads, dl__test_hook *hook, double perturb)
 {
     dl_gpt_config c = tiny();
     c.heads = heads;
-    run_t one = {.cfg = c, .tp = 1}, par = {.cfg = c, .tp = tp};
+    dl_train_opts eo;
+    dl_train_opts_init(&eo);
+    eo.model = c;
+    eo.dtype = DL_F64;
+    eo.global_batch = B;
+    run_t one = {.cfg = c, .tp = 1}, par = {.cfg = c, .tp = tp, .perturb = perturb};
     run(&one);
+    dl__test_hook_set(hook);
     run(&par);
-    ck_assert_msg(fabs(one.loss - par.loss) <= 1e-12 * fabs(one.loss), "loss %.17g vs %.17g",
-                  one.loss, par.loss);
+    dl__test_hook_set(NULL);
+    double R = tu_eq_round(&eo), gtol = tu_eq_grad_tol(&eo);
+    int ok = fabs(one.loss - par.loss) <= R * fabs(one.loss);
     double w = tu_worst_tensor_rel(&c, par.grads, one.grads, NULL);
-    ck_assert_msg(w <= 1e-12, "tp %d gradients differ from one rank by %.3g", tp, w);
-    /* exactly 2 all-reduces per layer forward and 2 backward */
-    ck_assert_uint_eq(par.tp_ops_fwd, 2u * (unsigned)c.layers);
-    ck_assert_uint_eq(par.tp_ops_bwd, 2u * (unsigned)c.layers);
+    ok = ok && w <= gtol;
+    if (!hook && !perturb) {
+        ck_assert_msg(ok, "tp %d: loss %.17g vs %.17g (bound %.3g), gradients differ by %.3g "
+                      "(bound %.3g)", tp, par.loss, one.loss, R, w, gtol);
+        /* exactly 2 all-reduces per layer forward and 2 backward */
+        ck_assert_uint_eq(par.tp_ops_fwd, 2u * (unsigned)c.layers);
+        ck_assert_uint_eq(par.tp_ops_bwd, 2u * (unsigned)c.layers);
+    }
     free(one.grads);
     free(par.grads);
+    return ok;
 }
+
+static void check_tp(int tp, int heads) { tp_matches(tp, heads, NULL, 0); }
+
+START_TEST(controls)
+{
+    dl__test_hook h = tu_skip_hook(DL_PURPOSE_ACTIVATIONS, 2 * tiny().layers + 1);
+    ck_assert_msg(!tp_matches(2, 4, &h, 0), "tp 2 without its first backward all-reduce passed");
+    ck_assert_int_eq(atomic_load(&h.skipped), 2);
+    ck_assert_msg(!tp_matches(2, 4, NULL, 1e-6), "tp 2 with one gain perturbed by 1e-6 passed");
+}
+END_TEST
 
 START_TEST(tp2) { check_tp(2, 4); }
 END_TEST
@@ -197,6 +229,7 @@ int main(void)
     tcase_add_test(tc, finite_differences);
     tcase_add_test(tc, tp2);
     tcase_add_test(tc, tp4);
+    tcase_add_test(tc, controls);
     if (!DL_TEST_SMALL)
         tcase_add_test(tc, tp8);
     tcase_add_test(tc, recompute_same);
