@@ -2,6 +2,7 @@
 /* Shared helpers of the distlab apps. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,11 @@ int cli_parse_bool(const char *what, const char *s, int *out)
     }
     cli_error("%s: '%s' is not 0 or 1", what, s ? s : "");
     return -1;
+}
+
+void cli_ignore_sigxfsz(void)
+{
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 int cli_check_output(const char *what, const char *path)

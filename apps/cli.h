@@ -40,6 +40,10 @@ int cli_parse_bool(const char *what, const char *s, int *out);
  * printed). */
 int cli_check_output(const char *what, const char *path);
 
+/* A file size limit (ulimit -f) must be a write error with a message (EFBIG), not a silent
+ * death by SIGXFSZ: ignore the signal. Called first thing by every app. */
+void cli_ignore_sigxfsz(void);
+
 /* OpenBLAS must run one thread per rank whatever the user's environment: it reads
  * OPENBLAS_NUM_THREADS when it loads (before main), so unless the variable is already "1", set it
  * and re-exec this program once (/proc/self/exe). */

@@ -44,6 +44,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_ignore_sigxfsz();
     cli_openblas_single_thread(argv);
 
     if (argc < 2) return bench_coll_main(argc, argv); /* no subcommand: coll at its defaults */

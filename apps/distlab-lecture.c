@@ -735,6 +735,7 @@ static const section SECTIONS[] = {
 
 int main(int argc, char **argv)
 {
+    cli_ignore_sigxfsz();
     cli_openblas_single_thread(argv);
     cli_progname = "distlab-lecture";
     static const struct option longopts[] = {

@@ -1071,8 +1071,9 @@ static int cmd_search(args *a)
 int main(int argc, char **argv)
 {
     cli_progname = "distlab-plan";
+    cli_ignore_sigxfsz();
     if (argc < 2) {
-        cli_error("missing subcommand (memory, comm, zero, pipeline, search; see --help)");
+        cli_error("missing subcommand (memory, comm, zero, pipeline, search, calibrate, validate; see --help)");
         return CLI_EXIT_USAGE;
     }
     const char *sub = argv[1];
@@ -1110,7 +1111,7 @@ int main(int argc, char **argv)
     else if (strcmp(sub, "pipeline") == 0) fn = cmd_pipeline;
     else if (strcmp(sub, "search") == 0) fn = cmd_search;
     if (fn == NULL) {
-        cli_error("unknown subcommand '%s' (subcommands: memory, comm, zero, pipeline, search; see --help)", sub);
+        cli_error("unknown subcommand '%s' (subcommands: memory, comm, zero, pipeline, search, calibrate, validate; see --help)", sub);
         return CLI_EXIT_USAGE;
     }
     args a;

@@ -1,6 +1,8 @@
 /* distlab-train: train a GPT-style byte model on rank threads with data and tensor parallelism. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -194,10 +196,42 @@ static void json_config(FILE *f, const dl_train_opts *o)
     fprintf(f, ",\"seed\":%llu}\n", (unsigned long long)o->seed);
 }
 
-static void json_steps(FILE *f, const dl_train_result *r)
+/* --json is streamed: each record is flushed as it is written and every write is checked, so
+ * that a signal or a crash leaves every completed record on disk and a full disk is an error. */
+typedef struct json_out {
+    FILE *f;
+    const char *path;
+} json_out;
+
+/* After a record: flush and check. DL_OK, or DL_ESYS with the message set. */
+static int json_flush(json_out *j)
 {
-    for (int i = 0; i < r->nsteps; i++) {
-        const dl_train_step *s = &r->steps[i];
+    if (fflush(j->f) == 0 && !ferror(j->f))
+        return DL_OK;
+    return dl_error(DL_ESYS, "--json: writing '%s' failed: %s", j->path, strerror(errno));
+}
+
+/* Close, reporting a failed write (message printed) unless the run already failed (quiet);
+ * 0 or -1. */
+static int json_close(json_out *j, int quiet)
+{
+    int bad = json_flush(j) != DL_OK;
+    if (bad && !quiet)
+        cli_error("%s", dl_errmsg());
+    if (fclose(j->f) != 0 && !bad && !quiet) {
+        cli_error("--json: closing '%s' failed: %s", j->path, strerror(errno));
+        bad = 1;
+    }
+    j->f = NULL;
+    return bad ? -1 : 0;
+}
+
+/* dl_train_opts.on_step: one step record. */
+static int json_step(const dl_train_step *s, void *arg)
+{
+    json_out *j = arg;
+    FILE *f = j->f;
+    {
         fprintf(f, "{\"type\":\"step\",\"step\":%d,", s->step);
         json_num(f, "loss", s->loss, 1);
         json_num(f, "val_loss", s->val_loss, 1);
@@ -208,6 +242,7 @@ static void json_steps(FILE *f, const dl_train_result *r)
         fprintf(f, "\"skipped\":%s", s->skipped ? "true" : "false");
         fputs("}\n", f);
     }
+    return json_flush(j);
 }
 
 typedef struct check_t {
@@ -441,6 +476,7 @@ static int write_corpus(const char *path, uint64_t seed)
 int main(int argc, char **argv)
 {
     cli_progname = "distlab-train";
+    cli_ignore_sigxfsz();
     cli_openblas_single_thread(argv);
     int nprocs = app_mpi_start(&argc, &argv);
     if (nprocs < 0)
@@ -678,13 +714,14 @@ static int train_main(int argc, char **argv, int nprocs)
         }
         dl_data_free(dd);
     }
-    FILE *jf = NULL;
+    json_out jo = {NULL, json};
     if (nprocs > 1 && app_mpi_rank() != 0)
         json = NULL; /* under mpirun process 0 writes the records */
-    if (json && !(jf = fopen(json, "w"))) {
-        cli_error("--json: cannot write '%s'", json);
+    if (json && !(jo.f = fopen(json, "w"))) {
+        cli_error("--json: cannot write '%s': %s", json, strerror(errno));
         return CLI_EXIT_USAGE;
     }
+    FILE *jf = jo.f;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char lay[160];
     layout_desc(&o, lay, sizeof lay);
@@ -716,23 +753,37 @@ static int train_main(int argc, char **argv, int nprocs)
                                 desc, sizeof desc)) {
             cli_error("--layer-costs measure: %s", dl_errmsg());
             if (jf)
-                fclose(jf);
+                json_close(&jo, 1);
             return CLI_EXIT_FAIL;
         }
         printf("layer costs measured here: %s\n", desc);
     }
     fflush(stdout);
-    if (jf)
+    if (jf) {
         json_config(jf, &o);
+        if (json_flush(&jo)) {
+            cli_error("%s", dl_errmsg());
+            json_close(&jo, 1);
+            return CLI_EXIT_FAIL;
+        }
+        o.on_step = json_step;
+        o.on_step_arg = &jo;
+    }
     o.want_params = check;
     dl_train_result r;
     int rc = dl_train_run(&o, &r);
     if (rc) {
         cli_error("%s", dl_errmsg());
-        if (jf) {
-            json_steps(jf, &r);
-            fclose(jf);
-        }
+        if (jf)
+            json_close(&jo, 1);
+        dl_train_result_free(&r);
+        return CLI_EXIT_FAIL;
+    }
+    if (o.eval_only && !isfinite(r.final_val_loss)) {
+        cli_error("--eval-only: the validation loss of '%s' is %g, not finite", o.load_path,
+                  r.final_val_loss);
+        if (jf)
+            json_close(&jo, 1);
         dl_train_result_free(&r);
         return CLI_EXIT_FAIL;
     }
@@ -744,7 +795,10 @@ static int train_main(int argc, char **argv, int nprocs)
             fprintf(jf, "{\"type\":\"summary\",");
             json_num(jf, "final_val_loss", r.final_val_loss, 1);
             fprintf(jf, "\"eval_windows\":%d}\n", r.eval_windows_used);
-            fclose(jf);
+            if (json_close(&jo, 0)) {
+                dl_train_result_free(&r);
+                return CLI_EXIT_FAIL;
+            }
         }
         dl_train_result_free(&r);
         return CLI_EXIT_OK;
@@ -778,6 +832,7 @@ static int train_main(int argc, char **argv, int nprocs)
         one.save_path = NULL;
         one.dump_grads = NULL;
         one.sample = 0;
+        one.on_step = NULL;
         dl_train_result r1;
         printf("\n== --check: training the same configuration on one rank ...\n");
         fflush(stdout);
@@ -797,9 +852,9 @@ static int train_main(int argc, char **argv, int nprocs)
         dl_train_result_free(&r1);
     }
     if (jf) {
-        json_steps(jf, &r);
         json_summary(jf, &o, &r, check_ran ? &chk : NULL);
-        fclose(jf);
+        if (json_close(&jo, 0))
+            status = CLI_EXIT_FAIL;
     }
     dl_train_result_free(&r);
     return status;

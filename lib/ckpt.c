@@ -3,6 +3,7 @@
  * (include/distlab/ckpt.h describes the format and the protocol). */
 #include "config.h"
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -1227,6 +1228,17 @@ static int read_run(int fd, void *dst, size_t n, int fds, int dsize, off_t off, 
     return 0;
 }
 
+/* Index of the first NaN or infinity of p[0..n-1] (elements of dsize 4 or 8), n if none: a
+ * checkpoint is refused for one (a checksum only says the file is as written; training from
+ * NaN weights would print "loss nan" for ever). */
+static size_t first_nonfinite(const void *p, size_t n, int dsize)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(dsize == 8 ? ((const double *)p)[i] : (double)((const float *)p)[i]))
+            return i;
+    return n;
+}
+
 int dl_ckpt_load(const char *path, const dl_gpt_layout *l, void *params, int dsize)
 {
     return dl_ckpt_load_ex(path, l, params, dsize, DL_CKPT_VERIFY_AUTO, NULL);
@@ -1368,6 +1380,14 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
                               t->name, (long long)off, errtext(errno));
                 goto out;
             }
+        }
+        size_t bad = first_nonfinite(dst, t->numel, dsize);
+        if (bad < t->numel) {
+            double v = dsize == 8 ? ((const double *)dst)[bad] : ((const float *)dst)[bad];
+            rc = dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' holds a non-finite value (%g "
+                          "at element %zu of this rank's part); refusing to load it", path,
+                          t->name, v, bad);
+            goto out;
         }
     }
     rc = DL_OK;

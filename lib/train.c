@@ -176,6 +176,9 @@ typedef struct run {
     double *lr;        /* [steps] */
     int *skip;         /* [steps] skipped: non-finite gradient */
     int steps_done;
+    atomic_int *finished; /* [steps] ranks of this process that finished the step */
+    int local_ranks;      /* ranks of this process */
+    int emitted;          /* steps handed to o->on_step */
     dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
     dl_trace *trace;    /* NULL unless a trace or timeline was asked for */
     /* pipeline: per step and rank */
@@ -1042,6 +1045,44 @@ static void test_perturb(rank_state *s, int rank)
     atomic_fetch_add(&h->perturbed, 1);
 }
 
+/* Step i's record (0-based) from the run's tables: ms is the slowest rank's. */
+static void fill_step(const run *R, int i, dl_train_step *st)
+{
+    const dl_train_opts *o = R->o;
+    double mx = 0;
+    for (int r = 0; r < R->nranks; r++)
+        mx = fmax(mx, R->step_ms[(size_t)i * R->nranks + r]);
+    st->step = i + 1;
+    st->loss = R->loss[i];
+    st->val_loss = R->val[i];
+    st->lr = R->lr[i];
+    st->grad_norm = R->norm[i];
+    st->skipped = R->skip[i];
+    st->ms = mx;
+    st->tokens_per_s = (double)o->global_batch * o->model.seq / (mx / 1e3);
+}
+
+/* Hand the completed steps not yet handed to o->on_step: while training (all = 0) those every
+ * rank of this process has finished (the acquire pairs with each rank's release after its
+ * step time), after the run (all = 1) every step rank 0 recorded. */
+static int emit_steps(run *R, int all)
+{
+    const dl_train_opts *o = R->o;
+    if (!o->on_step)
+        return DL_OK;
+    while (R->emitted < R->steps_done &&
+           (all || atomic_load_explicit(&R->finished[R->emitted], memory_order_acquire) ==
+                       R->local_ranks)) {
+        dl_train_step st;
+        fill_step(R, R->emitted, &st);
+        R->emitted++;
+        int rc = o->on_step(&st, o->on_step_arg);
+        if (rc != DL_OK)
+            return rc;
+    }
+    return DL_OK;
+}
+
 static int train_rank(dl_ctx *ctx, void *arg)
 {
     run *R = arg;
@@ -1236,6 +1277,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (rc == DL_OK && s->pp_on) /* the loss is the last stage's */
             rc = dl_allreduce(s->mesh.pp_comm, &loss_sum, &loss_sum, 1, DL_F64, DL_SUM,
                               DL_PURPOSE_LOSS);
+        /* a non-finite loss does not recover (a non-finite gradient alone skips the step): stop */
+        if (rc == DL_OK && !isfinite(loss_sum))
+            rc = dl_error(DL_EINVAL, "training: step %d: the loss is %g, not finite; stopping (the "
+                          "model diverged: try a lower learning rate)", step, loss_sum);
         /* the gradient reduction's wait (and whatever of it did not overlap) and the loss */
         dl_trace_add(R->trace, rank, DL_TR_COMM, step, -1, 0, c0, dl_now_ns());
         /* async: every update happened inside the pipeline */
@@ -1275,6 +1320,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
         if (!s->pp_on) /* a pipeline's step span is the engine's (its bubble's window) */
             dl_trace_add(R->trace, rank, DL_TR_STEP, step, -1, 0, t0, dl_now_ns());
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
+        atomic_fetch_add_explicit(&R->finished[step - 1], 1, memory_order_release);
         if (logging)
             dl_ops_gemm_log(NULL);
         double val = NAN;
@@ -1299,6 +1345,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
             R->lr[step - 1] = lr;
             R->skip[step - 1] = skip;
             R->steps_done = step;
+            if (dl_mpi_size() <= 1 && (rc = emit_steps(R, 0)))
+                break;
             res->eval_windows_used = used ? used : res->eval_windows_used;
             if (o->log && o->log_every > 0 && (step % o->log_every == 0 || step == 1 || step == o->steps)) {
                 dl_comm_stats st;
@@ -1522,6 +1570,8 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     R.norm = calloc((size_t)steps + 1, sizeof(double));
     R.lr = calloc((size_t)steps + 1, sizeof(double));
     R.skip = calloc((size_t)steps + 1, sizeof(int));
+    R.finished = calloc((size_t)steps + 1, sizeof *R.finished);
+    R.local_ranks = n / (dl_mpi_size() > 1 ? dl_mpi_size() : 1);
     if (o.want_params)
         res->params = calloc((size_t)res->nparams, sizeof(double));
     if (o.want_grads)
@@ -1544,7 +1594,8 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         (rc = dl_trace_create(n, (size_t)(steps + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
                               &R.trace)))
         goto done;
-    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.skip || !R.pp_busy ||
+    if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.skip ||
+        !R.finished || !R.pp_busy ||
         !R.pp_wall || !R.pp_engine || !R.pp_gap || !res->pp_bounds || !res->pp_bubble ||
         !res->pp_slots || !res->pp_max_gap ||
         (o.want_params && !res->params) || (o.want_grads && !res->grads)) {
@@ -1568,20 +1619,13 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     res->steps = calloc((size_t)R.steps_done + 1, sizeof *res->steps);
     double *med = calloc((size_t)R.steps_done + 1, sizeof(double));
     for (int i = 0; res->steps && med && i < R.steps_done; i++) {
-        double mx = 0;
-        for (int r = 0; r < n; r++)
-            mx = fmax(mx, R.step_ms[(size_t)i * n + r]);
-        dl_train_step *st = &res->steps[i];
-        st->step = i + 1;
-        st->loss = R.loss[i];
-        st->val_loss = R.val[i];
-        st->lr = R.lr[i];
-        st->grad_norm = R.norm[i];
-        st->skipped = R.skip[i];
-        st->ms = mx;
-        st->tokens_per_s = (double)o.global_batch * o.model.seq / (mx / 1e3);
-        med[i] = mx;
+        fill_step(&R, i, &res->steps[i]);
+        med[i] = res->steps[i].ms;
     }
+    /* the records still owed to on_step (the last ones, or all of them under MPI) */
+    int erc = emit_steps(&R, 1);
+    if (erc && rc == DL_OK)
+        rc = erc;
     if (R.steps_done > 0 && med) {
         res->final_loss = R.loss[R.steps_done - 1];
         if (!isnan(R.val[R.steps_done - 1]))
@@ -1609,6 +1653,7 @@ done:
         dl_trace_destroy(R.trace);
     free(R.pp_busy), free(R.pp_wall), free(R.pp_engine), free(R.pp_gap);
     free(R.step_ms), free(R.loss), free(R.val), free(R.norm), free(R.lr), free(R.skip);
+    free(R.finished);
     dl_data_free(R.data);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,7 @@ typedef struct save_job {
     int group_mode;  /* 0: world comm; 1: the mesh's tp comm, dp replica 0 only */
     int writer_mode; /* 0: dp_rank 0 writes; 1: world rank 0 only; 2: every rank */
     int bad_dsize_rank, odd_cfg_rank; /* -1 or a world rank that passes dsize 2 / seq + 1 */
+    double poison;   /* not 0: world rank 0 saves this value at element 3 of its tensor 1 */
     int status[NMAX];
     char msg[NMAX][MSG];
     double secs;
@@ -202,6 +204,11 @@ static int save_rank(dl_ctx *ctx, void *arg)
     void *p = tu_alloc(l->numel * (size_t)j->dsize);
     if (!p) return dl_error(DL_ENOMEM, "test: no memory");
     dl_gpt_init(l, p, j->dsize, j->seed);
+    if (j->poison != 0 && w == 0) {
+        size_t at = l->t[1].offset + 3;
+        if (j->dsize == 8) ((double *)p)[at] = j->poison;
+        else ((float *)p)[at] = (float)j->poison;
+    }
     dl_mesh m;
     dl_comm *g = dl_ctx_comm(ctx);
     if (j->group_mode == 1) {
@@ -706,6 +713,35 @@ START_TEST(t_corrupt)
 }
 END_TEST
 
+/* Weights that are NaN or infinite (saved as written, with a correct checksum) are refused at
+ * load, naming the tensor; the same file without the poison loads (negative control). */
+START_TEST(t_nonfinite)
+{
+    mk_dir();
+    dl_gpt_config cfg = small_cfg();
+    dl_gpt_layout *l;
+    ck_assert(dl_gpt_layout_create(&cfg, 1, 0, &l) == DL_OK);
+    char name[64];
+    snprintf(name, sizeof name, "%s", l->t[1].name);
+    dl_gpt_layout_destroy(l);
+    const double poisons[] = {NAN, INFINITY, -INFINITY, 0};
+    for (int i = 0; i < 4; i++) {
+        save_job *j = malloc(sizeof *j);
+        save_job_init(j, cfg, 1, 1, 4, 5, "poisoned.safetensors");
+        j->poison = poisons[i];
+        run_save(j);
+        assert_saved(j);
+        if (poisons[i] != 0)
+            expect_load_fail(j->path, cfg, 1, 0, DL_CKPT_VERIFY_ALWAYS, "non-finite value", name,
+                             "element 3");
+        else
+            ck_assert_int_eq(load_ok(j->path, cfg, 1, 0, DL_CKPT_VERIFY_ALWAYS), DL_OK);
+        free(j);
+    }
+    rm_dir();
+}
+END_TEST
+
 START_TEST(t_mismatch)
 {
     mk_dir();
@@ -903,6 +939,7 @@ static Suite *ckpt_suite(void)
     tcase_add_test(tc, t_corrupt);
     tcase_add_test(tc, t_mismatch);
     tcase_add_test(tc, t_create_fails);
+    tcase_add_test(tc, t_nonfinite);
     tcase_add_test(tc, t_refuses_non_regular);
     tcase_add_test(tc, t_size_limit_keeps_old);
     tcase_add_test(tc, t_group_disagrees);

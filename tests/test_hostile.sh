@@ -101,6 +101,92 @@ ln -s "$TMP/target" "$TMP/plot.dat"
 refused "bench --plot's data file a symlink" "plot.dat' is a symbolic link" $BENCH gemm --plot "$TMP/plot.svg"
 refused "bench pipeline --trace FIFO" "^distlab-bench: --trace: .* is a FIFO" $BENCH pipeline --trace "$TMP/fifo"
 
+# ---- 5, 6: --json is streamed: an interrupted run leaves its records; a failed write is an error ----
+rm -f "$TMP/run.jsonl"
+env --default-signal=INT $TRAIN $TINY --steps 1000000 --json "$TMP/run.jsonl" >/dev/null 2>&1 &
+pid=$!
+i=0
+lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+while [ "$i" -lt 100 ] && [ "$(lines "$TMP/run.jsonl")" -lt 30 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+kill -INT "$pid"
+wait "$pid"
+st=$?
+[ "$st" -eq 130 ] || fail "json SIGINT: exit status $st, want 130 (killed by SIGINT)"
+n=$(grep -c '"type":"step"' "$TMP/run.jsonl")
+[ "$n" -ge 30 ] || fail "json SIGINT: $n step records on disk, want >= 30"
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$TMP/run.jsonl" <<'PYEOF' || fail "json SIGINT: the records are not whole, ordered JSON lines"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert recs[0]["type"] == "config", recs[0]
+steps = [r["step"] for r in recs[1:]]
+assert steps == list(range(1, len(steps) + 1)), steps[:5]
+PYEOF
+fi
+echo "json SIGINT: $n step records on disk after SIGINT"
+# a file size limit (like a full disk): an error naming the file and exit 1, not SIGXFSZ's silent death
+(ulimit -f 2; exec $TRAIN $TINY --steps 300 --json "$TMP/big.jsonl") >/dev/null 2>"$TMP/err"
+st=$?
+[ "$st" -eq 1 ] || fail "json ulimit -f: exit status $st, want 1"
+grep -q "json: writing '.*big.jsonl' failed: File too large" "$TMP/err" ||
+  fail "json ulimit -f: stderr: $(cat "$TMP/err")"
+echo "json ulimit -f: $(cat "$TMP/err")"
+
+# ---- 8: non-finite weights are refused naming the tensor; a non-finite loss stops the run ----
+if command -v python3 >/dev/null 2>&1; then
+  # poison.py SRC DST TENSOR|- VALUE keep|drop: every element of TENSOR set to VALUE, the checksum
+  # recomputed (keep) or __metadata__ dropped (drop; the header padded with blanks)
+  cat >"$TMP/poison.py" <<'PYEOF'
+import json, struct, sys
+src, dst, tensor, value, meta = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+b = bytearray(open(src, 'rb').read())
+N = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + N])
+data = b[8 + N:]
+if tensor != '-':
+    lo, hi = h[tensor]['data_offsets']
+    data[lo:hi] = struct.pack('<f', value) * ((hi - lo) // 4)
+if meta == 'drop':
+    del h['__metadata__']
+else:
+    x = 0xcbf29ce484222325
+    for c in data:
+        x = ((x ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    h['__metadata__']['checksum'] = '%016x' % x
+hdr = json.dumps(h, separators=(',', ':')).encode()
+assert len(hdr) <= N
+open(dst, 'wb').write(struct.pack('<Q', N) + hdr + b' ' * (N - len(hdr)) + bytes(data))
+PYEOF
+  if run "save a model" 0 $TRAIN $TINY --steps 2 --save "$TMP/m.st"; then
+    python3 "$TMP/poison.py" "$TMP/m.st" "$TMP/nan.st" h.0.mlp.c_fc.weight nan keep
+    python3 "$TMP/poison.py" "$TMP/m.st" "$TMP/nometa.st" - 0 drop
+    python3 "$TMP/poison.py" "$TMP/m.st" "$TMP/huge.st" lm_head.weight 3e38 keep
+    for mode in "--eval-only" "--steps 3"; do
+      if run "NaN checkpoint $mode" 1 $TRAIN $TINY --load "$TMP/nan.st" $mode; then
+        grep -q "tensor 'h.0.mlp.c_fc.weight' holds a non-finite value (nan" "$TMP/err" ||
+          fail "NaN checkpoint $mode: stderr: $(cat "$TMP/err")"
+      fi
+      echo "NaN checkpoint $mode: $(cat "$TMP/err")"
+    done
+    # finite but huge weights: the loss overflows; evaluation and training say so and fail
+    if run "huge weights --eval-only" 1 $TRAIN $TINY --load "$TMP/huge.st" --eval-only; then
+      grep -q "validation loss of '.*huge.st' is .*nan, not finite" "$TMP/err" ||
+        fail "huge weights --eval-only: stderr: $(cat "$TMP/err")"
+    fi
+    if run "huge weights, training" 1 $TRAIN $TINY --load "$TMP/huge.st" --steps 3; then
+      grep -q "step 1: the loss is .*nan, not finite; stopping" "$TMP/err" ||
+        fail "huge weights, training: stderr: $(cat "$TMP/err")"
+    fi
+    echo "huge weights, training: $(cat "$TMP/err")"
+    # no __metadata__ (a plain safetensors file from another tool): loads, documented (API.md)
+    run "checkpoint without __metadata__" 0 $TRAIN $TINY --load "$TMP/nometa.st" --eval-only
+  fi
+else
+  echo "test_hostile: python3 not found: the non-finite checkpoint cases are skipped"
+fi
+
 # ---- 9: a bad topology is a usage error before the banner ----
 refused "train --topology garbage" "invalid synthetic topology" $TRAIN $TINY --steps 1 --topology garbage
 

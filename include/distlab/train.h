@@ -26,6 +26,8 @@
 extern "C" {
 #endif
 
+struct dl_train_step;
+
 typedef struct dl_train_opts {
     dl_gpt_config model;
     dl_dtype dtype;          /* DL_F32 (default), DL_F64, or DL_BF16: mixed precision (bf16
@@ -80,6 +82,14 @@ typedef struct dl_train_opts {
                               * loss gradient (0: never; not with pp) */
     uint64_t data_max;       /* a data_path file larger than this is refused (0: 1 GiB,
                               * DL_DATA_DEFAULT_MAX; dl_data_opts.max_bytes) */
+    /* Called once per completed step, in order, with the record res->steps will hold (ms: the
+     * slowest rank), as soon as every rank of this process has finished that step: on rank 0's
+     * thread while training (under MPI: after the run, when every process's figures are in),
+     * and for the steps still owed when the run ends, on the caller's thread, also after a
+     * failure. Return DL_OK to go on; another status (its message set with dl_error) stops the
+     * run with it. NULL: none. */
+    int (*on_step)(const struct dl_train_step *step, void *arg);
+    void *on_step_arg;
 } dl_train_opts;
 
 void dl_train_opts_init(dl_train_opts *o);
