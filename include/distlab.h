@@ -14,6 +14,7 @@
 #include "distlab/plan.h"
 #include "distlab/sched.h"
 #include "distlab/ops.h"
+#include "distlab/blas.h"
 #include "distlab/model.h"
 #include "distlab/path.h"
 #include "distlab/ckpt.h"
