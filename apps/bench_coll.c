@@ -1414,6 +1414,7 @@ static int coll_main(int argc, char **argv, int nprocs)
                b.topo.desc, b.topo.synthetic ? " (synthetic)" : "", b.topo.pus, b.topo.cores,
                b.topo.l3s, b.topo.l3_bytes >> 20, b.topo.numas, b.topo.packages, b.real_pus,
                dl_place_policy_name(c.w.policy));
+        bu_blas_text(stdout);
         fflush(stdout);
     }
 

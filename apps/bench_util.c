@@ -364,6 +364,16 @@ void bu_machine_text(FILE *f, const dl_topo *topo)
             s.l2_bytes >> 10, s.l3_bytes >> 10, dl_topo_real_pus(topo),
             sysconf(_SC_NPROCESSORS_ONLN), gov);
     fprintf(f, "# OpenBLAS: %s\n", blas_config());
+    bu_blas_text(f);
+}
+
+void bu_blas_text(FILE *f)
+{
+    dl_cpu_features c;
+    dl_cpu_features_detect(&c);
+    const char *k = dl_blas_loaded_kernel();
+    fprintf(f, "# blas_kernel: %s (%s kernel; CPU %s)\n", k,
+            dl_isa_level_name(dl_blas_kernel_level(k)), dl_isa_level_name(dl_cpu_isa_level(&c)));
 }
 
 static void json_escaped(FILE *f, const char *s)
@@ -397,6 +407,8 @@ void bu_machine_json(FILE *f, const dl_topo *topo)
     json_escaped(f, gov);
     fputs(",\"openblas\":", f);
     json_escaped(f, blas_config());
+    fputs(",\"blas_kernel\":", f);
+    json_escaped(f, dl_blas_loaded_kernel());
     fputc('}', f);
 }
 

@@ -63,6 +63,9 @@ typedef struct bu_out {
  * `"machine"` object's members in JSON. */
 void bu_machine_text(FILE *f, const dl_topo *topo);
 void bu_machine_json(FILE *f, const dl_topo *topo);
+/* "# blas_kernel: Haswell (AVX2+FMA kernel; CPU AVX-512)": the kernel OpenBLAS runs, both levels
+ * (part of bu_machine_text; JSON: "blas_kernel" in the machine object). */
+void bu_blas_text(FILE *f);
 /* Start a JSON Lines record: {"type":"<type>","schema":"distlab/1","app":"distlab-bench",
  * "subcommand":"<sub>" — the caller adds ,"key":value pairs and ends with bu_json_end. */
 void bu_json_begin(FILE *f, const char *sub, const char *type);

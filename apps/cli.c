@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include "distlab.h"
 #include "cli.h"
@@ -124,14 +125,89 @@ double cli_median(double *v, size_t n)
     return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void cli_openblas_single_thread(char **argv)
+/* Under mpirun only process 0 warns (every process makes the same decision). */
+static int quiet_process(void)
 {
-    const char *v = getenv("OPENBLAS_NUM_THREADS");
-    if ((v && strcmp(v, "1") == 0) || getenv("DISTLAB_REEXEC") != NULL)
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++) {
+        const char *v = getenv(rank_vars[i]);
+        if (v && *v) return strcmp(v, "0") != 0;
+    }
+    return 0;
+}
+
+static void blas_warn(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!quiet_process())
+        cli_error("warning: %s", msg);
+}
+
+/* The kernel OpenBLAS chose. Test hook (see cli.h): DISTLAB_BLAS_TEST_LOADED=NAME stands in for
+ * it at the start, "static:NAME" also after the restart (as without DYNAMIC_ARCH). */
+static const char *loaded_kernel(int restarted)
+{
+    const char *t = getenv("DISTLAB_BLAS_TEST_LOADED");
+    if (t && strncmp(t, "static:", 7) == 0)
+        return t[7] ? t + 7 : dl_blas_loaded_kernel();
+    return t && *t && !restarted ? t : dl_blas_loaded_kernel();
+}
+
+/* After the restart ("kernel:OLD" in DISTLAB_REEXEC): an OpenBLAS built without DYNAMIC_ARCH
+ * ignores OPENBLAS_CORETYPE, and the kernel stays what it was. */
+static void check_restart(const char *mark)
+{
+    if (strncmp(mark, "kernel:", 7) != 0)
         return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0 || setenv("DISTLAB_REEXEC", "1", 1) != 0)
+    const char *old = mark + 7, *now = loaded_kernel(1), *asked = getenv("OPENBLAS_CORETYPE");
+    if (strcasecmp(now, old) == 0)
+        blas_warn("OpenBLAS still runs its %s kernel after restarting with OPENBLAS_CORETYPE=%s "
+                  "(an OpenBLAS built without DYNAMIC_ARCH ignores it): GEMMs run below this "
+                  "CPU's speed", now, asked ? asked : "");
+}
+
+static void check_user_coretype(const char *user, const dl_cpu_features *f)
+{
+    dl_isa_level need = dl_blas_kernel_level(user), have = dl_cpu_isa_level(f);
+    if (need > have)
+        blas_warn("OPENBLAS_CORETYPE=%s needs %s, which this CPU (with its OS) lacks (it has %s): "
+                  "kept as set, so OpenBLAS may fall back or stop on an illegal instruction",
+                  user, dl_isa_level_name(need), dl_isa_level_name(have));
+}
+
+void cli_blas_setup(char **argv)
+{
+    const char *mark = getenv("DISTLAB_REEXEC");
+    if (mark) {
+        check_restart(mark);
+        return;
+    }
+    const char *user = getenv("OPENBLAS_CORETYPE"), *threads = getenv("OPENBLAS_NUM_THREADS");
+    const char *want = NULL, *loaded = loaded_kernel(0);
+    dl_cpu_features f;
+    dl_cpu_features_detect(&f);
+    if (user && *user)
+        check_user_coretype(user, &f); /* the user's choice stands */
+    else
+        want = dl_blas_coretype_for(loaded, &f);
+    if (!want && threads && strcmp(threads, "1") == 0)
+        return;
+    char km[80];
+    snprintf(km, sizeof km, "kernel:%s", loaded);
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0 ||
+        setenv("DISTLAB_REEXEC", want ? km : "1", 1) != 0 ||
+        (want && setenv("OPENBLAS_CORETYPE", want, 1) != 0))
         return;
     fflush(NULL);
     execv("/proc/self/exe", argv);
     /* no /proc (or exec refused): carry on; results stay correct, only slower */
+    if (want) {
+        unsetenv("OPENBLAS_CORETYPE");
+        blas_warn("cannot restart with OPENBLAS_CORETYPE=%s: OpenBLAS keeps its %s kernel", want,
+                  loaded);
+    }
 }

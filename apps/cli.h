@@ -44,10 +44,19 @@ int cli_check_output(const char *what, const char *path);
  * death by SIGXFSZ: ignore the signal. Called first thing by every app. */
 void cli_ignore_sigxfsz(void);
 
-/* OpenBLAS must run one thread per rank whatever the user's environment: it reads
- * OPENBLAS_NUM_THREADS when it loads (before main), so unless the variable is already "1", set it
- * and re-exec this program once (/proc/self/exe). */
-void cli_openblas_single_thread(char **argv);
+/* OpenBLAS reads OPENBLAS_NUM_THREADS and OPENBLAS_CORETYPE when it loads (before main), so the
+ * apps restart themselves once (/proc/self/exe, guarded by DISTLAB_REEXEC), before MPI_Init:
+ * - unless OPENBLAS_NUM_THREADS is already "1", with it set to 1 (one OpenBLAS thread per rank);
+ * - unless the user set OPENBLAS_CORETYPE (empty counts as unset), when the loaded kernel's ISA
+ *   level is below the CPU's, with OPENBLAS_CORETYPE set to the CPU's best class
+ *   (dl_blas_coretype_for), even if OPENBLAS_NUM_THREADS is already 1; after that restart, a
+ *   warning if the kernel did not change (OpenBLAS without DYNAMIC_ARCH).
+ * A user's OPENBLAS_CORETYPE is kept, with a warning when the CPU cannot run it. Messages go to
+ * stderr, from process 0 only under mpirun. Test hook (tests/test_blas_apps.sh):
+ * DISTLAB_BLAS_TEST_LOADED=NAME makes the start read NAME as the loaded kernel (Prescott: a CPU
+ * OpenBLAS does not recognise; the user's OPENBLAS_CORETYPE still rules the restart out), and
+ * "static:NAME" the restarted process too (an OpenBLAS without DYNAMIC_ARCH). */
+void cli_blas_setup(char **argv);
 
 /* Median of v[0..n-1] (sorts v in place); 0 when n == 0. Even n: mean of the middle two. */
 double cli_median(double *v, size_t n);

@@ -39,13 +39,15 @@ static void usage(FILE *f)
             "  -V, --version   print the version\n"
             "\n"
             "OpenBLAS runs one thread per rank: unless OPENBLAS_NUM_THREADS is 1, distlab-bench sets it\n"
-            "to 1 and restarts itself so that OpenBLAS sees it when it loads.\n");
+            "to 1 and restarts itself so that OpenBLAS sees it when it loads; so too, unless\n"
+            "OPENBLAS_CORETYPE is set, with OPENBLAS_CORETYPE set to the CPU's kernel class when\n"
+            "OpenBLAS picked a lower one (a CPU newer than OpenBLAS).\n");
 }
 
 int main(int argc, char **argv)
 {
     cli_ignore_sigxfsz();
-    cli_openblas_single_thread(argv);
+    cli_blas_setup(argv);
 
     if (argc < 2) return bench_coll_main(argc, argv); /* no subcommand: coll at its defaults */
 

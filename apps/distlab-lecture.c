@@ -707,7 +707,8 @@ static void usage(FILE *f)
 "  -V, --version    the version\n"
 "\n"
 "OpenBLAS runs one thread per rank (the program sets OPENBLAS_NUM_THREADS=1 and restarts itself\n"
-"when needed). Exit status: 0 ok, 1 a DIFF under --check or a failed run, 2 bad usage.\n");
+"when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
+"OPENBLAS_CORETYPE is unset). Exit status: 0 ok, 1 a DIFF under --check or a failed run, 2 bad usage.\n");
 }
 
 typedef struct section {
@@ -736,8 +737,8 @@ static const section SECTIONS[] = {
 int main(int argc, char **argv)
 {
     cli_ignore_sigxfsz();
-    cli_openblas_single_thread(argv);
     cli_progname = "distlab-lecture";
+    cli_blas_setup(argv);
     static const struct option longopts[] = {
         {"check", 0, 0, 'c'}, {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
     int ch;

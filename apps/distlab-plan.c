@@ -1100,7 +1100,7 @@ int main(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (strcmp(sub, "calibrate") == 0 || strcmp(sub, "validate") == 0) {
-        cli_openblas_single_thread(argv); /* one OpenBLAS thread per rank (may re-exec) */
+        cli_blas_setup(argv); /* one OpenBLAS thread per rank, the CPU's kernel (may re-exec) */
         return sub[0] == 'c' ? plan_calibrate_main(argc - 1, argv + 1)
                              : plan_validate_main(argc - 1, argv + 1);
     }

@@ -103,7 +103,8 @@ static void usage(FILE *f)
 "  -h, --help            this help;  -V, --version  the version\n"
 "\n"
 "OpenBLAS runs one thread per rank: distlab-train sets OPENBLAS_NUM_THREADS=1 and restarts\n"
-"itself when needed. Exit status: 0 ok, 1 a failed run, 2 bad options.\n");
+"itself when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
+"OPENBLAS_CORETYPE is unset. Exit status: 0 ok, 1 a failed run, 2 bad options.\n");
 }
 
 enum {
@@ -193,7 +194,8 @@ static void json_config(FILE *f, const dl_train_opts *o)
     } else {
         fputs("\"synthetic\"", f);
     }
-    fprintf(f, ",\"seed\":%llu}\n", (unsigned long long)o->seed);
+    fprintf(f, ",\"seed\":%llu,\"blas_kernel\":\"%s\"}\n", (unsigned long long)o->seed,
+            dl_blas_loaded_kernel());
 }
 
 /* --json is streamed: each record is flushed as it is written and every write is checked, so
@@ -477,7 +479,7 @@ int main(int argc, char **argv)
 {
     cli_progname = "distlab-train";
     cli_ignore_sigxfsz();
-    cli_openblas_single_thread(argv);
+    cli_blas_setup(argv);
     int nprocs = app_mpi_start(&argc, &argv);
     if (nprocs < 0)
         return CLI_EXIT_FAIL;
