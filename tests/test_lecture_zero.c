@@ -3,8 +3,8 @@
  * formulas at the padded size; elements sent per step; stages 1-3 bitwise equal; f32 within
  * round-off of one rank; the loss goes down; other rank counts (padding in two layers); bad
  * options. */
+#include "testutil.h" /* first: it sets _GNU_SOURCE before any system header */
 #include <check.h>
-#include "testutil.h"
 #include "zero_mlp.h"
 
 START_TEST(layout)
