@@ -37,7 +37,8 @@ static void usage(FILE *f)
 "                        slowest stage (the lecture's dynamic program); default: evenly;\n"
 "                        'measure': time the first, a middle and the last layer here first\n"
 "  --trace FILE          write every rank's timeline as Chrome trace JSON (open in Perfetto)\n"
-"  --timeline            print the last step's measured timeline as the lecture's grid\n"
+"  --timeline            print the last step's measured timeline as the lecture's grid, with\n"
+"                        its legend (every stage's actions listed too when cells merge them)\n"
 "Model:\n"
 "  --layers N            transformer blocks (default 4)\n"
 "  --d-model N           width C (default 128)\n"
@@ -410,8 +411,7 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
         }
     }
     if (r->timeline)
-        printf("measured timeline of the last step (one column per median forward):\n%s",
-               r->timeline);
+        printf("measured timeline of the last step (step %d): %s", r->nsteps, r->timeline);
     printf("peak memory per rank (MB):   ");
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
         printf(" %11s", cat_names[c]);

@@ -397,8 +397,20 @@ static void gb_add(gbuf *g, const char *s, size_t n)
 
 int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
 {
+    return dl_trace_grid_hidden(t, step, unit_ns, out, NULL);
+}
+
+/* An action the grid draws by itself (collectives nest inside forwards and backwards). */
+static int is_action(const dl_trace_event *e)
+{
+    return e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_OPT;
+}
+
+int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **out, int *hidden)
+{
     if (t == NULL || out == NULL) return dl_error(DL_EINVAL, "trace grid: null argument");
     *out = NULL;
+    if (hidden) *hidden = 0;
     if (unit_ns == 0) return dl_error(DL_EINVAL, "trace grid: the time unit must be > 0 ns");
     uint64_t w0 = UINT64_MAX, w1 = 0;
     for (int r = 0; r < t->nranks; r++) {
@@ -419,9 +431,10 @@ int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
     uint64_t *cov = malloc((T ? T : 1) * sizeof *cov), *best = malloc((T ? T : 1) * sizeof *best);
     const dl_trace_event **who = malloc((T ? T : 1) * sizeof *who);
     iv *v = malloc(most * sizeof *v);
+    char *shown = malloc(most);
     int rc = DL_OK;
     gbuf g = {0};
-    if (!cov || !best || !who || !v) {
+    if (!cov || !best || !who || !v || !shown) {
         rc = dl_error(DL_ENOMEM, "trace grid: out of memory (%zu cells)", T);
         goto done;
     }
@@ -462,17 +475,25 @@ int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
         char pre[32];
         int n = snprintf(pre, sizeof pre, "GPU %-*d  ", wd, r + 1);
         gb_add(&g, pre, (size_t)n);
+        memset(shown, 0, b->n ? b->n : 1);
         for (size_t c = 0; c < T; c++) {
             uint64_t ca = w0 + c * unit_ns, cb = ca + unit_ns < w1 ? ca + unit_ns : w1;
             uint64_t idle = (cb - ca) - cov[c];
             if (who[c] != NULL && best[c] >= idle) {
                 char s = symbol(who[c]);
                 gb_add(&g, &s, 1);
+                shown[who[c] - b->ev] = 1;
             } else {
                 gb_add(&g, IDLE, sizeof IDLE - 1);
             }
         }
         gb_add(&g, "\n", 1);
+        /* this step's actions inside the window that no cell shows */
+        for (size_t i = 0; hidden && i < b->n; i++) {
+            const dl_trace_event *e = &b->ev[i];
+            if (e->step == step && is_action(e) && e->t1 > w0 && e->t0 < w1 && !shown[i])
+                (*hidden)++;
+        }
     }
     if (g.oom || g.b == NULL) {
         rc = dl_error(DL_ENOMEM, "trace grid: out of memory");
@@ -485,5 +506,53 @@ done:
     free(best);
     free(who);
     free(v);
+    free(shown);
     return rc;
+}
+
+static int ev_start_cmp(const void *a, const void *b)
+{
+    const dl_trace_event *x = *(const dl_trace_event *const *)a, *y = *(const dl_trace_event *const *)b;
+    return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
+}
+
+int dl_trace_actions(const dl_trace *t, int step, char **out)
+{
+    if (t == NULL || out == NULL) return dl_error(DL_EINVAL, "trace actions: null argument");
+    *out = NULL;
+    size_t most = 1;
+    for (int r = 0; r < t->nranks; r++)
+        if (t->r[r].n > most) most = t->r[r].n;
+    const dl_trace_event **e = malloc(most * sizeof *e);
+    if (!e) return dl_error(DL_ENOMEM, "trace actions: out of memory");
+    int wd = 1, any = 0;
+    for (int x = t->nranks; x >= 10; x /= 10) wd++;
+    gbuf g = {0};
+    for (int r = 0; r < t->nranks; r++) {
+        const rank_buf *b = &t->r[r];
+        size_t k = 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->ev[i].step == step && is_action(&b->ev[i])) e[k++] = &b->ev[i];
+        qsort(e, k, sizeof *e, ev_start_cmp);
+        char pre[32];
+        int n = snprintf(pre, sizeof pre, "GPU %-*d ", wd, r + 1);
+        gb_add(&g, pre, (size_t)n);
+        for (size_t i = 0; i < k; i++) {
+            char s[2] = {' ', symbol(e[i])};
+            gb_add(&g, s, 2);
+        }
+        gb_add(&g, "\n", 1);
+        any += k > 0;
+    }
+    free(e);
+    if (g.oom || g.b == NULL) {
+        free(g.b);
+        return dl_error(DL_ENOMEM, "trace actions: out of memory");
+    }
+    if (!any) {
+        free(g.b);
+        return dl_error(DL_EINVAL, "trace actions: no forward, backward or optimizer step in step %d", step);
+    }
+    *out = g.b;
+    return DL_OK;
 }

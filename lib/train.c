@@ -1523,22 +1523,63 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
     dl_sched_free(sc);
 }
 
-/* The last step's measured grid, one character per median forward time (the lecture's unit). */
-static char *trace_timeline(const dl_trace *t, int step)
+/* The grid's widest: past it the per-stage list carries what the cells merge. */
+#define TIMELINE_MAX_CELLS 200
+#define DL_STR_(x) #x
+#define DL_STR(x) DL_STR_(x)
+
+/* The step's measured grid with its legend: one cell per the step's shortest forward or
+ * backward (so that every action can fill a cell), but at most TIMELINE_MAX_CELLS cells; when
+ * some action still shows in no cell, every stage's actions in start order follow. */
+static char *trace_timeline(const dl_trace *t, int step, int nranks)
 {
-    size_t cnt = dl_trace_count(t, 0), nf = 0;
-    const dl_trace_event *ev = dl_trace_events(t, 0);
-    double *d = malloc(sizeof(double) * (cnt ? cnt : 1));
-    if (!d)
+    uint64_t unit = UINT64_MAX, w0 = UINT64_MAX, w1 = 0;
+    for (int r = 0; r < nranks; r++) {
+        size_t cnt = dl_trace_count(t, r);
+        const dl_trace_event *ev = dl_trace_events(t, r);
+        for (size_t i = 0; i < cnt; i++) {
+            const dl_trace_event *e = &ev[i];
+            if (e->step != step)
+                continue;
+            if (e->kind == DL_TR_STEP) {
+                w0 = e->t0 < w0 ? e->t0 : w0;
+                w1 = e->t1 > w1 ? e->t1 : w1;
+            }
+            if ((e->kind == DL_TR_FWD || e->kind == DL_TR_BWD) && e->t1 > e->t0 &&
+                e->t1 - e->t0 < unit)
+                unit = e->t1 - e->t0;
+        }
+    }
+    if (unit == UINT64_MAX || w1 <= w0)
         return NULL;
-    for (size_t i = 0; i < cnt; i++)
-        if (ev[i].step == step && ev[i].kind == DL_TR_FWD)
-            d[nf++] = (double)(ev[i].t1 - ev[i].t0);
-    double unit = median_of(d, (int)nf);
-    free(d);
-    char *out = NULL;
-    if (!(unit > 0) || dl_trace_grid(t, step, (uint64_t)unit, &out) != DL_OK)
+    uint64_t floor_unit = (w1 - w0 + TIMELINE_MAX_CELLS - 1) / TIMELINE_MAX_CELLS;
+    unit = unit > floor_unit ? unit : floor_unit;
+    char *grid = NULL, *list = NULL;
+    int hidden = 0;
+    if (dl_trace_grid_hidden(t, step, unit, &grid, &hidden) != DL_OK)
         return NULL;
+    if (hidden && dl_trace_actions(t, step, &list) != DL_OK)
+        list = NULL;
+    const char *legend =
+        "legend: a digit is a forward of that micro-batch (0-9, then A-Z), a letter its backward "
+        "(a = micro-batch 0), * an optimizer step, = a collective, \xC2\xB7 idle (waiting: the "
+        "bubble); a cell shows the one action covering most of it (ties: forward, then backward, "
+        "then the earlier one)\n";
+    size_t n = strlen(grid) + strlen(legend) + (list ? strlen(list) : 0) + 400;
+    char *out = malloc(n);
+    if (out) {
+        int k = snprintf(out, n, "one cell = %.1f us (%s); %s\n%s%s", (double)unit / 1e3,
+                         unit > floor_unit ? "the shortest forward or backward"
+                                           : "the step over " DL_STR(TIMELINE_MAX_CELLS) " cells",
+                         hidden ? "some actions are shorter than a cell next to longer ones"
+                                : "every forward and backward of every stage fills a cell",
+                         grid, legend);
+        if (list && k > 0 && (size_t)k < n)
+            snprintf(out + k, n - (size_t)k, "%d action(s) hidden by merged cells; every stage's "
+                     "actions in start order:\n%s", hidden, list);
+    }
+    free(grid);
+    free(list);
     return out;
 }
 
@@ -1647,7 +1688,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
             rc = trc;
     }
     if (R.trace && o.timeline && R.steps_done > 0)
-        res->timeline = trace_timeline(R.trace, R.steps_done);
+        res->timeline = trace_timeline(R.trace, R.steps_done, n);
 done:
     if (R.trace != o.trace)
         dl_trace_destroy(R.trace);

@@ -163,6 +163,49 @@ START_TEST(t_grid_hand)
 }
 END_TEST
 
+/* Which actions a grid hides (merged cells), counted by hand on t_grid_hand's events, and the
+ * per-stage list that shows every one in start order. */
+START_TEST(t_grid_hidden)
+{
+    dl_trace *t = mk(2, 64);
+    dl_trace_add(t, 0, DL_TR_STEP, 0, -1, 0, 100, 200);
+    dl_trace_add(t, 0, DL_TR_FWD, 0, 0, 0, 100, 130);
+    dl_trace_add(t, 0, DL_TR_BWD, 0, 0, 0, 150, 185);
+    dl_trace_add(t, 1, DL_TR_STEP, 0, -1, 0, 100, 190);
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 1, 0, 104, 116);
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 2, 0, 121, 124);
+    dl_trace_add(t, 1, DL_TR_COMM, 0, -1, 0, 130, 160);
+    dl_trace_add(t, 1, DL_TR_OPT, 0, -1, 0, 160, 166);
+    dl_trace_add(t, 1, DL_TR_BWD, 0, 3, 0, 195, 200);
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 3, 0, 190, 195);
+    dl_trace_add(t, 1, DL_TR_FWD, 1, 4, 0, 200, 230); /* step 1: never counted for step 0 */
+    char *g = NULL;
+    int hidden = -1;
+    /* unit 10: F2 (idle covers most of cell 2) and B3 (loses cell 9 to F3) */
+    ck_assert_int_eq(dl_trace_grid_hidden(t, 0, 10, &g, &hidden), DL_OK);
+    ck_assert_int_eq(hidden, 2);
+    free(g);
+    /* unit 30: also F1 (cell 0: idle 18 > 12) and the optimizer step (6 of 30); the collective
+     * is not an action */
+    ck_assert_int_eq(dl_trace_grid_hidden(t, 0, 30, &g, &hidden), DL_OK);
+    ck_assert_int_eq(hidden, 4);
+    free(g);
+    /* negative control: 1 ns cells hide nothing */
+    ck_assert_int_eq(dl_trace_grid_hidden(t, 0, 1, &g, &hidden), DL_OK);
+    ck_assert_int_eq(hidden, 0);
+    free(g);
+    ck_assert_int_eq(dl_trace_actions(t, 0, &g), DL_OK);
+    ck_assert_msg(strcmp(g, "GPU 1  0 a\nGPU 2  1 2 * 3 d\n") == 0, "got\n%s", g);
+    free(g);
+    ck_assert_int_eq(dl_trace_actions(t, 1, &g), DL_OK);
+    ck_assert_msg(strcmp(g, "GPU 1 \nGPU 2  4\n") == 0, "got\n%s", g);
+    free(g);
+    ck_assert_int_eq(dl_trace_actions(t, 5, &g), DL_EINVAL);
+    ck_assert_ptr_null(g);
+    dl_trace_destroy(t);
+}
+END_TEST
+
 /* A simulated schedule as measured events (1 time unit = 1 ms from an arbitrary origin): the
  * trace's grid must be dl_sched_grid's text, and each rank's bubble the simulator's. */
 static void check_against_sched(dl_sched *s, const char *what)
@@ -471,6 +514,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, t_bubble_hand);
     tcase_add_test(tc, t_bubble_random);
     tcase_add_test(tc, t_grid_hand);
+    tcase_add_test(tc, t_grid_hidden);
     tcase_add_test(tc, t_grid_vs_sched);
     tcase_add_test(tc, t_chrome);
     tcase_add_test(tc, t_dropped);

@@ -345,6 +345,21 @@ if [ -n "$PY" ]; then
   $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["traceEvents"]) > 10' \
     "$TMP/trace.json" || fail "pp 2: the Chrome trace does not parse"
 fi
+# the timeline shows every action of every stage: pp 4 1F1B with 8 micro-batches, each stage's
+# forwards 0-7 and backwards a-h in its grid row or (cells merged) in its list row; the legend
+if run "timeline pp 4" 0 --dp 1 --pp 4 --schedule 1f1b --microbatches 8 $TINY --layers 4 \
+       --steps 2 --log-every 0 --eval-windows 2 --timeline; then
+  has "timeline pp 4" "legend: a digit is a forward of that micro-batch"
+  sed -n '/^measured timeline/,/^peak memory/p' "$TMP/out" | awk '
+    /^GPU [0-9]/ { g = $2; row = $0; sub(/^GPU [0-9]+ +/, "", row); seen[g] = seen[g] row }
+    / hidden by merged cells/ { listed = 1 }
+    /^one cell|^measured timeline/ { if (/some actions are shorter/) hid = 1 }
+    END { if (hid != listed) { print "hidden actions said " hid ", list given " listed; bad = 1 }
+          for (g = 1; g <= 4; g++) { n = 0
+            for (i = 0; i < 8; i++) { if (index(seen[g], i) == 0) { print "GPU " g " lacks forward " i; bad = 1 }
+              if (index(seen[g], substr("abcdefgh", i + 1, 1)) == 0) { print "GPU " g " lacks backward " i; bad = 1 } } }
+          exit bad }' || fail "timeline pp 4: an action is missing: $(sed -n '/^measured timeline/,/^peak/p' "$TMP/out")"
+fi
 if [ "$SMALL" -eq 0 ]; then
   check_run "check pp 4 interleaved x dp 2 f64" 1e-12 --dp 2 --pp 2 --schedule interleaved \
     --microbatches 4 $TINY --layers 4 --steps 2 --log-every 0 --dtype f64 --check

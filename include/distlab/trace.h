@@ -116,6 +116,14 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
  * wins. DL_EINVAL when no rank has a STEP event of that step, unit_ns is 0, or the grid would be
  * wider than 1e6 cells. *out is malloc'd, each line ending in '\n'. */
 int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out);
+/* dl_trace_grid, and *hidden (when not NULL): how many of the step's forwards, backwards and
+ * optimizer steps no cell shows (shorter than the unit next to longer ones, they lose every cell
+ * they touch): 0 means every action is in the grid. */
+int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **out, int *hidden);
+/* Every forward, backward and optimizer step of step `step`, per rank in start order, as the
+ * grid's symbols separated by spaces ("GPU 1  0 1 a 2 b c *"): the order the grid shows when its
+ * cells do not merge actions. DL_EINVAL when no rank recorded one. *out is malloc'd. */
+int dl_trace_actions(const dl_trace *t, int step, char **out);
 
 /* Short name of a kind ("fwd", "bwd", "send", "recv-wait", "opt", "comm", "step", "other"). */
 const char *dl_trace_kind_name(int kind);
