@@ -400,8 +400,10 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
                100 * r->pp_bubble_total, 100 * r->pp_bubble_theory);
         for (int st = 0; st < r->pp; st++)
             printf(" %d", r->pp_slots[st]);
-        printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead %.1f us per action\n",
-               r->pp_bytes_per_step / 1e6, r->pp_engine_us);
+        printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead per action (the "
+               "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
+               "90th percentile %.1f us over the steps and ranks\n",
+               r->pp_bytes_per_step / 1e6, r->pp_engine_us, r->pp_engine_p90_us);
         if (o->schedule == DL_SCHED_ASYNC) {
             printf("  weight updates between a micro-batch's forward and the weights its backward "
                    "used, per stage:");

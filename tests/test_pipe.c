@@ -9,6 +9,7 @@
  *  - 1F1B's peak activation memory on the first stage is p/m of GPipe's (arena, m >= p);
  *  - bad configurations are refused with a message. */
 #include "testutil.h"
+#include <time.h>
 #include <check.h>
 #include <math.h>
 
@@ -17,7 +18,8 @@
 #define HCOUNT 6000 /* elements per hand-off: rendezvous-sized */
 
 typedef struct hand_rank {
-    int p, v, stage, wrong, fwd, bwd;
+    int p, v, stage, wrong, fwd, bwd, sleep_ms;
+    dl_pipe_stats st;
     double in[HCOUNT], out[HCOUNT], gin[HCOUNT], gout[HCOUNT];
 } hand_rank;
 
@@ -53,6 +55,10 @@ static int h_bwd(void *arg, int mb, int ch, const void **din)
         h->wrong++;
     for (int i = 0; i < HCOUNT; i++)
         h->gout[i] = code(mb, vs, 1, i);
+    if (h->sleep_ms && h->bwd == 0) {
+        struct timespec ts = {0, h->sleep_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     h->bwd++;
     *din = h->gout;
     return DL_OK;
@@ -68,7 +74,7 @@ static int hand_fn(dl_ctx *ctx, void *argp)
     int rc = dl_pipe_create(dl_ctx_comm(ctx), HCOUNT, DL_F64, dl_ctx_arena(ctx), &e);
     dl_pipe_ops ops = {h_fwd_in, h_fwd, h_bwd_in, h_bwd, NULL};
     for (int step = 1; rc == DL_OK && step <= 2; step++)
-        rc = dl_pipe_run(e, a->s, &ops, h, step, NULL, 0, NULL);
+        rc = dl_pipe_run(e, a->s, &ops, h, step, NULL, 0, &h->st);
     dl_pipe_destroy(e);
     a->status[r] = rc;
     return rc;
@@ -90,6 +96,37 @@ static void check_handoffs(dl_sched *s)
     free(a);
     dl_sched_free(s);
 }
+
+/* The engine's overhead is what is left of the wall time: every part is accounted for (the
+ * parts are disjoint intervals of the step, so they sum to the wall exactly), and waiting for a
+ * busy neighbour to take the last hand-off is drain time, not overhead: stage 0 sleeps 200 ms in
+ * its first backward, so stage 1's second gradient waits that long to be received. */
+START_TEST(engine_accounting)
+{
+    dl_sched *s;
+    ck_assert(dl_sched_gpipe(2, 2, &s) == DL_OK);
+    hand_arg *a = calloc(1, sizeof *a);
+    a->s = s;
+    a->r[0].sleep_ms = 200;
+    a->r[0].bwd = -2; /* the first backward of step 2 (the step whose stats hand_fn keeps) */
+    ck_assert_msg(tu_run_world(2, hand_fn, a) == DL_OK, "%s", dl_errmsg());
+    for (int r = 0; r < 2; r++) {
+        const dl_pipe_stats *st = &a->r[r].st;
+        uint64_t sum = st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns + st->drain_ns +
+                       st->engine_ns;
+        ck_assert_msg(sum == st->wall_ns, "stage %d: parts %llu, wall %llu", r,
+                      (unsigned long long)sum, (unsigned long long)st->wall_ns);
+    }
+    const dl_pipe_stats *last = &a->r[1].st;
+    ck_assert_msg(last->drain_ns + last->send_ns >= 100000000ull,
+                  "stage 1 waited %llu ns to drain and %llu to send, want >= 100 ms of the 200",
+                  (unsigned long long)last->drain_ns, (unsigned long long)last->send_ns);
+    ck_assert_msg(last->engine_ns < 100000000ull, "stage 1's engine overhead %llu ns holds the wait",
+                  (unsigned long long)last->engine_ns);
+    free(a);
+    dl_sched_free(s);
+}
+END_TEST
 
 START_TEST(engine_handoffs)
 {
@@ -387,6 +424,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, engine_peers);
     tcase_add_test(tc, engine_handoffs);
+    tcase_add_test(tc, engine_accounting);
     tcase_add_test(tc, bad_configs);
     tcase_add_loop_test(tc, pp_f64, 0, DL_TEST_SMALL ? 3 : NCASES);
     tcase_add_loop_test(tc, pp_f32, 0, DL_TEST_SMALL ? 1 : 4);

@@ -259,6 +259,37 @@ if run "pp save" 0 --dp 1 --pp 2 --microbatches 2 $PPM --steps 2 --log-every 0 \
   done
 fi
 
+# progress lines of a pipeline: the bytes include the hand-offs (at least the summary's, per step),
+if run "pp progress" 0 --dp 1 --pp 2 --microbatches 4 --layers 2 --d-model 64 --heads 4 --seq 32 \
+       --micro-batch 8 --steps 4 --log-every 2 --eval-windows 2; then
+  ho=$(sed -n 's/.*hand-offs \([0-9.]*\) MB sent by rank 0 per step.*/\1/p' "$TMP/out")
+  mb=$(sed -n 's|^step     4/4 .* \([0-9.]*\) MB sent/rank$|\1|p' "$TMP/out")
+  awk -v h="$ho" -v m="$mb" 'BEGIN { exit !(h > 0.1 && m + 0.005 >= h) }' ||
+    fail "pp progress: $mb MB sent/rank on the progress line, hand-offs $ho MB per step"
+fi
+# tok/s and ms/step of a progress line are over the steps since the last line (rank 0's step
+# times: on one rank the step records' own, from which they are recomputed here)
+if run "progress smoothed" 0 --dp 1 $TINY --steps 4 --log-every 2 --eval-windows 2 \
+       --json "$TMP/pg.jsonl"; then
+  if [ -n "$PY" ]; then
+    $PY - "$TMP/pg.jsonl" "$TMP/out" <<'EOF' || fail "progress smoothed: tok/s is not over the steps since the last line"
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+c = recs[0]
+ms = {r["step"]: r["ms"] for r in recs if r["type"] == "step"}
+lines = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in
+         re.finditer(r"^step +(\d+)/4 .*\| +(\d+) tok/s \| +([0-9.]+) ms/step", open(sys.argv[2]).read(), re.M)}
+assert sorted(lines) == [1, 2, 4], lines
+for step, last in ((2, 1), (4, 2)):
+    tot = sum(ms[k] for k in range(last + 1, step + 1))
+    want = c["global_batch"] * c["seq"] * (step - last) / (tot / 1e3)
+    got, gms = lines[step]
+    assert abs(got - want) <= 0.5 + 1e-3 * want, (step, got, want)
+    assert abs(gms - tot / (step - last)) <= 0.05 + 1e-3 * gms, (step, gms, tot)
+EOF
+  fi
+fi
+
 # every axis in use reaches the header and the config record: interleaved's virtual stages, ZeRO
 if run "pp interleaved header" 0 --dp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
        --microbatches 2 --layers 4 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --steps 1 \

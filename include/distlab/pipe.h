@@ -63,7 +63,8 @@ typedef struct dl_pipe_stats {
     uint64_t recv_ns;       /* waiting for and copying received hand-offs */
     uint64_t send_ns;       /* staging copies and posting sends (and waiting for staging) */
     uint64_t opt_ns;        /* inside opt */
-    uint64_t engine_ns;     /* the rest: dispatch and bookkeeping */
+    uint64_t engine_ns;     /* the rest: dispatch and bookkeeping (wall - busy - recv - send -
+                             * opt - drain) */
     int actions;            /* actions run */
     int fwd, bwd;           /* of which forwards, backwards */
     size_t staging_bytes;   /* staging buffers held (their peak so far) */
@@ -71,6 +72,8 @@ typedef struct dl_pipe_stats {
     uint64_t chan_wait_ns;  /* of the hand-offs' time, waiting on the channels (the channel
                              * counters: a peer not there yet), the rest being copies */
     uint64_t sleeps;        /* waits that slept on a futex rather than spinning or yielding */
+    uint64_t drain_ns;      /* after the last action, waiting for this stage's last sends to be
+                             * received (a neighbour still busy): waiting, not overhead */
 } dl_pipe_stats;
 
 /* Run this stage's actions of s (s->p must equal the pp group's size; validate schedules

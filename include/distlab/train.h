@@ -144,6 +144,7 @@ typedef struct dl_train_result {
                               * and the weights its backward used (0 with stashing) */
     double pp_bytes_per_step;/* activations and gradients rank 0 sent over the pipeline */
     double pp_engine_us;     /* median engine overhead per action (dispatch, hand-off staging) */
+    double pp_engine_p90_us; /* its 90th percentile over the steps and ranks (its spread) */
     char *timeline;          /* opts.timeline: the last step's grid, legend, every stage's actions */
     /* ZeRO and mixed precision, measured on rank 0 (model state = the params, grads and
      * optimizer peaks of `peak`; the unit buffers are comm/other) */
