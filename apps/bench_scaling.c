@@ -56,7 +56,7 @@ static void usage(FILE *f)
 "  -h, --help       this help\n");
 }
 
-/* Two panels, speed-up and efficiency, one colour per series in both (the key in the first);
+/* Two panels, speed-up and efficiency, one colour per series in both (the key in the second);
  * the ideal as a grey line; an open circle around every oversubscribed point (column 4). */
 #define SERIES(i, name, colour) \
     "datafile index " #i " using 1:(column(COL)) with linespoints lw 2 pt 7 lc rgb '" colour "' title '" name "'"
@@ -64,16 +64,16 @@ static void usage(FILE *f)
     SERIES(0, "strong dp", "#1f77b4") ", " SERIES(1, "weak dp", "#2ca02c") ", " \
     SERIES(2, "strong tp", "#d62728") ", " SERIES(3, "strong pp", "#9467bd") ", " \
     "for [i=0:3] datafile index i using 1:($4 > 0 ? column(COL) : 1/0) with points pt 6 ps 2.2 " \
-    "lc rgb 'black' title (i == 0 ? 'oversubscribed (ranks > cores)' : '')" more
+    "lc rgb 'black' title (i == 0 ? 'oversubscribed' : '')" more
 #define PLOT_SCRIPT \
     "set multiplot layout 1,2 title 'distlab-bench scaling: the trainer (rank threads on this " \
     "machine)'\n" \
     "set logscale x 2\nset xrange [0.9:*]\nset offsets 0, graph 0.05, 0, 0\nset xlabel 'ranks'\n" \
-    "set key inside bottom right box opaque\n" \
-    "set ylabel 'speed-up over one rank'\nset yrange [0:*]\nCOL = 2\n" \
-    "plot " SERIES_ALL(", x with lines dt 2 lc rgb 'grey50' title 'ideal'") "\n" \
-    "set ylabel 'efficiency (speed-up / ranks)'\nset yrange [0:1.1]\nCOL = 3\nunset key\n" \
-    "plot " SERIES_ALL(", 1 with lines dt 2 lc rgb 'grey50' notitle") "\n" \
+    "set ylabel 'speed-up over one rank'\nset yrange [0:*]\nCOL = 2\nunset key\n" \
+    "plot " SERIES_ALL(", x with lines dt 2 lc rgb 'grey50' notitle") "\n" \
+    "set ylabel 'efficiency (speed-up / ranks)'\nset yrange [0:1.1]\nCOL = 3\n" \
+    "set key inside bottom left box opaque font ',10'\n" \
+    "plot " SERIES_ALL(", 1 with lines dt 2 lc rgb 'grey50' title 'ideal'") "\n" \
     "unset multiplot\n"
 
 
