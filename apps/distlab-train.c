@@ -729,11 +729,12 @@ static int train_main(int argc, char **argv, int nprocs)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char lay[160];
     layout_desc(&o, lay, sizeof lay);
-    printf("distlab-train %s: %d rank%s (%s) on %ld cores%s; model: %d layers, "
-           "d-model %d, %d heads, seq %d, %lld parameters, %s%s\n", dl_version(),
+    printf("distlab-train %s: %d rank%s (%s) on %ld cores%s; model: %d layer%s, "
+           "d-model %d, %d head%s, seq %d, %lld parameters, %s%s\n", dl_version(),
            o.dp * o.tp * o.pp, plural(o.dp * o.tp * o.pp, "s"), lay, cores,
            o.dp * o.tp * o.pp > cores ? " (oversubscribed: timings include contention)" : "",
-           o.model.layers, o.model.d_model, o.model.heads, o.model.seq,
+           o.model.layers, plural(o.model.layers, "s"), o.model.d_model, o.model.heads,
+           plural(o.model.heads, "s"), o.model.seq,
            (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),
            o.recompute ? ", full recompute" : "");
     if (nprocs > 1)
