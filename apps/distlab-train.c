@@ -39,6 +39,9 @@ static void usage(FILE *f)
 "  --trace FILE          write every rank's timeline as Chrome trace JSON (open in Perfetto)\n"
 "  --timeline            print the last step's measured timeline as the lecture's grid, with\n"
 "                        its legend (every stage's actions listed too when cells merge them)\n"
+"  --trace-steps A:B     trace (--trace, --timeline) only steps A..B (or A alone): the trace\n"
+"                        file is written as soon as step B+1 ends, not at the run's end, and\n"
+"                        the timeline is step B's\n"
 "Model:\n"
 "  --layers N            transformer blocks (default 4)\n"
 "  --d-model N           width C (default 128)\n"
@@ -83,7 +86,9 @@ static void usage(FILE *f)
 "  --eval-windows N      validation windows per evaluation (default 64; 0: all)\n"
 "Output (an existing output FILE must be a regular file, not a symlink: nothing else is\n"
 "replaced; checked with its directory before the run, exit 2):\n"
-"  --log-every N         progress line every N steps (default 100; 0: none)\n"
+"  --log-every N         progress line every N steps (default 100; 0: none): loss, tok/s and\n"
+"                        ms/step over the steps since the last line, MB sent per step\n"
+"  --quiet               no progress lines (nor the --check run's, which go to stderr)\n"
 "  --json FILE           JSON Lines: a config record, one record per step, a summary\n"
 "                        (docs/JSON.md)\n"
 "  --check               also train the same configuration on one rank and print the largest\n"
@@ -113,7 +118,7 @@ enum {
     O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
     O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
     O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO, O_PP, O_SCHED, O_VIRT, O_STASH, O_LCOSTS,
-    O_TRACE, O_TIMELINE, O_THREADS, O_DMAX, O_WCORPUS
+    O_TRACE, O_TIMELINE, O_THREADS, O_TSTEPS, O_QUIET, O_DMAX, O_WCORPUS
 };
 
 static const struct option longopts[] = {
@@ -132,7 +137,7 @@ static const struct option longopts[] = {
     {"zero", 1, 0, O_ZERO}, {"pp", 1, 0, O_PP}, {"schedule", 1, 0, O_SCHED},
     {"virtual-stages", 1, 0, O_VIRT}, {"weight-stashing", 0, 0, O_STASH},
     {"layer-costs", 1, 0, O_LCOSTS}, {"trace", 1, 0, O_TRACE}, {"timeline", 0, 0, O_TIMELINE},
-    {"threads", 1, 0, O_THREADS}, {"data-max", 1, 0, O_DMAX},
+    {"threads", 1, 0, O_THREADS}, {"trace-steps", 1, 0, O_TSTEPS}, {"quiet", 0, 0, O_QUIET}, {"data-max", 1, 0, O_DMAX},
     {"write-corpus", 1, 0, O_WCORPUS},
     {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
 };
@@ -413,7 +418,8 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
         }
     }
     if (r->timeline)
-        printf("measured timeline of the last step (step %d): %s", r->nsteps, r->timeline);
+        printf("measured timeline of step %d: %s",
+               o->trace_last ? o->trace_last : r->nsteps, r->timeline);
     printf("peak memory per rank (MB):   ");
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
         printf(" %11s", cat_names[c]);
@@ -498,7 +504,7 @@ static int train_main(int argc, char **argv, int nprocs)
     o.eval_every = 250;
     o.log = stdout;
     int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0, layer_costs_n = 0;
-    int measure_costs = 0;
+    int measure_costs = 0, quiet = 0;
     int threads = 0;
     const char *json = NULL, *corpus = NULL;
     double d;
@@ -594,6 +600,19 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_TRACE: o.trace_path = optarg; break;
         case O_WCORPUS: corpus = optarg; break;
         case O_TIMELINE: o.timeline = 1; break;
+        case O_QUIET: quiet = 1; break;
+        case O_TSTEPS: {
+            char *colon = strchr(optarg, ':'), a[32];
+            size_t la = colon ? (size_t)(colon - optarg) : strlen(optarg);
+            snprintf(a, sizeof a, "%.*s", (int)(la < sizeof a ? la : sizeof a - 1), optarg);
+            bad = cli_parse_int("--trace-steps", a, 1, 1 << 30, &o.trace_first) ||
+                  cli_parse_int("--trace-steps", colon ? colon + 1 : a, 1, 1 << 30, &o.trace_last);
+            if (!bad && o.trace_last < o.trace_first) {
+                cli_error("--trace-steps: %d:%d ends before it starts", o.trace_first, o.trace_last);
+                bad = 1;
+            }
+            break;
+        }
         case O_ZERO:
             bad = cli_parse_int("--zero", optarg, INT_MIN, INT_MAX, &o.zero);
             if (!bad && (o.zero < 0 || o.zero > 3)) {
@@ -617,6 +636,16 @@ static int train_main(int argc, char **argv, int nprocs)
         return write_corpus(corpus, o.data_seed);
     if (!have_minlr)
         o.min_lr = o.lr / 10;
+    if (quiet)
+        o.log = NULL;
+    if (o.trace_first && !o.trace_path && !o.timeline) {
+        cli_error("--trace-steps needs --trace FILE or --timeline");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.trace_last > o.steps) {
+        cli_error("--trace-steps: step %d is past --steps %d", o.trace_last, o.steps);
+        return CLI_EXIT_USAGE;
+    }
     if (o.pp == 0)
         o.pp = 1;
     if (dp == 0 && threads > 0 && (long)nprocs * threads % (o.tp * o.pp) == 0)
@@ -833,7 +862,8 @@ static int train_main(int argc, char **argv, int nprocs)
         one.timeline = 0;
         one.microbatches = o.dp * o.microbatches;
         one.global_batch = o.global_batch;
-        one.log = NULL;
+        one.log = quiet ? NULL : stderr; /* its progress: a second run as long as the first */
+        one.trace_first = one.trace_last = 0;
         one.save_path = NULL;
         one.dump_grads = NULL;
         one.sample = 0;

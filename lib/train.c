@@ -142,6 +142,10 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
     o->global_batch = d * m * mb;
     if (o->steps < 0 || (o->steps == 0 && !o->eval_only))
         return dl_error(DL_EINVAL, "steps must be >= 1 (got %d)", o->steps);
+    if (o->trace_first < 0 || o->trace_last < o->trace_first || (o->trace_first == 0) != (o->trace_last == 0) ||
+        (!o->eval_only && o->trace_last > o->steps))
+        return dl_error(DL_EINVAL, "traced steps %d..%d: want 1 <= first <= last <= steps %d (or 0, 0: all)",
+                        o->trace_first, o->trace_last, o->steps);
     if (!(o->lr > 0) || o->min_lr < 0 || o->warmup < 0)
         return dl_error(DL_EINVAL, "learning rate must be > 0, min-lr >= 0, warm-up >= 0");
     if (o->eval_only && !o->load_path)
@@ -185,6 +189,7 @@ typedef struct run {
     double *pp_busy, *pp_wall, *pp_engine;
     int *pp_gap, *pp_slots;
     uint64_t pp_bytes;  /* rank 0, all steps */
+    int trace_done, trace_rc; /* the trace file and timeline written (rank 0), its status */
 } run;
 
 typedef struct rank_state {
@@ -222,6 +227,7 @@ typedef struct rank_state {
     dl_pipe *eng;
     dl_sched *sched;
     int pp_p, pp_v, pp_stage, step;
+    dl_trace *tr;           /* R->trace during the traced steps (trace_first..trace_last), else NULL */
     int nslots, *slot_of, *free_slot, nfree;
     int *pin, *ptg;         /* a micro-batch's tokens */
     double loss_sum;
@@ -245,7 +251,7 @@ static int launch_bucket(rank_state *s, size_t first)
     else
         rc = dl_allreduce(s->mesh.dp_comm, base, base, n, s->dt, DL_SUM, DL_PURPOSE_GRADS);
     /* a blocking bucket runs inside the backward: the trace shows it there */
-    dl_trace_add(s->R->trace, dl_ctx_rank(s->ctx), DL_TR_COMM, s->step, -1, 0, t0, dl_now_ns());
+    dl_trace_add(s->tr, dl_ctx_rank(s->ctx), DL_TR_COMM, s->step, -1, 0, t0, dl_now_ns());
     s->launched = first;
     return rc;
 }
@@ -1083,6 +1089,21 @@ static int emit_steps(run *R, int all)
     return DL_OK;
 }
 
+static char *trace_timeline(const dl_trace *t, int step, int nranks);
+
+/* Once, on rank 0 (or after the run): the trace file and the timeline of step `step`. */
+static void finish_trace(run *R, int step)
+{
+    const dl_train_opts *o = R->o;
+    if (!R->trace || R->trace_done)
+        return;
+    R->trace_done = 1;
+    if (o->trace_path)
+        R->trace_rc = dl_trace_write_chrome(R->trace, o->trace_path, NULL);
+    if (o->timeline)
+        R->res->timeline = trace_timeline(R->trace, step, R->nranks);
+}
+
 /* Rank 0's progress line: loss, tokens/s and ms/step over the steps since the last line (one
  * step alone is noisy: 2,285 tok/s printed against 4,831 in a summary), and the bytes this rank
  * sent per step so far, its pipeline hand-offs included (they go through the engine's own
@@ -1250,6 +1271,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             dl_ops_gemm_log(R->gemm);
         uint64_t t0 = dl_now_ns();
         s->step = step;
+        s->tr = !o->trace_first || (step >= o->trace_first && step <= o->trace_last) ? R->trace : NULL;
         dl_gpt_zero_grads(s->g);
         if (s->gshard)
             memset(s->gshard, 0, s->zu.shard * (size_t)s->dsize);
@@ -1262,7 +1284,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             dl_pipe_stats ps;
             s->loss_sum = 0;
             s->max_gap = 0;
-            rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, step, R->trace, rank, &ps);
+            rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, step, s->tr, rank, &ps);
             loss_sum = s->loss_sum;
             size_t at = (size_t)(step - 1) * R->nranks + rank;
             R->pp_busy[at] = (double)ps.busy_ns;
@@ -1291,8 +1313,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
                     ((f1 = dl_now_ns()),
                      (rc = dl_gpt_backward(s->g, dloss, last ? grad_ready : NULL, s))))
                     break;
-                dl_trace_add(R->trace, rank, DL_TR_FWD, step, micro, 0, f0, f1);
-                dl_trace_add(R->trace, rank, DL_TR_BWD, step, micro, 0, f1, dl_now_ns());
+                dl_trace_add(s->tr, rank, DL_TR_FWD, step, micro, 0, f0, f1);
+                dl_trace_add(s->tr, rank, DL_TR_BWD, step, micro, 0, f1, dl_now_ns());
                 loss_sum += loss * mb / G;
             }
             if (rc == DL_OK && s->stage) /* whatever the model did not report (nothing, normally) */
@@ -1312,7 +1334,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             rc = dl_error(DL_EINVAL, "training: step %d: the loss is %g, not finite; stopping (the "
                           "model diverged: try a lower learning rate)", step, loss_sum);
         /* the gradient reduction's wait (and whatever of it did not overlap) and the loss */
-        dl_trace_add(R->trace, rank, DL_TR_COMM, step, -1, 0, c0, dl_now_ns());
+        dl_trace_add(s->tr, rank, DL_TR_COMM, step, -1, 0, c0, dl_now_ns());
         /* async: every update happened inside the pipeline */
         int updated = s->pp_on && !s->sched->flush;
         double norm = 0;
@@ -1346,9 +1368,9 @@ static int train_rank(dl_ctx *ctx, void *arg)
         uint64_t a0 = dl_now_ns();
         if (!updated && !skip && (rc = adam_update(s, scale, lr, ++s->adam_t)))
             break;
-        dl_trace_add(R->trace, rank, DL_TR_OPT, step, -1, 0, a0, dl_now_ns());
+        dl_trace_add(s->tr, rank, DL_TR_OPT, step, -1, 0, a0, dl_now_ns());
         if (!s->pp_on) /* a pipeline's step span is the engine's (its bubble's window) */
-            dl_trace_add(R->trace, rank, DL_TR_STEP, step, -1, 0, t0, dl_now_ns());
+            dl_trace_add(s->tr, rank, DL_TR_STEP, step, -1, 0, t0, dl_now_ns());
         R->step_ms[(size_t)(step - 1) * R->nranks + rank] = (double)(dl_now_ns() - t0) / 1e6;
         atomic_fetch_add_explicit(&R->finished[step - 1], 1, memory_order_release);
         if (logging)
@@ -1382,6 +1404,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 log_progress(s, R, step, last_logged, loss_sum, val);
                 last_logged = step;
             }
+            /* every rank is past the window now (each synchronised with rank 0, directly or
+             * through a peer, in this step's collectives, after its last traced event) */
+            if (o->trace_last && step == o->trace_last + 1)
+                finish_trace(R, o->trace_last);
         }
     }
     free(in), free(tg);
@@ -1644,10 +1670,11 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     res->pp_bubble = calloc((size_t)o.pp, sizeof(double));
     res->pp_slots = calloc((size_t)o.pp, sizeof(int));
     res->pp_max_gap = calloc((size_t)o.pp, sizeof(int));
+    int traced = o.trace_last ? o.trace_last - o.trace_first + 1 : steps;
     if (o.trace)
         R.trace = o.trace;
     else if ((o.trace_path || o.timeline) &&
-        (rc = dl_trace_create(n, (size_t)(steps + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
+        (rc = dl_trace_create(n, (size_t)(traced + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
                               &R.trace)))
         goto done;
     if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.skip ||
@@ -1697,13 +1724,10 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     free(med);
     if (o.pp > 1 && R.steps_done > 0)
         pp_summary(&o, &R, res);
-    if (R.trace && o.trace_path) {
-        int trc = dl_trace_write_chrome(R.trace, o.trace_path, NULL);
-        if (trc && rc == DL_OK)
-            rc = trc;
-    }
-    if (R.trace && o.timeline && R.steps_done > 0)
-        res->timeline = trace_timeline(R.trace, R.steps_done, n);
+    if (R.steps_done > 0)
+        finish_trace(&R, o.trace_last && o.trace_last < R.steps_done ? o.trace_last : R.steps_done);
+    if (R.trace_rc && rc == DL_OK)
+        rc = R.trace_rc;
 done:
     if (R.trace != o.trace)
         dl_trace_destroy(R.trace);

@@ -72,7 +72,7 @@ if run help 0 --help; then
            --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
            --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
            --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero --pp \
-           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline; do
+           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline --trace-steps --quiet; do
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
@@ -290,6 +290,26 @@ EOF
   fi
 fi
 
+# --trace-steps: only the window is traced, the timeline is its last step's; --quiet: no progress
+refused "trace-steps backwards" '--trace-steps: 3:2 ends before it starts' $M --dp 1 --trace-steps 3:2 --timeline
+refused "trace-steps alone" '--trace-steps needs --trace FILE or --timeline' $M --dp 1 --trace-steps 2
+refused "trace-steps past the run" '--trace-steps: step 9 is past --steps 4' $M --dp 1 --steps 4 --trace-steps 9 --timeline
+if run "trace-steps" 0 --dp 1 --pp 2 --microbatches 2 $TINY --layers 2 --steps 4 --log-every 0 \
+       --eval-windows 2 --trace-steps 2:3 --trace "$TMP/win.json" --timeline; then
+  has "trace-steps" "measured timeline of step 3: "
+  if [ -n "$PY" ]; then
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); s={e["args"]["step"] for e in d["traceEvents"] if e.get("ph") == "X"}; assert s == {2, 3}, s' \
+      "$TMP/win.json" || fail "trace-steps: the trace holds steps other than 2 and 3"
+  fi
+fi
+if run "check progress on stderr" 0 --dp 2 $TINY --steps 2 --log-every 1 --check; then
+  grep -q '^step     2/2 ' "$TMP/err" || fail "check progress: the --check run's progress is not on stderr"
+fi
+if run "quiet" 0 --dp 2 $TINY --steps 2 --log-every 1 --check --quiet; then
+  grep -q '^step ' "$TMP/out" "$TMP/err" && fail "quiet: progress lines printed"
+  [ -s "$TMP/err" ] && fail "quiet: stderr not empty: $(head -c 200 "$TMP/err")"
+fi
+
 # every axis in use reaches the header and the config record: interleaved's virtual stages, ZeRO
 if run "pp interleaved header" 0 --dp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
        --microbatches 2 --layers 4 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --steps 1 \
@@ -371,7 +391,7 @@ fi
 check_run "check pp 2 1f1b f64" 1e-12 --dp 1 --pp 2 --schedule 1f1b --microbatches 4 $TINY \
   --layers 2 --steps 2 --log-every 0 --dtype f64 --tie-embeddings --check --trace "$TMP/trace.json" --timeline
 has "check pp 2 1f1b f64" "measured bubble per stage"
-has "check pp 2 1f1b f64" "measured timeline of the last step"
+has "check pp 2 1f1b f64" "measured timeline of step 2: "
 if [ -n "$PY" ]; then
   $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["traceEvents"]) > 10' \
     "$TMP/trace.json" || fail "pp 2: the Chrome trace does not parse"

@@ -76,6 +76,9 @@ typedef struct dl_train_opts {
                               * (the lecture's dynamic program); NULL: evenly by layer count */
     const char *trace_path;  /* write every rank's events as Chrome trace JSON (Perfetto) */
     int timeline;            /* keep the measured ASCII timeline of the last step (res->timeline) */
+    int trace_first, trace_last; /* trace only steps trace_first..trace_last (1-based; 0, 0: all):
+                              * the trace file is written, and the timeline (of trace_last) made,
+                              * as soon as every rank is past trace_last, not at the run's end */
     struct dl_trace *trace;  /* record into this trace (dp x tp x pp tracks; the caller creates
                               * and frees it) instead of one of the run's own */
     int nan_step;            /* test hook: dp rank 0's first micro-batch of this step has a NaN
