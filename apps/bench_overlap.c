@@ -61,7 +61,8 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     dl_gemm_log lg;
     memset(&lg, 0, sizeof lg);
     lg.n = 1;
-    lg.s[0] = (dl_gemm_shape){0, 1, c->gemm_dim, c->gemm_dim, c->gemm_dim, 1};
+    int d = c->gemm_dim;
+    lg.s[0] = (dl_gemm_shape){.tb = 1, .M = d, .N = d, .K = d, .count = 1};
     bu_gemm_bufs gb;
     if (bu_gemm_alloc(&lg, &gb)) {
         free(snd);

@@ -223,7 +223,8 @@ static void add_shape(dl_gemm_log *l, int ta, int tb, int M, int N, int K, long 
             return;
         }
     }
-    if (l->n < DL_GEMM_LOG_MAX) l->s[l->n++] = (dl_gemm_shape){ta, tb, M, N, K, count};
+    if (l->n < DL_GEMM_LOG_MAX)
+        l->s[l->n++] = (dl_gemm_shape){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .count = count};
     else l->dropped += count;
 }
 

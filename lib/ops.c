@@ -100,29 +100,38 @@ static _Thread_local dl_gemm_log *gemm_log;
 
 void dl_ops_gemm_log(dl_gemm_log *log) { gemm_log = log; }
 
-static void log_gemm(int ta, int tb, int M, int N, int K)
+static void log_gemm(dl_gemm_shape key)
 {
     dl_gemm_log *l = gemm_log;
+    key.count = 0;
     for (int i = 0; i < l->n; i++) {
         dl_gemm_shape *s = &l->s[i];
-        if (s->ta == ta && s->tb == tb && s->M == M && s->N == N && s->K == K) {
+        if (s->ta == key.ta && s->tb == key.tb && s->M == key.M && s->N == key.N &&
+            s->K == key.K && s->kernel == key.kernel && s->lda == key.lda && s->ldb == key.ldb &&
+            s->ldc == key.ldc && s->zero_beta == key.zero_beta) {
             s->count++;
             return;
         }
     }
+    key.count = 1;
     if (l->n < DL_GEMM_LOG_MAX)
-        l->s[l->n++] = (dl_gemm_shape){ta, tb, M, N, K, 1};
+        l->s[l->n++] = key;
     else
         l->dropped++;
 }
+
+#define LOG_GEMM(kern, ta, tb, M, N, K, lda, ldb, ldc, beta)                                      \
+    do {                                                                                           \
+        if (gemm_log)                                                                              \
+            log_gemm((dl_gemm_shape){ta, tb, M, N, K, 0, kern, lda, ldb, ldc, (beta) == 0});       \
+    } while (0)
 
 /* ---- type-specific helpers ---- */
 
 static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc)
 {
-    if (gemm_log)
-        log_gemm(ta, tb, M, N, K);
+    LOG_GEMM(DL_GEMM_BLAS, ta, tb, M, N, K, lda, ldb, ldc, beta);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
 }
@@ -130,45 +139,9 @@ static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, co
 static inline void gemm_f64(int ta, int tb, int M, int N, int K, double alpha, const double *A,
                             int lda, const double *Bm, int ldb, double beta, double *Cm, int ldc)
 {
-    if (gemm_log)
-        log_gemm(ta, tb, M, N, K);
+    LOG_GEMM(DL_GEMM_BLAS, ta, tb, M, N, K, lda, ldb, ldc, beta);
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
-}
-
-double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps)
-{
-    size_t amax = 1, bmax = 1, cmax = 1;
-    for (int i = 0; i < log->n; i++) {
-        const dl_gemm_shape *s = &log->s[i];
-        size_t a = (size_t)s->M * s->K, b = (size_t)s->K * s->N, c = (size_t)s->M * s->N;
-        amax = a > amax ? a : amax, bmax = b > bmax ? b : bmax, cmax = c > cmax ? c : cmax;
-    }
-    size_t es = dsize == 8 ? 8 : 4;
-    void *A = calloc(amax, es), *B = calloc(bmax, es), *C = calloc(cmax, es);
-    double best = 0;
-    for (int r = 0; A && B && C && r < (reps < 1 ? 1 : reps); r++) {
-        struct timespec t0, t1;
-        double flops = 0;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int i = 0; i < log->n; i++) {
-            const dl_gemm_shape *s = &log->s[i];
-            int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
-            for (long k = 0; k < s->count; k++) {
-                if (dsize == 8)
-                    gemm_f64(s->ta, s->tb, s->M, s->N, s->K, 1.0, A, lda, B, ldb, 1.0, C, s->N);
-                else
-                    gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 1.0f, C, s->N);
-            }
-            flops += 2.0 * s->M * s->N * s->K * (double)s->count;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        double g = sec > 0 ? flops / sec / 1e9 : 0;
-        best = g > best ? g : best;
-    }
-    free(A), free(B), free(C);
-    return best;
 }
 
 /* f32 exp without a call, so that the loops around it vectorise (softmax, cross-entropy, GeLU).
@@ -261,6 +234,48 @@ static inline void vsqrt_f64(double *restrict y, const double *restrict x, int n
 #undef real
 #undef SFX
 #undef DL_OPS_F32
+
+/* ---- replaying a GEMM log (the trainer's GEMM-utilisation reference) ---- */
+
+/* elements a row-major rows x cols operand spans at stride ld (0: packed) */
+static size_t span(int rows, int cols, int ld)
+{
+    return rows > 0 ? (size_t)(rows - 1) * (size_t)(ld > 0 ? ld : cols) + (size_t)cols : 0;
+}
+
+double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps)
+{
+    size_t amax = 1, bmax = 1, cmax = 1;
+    for (int i = 0; i < log->n; i++) {
+        const dl_gemm_shape *s = &log->s[i];
+        size_t a = s->ta ? span(s->K, s->M, s->lda) : span(s->M, s->K, s->lda);
+        size_t b = s->tb ? span(s->N, s->K, s->ldb) : span(s->K, s->N, s->ldb);
+        size_t c = span(s->M, s->N, s->ldc);
+        amax = a > amax ? a : amax, bmax = b > bmax ? b : bmax, cmax = c > cmax ? c : cmax;
+    }
+    size_t es = dsize == 8 ? 8 : 4;
+    void *A = calloc(amax, es), *B = calloc(bmax, es), *C = calloc(cmax, es);
+    double best = 0;
+    for (int r = 0; A && B && C && r < (reps < 1 ? 1 : reps); r++) {
+        struct timespec t0, t1;
+        double flops = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < log->n; i++) {
+            const dl_gemm_shape *s = &log->s[i];
+            if (dsize == 8)
+                replay_shape_f64(s, A, B, C);
+            else
+                replay_shape_f32(s, A, B, C);
+            flops += 2.0 * s->M * s->N * s->K * (double)s->count;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double g = sec > 0 ? flops / sec / 1e9 : 0;
+        best = g > best ? g : best;
+    }
+    free(A), free(B), free(C);
+    return best;
+}
 
 /* ---- bf16 arrays (mixed precision): round to nearest even, as dl_f32_to_bf16 in coll.c ---- */
 
@@ -764,8 +779,7 @@ static void FN(small_mm)(int ta, int M, int N, int K, real alpha, const real *A,
 #ifdef MM_KERNELS
     int level = mm_level();
     if (level > 0) {
-        if (gemm_log) /* what it stands in for, for the GEMM-utilisation replay */
-            log_gemm(ta, 0, M, N, K);
+        LOG_GEMM(level, ta, 0, M, N, K, lda, ldb, ldc, beta); /* replayed through it */
         if (level == 2)
             FN(small_mm_512)(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         else
@@ -774,6 +788,28 @@ static void FN(small_mm)(int ta, int M, int N, int K, real alpha, const real *A,
     }
 #endif
     FN(gemm)(ta, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* Run logged product s (s->count times) through the kernel the step ran it in, on buffers
+ * A, B, C large enough for its strides (dl_ops_gemm_replay). */
+static void FN(replay_shape)(const dl_gemm_shape *s, const real *A, const real *B, real *C)
+{
+    int lda = s->lda > 0 ? s->lda : s->ta ? s->M : s->K;
+    int ldb = s->ldb > 0 ? s->ldb : s->tb ? s->K : s->N, ldc = s->ldc > 0 ? s->ldc : s->N;
+    real beta = s->zero_beta ? (real)0 : (real)1;
+    for (long k = 0; k < s->count; k++) {
+#ifdef MM_KERNELS
+        if (s->kernel == DL_GEMM_SMALL_AVX512) {
+            FN(small_mm_512)(s->ta, s->M, s->N, s->K, (real)1, A, lda, B, ldb, beta, C, ldc);
+            continue;
+        }
+        if (s->kernel == DL_GEMM_SMALL_AVX2) {
+            FN(small_mm_256)(s->ta, s->M, s->N, s->K, (real)1, A, lda, B, ldb, beta, C, ldc);
+            continue;
+        }
+#endif
+        FN(gemm)(s->ta, s->tb, s->M, s->N, s->K, (real)1, A, lda, B, ldb, beta, C, ldc);
+    }
 }
 
 /* keys transposed a chunk at a time into a stack buffer of this many elements (32 KiB in f32) */

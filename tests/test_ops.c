@@ -538,6 +538,49 @@ static double rel_err_f64(const double *a, const double *b, size_t n)
     return m > 0 ? e / m : e;
 }
 
+/* The GEMM log (the trainer's utilisation reference) records what the attention ran: at every
+ * kernel level, each product under the kernel that ran it (the small-product level, or the BLAS
+ * for the wide head's Q.K^T), with its strides, and FLOPs that add up to the causal row blocks'
+ * 2 x 2 HS sum (i1 - i0) i1 per (batch, head), counted here independently; the replay runs them. */
+START_TEST(t_gemm_log_attention)
+{
+    att_ctx c;
+    if (_i == 0)
+        att_setup(&c, 2, 2 * DL_ATT_BLOCK + 6, 2, 44);
+    else
+        att_setup(&c, 1, DL_ATT_BLOCK + 5, 1, 520);
+    double want = 0;
+    for (int i0 = 0; i0 < c.T; i0 += DL_ATT_BLOCK) {
+        int i1 = i0 + DL_ATT_BLOCK < c.T ? i0 + DL_ATT_BLOCK : c.T;
+        want += 2.0 * 2.0 * c.HS * (double)(i1 - i0) * i1 * c.B * c.NH;
+    }
+    int top = dl_ops_small_mm_cap(-1);
+    static dl_gemm_log lg;
+    for (int l = 0; l <= top; l++) {
+        memset(&lg, 0, sizeof lg);
+        dl_ops_small_mm_cap(l);
+        dl_ops_gemm_log(&lg);
+        dl_attention_fwd_f64(c.out, c.ldout, c.att, c.qkv, c.qkv + c.C, c.qkv + 2 * c.C, 3 * c.C,
+                             c.B, c.T, c.NH, c.HS);
+        dl_ops_gemm_log(NULL);
+        double got = 0;
+        for (int i = 0; i < lg.n; i++) {
+            const dl_gemm_shape *g = &lg.s[i];
+            int kern = g->tb ? DL_GEMM_BLAS : l; /* only the wide head's Q.K^T is a BLAS A.B^T */
+            ck_assert_msg(g->kernel == kern, "level %d: %dx%dx%d logged under kernel %d", l, g->M,
+                          g->N, g->K, g->kernel);
+            ck_assert(g->lda > 0 && g->ldb > 0 && g->ldc > 0 && g->zero_beta == 1);
+            got += 2.0 * g->M * g->N * g->K * (double)g->count;
+        }
+        ck_assert_int_eq(lg.dropped, 0);
+        ck_assert_msg(got == want, "level %d: logged %.0f FLOPs, the causal blocks %.0f", l, got,
+                      want);
+        ck_assert(dl_ops_gemm_replay(&lg, 8, 1) > 0 && dl_ops_gemm_replay(&lg, 4, 1) > 0);
+    }
+    dl_ops_small_mm_cap(-1);
+}
+END_TEST
+
 START_TEST(t_small_mm_levels)
 {
     att_ctx c;
@@ -1231,6 +1274,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, t_fd_crossentropy);
     tcase_add_test(tc, t_attention_split);
     tcase_add_loop_test(tc, t_small_mm_levels, 0, 2);
+    tcase_add_loop_test(tc, t_gemm_log_attention, 0, 2);
     tcase_add_test(tc, t_crossentropy_lse);
     tcase_add_test(tc, t_gelu_erf);
     tcase_add_test(tc, t_write_variants);

@@ -193,13 +193,19 @@ void dl_adamw_f64(double *param, const double *grad, double *m, double *v, size_
                   long step);
 
 /* ---- GEMM shape log ------------------------------------------------------------------------
- * While a log is set, every GEMM the calling thread's kernels run is recorded by shape (with a
- * count), so that the same GEMMs can be replayed alone: "GEMM utilisation" = model FLOP/s over the
- * FLOP/s of replaying the step's own GEMMs on one thread. */
+ * While a log is set, every matrix product the calling thread's kernels run is recorded by shape,
+ * strides, beta and the kernel that ran it (with a count), so that the same products can be
+ * replayed alone through the same kernels: "GEMM utilisation" = model FLOP/s over the FLOP/s of
+ * replaying the step's own products on one thread (docs/PERFORMANCE.md). */
 #define DL_GEMM_LOG_MAX 256
+/* the kernel a logged product ran in: the BLAS, or the attention's small-product kernels */
+enum { DL_GEMM_BLAS = 0, DL_GEMM_SMALL_AVX2 = 1, DL_GEMM_SMALL_AVX512 = 2 };
 typedef struct dl_gemm_shape {
     int ta, tb, M, N, K; /* row-major C(M,N) = op(A)(M,K) op(B)(K,N) */
     long count;
+    int kernel;          /* DL_GEMM_BLAS (0) or a small-product level */
+    int lda, ldb, ldc;   /* strides; 0: packed (K or M, N or K, N) */
+    int zero_beta;       /* 1: C was written (beta 0), 0: accumulated into (beta 1) */
 } dl_gemm_shape;
 typedef struct dl_gemm_log {
     int n;
@@ -208,7 +214,8 @@ typedef struct dl_gemm_log {
 } dl_gemm_log;
 /* Start recording this thread's GEMMs into log (zero it first), or stop (NULL). */
 void dl_ops_gemm_log(dl_gemm_log *log);
-/* GFLOP/s of running the logged GEMMs once on this thread (best of reps), f32 (dsize 4) or f64. */
+/* GFLOP/s of running the logged products once on this thread, each through the kernel it was
+ * logged with (best of reps), f32 (dsize 4) or f64. */
 double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps);
 
 /* The attention's small matrix products run in the library's own kernel where the CPU has
