@@ -305,7 +305,11 @@ static int parse(int argc, char **argv, pcfg *c)
         case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 65536, &c->seq)) return -1; break;
         case O_MICRO: if (cli_parse_int("--micro-batch", optarg, 1, 65536, &c->micro_batch)) return -1; break;
         case O_SHOW: c->show = optarg; break;
-        case O_TRACE: c->trace = optarg; if (cli_check_output("--trace", optarg)) return -1; break;
+        case O_TRACE:
+            c->trace = optarg;
+            if (cli_check_output("--trace", optarg)) return -1;
+            cli_remove_tmp_on_signal(optarg);
+            break;
         case O_PLOTB: c->plot_bubbles = optarg; if (bu_plot_check(optarg)) return -1; break;
         case O_SELF: c->selftest = 1; break;
         case O_WAIT:

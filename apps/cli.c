@@ -104,6 +104,37 @@ void cli_ignore_sigxfsz(void)
     signal(SIGXFSZ, SIG_IGN);
 }
 
+/* The temporaries removed on a fatal signal: formatted up front, as a handler may only unlink */
+static char tmp_names[8][4224];
+static volatile sig_atomic_t ntmp;
+
+static void remove_tmp_and_die(int sig)
+{
+    for (int i = 0; i < ntmp; i++)
+        unlink(tmp_names[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void cli_remove_tmp_on_signal(const char *path)
+{
+    if (!path || ntmp == 8 || strlen(path) > 4096)
+        return;
+    snprintf(tmp_names[ntmp], sizeof tmp_names[ntmp], "%s.tmp.%ld", path, (long)getpid());
+    ntmp++;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = remove_tmp_and_die;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old;
+        /* a signal ignored by whoever started us (nohup, a background job) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int cli_check_output(const char *what, const char *path)
 {
     if (dl_path_check_output(path, what) == DL_OK)

@@ -44,6 +44,11 @@ int cli_check_output(const char *what, const char *path);
  * death by SIGXFSZ: ignore the signal. Called first thing by every app. */
 void cli_ignore_sigxfsz(void);
 
+/* SIGINT, SIGTERM and SIGHUP remove PATH.tmp.PID (the temporary a save or trace of PATH
+ * writes before its rename; include/distlab/path.h) and then kill the process as before. Call
+ * for each output path after option parsing; NULL is ignored; at most 8 paths. */
+void cli_remove_tmp_on_signal(const char *path);
+
 /* OpenBLAS reads OPENBLAS_NUM_THREADS and OPENBLAS_CORETYPE when it loads (before main), so the
  * apps restart themselves once (/proc/self/exe, guarded by DISTLAB_REEXEC), before MPI_Init:
  * - unless OPENBLAS_NUM_THREADS is already "1", with it set to 1 (one OpenBLAS thread per rank);

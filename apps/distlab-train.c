@@ -685,6 +685,9 @@ static int train_main(int argc, char **argv, int nprocs)
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
         if (outs[i][1] && cli_check_output(outs[i][0], outs[i][1]))
             return CLI_EXIT_USAGE;
+    cli_remove_tmp_on_signal(o.save_path);
+    cli_remove_tmp_on_signal(o.trace_path);
+    cli_remove_tmp_on_signal(o.dump_grads);
     if (o.dump_grads) {
         char tok[4096];
         snprintf(tok, sizeof tok, "%s.tokens", o.dump_grads);

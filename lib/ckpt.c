@@ -425,8 +425,10 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
         ck_fail(&e, DL_ENOMEM, "checkpoint save to '%s': out of memory", path);
     long pid = (long)getpid();
 
-    /* 1. rank 0 creates the temporary file with the header and its full size */
+    /* 1. rank 0 creates the temporary file with the header and its full size (after removing
+     * the temporaries of earlier writers that were killed) */
     if (me == 0 && !e.st) {
+        dl_path_remove_stale_tmp(path);
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, pid);
         fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd < 0) {

@@ -2,8 +2,11 @@
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,4 +105,40 @@ int dl_path_check_output(const char *path, const char *what)
         return dl_error(DL_ESYS, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
     return DL_OK;
+}
+
+/* The PID of a "BASE.tmp.PID" name, or 0 when `name` is not one. */
+static long tmp_pid(const char *name, const char *base, size_t blen)
+{
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0)
+        return 0;
+    const char *d = name + blen + 5;
+    char *end;
+    long pid = strtol(d, &end, 10);
+    return *d >= '1' && *d <= '9' && *end == '\0' && pid > 0 ? pid : 0;
+}
+
+int dl_path_remove_stale_tmp(const char *path)
+{
+    if (!path || !*path) return 0;
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = tmp_pid(e->d_name, base, blen);
+        if (pid == 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char full[8192];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(full) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }

@@ -298,6 +298,7 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
     char *tmp = malloc(len);
     if (tmp == NULL) return dl_error(DL_ENOMEM, "trace: write chrome %s: out of memory", path);
     snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    dl_path_remove_stale_tmp(path);
     FILE *f = fopen(tmp, "w");
     if (f == NULL) {
         int e = errno;

@@ -134,6 +134,41 @@ grep -q "json: writing '.*big.jsonl' failed: File too large" "$TMP/err" ||
   fail "json ulimit -f: stderr: $(cat "$TMP/err")"
 echo "json ulimit -f: $(cat "$TMP/err")"
 
+# ---- 7: signals during --save remove the temporary; stale ones of dead writers are removed ----
+BIGM="--layers 4 --d-model 512 --heads 4 --seq 16 --micro-batch 1 --dp 1 --log-every 0 --steps 1 --eval-windows 1"
+for sig in INT TERM; do
+  rm -f "$TMP"/big.st*
+  env --default-signal=INT $TRAIN $BIGM --save "$TMP/big.st" >/dev/null 2>&1 &
+  pid=$!
+  i=0
+  while [ "$i" -lt 1000 ] && ! ls "$TMP"/big.st.tmp.* >/dev/null 2>&1; do sleep 0.01; i=$((i + 1)); done
+  seen=$(ls "$TMP"/big.st.tmp.* 2>/dev/null)
+  kill -"$sig" "$pid"
+  wait "$pid" 2>/dev/null
+  st=$?
+  [ -n "$seen" ] || fail "SIG$sig during --save: no temporary seen (the save was not caught)"
+  [ "$st" -gt 128 ] || fail "SIG$sig during --save: exit status $st, want death by the signal"
+  left=$(ls "$TMP"/big.st.tmp.* 2>/dev/null)
+  [ -z "$left" ] || fail "SIG$sig during --save left $left"
+  echo "SIG$sig during --save: saw $seen, status $st, left: ${left:-nothing}"
+done
+sh -c 'exit 0' &
+dead=$!
+wait "$dead"
+: >"$TMP/m2.st.tmp.$dead"
+: >"$TMP/m2.st.tmp.$$"
+if run "save after a killed writer" 0 $TRAIN $TINY --steps 1 --save "$TMP/m2.st"; then
+  [ -e "$TMP/m2.st.tmp.$dead" ] && fail "the dead writer's temporary m2.st.tmp.$dead was not removed"
+  [ -e "$TMP/m2.st.tmp.$$" ] || fail "a live process's temporary m2.st.tmp.$$ was removed"
+fi
+# a file size limit during --save: a message and exit 1, not SIGXFSZ's silent death; nothing left
+(ulimit -f 100; exec $TRAIN $BIGM --save "$TMP/big3.st") >/dev/null 2>"$TMP/err"
+st=$?
+[ "$st" -eq 1 ] || fail "save under ulimit -f: exit status $st, want 1"
+grep -q "File too large" "$TMP/err" || fail "save under ulimit -f: stderr: $(cat "$TMP/err")"
+ls "$TMP"/big3.st* >/dev/null 2>&1 && fail "save under ulimit -f left $(ls "$TMP"/big3.st*)"
+echo "save under ulimit -f: $(cat "$TMP/err")"
+
 # ---- 8: non-finite weights are refused naming the tensor; a non-finite loss stops the run ----
 if command -v python3 >/dev/null 2>&1; then
   # poison.py SRC DST TENSOR|- VALUE keep|drop: every element of TENSOR set to VALUE, the checksum

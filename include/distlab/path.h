@@ -29,6 +29,13 @@ int dl_path_open_input(const char *path, const char *what, int *fd);
  * created. */
 int dl_path_check_output(const char *path, const char *what);
 
+/* Files are replaced by writing PATH.tmp.PID (PID: the writing process) and renaming it over
+ * PATH. Remove the PATH.tmp.PID files of processes that no longer exist (a writer killed with
+ * SIGKILL leaves its temporary behind): those whose PID is not alive on this host (kill(pid, 0)
+ * fails with ESRCH). Those of live processes, this one included, are kept. Returns the number
+ * removed (0 also when the directory cannot be read). */
+int dl_path_remove_stale_tmp(const char *path);
+
 #ifdef __cplusplus
 }
 #endif
