@@ -929,12 +929,13 @@ static void usage(FILE *f)
 
 static int parse_ops(const char *s, coll_cfg *c)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof buf) { cli_error("--op: '%s' is too long", s); return -1; }
-    strcpy(buf, s);
+    char buf[256], *items[64];
+    int nitems;
+    if (cli_split_list("--op", s, buf, sizeof buf, items, 64, &nitems)) return -1;
     memset(c->ops, 0, sizeof c->ops);
     c->nops = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (int i = 0; i < nitems; i++) {
+        const char *tok = items[i];
         static const struct { const char *name; int op; } alias[] = {
             {"all_reduce", OP_ALLREDUCE}, {"reduce_scatter", OP_REDUCESCATTER},
             {"all_gather", OP_ALLGATHER}, {"all_to_all", OP_ALLTOALL},

@@ -91,53 +91,26 @@ static struct timespec pb_deadline(uint64_t start_ns, uint64_t ns)
 /* A comma-separated list of integers in [lo, hi] (at most MAXL); 0 or -1 (message printed). */
 static int parse_int_list(const char *what, const char *s, int lo, int hi, int *out, int *n)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof buf) {
-        cli_error("%s: list too long", what);
-        return -1;
-    }
-    strcpy(buf, s);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == MAXL) {
-            cli_error("%s: at most %d values", what, MAXL);
-            return -1;
-        }
-        if (cli_parse_int(what, tok, lo, hi, &out[*n])) return -1;
-        (*n)++;
-    }
-    if (*n == 0) {
-        cli_error("%s: empty list", what);
-        return -1;
-    }
+    char buf[256], *items[MAXL];
+    if (cli_split_list(what, s, buf, sizeof buf, items, MAXL, n)) return -1;
+    for (int i = 0; i < *n; i++)
+        if (cli_parse_int(what, items[i], lo, hi, &out[i])) return -1;
     return 0;
 }
 
 static int parse_sched_list(const char *s, int *out, int *n)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof buf) {
-        cli_error("--schedules: list too long");
-        return -1;
-    }
-    strcpy(buf, s);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char buf[256], *items[MAXL];
+    if (cli_split_list("--schedules", s, buf, sizeof buf, items, MAXL, n)) return -1;
+    for (int i = 0; i < *n; i++) {
+        const char *tok = items[i];
         dl_sched_kind k;
         if (dl_sched_kind_parse(tok, &k) != DL_OK ||
             (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED && k != DL_SCHED_ASYNC)) {
             cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async)", tok);
             return -1;
         }
-        if (*n == MAXL) {
-            cli_error("--schedules: at most %d values", MAXL);
-            return -1;
-        }
-        out[(*n)++] = (int)k;
-    }
-    if (*n == 0) {
-        cli_error("--schedules: empty list");
-        return -1;
+        out[i] = (int)k;
     }
     return 0;
 }

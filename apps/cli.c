@@ -33,7 +33,11 @@ int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, 
     uint64_t v = 0;
     /* dl_parse_size already insists on the whole string; a leading '-' would wrap, refuse it. */
     if (s == NULL || *s == '\0' || *s == '-' || dl_parse_size(s, &v) != DL_OK) {
-        cli_error("%s: '%s' is not a size (e.g. 8, 64K, 64M, 1G)", what, s ? s : "");
+        if (s && *s != '-' && strstr(dl_errmsg(), "too large"))
+            cli_error("%s: '%s' is too large (at most %llu bytes)", what, s,
+                      (unsigned long long)max);
+        else
+            cli_error("%s: '%s' is not a size (e.g. 8, 64K, 64M, 1G)", what, s ? s : "");
         return -1;
     }
     if (v < min || v > max) {
@@ -75,7 +79,7 @@ int cli_parse_double(const char *what, const char *s, double min, double max, do
     }
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !isfinite(v)) {
+    if (end == s || *end != '\0' || !isfinite(v) || cli_is_hex(s)) {
         cli_error("%s: '%s' is not a number", what, s);
         return -1;
     }
@@ -85,6 +89,40 @@ int cli_parse_double(const char *what, const char *s, double min, double max, do
     }
     *out = v;
     return 0;
+}
+
+int cli_is_hex(const char *s)
+{
+    if (*s == '+' || *s == '-') s++;
+    return s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+}
+
+int cli_split_list(const char *what, const char *s, char *buf, size_t bufsz, char **items, int max,
+                   int *n)
+{
+    *n = 0;
+    if (!s || strlen(s) >= bufsz) {
+        cli_error("%s: list too long", what);
+        return -1;
+    }
+    strcpy(buf, s);
+    char *p = buf;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (*p == '\0') {
+            cli_error(*s ? "%s: '%s' has an empty element" : "%s: empty list%s", what,
+                      *s ? s : "");
+            return -1;
+        }
+        if (*n == max) {
+            cli_error("%s: at most %d values", what, max);
+            return -1;
+        }
+        items[(*n)++] = p;
+        if (!comma) return 0;
+        p = comma + 1;
+    }
 }
 
 int cli_parse_bool(const char *what, const char *s, int *out)

@@ -31,6 +31,14 @@ int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, 
 int cli_parse_int(const char *what, const char *s, long min, long max, int *out);
 /* Whole-string finite double within [min, max]. */
 int cli_parse_double(const char *what, const char *s, double min, double max, double *out);
+/* Split the comma-separated list `s` into at most `max` items (pointers into buf, which
+ * receives a copy of s; bufsz bytes). Empty items ("1,,2", "1,2,", ",1") and an empty list are
+ * refused. The count in *n. 0 or -1 (message printed, naming `what`). */
+int cli_split_list(const char *what, const char *s, char *buf, size_t bufsz, char **items, int max,
+                   int *n);
+/* 1 if s (after an optional sign) is a hexadecimal number ("0x1p3"), which strtod would take:
+ * the apps accept decimal numbers only. */
+int cli_is_hex(const char *s);
 /* "0"/"1" (also "no"/"yes", "off"/"on", "false"/"true"). */
 int cli_parse_bool(const char *what, const char *s, int *out);
 

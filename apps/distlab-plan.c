@@ -841,7 +841,7 @@ static int parse_costs(const char *s, double **out)
     while (c && *p) {
         char *end;
         double v = strtod(p, &end);
-        if (end == p || !isfinite(v) || v < 0) goto bad;
+        if (end == p || !isfinite(v) || v < 0 || cli_is_hex(p)) goto bad;
         long rep = 1;
         p = end;
         if (*p == 'x' || *p == '*') {
@@ -849,7 +849,7 @@ static int parse_costs(const char *s, double **out)
             if (end == p + 1 || rep < 1 || rep > 100000) goto bad;
             p = end;
         }
-        if (*p == ',') p++;
+        if (*p == ',' && p[1] != '\0') p++; /* "1,2," and "1,,2": an empty element */
         else if (*p != '\0') goto bad;
         for (long k = 0; k < rep; k++) {
             if (n == cap) {

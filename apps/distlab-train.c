@@ -27,10 +27,11 @@ static void usage(FILE *f)
 "  --dp N                data-parallel ranks (default: number of cores / (tp x pp))\n"
 "  --tp N                tensor-parallel ranks; must divide --heads (default 1)\n"
 "  --pp N                pipeline stages; at most --layers (default 1)\n"
-"Pipeline (with --pp; --microbatches is the pipeline's m):\n"
+"Pipeline (with --pp N >= 2, refused without; --microbatches is the pipeline's m):\n"
 "  --schedule NAME       gpipe (default), 1f1b, interleaved (--virtual-stages v chunks per\n"
-"                        stage; layers divisible by pp x v, m a multiple of pp), or async\n"
-"                        (PipeDream: each stage updates after every backward, no flush)\n"
+"                        stage; layers divisible by pp x v, m a multiple of pp), async\n"
+"                        (PipeDream: each stage updates after every backward, no flush), or\n"
+"                        naive (one micro-batch at a time: F, B, update)\n"
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"
 "  --weight-stashing     async: each backward uses the weights its forward used\n"
 "  --layer-costs LIST    comma-separated cost per layer: split layers to stages minimising the\n"
@@ -108,6 +109,8 @@ static void usage(FILE *f)
 "                        several machines)\n"
 "  -h, --help            this help;  -V, --version  the version\n"
 "\n"
+"An option that would have no effect in the configuration given is refused (exit 2), as are\n"
+"empty list elements (1,,2) and hexadecimal numbers.\n"
 "OpenBLAS runs one thread per rank: distlab-train sets OPENBLAS_NUM_THREADS=1 and restarts\n"
 "itself when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
 "OPENBLAS_CORETYPE is unset. Exit status: 0 ok, 1 a failed run, 2 bad options.\n");
@@ -504,7 +507,7 @@ static int train_main(int argc, char **argv, int nprocs)
     o.eval_every = 250;
     o.log = stdout;
     int dp = 0, check = 0, gb = 0, mb = 0, micro = 0, have_minlr = 0, layer_costs_n = 0;
-    int measure_costs = 0, quiet = 0;
+    int measure_costs = 0, quiet = 0, have_sched = 0, have_virt = 0;
     int threads = 0;
     const char *json = NULL, *corpus = NULL;
     double d;
@@ -573,10 +576,10 @@ static int train_main(int argc, char **argv, int nprocs)
                 cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive", optarg);
                 bad = 1;
             } else
-                o.schedule = (int)k;
+                o.schedule = (int)k, have_sched = 1;
             break;
         }
-        case O_VIRT: bad = cli_parse_int("--virtual-stages", optarg, 1, DL_GPT_MAX_CHUNKS, &o.virtual_stages); break;
+        case O_VIRT: have_virt = 1; bad = cli_parse_int("--virtual-stages", optarg, 1, DL_GPT_MAX_CHUNKS, &o.virtual_stages); break;
         case O_STASH: o.weight_stashing = 1; break;
         case O_LCOSTS: {
             static double costs[4096];
@@ -586,13 +589,11 @@ static int train_main(int argc, char **argv, int nprocs)
                 o.layer_costs = costs;
                 break;
             }
-            char *dup = strdup(optarg), *save = NULL;
-            for (char *t = strtok_r(dup, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
-                if (nc == 4096 || cli_parse_double("--layer-costs", t, 0, 1e30, &costs[nc]))
-                    bad = 1;
-                nc++;
-            }
-            free(dup);
+            static char buf[65536];
+            static char *items[4096];
+            bad = cli_split_list("--layer-costs", optarg, buf, sizeof buf, items, 4096, &nc);
+            for (int i = 0; i < nc && !bad; i++)
+                bad = cli_parse_double("--layer-costs", items[i], 0, 1e30, &costs[i]);
             layer_costs_n = nc;
             o.layer_costs = costs;
             break;
@@ -648,6 +649,13 @@ static int train_main(int argc, char **argv, int nprocs)
     }
     if (o.pp == 0)
         o.pp = 1;
+    /* the rule: an option that would have no effect in the configuration given is refused */
+    const char *idle = have_sched ? "--schedule" : have_virt ? "--virtual-stages" :
+                       o.layer_costs ? "--layer-costs" : NULL;
+    if (o.pp == 1 && idle) {
+        cli_error("%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect", idle);
+        return CLI_EXIT_USAGE;
+    }
     if (dp == 0 && threads > 0 && (long)nprocs * threads % (o.tp * o.pp) == 0)
         dp = (int)((long)nprocs * threads / (o.tp * o.pp));
     if (dp == 0) {

@@ -727,9 +727,10 @@ static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
     enum { NK = sizeof key / sizeof key[0] };
     double val[NK];
     int seen[NK] = {0};
-    char *dup = strdup(list), *save = NULL;
-    int bad = !dup;
-    for (char *t = dup ? strtok_r(dup, ",", &save) : NULL; t && !bad; t = strtok_r(NULL, ",", &save)) {
+    char buf[1024], *items[64];
+    int nitems, bad = cli_split_list("--figures", list, buf, sizeof buf, items, 64, &nitems);
+    for (int i = 0; i < nitems && !bad; i++) {
+        char *t = items[i];
         char *eq = strchr(t, '=');
         int k = -1;
         if (eq) {
@@ -747,7 +748,6 @@ static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
             seen[k] = 1;
         }
     }
-    free(dup);
     for (int i = 0; i < NK && !bad; i++)
         if (!seen[i]) {
             cli_error("--figures: %s= missing", key[i]);

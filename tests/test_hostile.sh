@@ -225,6 +225,40 @@ fi
 # ---- 9: a bad topology is a usage error before the banner ----
 refused "train --topology garbage" "invalid synthetic topology" $TRAIN $TINY --steps 1 --topology garbage
 
+# ---- 10: options without effect refused; empty list elements and hex floats refused ----
+refused "--schedule without --pp" "^distlab-train: --schedule needs a pipeline" $TRAIN $TINY --steps 1 --schedule 1f1b
+refused "--layer-costs without --pp" "^distlab-train: --layer-costs needs a pipeline" $TRAIN $TINY --steps 1 --layer-costs 1
+refused "--virtual-stages without --pp" "^distlab-train: --virtual-stages needs a pipeline" \
+  $TRAIN $TINY --steps 1 --virtual-stages 2
+refused "--layer-costs trailing comma" "^distlab-train: --layer-costs: '1,2,' has an empty element" \
+  $TRAIN $TINY --layers 2 --pp 2 --steps 1 --layer-costs 1,2,
+refused "--layer-costs hex float" "'0x1p3' is not a number" $TRAIN $TINY --layers 2 --pp 2 --steps 1 --layer-costs 1,0x1p3
+refused "--lr hex float" "^distlab-train: --lr: '0x1p-8' is not a number" $TRAIN $TINY --steps 1 --lr 0x1p-8
+refused "bench pipeline --stages 2,,4" "--stages: '2,,4' has an empty element" $BENCH pipeline --stages 2,,4
+refused "bench pipeline --schedules ,1f1b" "has an empty element" $BENCH pipeline --schedules ,1f1b
+refused "bench coll --op allreduce," "--op: 'allreduce,' has an empty element" $BENCH coll --op allreduce,
+refused "plan pipeline --costs 0x1p3" "--costs '0x1p3' is not a list" $PLAN pipeline --p 2 --costs 0x1p3
+refused "plan pipeline --costs 1,2," "--costs '1,2,' is not a list" $PLAN pipeline --p 2 --costs 1,2,
+# negative controls: the same lists well formed are accepted
+run "plan pipeline --costs 3,1x2,4" 0 $PLAN pipeline --p 2 --costs 3,1x2,4
+run "--layer-costs with --pp" 0 $TRAIN $TINY --layers 2 --pp 2 --steps 1 --layer-costs 1,2
+
+# ---- 11: sizes that overflow; the planner's subcommands; --schedule's names ----
+refused "--gpu-mem overflow" "^distlab-train: --gpu-mem: '99999999999T' is too large" \
+  $TRAIN $TINY --steps 1 --gpu-mem 99999999999T
+refused "--gpu-mem garbage" "'12Q' is not a size" $TRAIN $TINY --steps 1 --gpu-mem 12Q
+refused "plan unknown subcommand" "subcommands: memory, comm, zero, pipeline, search, calibrate, validate" \
+  $PLAN frobnicate
+refused "plan no subcommand" "calibrate, validate" $PLAN
+refused "--schedule unknown" "is not gpipe, 1f1b, interleaved, async or naive" \
+  $TRAIN $TINY --layers 2 --pp 2 --steps 1 --schedule zigzag
+if run "train --help" 0 $TRAIN --help; then
+  for name in gpipe 1f1b interleaved async naive; do
+    sed -n '/--schedule NAME/,/--virtual-stages/p' "$TMP/out" | grep -qw "$name" ||
+      fail "--help's --schedule does not name '$name' (its error message does)"
+  done
+fi
+
 if [ "$fails" -ne 0 ]; then
   echo "test_hostile: $fails failure(s)"
   exit 1
