@@ -136,21 +136,26 @@ echo "json ulimit -f: $(cat "$TMP/err")"
 
 # ---- 7: signals during --save remove the temporary; stale ones of dead writers are removed ----
 BIGM="--layers 4 --d-model 512 --heads 4 --seq 16 --micro-batch 1 --dp 1 --log-every 0 --steps 1 --eval-windows 1"
+# the temporary is big.st.tmp.PID (env execs the trainer: same PID); a builtin-only loop sees it
+# appear; a try that misses it (the save came and went between two looks) is repeated
 for sig in INT TERM; do
-  rm -f "$TMP"/big.st*
-  env --default-signal=INT $TRAIN $BIGM --save "$TMP/big.st" >/dev/null 2>&1 &
-  pid=$!
-  i=0
-  while [ "$i" -lt 1000 ] && ! ls "$TMP"/big.st.tmp.* >/dev/null 2>&1; do sleep 0.01; i=$((i + 1)); done
-  seen=$(ls "$TMP"/big.st.tmp.* 2>/dev/null)
-  kill -"$sig" "$pid"
-  wait "$pid" 2>/dev/null
-  st=$?
-  [ -n "$seen" ] || fail "SIG$sig during --save: no temporary seen (the save was not caught)"
+  seen= st=0 try=0
+  while [ -z "$seen" ] && [ "$try" -lt 3 ]; do
+    try=$((try + 1))
+    rm -f "$TMP"/big.st*
+    env --default-signal=INT $TRAIN $BIGM --save "$TMP/big.st" >/dev/null 2>&1 &
+    pid=$!
+    while [ ! -e "$TMP/big.st.tmp.$pid" ] && kill -0 "$pid" 2>/dev/null; do :; done
+    [ -e "$TMP/big.st.tmp.$pid" ] && seen="$TMP/big.st.tmp.$pid"
+    kill -"$sig" "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    st=$?
+  done
+  [ -n "$seen" ] || fail "SIG$sig during --save: no temporary seen in $try tries (the save was not caught)"
   [ "$st" -gt 128 ] || fail "SIG$sig during --save: exit status $st, want death by the signal"
   left=$(ls "$TMP"/big.st.tmp.* 2>/dev/null)
   [ -z "$left" ] || fail "SIG$sig during --save left $left"
-  echo "SIG$sig during --save: saw $seen, status $st, left: ${left:-nothing}"
+  echo "SIG$sig during --save: saw $seen (try $try), status $st, left: ${left:-nothing}"
 done
 sh -c 'exit 0' &
 dead=$!
