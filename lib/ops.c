@@ -154,6 +154,7 @@ static inline float exp_f32(float x)
     x = x > 88.0f ? 88.0f : x;
     float n = x * 1.44269504088896341f;
     n = (n + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    n = n == n ? n : 0.0f; /* NaN passes the clamps: keep the shift below defined; r carries it */
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
