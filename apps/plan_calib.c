@@ -490,7 +490,12 @@ static void pc_fit(const pc_model *m, int ranks, const pc_figs *x, dl_plan_hw *h
     int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
     hw->sync_cost = 0;
     pc_predict_time(hw, m, 1, tpR, 0, ranks, tp_model);
-    hw->sync_cost = (x->steptp - tp_model->total) / tp_model->ncoll;
+    /* Below the model (within the noise, pc_check_figures refuses beyond it) the rendezvous is
+     * not resolved: the model's own inputs carry that noise (a CI host measured tp 2 at 15.64 ms
+     * against 15.66 ms modelled, another round 5.5% below with 15.7% noise). Taken as 0 beyond
+     * the transfers, which the model charges alpha + bytes / beta each. */
+    double resid = x->steptp - tp_model->total;
+    hw->sync_cost = resid > 0 ? resid / tp_model->ncoll : 0;
 }
 
 /* 0 when the figures are plausible, else -1 and why (one line): a part never exceeds its whole,
@@ -533,11 +538,11 @@ static int pc_check_figures(const pc_model *m, int ranks, const pc_figs *x, cons
                  x->gemmR * 1e3, arR * 1e3);
         return -1;
     }
-    if (x->steptp <= tpm.total) {
-        snprintf(why, n, "tp %d with its synchronisation (%.2f ms) is not slower than the model "
-                 "of it without (%.2f ms): its %d blocking collectives would cost %.1f us each",
-                 tpR, x->steptp * 1e3, tpm.total * 1e3, tpm.ncoll,
-                 (x->steptp - tpm.total) / tpm.ncoll * 1e6);
+    if (x->steptp < tpm.total * (1 - tol)) {
+        snprintf(why, n, "tp %d with its synchronisation (%.2f ms) beats the model of it without "
+                 "(%.2f ms) by more than the noise (%.1f%%): its %d blocking collectives would "
+                 "cost %.1f us each", tpR, x->steptp * 1e3, tpm.total * 1e3, 100 * tol,
+                 tpm.ncoll, (x->steptp - tpm.total) / tpm.ncoll * 1e6);
         return -1;
     }
     return 0;
@@ -640,9 +645,17 @@ static void pc_report(const pc_model *m, int ranks, int rounds, int steps, const
                "%.2f ms, the rest %.2f ms: non-GEMM contention %.2fx\n",
             ranks, ranks, x->stepR * 1e3, x->gemmR * 1e3, arR * 1e3,
             (x->stepR - x->gemmR - arR) * 1e3, hw->nongemm_contention);
-    fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
-               "collectives a step: %.1f us each\n",
-            tpR, tpR, x->steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6);
+    double xfer = (p.tp_comm + p.small_comm) / p.ncoll;
+    if (hw->sync_cost > 0)
+        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
+                   "collectives a step: %.1f us each beyond their transfers (%.1f us)\n",
+                tpR, tpR, x->steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6, xfer * 1e6);
+    else
+        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms (%.1f%% above, "
+                   "within the noise): the rendezvous of its %d blocking collectives is not "
+                   "resolved, taken as 0 beyond their transfers (%.1f us each)\n",
+                tpR, tpR, x->steptp * 1e3, p.total * 1e3, 100 * (p.total / x->steptp - 1),
+                p.ncoll, xfer * 1e6);
     fprintf(f, "# figures (distlab-plan calibrate --figures): gemm1=%.4f,gemmR=%.4f,step1=%.4f,"
                "stepR=%.4f,steptp=%.4f,noise=%.2f,bw=%.4g,lat=%.4g,p2p_bw=%.4g,p2p_lat=%.4g\n",
             x->gemm1 * 1e3, x->gemmR * 1e3, x->step1 * 1e3, x->stepR * 1e3, x->steptp * 1e3,
@@ -772,7 +785,8 @@ static const char *const cal_help =
     "these figures and the point-to-point ones (no separate measurement). Every figure is the\n"
     "fastest of interleaved rounds (5, --quick 3) and is checked: a part never exceeds its whole,\n"
     "N ranks at once are not faster per rank than one beyond the noise, tp with its\n"
-    "synchronisation is slower than the model of it without, every cost is positive. Implausible\n"
+    "synchronisation does not beat the model of it without beyond the noise, every latency and\n"
+    "bandwidth is positive. Implausible\n"
     "figures are measured again (up to twice the rounds), then refused: exit 1, no profile.\n"
     "Takes about 10 s a round for the default model on 2 cores; progress on stderr.\n"
     "  --out FILE      the profile (default distlab.hw; '-' for stdout)\n"

@@ -48,7 +48,7 @@ refuse "2 ranks beat one" "beats one rank alone" \
   "gemm1=30,gemmR=27,step1=36,stepR=45,steptp=40,noise=5,bw=10,lat=1,p2p_bw=10,p2p_lat=1"
 refuse "dp part exceeds whole" "dp 2 step" \
   "gemm1=30,gemmR=33,step1=36,stepR=33.2,steptp=40,noise=5,bw=10,lat=1,p2p_bw=10,p2p_lat=1"
-refuse "tp faster than without sync" "is not slower than the model" \
+refuse "tp faster than without sync" "beats the model of it without" \
   "gemm1=30,gemmR=33,step1=36,stepR=45,steptp=15,noise=5,bw=10,lat=1,p2p_bw=10,p2p_lat=1"
 refuse "zero latency" "non-positive latency" \
   "gemm1=30,gemmR=33,step1=36,stepR=45,steptp=40,noise=5,bw=10,lat=0,p2p_bw=10,p2p_lat=1"
@@ -57,6 +57,17 @@ refuse "zero latency" "non-positive latency" \
 "$PLAN" calibrate --ranks 2 --out "$TMP/tol.hw" --figures \
   "gemm1=30,gemmR=29.1,step1=36,stepR=45,steptp=40,noise=5,bw=10,lat=1,p2p_bw=10,p2p_lat=1" \
   >/dev/null 2>"$TMP/err" || fail "figures within the noise refused: $(cat "$TMP/err")"
+# a CI host's figures (default model): tp 2 at 15.64 ms against 15.66 ms modelled without its
+# synchronisation, 10% noise: accepted, the rendezvous unresolved (no sync_cost key); the same
+# with tp 2 at 13.64 ms (13% below the model, beyond the noise) is refused
+CI="gemm1=23.26,gemmR=23.98,step1=28.68,stepR=29.86,steptp=15.64,noise=10,bw=29,lat=4.66,p2p_bw=21.2,p2p_lat=2.37"
+if "$PLAN" calibrate --ranks 2 --out "$TMP/ci.hw" --figures "$CI" >"$TMP/out" 2>"$TMP/err"; then
+  grep -q "^sync_cost" "$TMP/ci.hw" && fail "tp within the noise: sync_cost written: $(cat "$TMP/ci.hw")"
+  grep -q "not resolved" "$TMP/out" || fail "tp within the noise: the report does not say so"
+else
+  fail "tp within the noise refused: $(cat "$TMP/err")"
+fi
+refuse "tp beyond the noise" "beats the model of it without" "$(echo "$CI" | sed 's/steptp=15.64/steptp=13.64/')"
 
 # ---- a measured calibration: plausible, or refused with the reason (a busy host) ----
 "$PLAN" calibrate --quick $SMALL --ranks 2 --out "$TMP/hw" >"$TMP/cal" 2>"$TMP/err"
@@ -72,8 +83,11 @@ else
   grep -q "pipeline hand-offs" "$TMP/cal" || fail "calibrate does not say how pipelines are predicted"
   grep -q "^calibrate: round 1 " "$TMP/err" || fail "calibrate: no progress on stderr"
   # what it accepted passes the same checks: every part below its whole, costs positive
-  awk '$1 == "nongemm_ratio" || $1 == "sync_cost" || $1 == "nongemm_contention" { if (!($3 > 0)) bad = 1; n++ }
-       END { exit bad || n != 3 }' "$TMP/hw" || fail "calibrate: a non-positive figure: $(cat "$TMP/hw")"
+  # (sync_cost is written only when resolved above the noise: a tp step within the noise of the
+  # model without synchronisation leaves it 0, and the key out)
+  awk '$1 == "nongemm_ratio" || $1 == "sync_cost" || $1 == "nongemm_contention" { if (!($3 > 0)) bad = 1 }
+       $1 == "nongemm_ratio" || $1 == "nongemm_contention" { n++ }
+       END { exit bad || n != 2 }' "$TMP/hw" || fail "calibrate: a non-positive figure: $(cat "$TMP/hw")"
 fi
 for k in flops flops_alone intra_bw intra_lat p2p_bw ranks nongemm_ratio gpus_per_node; do
   grep -q "^$k = " "$TMP/hw" || fail "profile lacks $k"
