@@ -193,12 +193,14 @@ typedef struct {
     dl_link *l;
     dl_waiter w;
     int rc;
+    atomic_int started; /* set just before the acquire: the post waits for it */
 } sleepy_arg;
 
 static void *late_consumer(void *p)
 {
     sleepy_arg *a = p;
     dl_msg m;
+    atomic_store(&a->started, 1);
     a->rc = dl_link_acquire(a->l, &m, &a->w);
     if (a->rc == DL_OK)
         a->rc = dl_link_release(a->l);
@@ -211,10 +213,13 @@ START_TEST(sleep_counters)
 {
     dl_link *l;
     ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 0), DL_OK);
-    sleepy_arg a = {l, {DL_WAIT_SPIN, 100, NULL}, -1};
+    sleepy_arg a = {l, {DL_WAIT_SPIN, 100, NULL}, -1, 0};
     pthread_t t;
     pthread_create(&t, NULL, late_consumer, &a);
-    usleep(150000);
+    /* under load the thread may start late: 300 ms from its acquire, not from its creation,
+     * leaves 100 spins ample time to reach the futex (a fixed 150 ms from creation flaked) */
+    while (!atomic_load(&a.started)) usleep(1000);
+    usleep(300000);
     char x = 1;
     dl_msg m = {&x, 1, 0};
     ck_assert_int_eq(dl_link_post(l, &m, &a.w), DL_OK);
