@@ -7,7 +7,7 @@
  * kernels and the CPU on one scale of x86-64 ISA levels and says which core type to ask for:
  * the decision is a pure function of (the kernel OpenBLAS reports, the CPU's features), so it can
  * be tested on any machine; detecting the features is separate. The apps use it to restart
- * themselves once with OPENBLAS_CORETYPE set (apps/cli.c; docs/API.md, "BLAS kernel"). */
+ * themselves once with OPENBLAS_CORETYPE set (apps/common/cli.c; docs/API.md, "BLAS kernel"). */
 #ifndef DISTLAB_BLAS_H
 #define DISTLAB_BLAS_H
 

@@ -25,7 +25,7 @@
  * The stationary distribution pi is NOT uniform (the chain is not doubly stochastic): byte c
  * always lies in {off_j(b), off_j(b) ^ 1}, so at most 2K successors of each byte ever occur and
  * most of the 65536 pairs have pi = 0. None of this matters for the entropy rate (above).
- * tests/test_data.c computes pi exactly for the default chain (power iteration over the 65536
+ * tests/unit/io/test_data.c computes pi exactly for the default chain (power iteration over the 65536
  * states: 1964 states with pi > 0, pi from 9.0e-6 to 3.7e-3), checks that the generated stream's
  * state frequencies follow it and that sum pi H(row) = H(p).
  *

@@ -1,5 +1,5 @@
 /* distlab: per-rank event traces: what the pipeline engine and the trainer did,
- * when, on which rank — the measured counterpart of lib/sched.c's simulated schedules.
+ * when, on which rank — the measured counterpart of lib/parallel/sched.c's simulated schedules.
  *
  * Each rank records into its own buffer, allocated once at creation (page-aligned, padded to
  * whole cache lines, with its counters on a cache line of their own), so that recording is an

@@ -1,6 +1,6 @@
 /* distlab: ZeRO's sharding arithmetic over the dp group. The trainer shards per unit (below,
  * "per-unit sharding"); the contiguous partition of the whole buffer that follows first is the
- * ZeRO paper's, kept for the planner (apps/plan_calib.c) and its tests.
+ * ZeRO paper's, kept for the planner (apps/plan/plan_calib.c) and its tests.
  *
  * A rank's flat buffer (its tp shard: P = dl_gpt_numel elements, parameters and gradients alike)
  * is padded to a multiple of the dp size d and cut into d contiguous shards of S = padded / d

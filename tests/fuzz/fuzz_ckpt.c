@@ -1,4 +1,4 @@
-/* Fuzz target: the safetensors reader (lib/ckpt.c): dl_ckpt_inspect, then dl_ckpt_load_ex
+/* Fuzz target: the safetensors reader (lib/io/ckpt.c): dl_ckpt_inspect, then dl_ckpt_load_ex
  * into a small model's layout with the checksum verified and not. The bytes are a memfd, named
  * through /proc/self/fd. Invariants beyond "no crash, no sanitizer report": a refusal sets a
  * message naming the file; a load that succeeds leaves only finite parameters. */

@@ -1,4 +1,4 @@
-/* Fuzz target: the apps' list splitter and number parsers (apps/cli.c). Invariants: a split
+/* Fuzz target: the apps' list splitter and number parsers (apps/common/cli.c). Invariants: a split
  * that succeeds gives no empty item and its items joined by ',' are the input; a number that
  * cli_parse_double accepts is finite, in range, and not hexadecimal. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Fuzz target: dl_parse_size (lib/arena.c) on arbitrary text. Invariants beyond "no crash":
+/* Fuzz target: dl_parse_size (lib/core/arena.c) on arbitrary text. Invariants beyond "no crash":
  * a string of decimal digits alone parses to exactly its value when it fits (and is "too
  * large" when it does not); a K suffix multiplies by 1024. Built with libFuzzer
  * (tests/fuzz/run.sh) and as a replay of the committed corpus in `make check`. */

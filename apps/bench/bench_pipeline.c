@@ -1,0 +1,952 @@
+/* distlab-bench pipeline: measured pipeline bubbles (issue 4, "Measured bubbles"; issue 8).
+ *
+ * Sweeps schedules (gpipe, 1f1b, interleaved, async), stages p and micro-batches m. Each
+ * configuration runs a few steps of the pipeline engine (lib/parallel/pipe.c) on a world of p rank threads
+ * with real hand-offs of --handoff-kb through the channels, and work inside the forward and
+ * backward callbacks that is either emulated (sleep: clock_nanosleep to an absolute deadline
+ * computed from the callback's start; spin: busy-waiting on the clock) or the real GPT stages of
+ * the trainer (model: dl_train_run with pp > 1). Reported per configuration: the measured bubble
+ * per stage and in total (from dl_pipe_stats: 1 - busy / wall; and from the trace,
+ * dl_trace_bubble), the lecture's (p-1)/(v m + p-1), the simulator's (dl_sched_simulate with costs
+ * f = fwd, b = bwd), the engine's own overhead per action (median of engine_ns / actions), the
+ * simulator's peak activation slots per stage; ranks exceeding the cores are flagged.
+ *
+ * A separate microbenchmark measures the engine's overhead per action with nothing to compute:
+ * 1F1B on p <= cores stages, 64 KiB hand-offs (--handoff-kb), the receiver waiting actively
+ * (wait mode spin): per step and stage the step's wall time / actions (dispatch + staging copy +
+ * posting + receiving), the median over steps of the slowest stage; goal under 20 us.
+ *
+ * The bubble arithmetic is in small pure functions (pb_*), checked on synthetic timings by the
+ * hidden `distlab-bench pipeline --selftest` (tests/apps/test_bench_harness.sh). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
+#include "distlab.h"
+#include "distlab/pipe.h"
+#include "distlab/trace.h"
+#include "cli.h"
+#include "bench_util.h"
+#include "trace_plot.h"
+#include "bench_pipeline.h"
+
+enum { WORK_SLEEP = 0, WORK_SPIN = 1, WORK_MODEL = 2 };
+static const char *const work_name[] = {"sleep", "spin", "model"};
+enum { MAXL = 16, MAXP = 64 };
+
+typedef struct pcfg {
+    int sched[MAXL], nsched;
+    int stages[MAXL], nstages;
+    int mbs[MAXL], nmbs;
+    int v, work, steps, handoff_kb;
+    int wait_mode;        /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
+    double fwd_ms, bwd_ms;
+    long timer_slack_ns;  /* per rank thread (prctl); 0: leave the system's default (50 us) */
+    int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
+    int layers, d_model, seq, micro_batch; /* --work model */
+    const char *trace, *plot_bubbles, *show;
+    int show_sched, show_p, show_m;
+    int selftest;
+    bu_common o;
+} pcfg;
+
+/* ==== the arithmetic (pure; --selftest) ==================================================== */
+
+/* Bubble of one stage: 1 - busy / wall (0 for an empty wall; busy is clamped to wall). */
+static double pb_bubble_stage(double busy_ns, double wall_ns)
+{
+    if (!(wall_ns > 0)) return 0;
+    double b = 1.0 - busy_ns / wall_ns;
+    return b < 0 ? 0 : b;
+}
+
+/* Total bubble of a step over p stages that ran from t0[s] to t1[s] (absolute ns) with busy[s]:
+ * 1 - sum(busy) / (p x span), span = max t1 - min t0 — the lecture's (and the simulator's)
+ * definition: every stage is charged the whole step. */
+static double pb_bubble_total(const double *busy_ns, const double *t0, const double *t1, int p)
+{
+    if (p < 1) return NAN;
+    double lo = t0[0], hi = t1[0], sum = 0;
+    for (int s = 0; s < p; s++) {
+        lo = fmin(lo, t0[s]);
+        hi = fmax(hi, t1[s]);
+        sum += busy_ns[s];
+    }
+    return pb_bubble_stage(sum, (double)p * (hi - lo));
+}
+
+/* An absolute CLOCK_MONOTONIC deadline `ns` after `start_ns` (both dl_now_ns). */
+static struct timespec pb_deadline(uint64_t start_ns, uint64_t ns)
+{
+    uint64_t d = start_ns + ns;
+    struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+    return ts;
+}
+
+/* A comma-separated list of integers in [lo, hi] (at most MAXL); 0 or -1 (message printed). */
+static int parse_int_list(const char *what, const char *s, int lo, int hi, int *out, int *n)
+{
+    char buf[256], *items[MAXL];
+    if (cli_split_list(what, s, buf, sizeof buf, items, MAXL, n)) return -1;
+    for (int i = 0; i < *n; i++)
+        if (cli_parse_int(what, items[i], lo, hi, &out[i])) return -1;
+    return 0;
+}
+
+static int parse_sched_list(const char *s, int *out, int *n)
+{
+    char buf[256], *items[MAXL];
+    if (cli_split_list("--schedules", s, buf, sizeof buf, items, MAXL, n)) return -1;
+    for (int i = 0; i < *n; i++) {
+        const char *tok = items[i];
+        dl_sched_kind k;
+        if (dl_sched_kind_parse(tok, &k) != DL_OK ||
+            (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED && k != DL_SCHED_ASYNC)) {
+            cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async)", tok);
+            return -1;
+        }
+        out[i] = (int)k;
+    }
+    return 0;
+}
+
+static int selftest(FILE *f)
+{
+    int ok = 1;
+#define CHECK(c)                                                                                \
+    do {                                                                                        \
+        if (!(c)) {                                                                             \
+            fprintf(f, "pipeline selftest: FAILED %s (line %d)\n", #c, __LINE__);               \
+            ok = 0;                                                                             \
+        }                                                                                       \
+    } while (0)
+    /* GPipe p = 4, m = 8, f = 2, b = 4 (ms): busy 48 of a 66 ms step on every stage: 18/66 */
+    double busy[4] = {48e6, 48e6, 48e6, 48e6}, t0[4] = {0, 0, 0, 0}, t1[4] = {66e6, 66e6, 66e6, 66e6};
+    CHECK(fabs(pb_bubble_stage(48e6, 66e6) - 3.0 / 11.0) < 1e-12);
+    CHECK(fabs(pb_bubble_total(busy, t0, t1, 4) - 3.0 / 11.0) < 1e-12);
+    /* stages entering late and leaving early are still charged the whole span */
+    double t0b[4] = {1e6, 0, 0.5e6, 0}, t1b[4] = {66e6, 65e6, 67e6, 66e6};
+    CHECK(fabs(pb_bubble_total(busy, t0b, t1b, 4) - (1 - 192.0 / (4 * 67))) < 1e-12);
+    /* one stage, all busy: no bubble; nothing: none either; busy > wall (clock noise): 0 */
+    CHECK(pb_bubble_total(busy, t0, busy, 1) == 0);
+    CHECK(pb_bubble_stage(0, 0) == 0);
+    CHECK(pb_bubble_stage(2, 1) == 0);
+    CHECK(pb_bubble_stage(0, 5) == 1);
+    CHECK(isnan(pb_bubble_total(busy, t0, t1, 0)));
+    /* deadlines carry into seconds */
+    struct timespec ts = pb_deadline(1999999999ull, 2);
+    CHECK(ts.tv_sec == 2 && ts.tv_nsec == 1);
+    ts = pb_deadline(5000000000ull, 4000000);
+    CHECK(ts.tv_sec == 5 && ts.tv_nsec == 4000000);
+    /* the lecture's numbers through the schedules' own formula and simulator */
+    dl_sched *s = NULL;
+    dl_sched_sim *sim = NULL;
+    dl_sched_costs k = {2, 4, 0};
+    CHECK(dl_sched_gpipe(4, 8, &s) == DL_OK && dl_sched_simulate(s, &k, &sim) == DL_OK);
+    if (sim) {
+        CHECK(fabs(dl_sched_bubble_formula(s) - 3.0 / 11.0) < 1e-12);
+        CHECK(fabs(sim->bubble_total - 3.0 / 11.0) < 1e-12 && sim->makespan == 66);
+        CHECK(sim->peak_act[0] == 8);
+    }
+    dl_sched_sim_free(sim);
+    dl_sched_free(s);
+    s = NULL;
+    sim = NULL;
+    CHECK(dl_sched_1f1b(4, 8, &s) == DL_OK && dl_sched_simulate(s, &k, &sim) == DL_OK);
+    if (sim) CHECK(sim->peak_act[0] == 4 && sim->peak_act[3] == 1);
+    dl_sched_sim_free(sim);
+    dl_sched_free(s);
+    int l[MAXL], n = 0;
+    CHECK(parse_int_list("x", "2,4", 1, 64, l, &n) == 0 && n == 2 && l[0] == 2 && l[1] == 4);
+#undef CHECK
+    fprintf(f, ok ? "pipeline selftest: ok\n" : "pipeline selftest: FAILED\n");
+    return ok;
+}
+
+/* ==== options ============================================================================== */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: distlab-bench pipeline [OPTIONS]\n"
+"\n"
+"Measured pipeline bubbles: each configuration (schedule x stages p x micro-batches m) runs\n"
+"--steps steps of the pipeline engine on p rank threads with real hand-offs between stages, and\n"
+"reports the measured bubble (1 - busy / wall, busy = time inside forward and backward work,\n"
+"wall = the step from the first stage's start to the last stage's end, as the simulator\n"
+"charges every stage; median over the steps after the first) per stage and in total\n"
+"(1 - sum busy / (p x step)), the same from the trace (union of its forward and backward events),\n"
+"the lecture's (p-1)/(v m + p-1), the simulator's (costs fwd, bwd),\n"
+"the engine's own time per action, and the peak activation slots each stage holds (simulator;\n"
+"the arena's activation bytes with --work model). Ranks exceeding the cores are flagged.\n"
+"Then an engine overhead microbenchmark: 1F1B on p <= cores stages, forward and backward doing\n"
+"nothing, --handoff-kb hand-offs, receivers waiting actively (wait mode spin): per step and\n"
+"stage, wall / actions; the median over steps of the slowest stage (goal: under 20 us).\n"
+"\n"
+"Options:\n"
+"  --schedules LIST     of gpipe, 1f1b, interleaved, async (default: all four)\n"
+"  --stages LIST        pipeline stages p (default 2,4)\n"
+"  --microbatches LIST  micro-batches per step m (default 1,4,8; interleaved needs m a\n"
+"                       multiple of p, other configurations are skipped)\n"
+"  --virtual-stages V   model chunks per stage of interleaved (default 2); each chunk's\n"
+"                       forward and backward take fwd/V and bwd/V\n"
+"  --work KIND          sleep (default): forward and backward sleep to an absolute deadline\n"
+"                       (more stages than cores still measure honestly); spin: busy-wait on\n"
+"                       the clock (ranks must fit the cores); model: the trainer's real GPT\n"
+"                       stages (distlab-train --pp), sizes below\n"
+"  --fwd-ms MS          forward time per micro-batch and stage (default 2)\n"
+"  --bwd-ms MS          backward time (default 4)\n"
+"  --handoff-kb KB      activation / gradient hand-off size (default 64)\n"
+"  --steps N            steps per configuration (default 5; --quick 3); the first is a warm-up\n"
+"  --wait-mode MODE     how ranks wait for hand-offs in the sweep: auto (default: yield when\n"
+"                       ranks exceed the cores), spin (pause, then futex) or yield\n"
+"  --timer-slack-ns NS  rank threads' timer slack (prctl; default 1; 0 keeps the system's 50 us)\n"
+"  --overhead-steps N   steps of the overhead microbenchmark (default 50; --quick 5; 0: skip it)\n"
+"  --overhead-m M       its micro-batches per step (default 32; --quick 8)\n"
+"  --layers N, --d-model N, --seq N, --micro-batch N\n"
+"                       --work model: the GPT (default 8 layers, width 64, 4 heads, context 32,\n"
+"                       2 sequences per micro-batch)\n"
+"  --show SCHED:P:M     the configuration --trace and --plot show (default: 1f1b, or the first\n"
+"                       schedule, with the largest p and m swept)\n"
+"  --trace FILE         Chrome trace JSON (Perfetto) of that configuration's steps\n"
+"  --plot FILE          FILE.svg or FILE.png: that configuration's last step as a measured\n"
+"                       Gantt chart, one row per stage (sleep and spin; gnuplot)\n"
+"  --plot-bubbles FILE  FILE.svg or FILE.png: measured, simulated and lecture bubble per\n"
+"                       configuration as bars (gnuplot)\n"
+"  --quick              one small configuration (1f1b, p = 2, m = 4, 3 steps) and a short\n"
+"                       microbenchmark\n"
+"  --csv                CSV rows (row_kind config or overhead; machine facts as '#' lines)\n"
+"  --json               JSON Lines: config, a row per configuration and the overhead row,\n"
+"                       summary (schema distlab/1)\n"
+"  -h, --help           this help\n");
+}
+
+static int parse(int argc, char **argv, pcfg *c)
+{
+    enum { O_SCHED = 256, O_STAGES, O_MB, O_V, O_WORK, O_FWD, O_BWD, O_HANDOFF, O_STEPS, O_SLACK,
+           O_OVSTEPS, O_OVM, O_LAYERS, O_DMODEL, O_SEQ, O_MICRO, O_SHOW, O_TRACE, O_PLOTB, O_SELF, O_WAIT };
+    static const struct option lo[] = {
+        {"schedules", required_argument, NULL, O_SCHED}, {"stages", required_argument, NULL, O_STAGES},
+        {"microbatches", required_argument, NULL, O_MB}, {"virtual-stages", required_argument, NULL, O_V},
+        {"work", required_argument, NULL, O_WORK}, {"fwd-ms", required_argument, NULL, O_FWD},
+        {"bwd-ms", required_argument, NULL, O_BWD}, {"handoff-kb", required_argument, NULL, O_HANDOFF},
+        {"steps", required_argument, NULL, O_STEPS}, {"timer-slack-ns", required_argument, NULL, O_SLACK},
+        {"overhead-steps", required_argument, NULL, O_OVSTEPS}, {"overhead-m", required_argument, NULL, O_OVM},
+        {"layers", required_argument, NULL, O_LAYERS}, {"d-model", required_argument, NULL, O_DMODEL},
+        {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MICRO},
+        {"show", required_argument, NULL, O_SHOW}, {"trace", required_argument, NULL, O_TRACE},
+        {"plot-bubbles", required_argument, NULL, O_PLOTB}, {"selftest", no_argument, NULL, O_SELF},
+        {"wait-mode", required_argument, NULL, O_WAIT},
+        BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
+    opterr = 0;
+    optind = 1;
+    c->v = 2;
+    c->fwd_ms = 2;
+    c->bwd_ms = 4;
+    c->handoff_kb = 64;
+    c->wait_mode = -1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (opt) {
+        case O_SCHED: if (parse_sched_list(optarg, c->sched, &c->nsched)) return -1; sched_set = 1; break;
+        case O_STAGES: if (parse_int_list("--stages", optarg, 1, MAXP, c->stages, &c->nstages)) return -1; stages_set = 1; break;
+        case O_MB: if (parse_int_list("--microbatches", optarg, 1, 4096, c->mbs, &c->nmbs)) return -1; mb_set = 1; break;
+        case O_V: if (cli_parse_int("--virtual-stages", optarg, 1, 64, &c->v)) return -1; break;
+        case O_WORK:
+            if (strcmp(optarg, "sleep") == 0) c->work = WORK_SLEEP;
+            else if (strcmp(optarg, "spin") == 0) c->work = WORK_SPIN;
+            else if (strcmp(optarg, "model") == 0) c->work = WORK_MODEL;
+            else {
+                cli_error("--work: '%s' is not sleep, spin or model", optarg);
+                return -1;
+            }
+            break;
+        case O_FWD: if (cli_parse_double("--fwd-ms", optarg, 0, 1e5, &c->fwd_ms)) return -1; break;
+        case O_BWD: if (cli_parse_double("--bwd-ms", optarg, 0, 1e5, &c->bwd_ms)) return -1; break;
+        case O_HANDOFF: if (cli_parse_int("--handoff-kb", optarg, 1, 1 << 20, &c->handoff_kb)) return -1; break;
+        case O_STEPS: if (cli_parse_int("--steps", optarg, 1, 100000, &c->steps)) return -1; break;
+        case O_SLACK: if (cli_parse_int("--timer-slack-ns", optarg, 0, 1000000000, &slack)) return -1; break;
+        case O_OVSTEPS: if (cli_parse_int("--overhead-steps", optarg, 0, 1000000, &ovs)) return -1; break;
+        case O_OVM: if (cli_parse_int("--overhead-m", optarg, 1, 100000, &c->ov_m)) return -1; break;
+        case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 4096, &c->layers)) return -1; break;
+        case O_DMODEL: if (cli_parse_int("--d-model", optarg, 4, 65536, &c->d_model)) return -1; break;
+        case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 65536, &c->seq)) return -1; break;
+        case O_MICRO: if (cli_parse_int("--micro-batch", optarg, 1, 65536, &c->micro_batch)) return -1; break;
+        case O_SHOW: c->show = optarg; break;
+        case O_TRACE:
+            c->trace = optarg;
+            if (cli_check_output("--trace", optarg)) return -1;
+            cli_remove_tmp_on_signal(optarg);
+            break;
+        case O_PLOTB: c->plot_bubbles = optarg; if (bu_plot_check(optarg)) return -1; break;
+        case O_SELF: c->selftest = 1; break;
+        case O_WAIT:
+            if (strcmp(optarg, "auto") == 0) c->wait_mode = -1;
+            else if (strcmp(optarg, "spin") == 0) c->wait_mode = DL_WAIT_SPIN;
+            else if (strcmp(optarg, "yield") == 0) c->wait_mode = DL_WAIT_YIELD;
+            else {
+                cli_error("--wait-mode: '%s' is not auto, spin or yield", optarg);
+                return -1;
+            }
+            break;
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        default:
+            if (bu_common_opt("pipeline", opt, argv, &c->o)) return -1;
+        }
+    }
+    if (bu_common_done("pipeline", argc, argv, &c->o)) return -1;
+    if (c->o.quick) {
+        if (!sched_set) { c->sched[0] = DL_SCHED_1F1B; c->nsched = 1; }
+        if (!stages_set) { c->stages[0] = 2; c->nstages = 1; }
+        if (!mb_set) { c->mbs[0] = 4; c->nmbs = 1; }
+    }
+    if (!c->nsched) {
+        c->sched[0] = DL_SCHED_GPIPE; c->sched[1] = DL_SCHED_1F1B;
+        c->sched[2] = DL_SCHED_INTERLEAVED; c->sched[3] = DL_SCHED_ASYNC;
+        c->nsched = 4;
+    }
+    if (!c->nstages) { c->stages[0] = 2; c->stages[1] = 4; c->nstages = 2; }
+    if (!c->nmbs) { c->mbs[0] = 1; c->mbs[1] = 4; c->mbs[2] = 8; c->nmbs = 3; }
+    if (!c->steps) c->steps = c->o.quick ? 3 : 5;
+    c->timer_slack_ns = slack < 0 ? 1 : slack;
+    c->ov_steps = ovs >= 0 ? ovs : c->o.quick ? 5 : 50;
+    if (!c->ov_m) c->ov_m = c->o.quick ? 8 : 32;
+    if (!c->layers) c->layers = 8;
+    if (!c->d_model) c->d_model = 64;
+    if (!c->seq) c->seq = 32;
+    if (!c->micro_batch) c->micro_batch = 2;
+    if (c->d_model % 4) {
+        cli_error("--d-model: %d is not a multiple of the 4 heads", c->d_model);
+        return -1;
+    }
+    if (c->o.plot && bu_plot_check(c->o.plot)) return -1;
+    if (c->o.plot && c->work == WORK_MODEL) {
+        cli_error("--plot draws the engine's trace of --work sleep or spin; with --work model use "
+                  "--trace (Perfetto) or --plot-bubbles");
+        return -1;
+    }
+    /* the configuration shown: given, or 1f1b (else the first schedule) at the largest p and m */
+    int maxp = 0, maxm = 0;
+    for (int i = 0; i < c->nstages; i++) maxp = c->stages[i] > maxp ? c->stages[i] : maxp;
+    for (int i = 0; i < c->nmbs; i++) maxm = c->mbs[i] > maxm ? c->mbs[i] : maxm;
+    c->show_sched = c->sched[0];
+    for (int i = 0; i < c->nsched; i++)
+        if (c->sched[i] == DL_SCHED_1F1B) c->show_sched = DL_SCHED_1F1B;
+    c->show_p = maxp;
+    c->show_m = maxm;
+    if (c->show) {
+        char name[32];
+        dl_sched_kind k;
+        if (sscanf(c->show, "%31[^:]:%d:%d", name, &c->show_p, &c->show_m) != 3 ||
+            dl_sched_kind_parse(name, &k) != DL_OK) {
+            cli_error("--show: '%s' is not SCHED:P:M (e.g. 1f1b:4:8)", c->show);
+            return -1;
+        }
+        c->show_sched = (int)k;
+        int found = 0;
+        for (int i = 0; i < c->nsched; i++) found |= c->sched[i] == (int)k;
+        int fp = 0, fm = 0;
+        for (int i = 0; i < c->nstages; i++) fp |= c->stages[i] == c->show_p;
+        for (int i = 0; i < c->nmbs; i++) fm |= c->mbs[i] == c->show_m;
+        if (!found || !fp || !fm) {
+            cli_error("--show: %s is not among the configurations swept", c->show);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ==== one configuration on the engine (sleep / spin / nothing) ============================= */
+
+typedef struct prun {
+    const dl_sched *s;
+    int work;            /* WORK_SLEEP, WORK_SPIN, or -1: nothing (the microbenchmark) */
+    uint64_t f_ns, b_ns; /* per action (per chunk when interleaved) */
+    size_t count;        /* hand-off elements (f32) */
+    int steps;
+    long slack_ns;
+    dl_trace *tr;
+    /* out, [step * p + stage] */
+    dl_pipe_stats *st;
+    double *t0, *t1;
+} prun;
+
+typedef struct pstage {
+    prun *r;
+    float *in, *out;
+} pstage;
+
+static void do_work(int work, uint64_t start, uint64_t ns)
+{
+    if (ns == 0 || work < 0) return;
+    if (work == WORK_SLEEP) {
+        struct timespec ts = pb_deadline(start, ns);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
+    } else {
+        bu_spin_until(start, ns);
+    }
+}
+
+static void *cb_fwd_in(void *arg, int mb, int chunk)
+{
+    (void)mb;
+    (void)chunk;
+    return ((pstage *)arg)->in;
+}
+static void *cb_bwd_in(void *arg, int mb, int chunk)
+{
+    (void)mb;
+    (void)chunk;
+    return ((pstage *)arg)->in;
+}
+static int cb_fwd(void *arg, int mb, int chunk, const void **out)
+{
+    pstage *x = arg;
+    uint64_t t = dl_now_ns();
+    do_work(x->r->work, t, x->r->f_ns);
+    x->out[0] = (float)mb + (float)chunk;
+    *out = x->out;
+    return DL_OK;
+}
+static int cb_bwd(void *arg, int mb, int chunk, const void **din)
+{
+    pstage *x = arg;
+    uint64_t t = dl_now_ns();
+    do_work(x->r->work, t, x->r->b_ns);
+    x->out[0] = (float)mb - (float)chunk;
+    *din = x->out;
+    return DL_OK;
+}
+
+static int stage_fn(dl_ctx *ctx, void *arg)
+{
+    prun *r = arg;
+    int s = dl_ctx_rank(ctx), p = dl_ctx_size(ctx);
+    if (r->slack_ns > 0) prctl(PR_SET_TIMERSLACK, (unsigned long)r->slack_ns, 0, 0, 0);
+    dl_comm *c = dl_ctx_comm(ctx);
+    dl_arena *a = dl_ctx_arena(ctx);
+    pstage x = {r, NULL, NULL};
+    dl_pipe *e = NULL;
+    int rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.in);
+    if (rc == DL_OK) rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.out);
+    if (rc == DL_OK) rc = dl_pipe_create(c, r->count, DL_F32, a, &e);
+    if (rc) return rc;
+    dl_pipe_ops ops = {cb_fwd_in, cb_fwd, cb_bwd_in, cb_bwd, NULL};
+    for (int k = 0; k < r->steps && rc == DL_OK; k++) {
+        rc = dl_barrier(c);
+        if (rc) break;
+        uint64_t t0 = dl_now_ns();
+        rc = dl_pipe_run(e, r->s, &ops, &x, k, r->tr, s, &r->st[k * p + s]);
+        uint64_t t1 = dl_now_ns();
+        r->t0[k * p + s] = (double)t0;
+        r->t1[k * p + s] = (double)t1;
+    }
+    if (rc == DL_OK) rc = dl_barrier(c);
+    dl_pipe_destroy(e);
+    dl_arena_free(a, x.in);
+    dl_arena_free(a, x.out);
+    return rc;
+}
+
+static int run_engine(prun *r, int wait_mode)
+{
+    int p = r->s->p;
+    r->st = calloc((size_t)(r->steps * p), sizeof *r->st);
+    r->t0 = calloc((size_t)(r->steps * p), sizeof *r->t0);
+    r->t1 = calloc((size_t)(r->steps * p), sizeof *r->t1);
+    if (!r->st || !r->t0 || !r->t1) return dl_error(DL_ENOMEM, "out of memory");
+    dl_world_opts w;
+    dl_world_opts_init(&w);
+    w.nranks = p;
+    w.wait_mode = wait_mode;
+    w.quiet = 1;
+    return dl_world_run(&w, stage_fn, r);
+}
+
+static void prun_free(prun *r)
+{
+    free(r->st);
+    free(r->t0);
+    free(r->t1);
+}
+
+/* ==== results ============================================================================== */
+
+typedef struct pres {
+    int sched, p, v, m, over, skipped;
+    char why[160];
+    double step_ms, bubble, bubble_trace, formula, sim, engine_us;
+    double stage_bubble[MAXP], sim_stage[MAXP];
+    int peak_act[MAXP];
+    double act_mib[MAXP]; /* --work model: the arena's activation peak per stage */
+} pres;
+
+/* The steps measured: all but the first when there are several. */
+static int first_step(int steps) { return steps > 1 ? 1 : 0; }
+
+/* The span of step k in the trace: earliest STEP start to latest STEP end over the ranks. */
+static int trace_span(const dl_trace *t, int p, int k, double *lo, double *hi)
+{
+    *lo = INFINITY;
+    *hi = 0;
+    for (int s = 0; s < p; s++) {
+        const dl_trace_event *e = dl_trace_events(t, s);
+        for (size_t i = 0; i < dl_trace_count(t, s); i++)
+            if (e[i].kind == DL_TR_STEP && e[i].step == k) {
+                *lo = fmin(*lo, (double)e[i].t0);
+                *hi = fmax(*hi, (double)e[i].t1);
+                break;
+            }
+    }
+    return *hi > *lo;
+}
+
+/* Per step: each stage's busy time from the engine's stats against the step's span (first
+ * stage's start to the last stage's end), as the simulator charges every stage the makespan; the
+ * total likewise; the trace's busy (union of FWD and BWD events) against the trace's span as a
+ * cross-check. Medians over the measured steps. */
+static void summarise_engine(const prun *r, pres *o)
+{
+    int p = r->s->p, k0 = first_step(r->steps), n = r->steps - k0;
+    double *tot = malloc(sizeof(double) * (size_t)n), *trt = malloc(sizeof(double) * (size_t)n);
+    double *span = malloc(sizeof(double) * (size_t)n), *eng = malloc(sizeof(double) * (size_t)(n * p));
+    double *stg = malloc(sizeof(double) * (size_t)(n * p));
+    double busy[MAXP], tbusy[MAXP], tlo[MAXP], thi[MAXP];
+    int ne = 0;
+    for (int k = k0; k < r->steps; k++) {
+        double lo = INFINITY, hi = 0, a = 0, z = 0;
+        int tok = r->tr && trace_span(r->tr, p, k, &a, &z);
+        for (int s = 0; s < p; s++) {
+            const dl_pipe_stats *st = &r->st[k * p + s];
+            busy[s] = (double)st->busy_ns;
+            lo = fmin(lo, r->t0[k * p + s]);
+            hi = fmax(hi, r->t1[k * p + s]);
+            if (st->actions > 0) eng[ne++] = (double)st->engine_ns / st->actions / 1e3;
+            tbusy[s] = 0;
+            tlo[s] = a;
+            thi[s] = z;
+            if (tok && dl_trace_bubble(r->tr, s, k, NULL, &tbusy[s], NULL) != DL_OK) tok = 0;
+        }
+        for (int s = 0; s < p; s++) stg[s * n + (k - k0)] = pb_bubble_stage(busy[s], hi - lo);
+        tot[k - k0] = pb_bubble_total(busy, r->t0 + k * p, r->t1 + k * p, p);
+        trt[k - k0] = tok ? pb_bubble_total(tbusy, tlo, thi, p) : NAN;
+        span[k - k0] = (hi - lo) / 1e6;
+    }
+    for (int s = 0; s < p; s++) o->stage_bubble[s] = bu_median(stg + s * n, (size_t)n);
+    o->bubble = bu_median(tot, (size_t)n);
+    o->bubble_trace = r->tr ? bu_median(trt, (size_t)n) : NAN;
+    o->step_ms = bu_median(span, (size_t)n);
+    o->engine_us = ne > 0 ? bu_median(eng, (size_t)ne) : NAN;
+    free(tot);
+    free(trt);
+    free(span);
+    free(eng);
+    free(stg);
+}
+
+static int make_sched(int kind, int p, int m, int v, dl_sched **s)
+{
+    switch (kind) {
+    case DL_SCHED_GPIPE: return dl_sched_gpipe(p, m, s);
+    case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, s);
+    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, v, s);
+    default: return dl_sched_async(p, m, 0, s);
+    }
+}
+
+/* --work model: the trainer's real stages. */
+static int run_model(const pcfg *c, pres *o, const char *trace_path)
+{
+    dl_train_opts t;
+    dl_train_opts_init(&t);
+    t.model.layers = c->layers;
+    t.model.d_model = c->d_model;
+    t.model.heads = 4;
+    t.model.seq = c->seq;
+    t.pp = o->p;
+    t.schedule = o->sched;
+    t.virtual_stages = o->v;
+    t.micro_batch = c->micro_batch;
+    t.microbatches = o->m;
+    t.global_batch = c->micro_batch * o->m;
+    t.steps = c->steps;
+    t.warmup = 1;
+    t.eval_windows = 1;
+    t.log_every = 0;
+    t.log = NULL;
+    t.trace_path = trace_path;
+    int rc = dl_train_resolve(&t, o->p);
+    dl_train_result r;
+    memset(&r, 0, sizeof r);
+    if (rc == DL_OK) rc = dl_train_run(&t, &r);
+    if (rc == DL_OK) {
+        o->bubble = r.pp_bubble_total;
+        o->bubble_trace = NAN;
+        o->step_ms = r.ms_per_step;
+        o->engine_us = r.pp_engine_us;
+        for (int s = 0; s < o->p; s++) {
+            o->stage_bubble[s] = r.pp_bubble ? r.pp_bubble[s] : NAN;
+            o->act_mib[s] = r.peak ? (double)r.peak[(size_t)s * DL_MEM_NCATEGORIES + DL_MEM_ACTIVATIONS] / 1048576.0 : NAN;
+        }
+    }
+    dl_train_result_free(&r);
+    return rc;
+}
+
+/* ==== output =============================================================================== */
+
+static void join(char *buf, size_t cap, const double *v, int n, double scale, const char *fmt)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && k < cap; i++) {
+        if (i) k += (size_t)snprintf(buf + k, cap - k, "/");
+        if (k < cap) k += (size_t)snprintf(buf + k, cap - k, fmt, v[i] * scale);
+    }
+}
+
+static void json_array(FILE *f, const char *key, const double *v, int n, double scale)
+{
+    fprintf(f, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) {
+        if (isfinite(v[i])) fprintf(f, "%s%.6g", i ? "," : "", v[i] * scale);
+        else fprintf(f, "%snull", i ? "," : "");
+    }
+    fputc(']', f);
+}
+
+static void print_row(FILE *f, const pcfg *c, const pres *o)
+{
+    double pk[MAXP];
+    for (int s = 0; s < o->p; s++) pk[s] = o->peak_act[s];
+    const char *name = dl_sched_kind_name((dl_sched_kind)o->sched);
+    char sb[MAXP * 8], pa[MAXP * 6], am[MAXP * 10];
+    join(sb, sizeof sb, o->stage_bubble, o->p, 100, "%.1f");
+    join(pa, sizeof pa, pk, o->p, 1, "%.0f");
+    join(am, sizeof am, o->act_mib, o->p, 1, "%.2f");
+    double dpp = 100 * (o->bubble - o->formula);
+    if (c->o.json) {
+        bu_json_begin(f, "pipeline", "row");
+        bu_json_str(f, "row_kind", "config");
+        bu_json_str(f, "schedule", name);
+        bu_json_int(f, "p", o->p);
+        bu_json_int(f, "v", o->v);
+        bu_json_int(f, "m", o->m);
+        bu_json_str(f, "work", work_name[c->work]);
+        bu_json_bool(f, "oversubscribed", o->over);
+        bu_json_num(f, "step_ms", o->step_ms);
+        bu_json_num(f, "bubble_pct", 100 * o->bubble);
+        bu_json_num(f, "bubble_trace_pct", 100 * o->bubble_trace);
+        bu_json_num(f, "lecture_pct", 100 * o->formula);
+        bu_json_num(f, "sim_pct", 100 * o->sim);
+        bu_json_num(f, "delta_pp", dpp);
+        bu_json_num(f, "engine_us_per_action", o->engine_us);
+        json_array(f, "stage_bubble_pct", o->stage_bubble, o->p, 100);
+        json_array(f, "sim_stage_bubble_pct", o->sim_stage, o->p, 100);
+        json_array(f, "peak_act_slots", pk, o->p, 1);
+        if (c->work == WORK_MODEL) json_array(f, "act_peak_mib", o->act_mib, o->p, 1);
+        bu_json_end(f);
+    } else if (c->o.csv) {
+        fprintf(f, "config,%s,%d,%d,%d,%s,%d,%.3f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%s,%s,%s,,\n", name,
+                o->p, o->v, o->m, work_name[c->work], o->over, o->step_ms, 100 * o->bubble,
+                100 * o->bubble_trace, 100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
+                c->work == WORK_MODEL ? am : "");
+    } else {
+        fprintf(f, "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %6.1f %+6.1f %9.2f  %-20s %s%s%s%s\n",
+                name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, 100 * o->bubble_trace,
+                100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
+                c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
+                o->over ? "  (oversubscribed)" : "");
+    }
+    fflush(f);
+}
+
+/* ==== the overhead microbenchmark ========================================================== */
+
+typedef struct pover {
+    int p, m, steps, ran;
+    double per_action_us, per_action_min_us, dispatch_us;
+    char why[128];
+} pover;
+
+static int overhead_bench(const pcfg *c, int pus, pover *ov)
+{
+    memset(ov, 0, sizeof *ov);
+    ov->p = pus < 2 ? pus : 2;
+    ov->m = c->ov_m;
+    ov->steps = c->ov_steps;
+    if (ov->p < 2) {
+        snprintf(ov->why, sizeof ov->why, "one core: no stage to hand off to without oversubscribing");
+        return DL_OK;
+    }
+    dl_sched *s = NULL;
+    int rc = dl_sched_1f1b(ov->p, ov->m, &s);
+    if (rc) return rc;
+    prun r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    r.work = -1;
+    r.count = (size_t)c->handoff_kb * 1024 / 4;
+    r.steps = ov->steps + 1; /* one warm-up step */
+    r.slack_ns = c->timer_slack_ns;
+    rc = run_engine(&r, DL_WAIT_SPIN);
+    if (rc == DL_OK) {
+        int n = ov->steps, p = ov->p;
+        double *pa = malloc(sizeof(double) * (size_t)n), *d = malloc(sizeof(double) * (size_t)(n * p));
+        double mn = INFINITY;
+        for (int k = 1; k <= n; k++) {
+            double worst = 0;
+            for (int q = 0; q < p; q++) {
+                const dl_pipe_stats *st = &r.st[k * p + q];
+                double a = st->actions ? (double)st->wall_ns / st->actions / 1e3 : 0;
+                worst = fmax(worst, a);
+                d[(k - 1) * p + q] = st->actions ? (double)st->engine_ns / st->actions / 1e3 : 0;
+            }
+            pa[k - 1] = worst;
+            mn = fmin(mn, worst);
+        }
+        ov->per_action_us = bu_median(pa, (size_t)n);
+        ov->per_action_min_us = mn;
+        ov->dispatch_us = bu_median(d, (size_t)(n * p));
+        ov->ran = 1;
+        free(pa);
+        free(d);
+    }
+    prun_free(&r);
+    dl_sched_free(s);
+    return rc;
+}
+
+/* ==== main ================================================================================= */
+
+int bench_pipeline_main(int argc, char **argv)
+{
+    pcfg c;
+    memset(&c, 0, sizeof c);
+    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (c.selftest) return selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    dl_topo *topo = NULL;
+    if (dl_topo_load(&topo, "") != DL_OK) {
+        cli_error("pipeline: cannot load the topology: %s", dl_errmsg());
+        return CLI_EXIT_FAIL;
+    }
+    int pus = dl_topo_real_pus(topo);
+    FILE *f = stdout;
+    if (c.o.json) {
+        bu_json_begin(f, "pipeline", "config");
+        bu_machine_json(f, topo);
+        bu_json_str(f, "work", work_name[c.work]);
+        bu_json_num(f, "fwd_ms", c.work == WORK_MODEL ? NAN : c.fwd_ms);
+        bu_json_num(f, "bwd_ms", c.work == WORK_MODEL ? NAN : c.bwd_ms);
+        bu_json_int(f, "handoff_kb", c.handoff_kb);
+        bu_json_int(f, "virtual_stages", c.v);
+        bu_json_int(f, "steps", c.steps);
+        bu_json_int(f, "timer_slack_ns", c.timer_slack_ns);
+        bu_json_str(f, "wait_mode", c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
+        bu_json_bool(f, "quick", c.o.quick);
+        if (c.work == WORK_MODEL) {
+            bu_json_int(f, "layers", c.layers);
+            bu_json_int(f, "d_model", c.d_model);
+            bu_json_int(f, "seq", c.seq);
+            bu_json_int(f, "micro_batch", c.micro_batch);
+        }
+        bu_json_end(f);
+    } else {
+        bu_machine_text(f, topo);
+        if (c.work == WORK_MODEL)
+            fprintf(f, "# pipeline: work model (GPT %d layers, width %d, context %d, %d sequences per "
+                       "micro-batch; distlab-train --pp), %d steps, the trainer's medians; simulator "
+                       "costs f = 1, b = 2\n", c.layers, c.d_model, c.seq, c.micro_batch, c.steps);
+        else
+            fprintf(f, "# pipeline: work %s (fwd %g ms, bwd %g ms per micro-batch and stage; per chunk "
+                       "/v when interleaved), hand-off %d KiB, %d steps (median of steps 2..%d), timer "
+                       "slack %ld ns, wait mode %s\n", work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb,
+                    c.steps, c.steps, c.timer_slack_ns,
+                    c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
+        if (c.o.csv)
+            fprintf(f, "row_kind,schedule,p,v,m,work,oversubscribed,step_ms,bubble_pct,bubble_trace_pct,"
+                       "lecture_pct,sim_pct,delta_pp,engine_us_per_action,stage_bubble_pct,"
+                       "peak_act_slots,act_peak_mib,per_action_us,dispatch_us\n");
+        else
+            fprintf(f, "# %-11s %3s %2s %4s %9s %7s %7s %8s %6s %6s %9s  %-20s %s\n", "schedule", "p",
+                    "v", "m", "step ms", "bubble%", "trace%", "lecture%", "sim%", "d(pp)", "engine us",
+                    "stage bubble%", "peak act (sim)");
+    }
+    int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
+    double worst_dpp = 0;
+    char *dat = NULL;
+    size_t datlen = 0;
+    FILE *df = c.plot_bubbles ? open_memstream(&dat, &datlen) : NULL;
+    if (df) fprintf(df, "# label measured_pct simulated_pct lecture_pct\n");
+    for (int is = 0; is < c.nsched && status == CLI_EXIT_OK; is++)
+        for (int ip = 0; ip < c.nstages && status == CLI_EXIT_OK; ip++)
+            for (int im = 0; im < c.nmbs && status == CLI_EXIT_OK; im++) {
+                pres o;
+                memset(&o, 0, sizeof o);
+                o.sched = c.sched[is];
+                o.p = c.stages[ip];
+                o.m = c.mbs[im];
+                o.v = o.sched == DL_SCHED_INTERLEAVED ? c.v : 1;
+                o.over = o.p > pus;
+                for (int s = 0; s < MAXP; s++) o.act_mib[s] = NAN;
+                int shown = o.sched == c.show_sched && o.p == c.show_p && o.m == c.show_m;
+                dl_sched *s = NULL;
+                dl_sched_sim *sim = NULL;
+                int rc = make_sched(o.sched, o.p, o.m, o.v, &s);
+                if (rc == DL_OK && o.sched == DL_SCHED_INTERLEAVED && o.p == 1) {
+                    rc = DL_EINVAL;
+                    dl_error(DL_EINVAL, "interleaving needs at least 2 stages");
+                }
+                if (rc == DL_OK && c.work == WORK_MODEL && c.layers % (o.p * o.v)) {
+                    rc = DL_EINVAL;
+                    dl_error(DL_EINVAL, "%d layers do not split into %d x %d chunks", c.layers, o.p, o.v);
+                }
+                if (rc != DL_OK) {
+                    /* a configuration the schedule does not allow (interleaved: m % p) */
+                    if (!c.o.json && !c.o.csv)
+                        fprintf(f, "# skipped %s p=%d m=%d: %s\n", dl_sched_kind_name((dl_sched_kind)o.sched),
+                                o.p, o.m, dl_errmsg());
+                    skipped++;
+                    dl_sched_free(s);
+                    continue;
+                }
+                dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / o.v,
+                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0};
+                if (!(k.f > 0 || k.b > 0)) k = (dl_sched_costs){1, 2, 0};
+                rc = dl_sched_simulate(s, &k, &sim);
+                if (rc != DL_OK) {
+                    cli_error("pipeline: %s", dl_errmsg());
+                    dl_sched_free(s);
+                    status = CLI_EXIT_FAIL;
+                    break;
+                }
+                o.formula = dl_sched_bubble_formula(s);
+                o.sim = sim->bubble_total;
+                for (int q = 0; q < o.p; q++) {
+                    o.sim_stage[q] = sim->bubble[q];
+                    o.peak_act[q] = sim->peak_act[q];
+                }
+                if (o.over && !warned) {
+                    bu_warn_oversub(o.p, pus);
+                    if (c.work == WORK_SPIN)
+                        cli_error("WARNING: --work spin with more stages than cores measures the cores' "
+                                  "sharing, not the schedule; use --work sleep");
+                    warned = 1;
+                }
+                if (c.work == WORK_MODEL) {
+                    rc = run_model(&c, &o, shown ? c.trace : NULL);
+                } else {
+                    prun r;
+                    memset(&r, 0, sizeof r);
+                    r.s = s;
+                    r.work = c.work;
+                    r.f_ns = (uint64_t)llround(c.fwd_ms / o.v * 1e6);
+                    r.b_ns = (uint64_t)llround(c.bwd_ms / o.v * 1e6);
+                    r.count = (size_t)c.handoff_kb * 1024 / 4;
+                    r.steps = c.steps;
+                    r.slack_ns = c.timer_slack_ns;
+                    size_t cap = 0;
+                    for (int q = 0; q < o.p; q++) cap = (size_t)s->len[q] > cap ? (size_t)s->len[q] : cap;
+                    rc = dl_trace_create(o.p, (size_t)c.steps * (3 * cap + 2), &r.tr);
+                    if (rc == DL_OK) {
+                        dl_trace_set_chunks(r.tr, o.v);
+                        rc = run_engine(&r, c.wait_mode);
+                    }
+                    if (rc == DL_OK) summarise_engine(&r, &o);
+                    if (rc == DL_OK && shown && c.trace && dl_trace_write_chrome(r.tr, c.trace, NULL) != DL_OK) {
+                        cli_error("pipeline: --trace: %s", dl_errmsg());
+                        status = CLI_EXIT_FAIL;
+                    }
+                    if (rc == DL_OK && shown && c.o.plot && trace_plot_gantt(r.tr, c.steps - 1, c.o.plot) != 0)
+                        status = CLI_EXIT_FAIL;
+                    dl_trace_destroy(r.tr);
+                    prun_free(&r);
+                }
+                if (rc != DL_OK) {
+                    cli_error("pipeline: %s p=%d m=%d: %s", dl_sched_kind_name((dl_sched_kind)o.sched), o.p,
+                              o.m, dl_errmsg());
+                    status = CLI_EXIT_FAIL;
+                } else {
+                    print_row(f, &c, &o);
+                    rows++;
+                    if (fabs(o.bubble - o.formula) > fabs(worst_dpp) / 100) worst_dpp = 100 * (o.bubble - o.formula);
+                    if (df)
+                        fprintf(df, "\"%s p%d m%d%s\" %.4f %.4f %.4f\n",
+                                dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m, o.over ? "*" : "",
+                                100 * o.bubble, 100 * o.sim, 100 * o.formula);
+                }
+                dl_sched_sim_free(sim);
+                dl_sched_free(s);
+            }
+
+    pover ov;
+    memset(&ov, 0, sizeof ov);
+    if (status == CLI_EXIT_OK && c.ov_steps > 0) {
+        if (overhead_bench(&c, pus, &ov) != DL_OK) {
+            cli_error("pipeline: overhead microbenchmark: %s", dl_errmsg());
+            status = CLI_EXIT_FAIL;
+        } else if (ov.ran) {
+            int pass = ov.per_action_us < 20;
+            if (c.o.json) {
+                bu_json_begin(f, "pipeline", "row");
+                bu_json_str(f, "row_kind", "overhead");
+                bu_json_str(f, "schedule", "1f1b");
+                bu_json_int(f, "p", ov.p);
+                bu_json_int(f, "m", ov.m);
+                bu_json_int(f, "steps", ov.steps);
+                bu_json_int(f, "handoff_kb", c.handoff_kb);
+                bu_json_str(f, "wait_mode", "spin");
+                bu_json_num(f, "per_action_us", ov.per_action_us);
+                bu_json_num(f, "per_action_min_us", ov.per_action_min_us);
+                bu_json_num(f, "dispatch_us", ov.dispatch_us);
+                bu_json_num(f, "goal_us", 20);
+                bu_json_bool(f, "pass", pass);
+                bu_json_end(f);
+            } else if (c.o.csv) {
+                fprintf(f, "overhead,1f1b,%d,1,%d,none,0,,,,,,,,,,,%.3f,%.3f\n", ov.p, ov.m,
+                        ov.per_action_us, ov.dispatch_us);
+            } else {
+                fprintf(f, "# engine overhead (1f1b, p = %d, m = %d, nothing to compute, %d KiB hand-offs, "
+                           "wait mode spin, %d steps):\n", ov.p, ov.m, c.handoff_kb, ov.steps);
+                fprintf(f, "  per action %.2f us median (best step %.2f us), of which dispatch and "
+                           "bookkeeping %.2f us; goal < 20 us: %s\n", ov.per_action_us,
+                        ov.per_action_min_us, ov.dispatch_us, pass ? "PASS" : "FAIL");
+            }
+        } else if (!c.o.json && !c.o.csv) {
+            fprintf(f, "# engine overhead microbenchmark skipped: %s\n", ov.why);
+        }
+    }
+    if (c.o.json) {
+        bu_json_begin(f, "pipeline", "summary");
+        bu_json_int(f, "rows", rows);
+        bu_json_int(f, "skipped", skipped);
+        bu_json_num(f, "worst_delta_pp", worst_dpp);
+        if (ov.ran) bu_json_num(f, "overhead_per_action_us", ov.per_action_us);
+        bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
+        bu_json_end(f);
+    } else if (!c.o.csv && rows > 0) {
+        fprintf(f, "# largest gap between measured and lecture bubble: %+.1f percentage points\n", worst_dpp);
+    }
+    if (df) {
+        fclose(df);
+        if (status == CLI_EXIT_OK && rows > 0 &&
+            bu_plot(c.plot_bubbles, dat,
+                    "set title 'distlab-bench pipeline: bubble per configuration (* oversubscribed)'\n"
+                    "set ylabel 'bubble (% of the step)'\nset yrange [0:100]\n"
+                    "set style data histograms\nset style histogram clustered gap 1\n"
+                    "set style fill solid 0.85 border lc rgb '#303030'\nset boxwidth 0.9\n"
+                    "set xtics rotate by -45 font ',9'\nunset grid\nset grid ytics\n"
+                    "plot datafile using 2:xtic(1) lc rgb '#c44e52' title 'measured', \\\n"
+                    "     '' using 3 lc rgb '#4c72b0' title 'simulated', \\\n"
+                    "     '' using 4 lc rgb '#55a868' title 'lecture (p-1)/(vm+p-1)'\n") != 0)
+            status = CLI_EXIT_FAIL;
+        free(dat);
+    }
+    dl_topo_destroy(topo);
+    return status;
+}

@@ -1,0 +1,44 @@
+/* distlab-lecture: shared declarations of the app's files (apps/lecture/distlab-lecture.c: options,
+ * output, sections 01, 03, 05 and the exercises; apps/lecture/lecture_par.c: section 02, the real runs
+ * of data and tensor parallelism on rank threads; apps/lecture/lecture_zero.c: section 04, ZeRO;
+ * apps/lecture/lecture_pipe.c: section 03's real pipeline run). */
+#ifndef DISTLAB_APPS_LECTURE_H
+#define DISTLAB_APPS_LECTURE_H
+
+#include <stdarg.h>
+
+/* Status of a printed figure against the lecture's. */
+enum { LEC_INFO = -1, LEC_DIFF = 0, LEC_MATCH = 1 };
+
+/* Text output (suppressed with --json). */
+void lec_text(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* One figure: `ref` is the lecture's section ("§1.2", "code 03", "ex. 4"), `id` a short machine
+ * name, `label` what it is, `value` the number (NAN when the figure is not a number), `shown`
+ * the figure as printed, `lecture` what the lecture states ("" when it states nothing, then
+ * status must be LEC_INFO). */
+void lec_fig(const char *ref, const char *id, const char *label, double value, const char *shown,
+             const char *lecture, int status);
+
+/* |v - want| <= tol: LEC_MATCH, else LEC_DIFF. */
+int lec_near(double v, double want, double tol);
+/* v <= bound (and not NaN). */
+int lec_le(double v, double bound);
+
+/* A library call failed: print "distlab-lecture: <what>: <dl_errmsg()>" and remember the
+ * failure (the exit status becomes 1). Returns -1 so callers can `return lec_fail(...)`. */
+int lec_fail(const char *what);
+
+/* Section 02 (apps/lecture/lecture_par.c). Returns 0, or -1 after lec_fail. */
+int lecture_02(void);
+/* Section 03, code 03 part 2: the 8-layer MLP in 4 pipeline stages on rank threads vs the full
+ * batch (apps/lecture/lecture_pipe.c). Returns 0, or -1 after lec_fail. */
+int lecture_03_pipe(void);
+/* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/zero_mlp.c). Returns 0, or -1 after lec_fail. */
+int lecture_04(void);
+
+#endif

@@ -1,0 +1,44 @@
+/* Private test hook: the negative controls of the equivalence tests (tests/unit/train/test_train.c,
+ * test_zero.c, test_pipe.c, test_gpt.c) make a run deliberately wrong, in a known way, to prove
+ * that the comparisons fail when a layout is wrong. Compiled into the library but not installed
+ * and not in the public headers (tests include it as "../lib/testhook.h"); off unless a test
+ * sets it, and then read at two places only: the collectives' argument check (lib/coll/coll.c) and
+ * the trainer after initialisation (lib/train/train.c).
+ *
+ * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
+ * the rank threads read it after they start, and only count into it (atomically). */
+#ifndef DISTLAB_TESTHOOK_H
+#define DISTLAB_TESTHOOK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include "distlab/comm.h"
+#include "distlab/coll.h"
+
+typedef struct dl__test_hook {
+    /* Skip the skip_nth (1-based; 0: off) reduction (all-reduce or reduce-scatter, blocking or
+     * not) of purpose skip_purpose that each rank starts: the receive buffer gets the rank's own
+     * input (its block of it for a reduce-scatter) and nothing is sent. Every member of a group
+     * starts the same sequence of collectives, so all of them skip the same one and the run goes
+     * on, with a partial sum where the layout should have reduced. */
+    int skip_nth;
+    dl_purpose skip_purpose;
+    /* Multiply element perturb_index of world rank perturb_rank's parameters (its local layout;
+     * at ZeRO stage 3 the element is perturbed in the shard, where this rank owns it) by
+     * (1 + perturb_rel) once, after initialisation (0: off; f32 and f64 only). */
+    double perturb_rel;
+    int perturb_rank;
+    size_t perturb_index;
+    /* out: how often each fired, summed over ranks (a control asserts it did) */
+    atomic_int skipped, perturbed;
+} dl__test_hook;
+
+/* Install h (NULL: off); its counters are reset. */
+void dl__test_hook_set(dl__test_hook *h);
+/* The hook in force, or NULL. */
+dl__test_hook *dl__test_hook_get(void);
+/* The collectives' side: 1 when this reduction is the one to skip. *seen is the rank's count of
+ * reductions of the hooked purpose so far (one counter per rank, in its context). */
+int dl__test_skip_reduction(dl_purpose p, unsigned long *seen);
+
+#endif

@@ -1,0 +1,476 @@
+/* A rank's GPT shard: allocation in the rank's arena and forward/backward with tensor
+ * parallelism (the kernels are in ops.c; the f32 and f64 paths come from gpt_impl.h). */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+
+struct dl_gpt {
+    dl_gpt_opts o;
+    dl_gpt_layout *lay;
+    int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
+    int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
+    size_t N;         /* MB * T: rows of the largest batch */
+    size_t set_elems; /* one layer's activations */
+    int k_wte, k_wpe, k_lnf, k_head, *k_layer; /* k_layer[local layer] */
+    int embed, head;  /* holds virtual stage 0's embeddings / the last virtual stage's head */
+    int cbeg[DL_GPT_MAX_CHUNKS]; /* local index of each chunk's first layer */
+    int maxc;         /* layers of the largest chunk */
+    int slots;        /* activation slots (micro-batches in flight) */
+    void *params, *grads;
+    /* per slot: activation sets (maxc of them, or one shared with full recompute), the residual
+     * stream (maxc + 1 buffers of N x C), the head's buffers and the tokens */
+    void *act_base, *xres_base, *lnf_base, *lnf_mean_base, *lnf_rstd_base, *probs_base,
+        *losses_base;
+    int *inputs_base, *targets_base, *lastB;
+    /* the current slot and chunk, and that slot's buffers */
+    int cur_slot, cur_chunk;
+    void *cur_act, *xres, *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
+    int *inputs, *targets;
+    void *dx, *dln, *dqkv, *datty, *dfchg, *dlnf, *att_scratch;
+    int *zero_targets;
+    void *blocks[32];
+    int nblocks;
+    /* units (include/distlab/gpt.h): unit u is [ubound[u], ubound[u+1]), tensors ufirst[u] ..
+     * ufirst[u+1]-1; pw[k], gw[k]: where the kernels find tensor k's parameters and gradient */
+    int nunits, u_layer0, u_head, *ufirst;
+    size_t *ubound, umax;
+    void **pw, **gw;
+    int pdirect, gdirect; /* pw / gw point into the flat buffers (no unit buffers) */
+    int keep0;            /* tied embeddings on this rank: unit 0 kept in the second buffers */
+    void *pwork[2], *gwork[2], *gath[2];
+    size_t unit_bytes, gath_bytes;
+};
+
+static size_t unit_padded(const dl_gpt *g, size_t n)
+{
+    size_t p = g->o.unit_pad > 1 ? (size_t)g->o.unit_pad : 1;
+    return (n + p - 1) / p * p;
+}
+
+static void point_unit(dl_gpt *g, void **tab, int u, char *base)
+{
+    for (int k = g->ufirst[u]; k < g->ufirst[u + 1]; k++)
+        tab[k] = base + (g->lay->t[k].offset - g->ubound[u]) * (size_t)g->dsize;
+}
+
+static void point_direct(dl_gpt *g)
+{
+    for (int u = 0; u < g->nunits; u++) {
+        if (g->pdirect)
+            point_unit(g, g->pw, u, (char *)g->params + g->ubound[u] * (size_t)g->dsize);
+        if (g->gdirect)
+            point_unit(g, g->gw, u, (char *)g->grads + g->ubound[u] * (size_t)g->dsize);
+    }
+}
+
+/* Before unit u's forward (grads 0) or backward (grads 1): its parameters where the kernels read
+ * them, and a zeroed gradient buffer. */
+static int unit_begin(dl_gpt *g, int u, int grads)
+{
+    int sl = g->keep0 && u == 0, rc;
+    size_t lo = g->ubound[u], n = g->ubound[u + 1] - lo;
+    if (!g->pdirect) {
+        char *src = g->params ? (char *)g->params + lo * (size_t)g->ssize : g->gath[sl];
+        if (g->o.gather && (rc = g->o.gather(g->o.hook_arg, u, g->gath[sl])))
+            return rc;
+        if (g->store == DL_BF16) {
+            dl_bf16_widen(g->pwork[sl], (const uint16_t *)src, n);
+            src = g->pwork[sl];
+        }
+        point_unit(g, g->pw, u, src);
+    }
+    if (grads && !g->gdirect) {
+        memset(g->gwork[sl], 0, unit_padded(g, n) * (size_t)g->dsize);
+        point_unit(g, g->gw, u, g->gwork[sl]);
+    }
+    return DL_OK;
+}
+
+/* After unit u's backward: its gradient to the reduce hook, or added into the bf16 buffer. */
+static int unit_end(dl_gpt *g, int u)
+{
+    if (g->gdirect)
+        return DL_OK;
+    int sl = g->keep0 && u == 0;
+    size_t lo = g->ubound[u], n = g->ubound[u + 1] - lo;
+    if (g->o.reduce)
+        return g->o.reduce(g->o.hook_arg, u, g->gwork[sl]);
+    dl_bf16_acc_f32((uint16_t *)g->grads + lo, g->gwork[sl], n);
+    return DL_OK;
+}
+
+/* Point the current-slot buffers at slot s, chunk ch. */
+static void select_slot(dl_gpt *g, int s, int ch)
+{
+    size_t ds = (size_t)g->dsize, N = g->N, C = g->C, V = g->V;
+    g->cur_slot = s;
+    g->cur_chunk = ch;
+    g->cur_act = (char *)g->act_base +
+                 (g->o.recompute == DL_RECOMPUTE_FULL ? 0 : (size_t)s * g->maxc * g->set_elems * ds);
+    g->xres = (char *)g->xres_base + (size_t)s * (g->maxc + 1) * N * C * ds;
+    g->inputs = g->inputs_base + (size_t)s * N;
+    g->targets = g->targets_base + (size_t)s * N;
+    if (g->head) {
+        g->lnf = (char *)g->lnf_base + (size_t)s * N * C * ds;
+        g->lnf_mean = (char *)g->lnf_mean_base + (size_t)s * N * ds;
+        g->lnf_rstd = (char *)g->lnf_rstd_base + (size_t)s * N * ds;
+        g->probs = (char *)g->probs_base + (size_t)s * N * V * ds;
+        g->losses = (char *)g->losses_base + (size_t)s * N * ds;
+    }
+}
+
+#define REAL float
+#define SFX f32
+#define DT DL_F32
+#include "model/gpt_impl.h"
+#undef REAL
+#undef SFX
+#undef DT
+#define REAL double
+#define SFX f64
+#define DT DL_F64
+#include "model/gpt_impl.h"
+#undef REAL
+#undef SFX
+#undef DT
+
+static int grab(dl_gpt *g, dl_mem_category cat, size_t bytes, void **out)
+{
+    int rc = dl_arena_alloc(g->o.arena, cat, bytes, out);
+    if (rc == DL_OK)
+        g->blocks[g->nblocks++] = *out;
+    return rc;
+}
+
+void dl_gpt_destroy(dl_gpt *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->nblocks; i++)
+        dl_arena_free(g->o.arena, g->blocks[i]);
+    free(g->k_layer);
+    free(g->inputs_base);
+    free(g->targets_base);
+    free(g->lastB);
+    free(g->zero_targets);
+    free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
+    dl_gpt_layout_destroy(g->lay);
+    free(g);
+}
+
+int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
+{
+    *out = NULL;
+    if (o->dtype != DL_F32 && o->dtype != DL_F64 && o->dtype != DL_BF16)
+        return dl_error(DL_EINVAL, "model: dtype must be f32, f64 or bf16");
+    if (o->micro_batch < 1)
+        return dl_error(DL_EINVAL, "model: micro-batch must be >= 1 (got %d)", o->micro_batch);
+    if (!o->arena)
+        return dl_error(DL_EINVAL, "model: no arena");
+    int tp = o->tp < 1 ? 1 : o->tp;
+    if (tp > 1 && (!o->tp_comm || dl_comm_size(o->tp_comm) != tp))
+        return dl_error(DL_EINVAL, "model: tp %d needs a tp communicator of that size", tp);
+    if (o->act_slots < 0)
+        return dl_error(DL_EINVAL, "model: activation slots must be >= 0 (got %d)", o->act_slots);
+    dl_gpt *g = calloc(1, sizeof *g);
+    if (!g)
+        return dl_error(DL_ENOMEM, "model: out of memory");
+    g->o = *o;
+    g->tp = tp;
+    g->slots = o->act_slots < 1 ? 1 : o->act_slots;
+    int rc = dl_gpt_layout_create_part(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0,
+                                       o->part, &g->lay);
+    if (rc) {
+        free(g);
+        return rc;
+    }
+    const dl_gpt_config *c = &o->cfg;
+    const dl_gpt_part *part = &g->lay->part;
+    g->dsize = o->dtype == DL_F64 ? 8 : 4;
+    g->store = o->dtype;
+    g->ssize = (int)dl_dtype_size(o->dtype);
+    g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->L = 0;
+    for (int ch = 0; ch < part->nchunks; ch++) {
+        g->cbeg[ch] = g->L;
+        g->L += part->count[ch];
+        if (part->count[ch] > g->maxc)
+            g->maxc = part->count[ch];
+    }
+    g->embed = part->embed;
+    g->head = part->head;
+    g->HS = g->C / g->H;
+    g->Cl = g->C / tp;
+    g->Fl = 4 * g->C / tp;
+    g->NHl = g->H / tp;
+    g->MB = o->micro_batch;
+    g->N = (size_t)g->MB * g->T;
+    size_t N = g->N, C = g->C, S = (size_t)g->slots;
+    g->set_elems = N * C * 3 + 4 * N + N * 3 * g->Cl + (size_t)g->MB * g->NHl * g->T * g->T +
+                   N * g->Cl + 2 * N * g->Fl;
+    g->k_wte = g->embed ? dl_gpt_find(g->lay, "wte.weight") : -1;
+    g->k_wpe = g->embed ? dl_gpt_find(g->lay, "wpe.weight") : -1;
+    g->k_lnf = g->head ? dl_gpt_find(g->lay, "ln_f.weight") : -1;
+    /* the head: lm_head, or with tying wte (the stage's own copy when it lacks the embeddings,
+     * which the layout puts last) */
+    g->k_head = !g->head   ? -1
+                : !c->tie  ? dl_gpt_find(g->lay, "lm_head.weight")
+                : g->embed ? g->k_wte
+                           : g->lay->ntensors - 1;
+    g->k_layer = malloc(sizeof(int) * (size_t)(g->L ? g->L : 1));
+    g->inputs_base = malloc(sizeof(int) * N * S);
+    g->targets_base = malloc(sizeof(int) * N * S);
+    g->lastB = calloc(S, sizeof(int));
+    g->zero_targets = calloc(N, sizeof(int));
+    int nt = g->lay->ntensors;
+    g->ufirst = calloc((size_t)g->L + 3, sizeof(int));
+    g->ubound = calloc((size_t)g->L + 3, sizeof(size_t));
+    g->pw = calloc((size_t)nt, sizeof(void *));
+    g->gw = calloc((size_t)nt, sizeof(void *));
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets ||
+        !g->ufirst || !g->ubound || !g->pw || !g->gw) {
+        dl_gpt_destroy(g);
+        return dl_error(DL_ENOMEM, "model: out of memory");
+    }
+    for (int ch = 0, l = 0; ch < part->nchunks; ch++)
+        for (int i = 0; i < part->count[ch]; i++, l++) {
+            char name[48];
+            snprintf(name, sizeof name, "h.%d.ln_1.weight", part->first[ch] + i);
+            g->k_layer[l] = dl_gpt_find(g->lay, name);
+        }
+    /* units: [embeddings], each layer, [head]; the tensors are in offset order */
+    g->nunits = 0;
+    if (g->embed)
+        g->ubound[g->nunits++] = 0;
+    g->u_layer0 = g->nunits;
+    for (int l = 0; l < g->L; l++)
+        g->ubound[g->nunits++] = g->lay->t[g->k_layer[l]].offset;
+    g->u_head = g->head ? g->nunits : -1;
+    if (g->head)
+        g->ubound[g->nunits++] = g->lay->t[g->k_lnf].offset;
+    g->ubound[g->nunits] = g->lay->numel;
+    for (int u = 0, k = 0; u <= g->nunits; u++) {
+        while (k < nt && g->lay->t[k].offset < g->ubound[u])
+            k++;
+        g->ufirst[u] = k;
+    }
+    g->ufirst[g->nunits] = nt;
+    for (int u = 0; u < g->nunits; u++)
+        if (g->ubound[u + 1] - g->ubound[u] > g->umax)
+            g->umax = g->ubound[u + 1] - g->ubound[u];
+    g->pdirect = o->dtype != DL_BF16 && !o->gather;
+    g->gdirect = o->dtype != DL_BF16 && !o->reduce;
+    g->keep0 = !g->pdirect && c->tie && g->embed && g->head;
+    if (g->keep0 && part->nchunks != 1) {
+        dl_gpt_destroy(g);
+        return dl_error(DL_EINVAL, "model: tied embeddings and head in different chunks of one "
+                        "stage need f32/f64 parameters without ZeRO-3");
+    }
+    size_t ds = (size_t)g->dsize, P = g->lay->numel, ss = (size_t)g->ssize;
+    /* unit buffers: [0] any unit, [1] the embeddings' unit when kept (tied) */
+    size_t u0 = g->embed ? g->ubound[1] : 0;
+    size_t ucap[2] = {unit_padded(g, g->umax), g->keep0 ? unit_padded(g, u0) : 0};
+    int wantp = g->store == DL_BF16, wantg = !g->gdirect, wanta = o->gather != NULL;
+    size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
+    size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
+    size_t H = g->head ? S : 0;
+    /* activations: what is kept from a forward for its backward (per slot); the backward's
+     * workspace, shared by all slots, counts as other */
+    struct {
+        dl_mem_category cat;
+        size_t elems;
+        void **p;
+        size_t esize; /* 0: the compute type's */
+    } plan[] = {
+        {DL_MEM_PARAMS, o->gather ? 0 : P, &g->params, ss},
+        {DL_MEM_GRADS, o->reduce ? 0 : P, &g->grads, ss},
+        {DL_MEM_COMM, wanta ? ucap[0] : 0, &g->gath[0], ss},
+        {DL_MEM_COMM, wanta ? ucap[1] : 0, &g->gath[1], ss},
+        {DL_MEM_OTHER, wantp ? g->umax : 0, &g->pwork[0], 4},
+        {DL_MEM_OTHER, wantp ? u0 * (size_t)g->keep0 : 0, &g->pwork[1], 4},
+        {o->reduce ? DL_MEM_COMM : DL_MEM_OTHER, wantg ? ucap[0] : 0, &g->gwork[0], 0},
+        {o->reduce ? DL_MEM_COMM : DL_MEM_OTHER, wantg ? ucap[1] : 0, &g->gwork[1], 0},
+        {DL_MEM_ACTIVATIONS, sets * g->set_elems, &g->act_base, 0},
+        {DL_MEM_ACTIVATIONS, S * (size_t)(g->maxc + 1) * N * C, &g->xres_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N * C, &g->lnf_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_mean_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base, 0},
+        {DL_MEM_ACTIVATIONS, H * N, &g->losses_base, 0},
+        {DL_MEM_OTHER, N * C, &g->dx, 0},
+        {DL_MEM_OTHER, N * C, &g->dln, 0},
+        {DL_MEM_OTHER, N * 3 * Cl, &g->dqkv, 0},
+        {DL_MEM_OTHER, N * Cl, &g->datty, 0},
+        {DL_MEM_OTHER, N * Fl, &g->dfchg, 0},
+        {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf, 0},
+        {DL_MEM_OTHER, T * T, &g->att_scratch, 0},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        if (!plan[i].elems)
+            continue;
+        size_t es = plan[i].esize ? plan[i].esize : ds;
+        if ((rc = grab(g, plan[i].cat, plan[i].elems * es, plan[i].p))) {
+            dl_gpt_destroy(g);
+            return rc;
+        }
+        if (plan[i].p == &g->gath[0] || plan[i].p == &g->gath[1])
+            g->gath_bytes += plan[i].elems * es;
+        if (i >= 2 && i < 8)
+            g->unit_bytes += plan[i].elems * es;
+    }
+    if (g->store == DL_BF16 && g->params) {
+        float *tmp = malloc(sizeof(float) * (P ? P : 1));
+        if (!tmp) {
+            dl_gpt_destroy(g);
+            return dl_error(DL_ENOMEM, "model: out of memory");
+        }
+        dl_gpt_init(g->lay, tmp, 4, o->seed);
+        dl_bf16_from_f32(g->params, tmp, P);
+        free(tmp);
+    } else if (g->params) {
+        dl_gpt_init(g->lay, g->params, g->dsize, o->seed);
+    }
+    point_direct(g);
+    select_slot(g, 0, 0);
+    *out = g;
+    return DL_OK;
+}
+
+const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g) { return g->lay; }
+void *dl_gpt_params(dl_gpt *g) { return g->params; }
+void *dl_gpt_grads(dl_gpt *g) { return g->grads; }
+size_t dl_gpt_numel(const dl_gpt *g) { return g->lay->numel; }
+void dl_gpt_zero_grads(dl_gpt *g)
+{
+    if (g->grads)
+        memset(g->grads, 0, g->lay->numel * (size_t)g->ssize);
+}
+
+int dl_gpt_num_units(const dl_gpt *g) { return g->nunits; }
+size_t dl_gpt_unit_offset(const dl_gpt *g, int u)
+{
+    return u <= 0 ? 0 : u >= g->nunits ? g->lay->numel : g->ubound[u];
+}
+size_t dl_gpt_unit_bytes(const dl_gpt *g, size_t *gathered)
+{
+    if (gathered)
+        *gathered = g->gath_bytes;
+    return g->unit_bytes;
+}
+
+size_t dl_gpt_layer_offset(const dl_gpt *g, int l)
+{
+    if (l < g->L)
+        return g->lay->t[g->k_layer[l]].offset;
+    return g->head ? g->lay->t[g->k_lnf].offset : g->lay->numel;
+}
+
+static int check_tokens(const dl_gpt *g, const int *toks, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= g->V)
+            return dl_error(DL_EINVAL, "model forward: %s token out of range at position %zu",
+                            what, i);
+    return DL_OK;
+}
+
+static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
+{
+    if (slot < 0 || slot >= g->slots || chunk < 0 || chunk >= g->lay->part.nchunks)
+        return dl_error(DL_EINVAL, "model %s: slot %d / chunk %d outside 0..%d / 0..%d", what,
+                        slot, chunk, g->slots - 1, g->lay->part.nchunks - 1);
+    return DL_OK;
+}
+
+int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, const int *targets,
+                         int B, double *loss)
+{
+    int rc = check_slot(g, slot, chunk, "forward");
+    if (rc)
+        return rc;
+    if (B < 1 || B > g->MB)
+        return dl_error(DL_EINVAL, "model forward: batch %d outside 1..%d", B, g->MB);
+    select_slot(g, slot, chunk);
+    size_t n = (size_t)B * g->T;
+    int first = g->embed && chunk == 0, last = g->head && chunk == g->lay->part.nchunks - 1;
+    if (first) {
+        if (!inputs)
+            return dl_error(DL_EINVAL, "model forward: the first stage needs the input tokens");
+        if ((rc = check_tokens(g, inputs, n, "input")))
+            return rc;
+        memcpy(g->inputs, inputs, n * sizeof(int));
+    }
+    if (last) {
+        if (targets && (rc = check_tokens(g, targets, n, "target")))
+            return rc;
+        memcpy(g->targets, targets ? targets : g->zero_targets, n * sizeof(int));
+    }
+    g->lastB[slot] = B;
+    return g->dsize == 8 ? forward_f64(g, g->inputs, g->targets, B, loss)
+                         : forward_f32(g, g->inputs, g->targets, B, loss);
+}
+
+int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
+                          void *arg)
+{
+    int rc = check_slot(g, slot, chunk, "backward");
+    if (rc)
+        return rc;
+    if (!g->lastB[slot])
+        return dl_error(DL_EINVAL, "model backward: no forward in slot %d to differentiate", slot);
+    select_slot(g, slot, chunk);
+    rc = g->dsize == 8 ? backward_f64(g, dloss, ready, arg) : backward_f32(g, dloss, ready, arg);
+    /* a slot's head outputs were overwritten by their gradient; the chunk's forward is spent */
+    if (g->head && chunk == g->lay->part.nchunks - 1)
+        g->lastB[slot] = 0;
+    return rc;
+}
+
+void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk)
+{
+    if (check_slot(g, slot, chunk, "input"))
+        return NULL;
+    select_slot(g, slot, chunk);
+    return g->xres;
+}
+
+const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk)
+{
+    if (check_slot(g, slot, chunk, "output"))
+        return NULL;
+    select_slot(g, slot, chunk);
+    return (const char *)g->xres +
+           (size_t)g->lay->part.count[chunk] * g->N * (size_t)g->C * (size_t)g->dsize;
+}
+
+void *dl_gpt_stage_grad(dl_gpt *g) { return g->dx; }
+
+void *dl_gpt_use_params(dl_gpt *g, void *params)
+{
+    void *old = g->params;
+    g->params = params;
+    point_direct(g);
+    return old;
+}
+
+int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
+{
+    if (g->lay->part.nchunks != 1 || !g->embed || !g->head)
+        return dl_error(DL_EINVAL, "model forward: this rank holds a pipeline stage; use "
+                        "dl_gpt_stage_forward");
+    return dl_gpt_stage_forward(g, 0, 0, inputs, targets, B, loss);
+}
+
+int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg)
+{
+    if (!g->lastB[0])
+        return dl_error(DL_EINVAL, "model backward: no forward to differentiate");
+    return dl_gpt_stage_backward(g, 0, 0, dloss, ready, arg);
+}
+
+const void *dl_gpt_probs(const dl_gpt *g, int b, int t)
+{
+    return (const char *)g->probs + ((size_t)b * g->T + (size_t)t) * (size_t)g->V * (size_t)g->dsize;
+}

@@ -1,0 +1,186 @@
+/* Internal structures shared by world.c, comm.c and coll.c. Not installed. */
+#ifndef DISTLAB_INTERNAL_H
+#define DISTLAB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "distlab.h"
+
+/* Operation codes, used by the flight recorder, the watchdog and message fingerprints. */
+typedef enum dl_opcode {
+    OP_NONE = 0,
+    OP_ALLREDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALLGATHER,
+    OP_BROADCAST,
+    OP_REDUCE,
+    OP_ALLTOALL,
+    OP_BARRIER,
+    OP_SEND,
+    OP_RECV,
+    OP_SPLIT,
+    OP_NCODES
+} dl_opcode;
+
+const char *dl__opname(int op);
+
+/* What every member of a communicator shares: its members, its links, and how far each member
+ * got (for the watchdog's "never arrived"). */
+typedef struct dl_comm_shared {
+    int n;
+    int *world_ranks;           /* [n] */
+    uint64_t uid;               /* 0 = world */
+    _Atomic(dl_link *) *links;  /* [n * n], src * n + dst, created on first use */
+    atomic_ullong *entered;     /* [n] highest sequence number each member started */
+    atomic_int refs;            /* members that have not freed it yet */
+    dl_world *w;
+    struct dl_comm_shared *next; /* world's registry (for abort wake-ups) */
+    /* MPI worlds, hierarchical all-reduce: [0] this process's members, [1 + j] the j-th member
+     * of every process (created on first use, under the world's hier_mu) */
+    struct dl_comm_shared **hier;
+} dl_comm_shared;
+
+/* A rank's view of a communicator. */
+struct dl_comm {
+    dl_comm_shared *sh;
+    int rank;
+    dl_ctx *ctx;
+    uint64_t seq;               /* operations started (the same on every member) */
+    dl_algo algo, last_algo;
+    dl_comm_stats st;
+    uint64_t cid;               /* MPI worlds: the communicator's id in MPI tags (0 = world) */
+    struct dl_comm *h_intra, *h_inter; /* hierarchical all-reduce: this member's views */
+    void *scratch;              /* rank's scratch buffer for reduce / reduce-scatter partials */
+    size_t scratch_bytes;
+};
+
+/* Flight recorder entry. */
+typedef struct dl_flight {
+    int op;
+    int status;
+    uint64_t comm_uid, seq;
+    size_t count;
+    int dtype;
+    int peer; /* root or peer, -1 if none */
+    uint64_t t_start, t_end;
+} dl_flight;
+
+#define DL_FLIGHT_N 16
+
+struct dl_request {
+    int kind; /* dl_opcode */
+    dl_comm *c;
+    const void *sbuf;
+    void *rbuf;
+    size_t count;
+    dl_dtype t;
+    dl_redop op;
+    int root;
+    dl_purpose p;
+    int status;
+    char errmsg[512];
+    atomic_int done;
+    int skip; /* the test hook's skipped reduction (lib/core/testhook.h): local result only */
+    struct dl_request *next;
+};
+
+/* Communication thread of a rank (for non-blocking collectives). */
+typedef struct dl_progress {
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* new work or stop */
+    pthread_cond_t done_cv; /* a request completed */
+    dl_request *head, *tail;
+    atomic_int pending;     /* requests queued or running */
+    int stop;
+} dl_progress;
+
+struct dl_ctx {
+    dl_world *w;
+    int rank;
+    int cpu;
+    int node;
+    dl_arena *arena;
+    dl_comm *world_comm;
+    dl_waiter waiter;
+    int status;
+    char errmsg[1024];
+
+    /* what the rank is doing now, for the watchdog (atomics: read by the watchdog thread) */
+    _Atomic(dl_comm_shared *) cur_sh;
+    atomic_ullong cur_seq;
+    atomic_int cur_op;
+    atomic_int cur_peer;
+    atomic_ullong cur_t0;
+    atomic_int cur_active;
+
+    dl_flight flight[DL_FLIGHT_N];
+    uint64_t nflight;
+    unsigned long test_reductions; /* reductions of the test hook's purpose started (testhook.h) */
+
+    dl_progress prog;
+};
+
+struct dl_world {
+    dl_world_opts opts;
+    int n;
+    int oversub;
+    dl_topo *topo;
+    dl_placement *place;
+    struct dl_ctx *ctxs;
+    pthread_t *threads;
+    atomic_int abort_flag;
+    atomic_ullong next_uid;
+
+    pthread_mutex_t err_mu;
+    int err_status, err_rank;
+    char err_msg[2048];
+
+    pthread_mutex_t reg_mu;
+    dl_comm_shared *registry;
+    dl_comm_shared *world_sh;
+
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    int wd_stop;
+    pthread_t wd;
+
+    /* a world spanning MPI processes (NULL otherwise): this process hosts ranks [lo, hi) */
+    struct dl_mpi_world *mpi;
+    int nprocs, proc, lo, hi;
+    pthread_mutex_t hier_mu;
+};
+
+static inline int dl__local(const dl_world *w, int rank) { return rank >= w->lo && rank < w->hi; }
+
+/* world.c */
+void dl__world_fail(dl_world *w, int rank, int status, const char *msg);
+/* an error another process reported (MPI worlds): recorded and aborts, not sent on */
+void dl__world_fail_remote(dl_world *w, int rank, int status, const char *msg);
+void dl__world_abort(dl_world *w);
+void dl__op_begin(dl_comm *c, int op, size_t count, int dtype, int peer);
+void dl__op_end(dl_comm *c, int status);
+
+/* comm.c */
+int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared **out);
+void dl__shared_unref(dl_comm_shared *sh);
+int dl__comm_create(dl_comm_shared *sh, int rank, dl_ctx *ctx, dl_comm **out);
+int dl__link(dl_comm *c, int src, int dst, dl_link **out);
+int dl__scratch(dl_comm *c, size_t bytes, void **out);
+
+/* coll.c */
+void dl__progress_stop(dl_ctx *ctx);
+
+/* mpi.c: worlds spanning MPI processes (stubs returning errors without MPI) */
+int dl__mpi_want(const dl_world_opts *o);            /* 1: this world spans processes */
+int dl__mpi_world_begin(dl_world *w);                /* sets mpi, nprocs, proc, lo, hi */
+void dl__mpi_world_end(dl_world *w);                 /* stops listening for other processes' errors */
+void dl__mpi_world_free(dl_world *w);                /* after the links: the world's MPI state */
+void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg); /* tell the others */
+uint64_t dl__mpi_new_cid(dl_world *w);               /* a communicator id unique in the job */
+static inline uint64_t dl__mpi_sub_cid(uint64_t cid, int j) { return cid + 1 + (uint64_t)j; }
+int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
+
+#endif

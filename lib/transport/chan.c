@@ -1,0 +1,325 @@
+/* The shared-memory channel: an SPSC ring of slots between two ranks (see chan.h).
+ *
+ * Layout: the consumer polls each slot's own sequence word (one cache line carries sequence,
+ * header and inline payload); the consumer's release counter `tail` lives on a separate line,
+ * and the producer keeps a private cached copy of it, reloaded only when the ring looks full.
+ * Counters are free-running 32-bit values (nslots is a power of two, so wrap-around is
+ * harmless) and double as futex words. */
+#define _GNU_SOURCE
+#include "config.h"
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "distlab.h"
+#include "runtime/internal.h"
+
+/* One slot header: exactly one cache line. The consumer polls the slot's own sequence word,
+ * so a message costs one cache-line transfer (header, inline payload and sequence together). The
+ * payload's kind follows from its size: inline (<= DL_CHAN_INLINE), eager (<= eager), else
+ * rendezvous. */
+typedef struct slot_hdr {
+    atomic_uint seq; /* message number + 1 once published */
+    uint32_t check;
+    uint64_t bytes;
+    const void *ptr;
+    unsigned char inl[DL_CHAN_INLINE];
+} slot_hdr;
+_Static_assert(sizeof(slot_hdr) == 64, "slot header must be one cache line");
+
+typedef struct chan {
+    dl_link base;
+    uint32_t nslots, mask;
+    size_t eager;
+    slot_hdr *hdr;          /* [nslots], page-aligned */
+    unsigned char *payload; /* [nslots * eager], page-aligned */
+
+    _Alignas(64) atomic_int head_sleep; /* consumer sleeps on a slot's sequence word */
+    _Alignas(64) atomic_uint tail;      /* messages released (consumer) */
+    atomic_uint acq_pub;                /* rendezvous messages announced as being read */
+    atomic_int tail_sleep;              /* producer sleeps on tail */
+
+    /* producer-private */
+    _Alignas(64) uint32_t p_head, p_tail_cache, p_rdv_end;
+    /* consumer-private */
+    _Alignas(64) uint32_t c_acq, c_tail;
+} chan;
+
+uint64_t dl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
+{
+    struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+static void futex_wake(atomic_uint *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Wait until *word has reached `target` (free-running counters: (int32)(word - target) >= 0).
+ * Spins (or yields) first, then sleeps on the futex with a bounded timeout so that an abort is
+ * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
+ * the publisher's store-then-check (both seq_cst). */
+static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
+                      const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps)
+{
+    int slept = 0;
+    uint64_t t0 = dl_now_ns();
+    int spins = w ? w->spins : 1000;
+    int mode = w ? (int)w->mode : DL_WAIT_SPIN;
+    atomic_int *abort_flag = w ? w->abort_flag : NULL;
+    for (int i = 0;; i++) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if ((int32_t)(v - target) >= 0)
+            break;
+        if (abort_flag && atomic_load_explicit(abort_flag, memory_order_relaxed)) {
+            *wait_ns += dl_now_ns() - t0;
+            return dl_error(DL_EABORT, "aborted while waiting on a channel");
+        }
+        if (i < spins) {
+            if (mode == DL_WAIT_SPIN)
+                cpu_relax();
+            else
+                sched_yield();
+            continue;
+        }
+        atomic_store(sleep_flag, 1);
+        if (atomic_load(word) == v) {
+            futex_wait(word, v, 20 * 1000 * 1000);
+            slept = 1;
+        }
+        atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
+    }
+    *wait_ns += dl_now_ns() - t0;
+    *sleeps += (uint64_t)slept;
+    return DL_OK;
+}
+
+static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
+{
+    chan *c = (chan *)l;
+    uint32_t h = c->p_head;
+    if (h - c->p_tail_cache >= c->nslots) {
+        /* the ring looks full: slot h is free once message h - nslots was released */
+        int rc = wait_reach(&c->tail, h - c->nslots + 1, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                            &l->stats.send_sleeps);
+        if (rc)
+            return rc;
+        c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
+    }
+    slot_hdr *s = &c->hdr[h & c->mask];
+    s->check = m->check;
+    s->bytes = m->bytes;
+    if (m->bytes <= DL_CHAN_INLINE) {
+        if (m->bytes)
+            memcpy(s->inl, m->data, m->bytes);
+    } else if (m->bytes <= c->eager) {
+        uint64_t t0 = dl_now_ns();
+        memcpy(c->payload + (size_t)(h & c->mask) * c->eager, m->data, m->bytes);
+        l->stats.copy_ns += dl_now_ns() - t0;
+    } else {
+        s->ptr = m->data;
+        c->p_rdv_end = h + 1;
+    }
+    c->p_head = h + 1;
+    l->stats.bytes_sent += m->bytes;
+    l->stats.msgs_sent++;
+    atomic_store(&s->seq, h + 1); /* seq_cst: ordered before the sleep-flag load below */
+    if (atomic_load(&c->head_sleep))
+        futex_wake(&s->seq);
+    return DL_OK;
+}
+
+static int chan_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
+{
+    chan *c = (chan *)l;
+    uint32_t a = c->c_acq;
+    slot_hdr *s = &c->hdr[a & c->mask];
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != a + 1) {
+        int rc = wait_reach(&s->seq, a + 1, &c->head_sleep, w, &l->stats.recv_wait_ns,
+                            &l->stats.recv_sleeps);
+        if (rc)
+            return rc;
+    }
+    m->check = s->check;
+    m->bytes = s->bytes;
+    if (s->bytes <= DL_CHAN_INLINE) {
+        m->data = s->inl;
+    } else if (s->bytes <= c->eager) {
+        m->data = c->payload + (size_t)(a & c->mask) * c->eager;
+    } else {
+        /* Reading a lent buffer: announce it, then re-check the abort flag (a Dekker pair with
+         * chan_drain). After an abort the sender only waits for announced reads, so a read that
+         * is not announced in time must not happen: acknowledge everything and leave. */
+        atomic_store(&c->acq_pub, a + 1);
+        if (w && w->abort_flag && atomic_load(w->abort_flag)) {
+            c->c_acq = c->c_tail = a + 1;
+            atomic_store(&c->tail, a + 1);
+            if (atomic_load(&c->tail_sleep))
+                futex_wake(&c->tail);
+            return dl_error(DL_EABORT, "aborted while waiting on a channel");
+        }
+        m->data = s->ptr;
+    }
+    c->c_acq = a + 1;
+    l->stats.bytes_recv += m->bytes;
+    l->stats.msgs_recv++;
+    return DL_OK;
+}
+
+static int chan_release(dl_link *l)
+{
+    chan *c = (chan *)l;
+    if (c->c_tail == c->c_acq)
+        return dl_error(DL_EINVAL, "channel %d->%d: release without an acquired message",
+                        l->src, l->dst);
+    c->c_tail++;
+    atomic_store(&c->tail, c->c_tail); /* seq_cst: ordered before the sleep-flag load */
+    if (atomic_load(&c->tail_sleep))
+        futex_wake(&c->tail);
+    return DL_OK;
+}
+
+/* Only lent (rendezvous) buffers need the receiver's acknowledgement: inline and eager
+ * messages were copied, so flush waits for the last rendezvous message only. */
+static int chan_flush(dl_link *l, const dl_waiter *w)
+{
+    chan *c = (chan *)l;
+    int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                            &l->stats.send_sleeps);
+    if (rc == DL_OK)
+        c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
+    return rc;
+}
+
+/* After an abort: wait, ignoring the abort flag, until the receiver has released every lent
+ * message it announced reading, so that the sender's caller may free its buffers. Receivers
+ * release what they read without waiting on anything, so this is short; it is bounded anyway. */
+static int chan_drain(dl_link *l)
+{
+    chan *c = (chan *)l;
+    uint64_t t0 = dl_now_ns();
+    for (;;) {
+        uint32_t announced = atomic_load(&c->acq_pub);
+        uint32_t need = (int32_t)(announced - c->p_rdv_end) < 0 ? announced : c->p_rdv_end;
+        uint32_t t = atomic_load(&c->tail);
+        if ((int32_t)(t - need) >= 0)
+            return DL_OK;
+        if (dl_now_ns() - t0 > 30ull * 1000000000ull)
+            return dl_error(DL_ETIMEOUT, "channel %d->%d: receiver still reading a lent buffer "
+                            "30 s after an abort", l->src, l->dst);
+        sched_yield();
+    }
+}
+
+/* The producer's posted count is 64-bit (stats) and the ring counters are 32-bit free-running:
+ * released = posted - messages still in flight (at most nslots). */
+static uint64_t chan_released(dl_link *l)
+{
+    chan *c = (chan *)l;
+    uint32_t t = atomic_load_explicit(&c->tail, memory_order_acquire);
+    return l->stats.msgs_sent - (uint64_t)(uint32_t)(c->p_head - t);
+}
+
+static int chan_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
+{
+    chan *c = (chan *)l;
+    if (n > l->stats.msgs_sent)
+        return dl_error(DL_EINVAL, "channel %d->%d: waiting for %llu released messages of %llu "
+                        "posted", l->src, l->dst, (unsigned long long)n,
+                        (unsigned long long)l->stats.msgs_sent);
+    if (chan_released(l) >= n)
+        return DL_OK;
+    uint32_t target = c->p_head - (uint32_t)(l->stats.msgs_sent - n);
+    return wait_reach(&c->tail, target, &c->tail_sleep, w, &l->stats.send_wait_ns,
+                      &l->stats.send_sleeps);
+}
+
+static void chan_wake(dl_link *l)
+{
+    chan *c = (chan *)l;
+    for (uint32_t i = 0; i < c->nslots; i++)
+        futex_wake(&c->hdr[i].seq);
+    futex_wake(&c->tail);
+}
+
+static void chan_destroy(dl_link *l)
+{
+    chan *c = (chan *)l;
+    free(c->hdr);
+    free(c->payload);
+    free(c);
+}
+
+static const dl_link_ops chan_ops = {
+    .post = chan_post,
+    .acquire = chan_acquire,
+    .release = chan_release,
+    .flush = chan_flush,
+    .drain = chan_drain,
+    .wake = chan_wake,
+    .destroy = chan_destroy,
+    .released = chan_released,
+    .wait_released = chan_wait_released,
+};
+
+int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes)
+{
+    *out = NULL;
+    if (nslots < 2 || (nslots & (nslots - 1)))
+        return dl_error(DL_EINVAL, "channel %d->%d: slot count %d is not a power of two >= 2",
+                        src, dst, nslots);
+    chan *c;
+    if (posix_memalign((void **)&c, 64, sizeof *c))
+        return dl_error(DL_ENOMEM, "channel %d->%d: out of memory", src, dst);
+    memset(c, 0, sizeof *c);
+    c->base.ops = &chan_ops;
+    c->base.src = src;
+    c->base.dst = dst;
+    c->nslots = (uint32_t)nslots;
+    c->mask = (uint32_t)nslots - 1;
+    /* eager payloads rounded to whole pages so that each starts page-aligned (memcpy trap) */
+    c->eager = eager_bytes ? (eager_bytes + 4095) & ~(size_t)4095 : 0;
+    if (posix_memalign((void **)&c->hdr, 4096, sizeof(slot_hdr) * (size_t)nslots) ||
+        (c->eager && posix_memalign((void **)&c->payload, 4096, c->eager * (size_t)nslots))) {
+        free(c->hdr);
+        free(c);
+        return dl_error(DL_ENOMEM, "channel %d->%d: out of memory for %d slots", src, dst, nslots);
+    }
+    memset(c->hdr, 0, sizeof(slot_hdr) * (size_t)nslots);
+    for (int i = 0; i < nslots; i++)
+        atomic_init(&c->hdr[i].seq, 0);
+    atomic_init(&c->tail, 0);
+    atomic_init(&c->acq_pub, 0);
+    atomic_init(&c->head_sleep, 0);
+    atomic_init(&c->tail_sleep, 0);
+    *out = &c->base;
+    return DL_OK;
+}
+
+void dl_link_destroy(dl_link *l)
+{
+    if (l)
+        l->ops->destroy(l);
+}

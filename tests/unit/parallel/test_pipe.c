@@ -1,0 +1,446 @@
+/* The pipeline engine and pipelined training:
+ *  - the engine hands every activation and gradient to the right virtual stage, in every
+ *    schedule (values encode their origin and are checked at the receiver);
+ *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved; with dp and tp; tied
+ *    embeddings) trains exactly the model one rank trains, within the rounding bounds of
+ *    tests/unit/testutil.h (f64 and f32), and negative controls fail them;
+ *  - asynchronous PipeDream: with weight stashing every backward uses its forward's weights,
+ *    without the gap is p - s (1-based s);
+ *  - 1F1B's peak activation memory on the first stage is p/m of GPipe's (arena, m >= p);
+ *  - bad configurations are refused with a message. */
+#include "../testutil.h"
+#include <time.h>
+#include <check.h>
+#include <math.h>
+
+/* ---- the engine alone: hand-offs carry (micro-batch, virtual stage) ------------------------ */
+
+#define HCOUNT 6000 /* elements per hand-off: rendezvous-sized */
+
+typedef struct hand_rank {
+    int p, v, stage, wrong, fwd, bwd, sleep_ms;
+    dl_pipe_stats st;
+    double in[HCOUNT], out[HCOUNT], gin[HCOUNT], gout[HCOUNT];
+} hand_rank;
+
+typedef struct hand_arg {
+    const dl_sched *s;
+    hand_rank r[8];
+    int status[8];
+} hand_arg;
+
+static double code(int mb, int vstage, int grad, int i) { return grad * 1e7 + mb * 1e5 + vstage * 1e3 + i % 100; }
+
+static void *h_fwd_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((hand_rank *)arg)->in; }
+static void *h_bwd_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((hand_rank *)arg)->gin; }
+
+static int h_fwd(void *arg, int mb, int ch, const void **out)
+{
+    hand_rank *h = arg;
+    int vs = ch * h->p + h->stage;
+    if (vs > 0 && (h->in[0] != code(mb, vs - 1, 0, 0) || h->in[HCOUNT - 1] != code(mb, vs - 1, 0, HCOUNT - 1)))
+        h->wrong++;
+    for (int i = 0; i < HCOUNT; i++)
+        h->out[i] = code(mb, vs, 0, i);
+    h->fwd++;
+    *out = h->out;
+    return DL_OK;
+}
+
+static int h_bwd(void *arg, int mb, int ch, const void **din)
+{
+    hand_rank *h = arg;
+    int vs = ch * h->p + h->stage, last = h->p * h->v - 1;
+    if (vs < last && (h->gin[0] != code(mb, vs + 1, 1, 0) || h->gin[HCOUNT - 1] != code(mb, vs + 1, 1, HCOUNT - 1)))
+        h->wrong++;
+    for (int i = 0; i < HCOUNT; i++)
+        h->gout[i] = code(mb, vs, 1, i);
+    if (h->sleep_ms && h->bwd == 0) {
+        struct timespec ts = {0, h->sleep_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    h->bwd++;
+    *din = h->gout;
+    return DL_OK;
+}
+
+static int hand_fn(dl_ctx *ctx, void *argp)
+{
+    hand_arg *a = argp;
+    int r = dl_ctx_rank(ctx);
+    hand_rank *h = &a->r[r];
+    h->p = a->s->p, h->v = a->s->v, h->stage = r;
+    dl_pipe *e;
+    int rc = dl_pipe_create(dl_ctx_comm(ctx), HCOUNT, DL_F64, dl_ctx_arena(ctx), &e);
+    dl_pipe_ops ops = {h_fwd_in, h_fwd, h_bwd_in, h_bwd, NULL};
+    for (int step = 1; rc == DL_OK && step <= 2; step++)
+        rc = dl_pipe_run(e, a->s, &ops, h, step, NULL, 0, &h->st);
+    dl_pipe_destroy(e);
+    a->status[r] = rc;
+    return rc;
+}
+
+static void check_handoffs(dl_sched *s)
+{
+    ck_assert_msg(dl_sched_validate(s) == DL_OK, "%s", dl_errmsg());
+    hand_arg *a = calloc(1, sizeof *a);
+    a->s = s;
+    int rc = tu_run_world(s->p, hand_fn, a);
+    ck_assert_msg(rc == DL_OK, "%s p %d m %d v %d: %s", dl_sched_kind_name(s->kind), s->p, s->m,
+                  s->v, dl_errmsg());
+    for (int r = 0; r < s->p; r++) {
+        ck_assert_msg(a->r[r].wrong == 0, "stage %d received %d wrong hand-offs", r, a->r[r].wrong);
+        ck_assert_int_eq(a->r[r].fwd, 2 * s->m * s->v);
+        ck_assert_int_eq(a->r[r].bwd, 2 * s->m * s->v);
+    }
+    free(a);
+    dl_sched_free(s);
+}
+
+/* The engine's overhead is what is left of the wall time: every part is accounted for (the
+ * parts are disjoint intervals of the step, so they sum to the wall exactly), and waiting for a
+ * busy neighbour to take the last hand-off is drain time, not overhead: stage 0 sleeps 200 ms in
+ * its first backward, so stage 1's second gradient waits that long to be received. */
+START_TEST(engine_accounting)
+{
+    dl_sched *s;
+    ck_assert(dl_sched_gpipe(2, 2, &s) == DL_OK);
+    hand_arg *a = calloc(1, sizeof *a);
+    a->s = s;
+    a->r[0].sleep_ms = 200;
+    a->r[0].bwd = -2; /* the first backward of step 2 (the step whose stats hand_fn keeps) */
+    ck_assert_msg(tu_run_world(2, hand_fn, a) == DL_OK, "%s", dl_errmsg());
+    for (int r = 0; r < 2; r++) {
+        const dl_pipe_stats *st = &a->r[r].st;
+        uint64_t sum = st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns + st->drain_ns +
+                       st->engine_ns;
+        ck_assert_msg(sum == st->wall_ns, "stage %d: parts %llu, wall %llu", r,
+                      (unsigned long long)sum, (unsigned long long)st->wall_ns);
+    }
+    const dl_pipe_stats *last = &a->r[1].st;
+    ck_assert_msg(last->drain_ns + last->send_ns >= 100000000ull,
+                  "stage 1 waited %llu ns to drain and %llu to send, want >= 100 ms of the 200",
+                  (unsigned long long)last->drain_ns, (unsigned long long)last->send_ns);
+    ck_assert_msg(last->engine_ns < 100000000ull, "stage 1's engine overhead %llu ns holds the wait",
+                  (unsigned long long)last->engine_ns);
+    free(a);
+    dl_sched_free(s);
+}
+END_TEST
+
+START_TEST(engine_handoffs)
+{
+    dl_sched *s;
+    ck_assert(dl_sched_gpipe(4, 6, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_1f1b(4, 6, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_1f1b(3, 2, &s) == DL_OK);
+    check_handoffs(s);
+    /* p = 2: the wrap-around link 1 -> 0 carries activations (chunk c -> c+1) while 0 -> 1
+     * carries both activations and the wrap's gradients */
+    ck_assert(dl_sched_interleaved(2, 4, 3, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_interleaved(4, 8, 2, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_async(4, 8, 1, &s) == DL_OK);
+    check_handoffs(s);
+}
+END_TEST
+
+START_TEST(engine_peers)
+{
+    int prev, next;
+    dl_pipe_peers(4, 1, 0, 0, &prev, &next);
+    ck_assert(prev == -1 && next == 1);
+    dl_pipe_peers(4, 1, 3, 0, &prev, &next);
+    ck_assert(prev == 2 && next == -1);
+    dl_pipe_peers(4, 2, 3, 0, &prev, &next); /* virtual stage 3 -> 4 = stage 0 chunk 1 */
+    ck_assert(prev == 2 && next == 0);
+    dl_pipe_peers(4, 2, 0, 1, &prev, &next);
+    ck_assert(prev == 3 && next == 1);
+    dl_pipe_peers(4, 2, 3, 1, &prev, &next);
+    ck_assert(prev == 2 && next == -1);
+}
+END_TEST
+
+/* ---- pipelined training equals one rank --------------------------------------------------- */
+
+static dl_train_opts base(int pp, int m, int sched, dl_dtype dt)
+{
+    dl_train_opts o;
+    dl_train_opts_init(&o);
+    o.model.layers = 4;
+    o.model.d_model = 32;
+    o.model.heads = 4;
+    o.model.seq = 16;
+    o.dtype = dt;
+    o.dp = 1;
+    o.tp = 1;
+    o.pp = pp;
+    o.schedule = sched;
+    o.micro_batch = 2;
+    o.microbatches = m;
+    o.steps = DL_TEST_SMALL ? 2 : 3;
+    o.warmup = 2;
+    o.lr = dt == DL_F32 ? 1e-3 : 1e-2;
+    o.min_lr = 1e-4;
+    o.eval_windows = 4;
+    o.log_every = 0;
+    o.want_params = 1;
+    o.timeout_s = 120;
+    return o;
+}
+
+/* Train `o` and the same configuration on one rank: the same model within the rounding bounds of
+ * tests/unit/testutil.h (every step's loss, the first step's gradients and parameters tightly, the
+ * last step's parameters within Adam's amplification of rounding). Returns tu_same_model's
+ * verdict; hook: the private test hook in force for the pipelined run. */
+static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
+{
+    dl_train_opts one = o;
+    ck_assert_msg(dl_train_resolve(&o, o.dp * o.tp * o.pp) == DL_OK, "%s", dl_errmsg());
+    one.dp = one.tp = one.pp = 1;
+    one.schedule = 0;
+    one.virtual_stages = 0;
+    one.microbatches = o.dp * o.microbatches;
+    one.global_batch = 0;
+    return tu_same_model(o, hook, one, why, wn);
+}
+
+static void equals_one_rank(dl_train_opts o)
+{
+    char why[512];
+    int same = vs_one_rank(o, NULL, why, sizeof why);
+    ck_assert_msg(same == 1, "%s dp %d tp %d pp %d m %d %s: %s",
+                  dl_sched_kind_name((dl_sched_kind)o.schedule), o.dp, o.tp, o.pp, o.microbatches,
+                  dl_dtype_name(o.dtype), why);
+}
+
+/* The bounds are tight: pp 2 x dp 2 with the first gradient all-reduce skipped, and pp 2 with one
+ * element of stage 1's parameters perturbed by 1e-6 (f64) or 1e-3 (f32) relative, fail them. */
+START_TEST(controls)
+{
+    for (int f = 0; f < 2; f++) {
+        dl_train_opts o = base(2, 2, DL_SCHED_1F1B, f ? DL_F32 : DL_F64);
+        o.dp = 2;
+        dl__test_hook h[2] = {tu_skip_hook(DL_PURPOSE_GRADS, 1), tu_perturb_hook(&o)};
+        for (int k = 0; k < 2; k++) {
+            if (k == 1)
+                o.dp = 1;
+            char why[512];
+            int same = vs_one_rank(o, &h[k], why, sizeof why);
+            ck_assert_msg(same == 0 && atomic_load(&h[k].skipped) + atomic_load(&h[k].perturbed),
+                          "pp 2 dp %d %s control %d: %s", o.dp, dl_dtype_name(o.dtype), k,
+                          same ? "passed as the same model" : why);
+            fprintf(stderr, "control pp 2 dp %d %s %s: differs (%s)\n", o.dp, dl_dtype_name(o.dtype),
+                    k ? "one element perturbed" : "first gradient all-reduce skipped", why);
+        }
+    }
+}
+END_TEST
+
+/* loop index -> (p, m, schedule) */
+static const struct { int p, m, sched; } CASES[] = {
+    {2, 4, DL_SCHED_GPIPE}, {2, 4, DL_SCHED_1F1B}, {2, 4, DL_SCHED_INTERLEAVED},
+    {4, 8, DL_SCHED_1F1B}, {2, 1, DL_SCHED_GPIPE}, {4, 4, DL_SCHED_GPIPE},
+    {4, 1, DL_SCHED_1F1B}, {2, 8, DL_SCHED_INTERLEAVED}, {4, 8, DL_SCHED_GPIPE},
+};
+#define NCASES (int)(sizeof CASES / sizeof CASES[0])
+
+START_TEST(pp_f64)
+{
+    equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F64));
+}
+END_TEST
+
+START_TEST(pp_f32)
+{
+    equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F32));
+}
+END_TEST
+
+START_TEST(pp_interleaved4_f64)
+{
+    dl_train_opts o = base(4, 4, DL_SCHED_INTERLEAVED, DL_F64);
+    o.model.layers = 8;
+    o.virtual_stages = 2;
+    equals_one_rank(o);
+}
+END_TEST
+
+START_TEST(pp_dp_tp_f64)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_1F1B, DL_F64);
+    o.dp = 2;
+    o.tp = 2;
+    equals_one_rank(o);
+}
+END_TEST
+
+START_TEST(pp_dp_tp_f32)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
+    o.dp = 2;
+    o.tp = 2;
+    o.model.layers = 2; /* one layer per stage: the 8-rank run stays short */
+    equals_one_rank(o);
+}
+END_TEST
+
+START_TEST(pp_tied_f64)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_1F1B, DL_F64);
+    o.model.tie = 1;
+    equals_one_rank(o);
+    o = base(4, 4, DL_SCHED_GPIPE, DL_F64);
+    o.model.tie = 1;
+    o.dp = 2;
+    equals_one_rank(o);
+}
+END_TEST
+
+START_TEST(pp_zero_f64)
+{
+    dl_train_opts o = base(2, 2, DL_SCHED_1F1B, DL_F64);
+    o.dp = 2;
+    o.zero = 2;
+    equals_one_rank(o);
+}
+END_TEST
+
+START_TEST(pp_zero3_f64)
+{
+    dl_train_opts o = base(2, 2, DL_SCHED_1F1B, DL_F64);
+    o.dp = 2;
+    o.zero = 3;
+    equals_one_rank(o);
+}
+END_TEST
+
+/* bf16 mixed precision: a pipeline changes nothing but where the layers run, so pp 2 x dp 2
+ * ends with the same master weights as dp 2 alone (the dp reductions add the same values in the
+ * same order), at ZeRO stages 0 and 3 */
+START_TEST(pp_bf16_same_as_dp)
+{
+    for (int zero = 0; zero <= 3; zero += 3) {
+        dl_train_opts a = base(2, 2, DL_SCHED_1F1B, DL_BF16), b;
+        a.dp = 2;
+        a.zero = zero;
+        b = a;
+        b.pp = 1;
+        b.schedule = 0;
+        dl_train_result ra, rb;
+        ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
+        ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
+        for (int i = 0; i < ra.nsteps; i++)
+            ck_assert_msg(ra.steps[i].loss == rb.steps[i].loss, "bf16 zero %d step %d: loss %.17g "
+                          "with pp 2, %.17g without", zero, i + 1, ra.steps[i].loss,
+                          rb.steps[i].loss);
+        char name[48];
+        double w = tu_worst_tensor_rel(&a.model, ra.params, rb.params, name);
+        ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero,
+                      w, name);
+        dl_train_result_free(&ra);
+        dl_train_result_free(&rb);
+    }
+}
+END_TEST
+
+/* ---- asynchronous PipeDream: weight versions ---------------------------------------------- */
+
+START_TEST(async_versions)
+{
+    for (int stash = 0; stash <= 1; stash++) {
+        dl_train_opts o = base(4, 8, DL_SCHED_ASYNC, DL_F64);
+        o.weight_stashing = stash;
+        dl_train_result r;
+        ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
+        for (int s = 0; s < 4; s++)
+            ck_assert_msg(r.pp_max_gap[s] == (stash ? 0 : 4 - (s + 1)),
+                          "async %s stage %d: gap %d, expected %d", stash ? "stashing" : "plain",
+                          s + 1, r.pp_max_gap[s], stash ? 0 : 4 - (s + 1));
+        ck_assert(isfinite(r.final_loss));
+        dl_train_result_free(&r);
+    }
+}
+END_TEST
+
+/* ---- activation memory: 1F1B holds p micro-batches where GPipe holds m ---------------------- */
+
+START_TEST(activation_memory)
+{
+    uint64_t act[2];
+    int sched[2] = {DL_SCHED_GPIPE, DL_SCHED_1F1B};
+    for (int k = 0; k < 2; k++) {
+        dl_train_opts o = base(4, 8, sched[k], DL_F64);
+        o.want_params = 0;
+        o.steps = 1;
+        dl_train_result r;
+        ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
+        act[k] = r.peak[DL_MEM_ACTIVATIONS]; /* rank 0 = stage 1 */
+        ck_assert_int_eq(r.pp_slots[0], k == 0 ? 8 : 4);
+        dl_train_result_free(&r);
+    }
+    ck_assert_msg(act[1] * 8 <= act[0] * 4, "1F1B stage 1 holds %llu activation bytes, GPipe %llu: "
+                  "more than p/m = 4/8", (unsigned long long)act[1], (unsigned long long)act[0]);
+    ck_assert(act[1] > 0);
+}
+END_TEST
+
+/* ---- bad input ---------------------------------------------------------------------------- */
+
+START_TEST(bad_configs)
+{
+    dl_train_opts o = base(5, 4, DL_SCHED_GPIPE, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 5), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "larger than the layers"));
+    o = base(2, 4, DL_SCHED_INTERLEAVED, DL_F32);
+    o.model.layers = 6;
+    o.virtual_stages = 2;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "not divisible by pp 2 x virtual stages 2"));
+    o = base(2, 3, DL_SCHED_INTERLEAVED, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "multiple of pp"));
+    o = base(2, 4, DL_SCHED_TERAPIPE, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    o = base(2, 4, DL_SCHED_1F1B, DL_F32);
+    o.weight_stashing = 1;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank count"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("pipe");
+    TCase *tc = tcase_create("pipe");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, engine_peers);
+    tcase_add_test(tc, engine_handoffs);
+    tcase_add_test(tc, engine_accounting);
+    tcase_add_test(tc, bad_configs);
+    tcase_add_loop_test(tc, pp_f64, 0, DL_TEST_SMALL ? 3 : NCASES);
+    tcase_add_loop_test(tc, pp_f32, 0, DL_TEST_SMALL ? 1 : 4);
+    tcase_add_test(tc, pp_tied_f64);
+    tcase_add_test(tc, controls);
+    tcase_add_test(tc, pp_zero3_f64);
+    tcase_add_test(tc, pp_bf16_same_as_dp);
+    tcase_add_test(tc, async_versions);
+    tcase_add_test(tc, activation_memory);
+    if (!DL_TEST_SMALL) {
+        tcase_add_test(tc, pp_interleaved4_f64);
+        tcase_add_test(tc, pp_dp_tp_f64);
+        tcase_add_test(tc, pp_dp_tp_f32);
+        tcase_add_test(tc, pp_zero_f64);
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

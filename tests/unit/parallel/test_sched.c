@@ -1,0 +1,551 @@
+/* Pipeline schedules as data (lecture 17 §4, §6.2, code 03) against the lecture's text and
+ * against independent counts: the grids character for character, bubbles, activations, weight
+ * versions, TeraPipe, the partition example, the validator's rejections, and a property sweep
+ * over p, m and v. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../testutil.h"
+
+#define ck_near(x, want, tol)                                                                    \
+    ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.12g, want %.12g +- %g", #x, \
+                  (double)(x), (double)(want), (double)(tol))
+
+/* The lecture's §4.1 grids byte for byte, its captions in English (numbers unchanged) (code 03
+ * part 1): the naive and GPipe grids side by side, then the 1F1B grid. */
+static const char LECTURE_NAIVE_GPIPE[] =
+    "naive (1 micro-batch): bubble 75%         GPipe (4 micro-batches): bubble 42.9%\n"
+    "GPU 1  0·········aa                       GPU 1  0123·········aabbccdd\n"
+    "GPU 2  ·0······aa··                       GPU 2  ·0123······aabbccdd··\n"
+    "GPU 3  ··0···aa····                       GPU 3  ··0123···aabbccdd····\n"
+    "GPU 4  ···0aa······                       GPU 4  ···0123aabbccdd······\n";
+static const char LECTURE_1F1B[] =
+    "1F1B (8 micro-batches): bubble 27.3%, activations held per stage 4 / 3 / 2 / 1\n"
+    "GPU 1  0123······aa4bb5cc6dd7ee·ff·gg·hh\n"
+    "GPU 2  ·012····aa3bb4cc5dd6ee7ff·gg·hh··\n"
+    "GPU 3  ··01··aa2bb3cc4dd5ee6ff7gg·hh····\n"
+    "GPU 4  ···0aa1bb2cc3dd4ee5ff6gg7hh······\n";
+
+/* The lecture places the GPipe block at display column 42. */
+#define LECTURE_COLUMN 42
+
+static dl_sched_sim *sim_of(const dl_sched *s, const dl_sched_costs *c)
+{
+    dl_sched_sim *sim = NULL;
+    ck_assert_msg(dl_sched_simulate(s, c, &sim) == DL_OK, "simulate: %s", dl_errmsg());
+    return sim;
+}
+
+static char *render(const dl_sched *s, int with_act)
+{
+    dl_sched_sim *sim = sim_of(s, NULL);
+    char *out = NULL;
+    ck_assert_msg(dl_sched_render(s, sim, with_act, &out) == DL_OK, "render: %s", dl_errmsg());
+    dl_sched_sim_free(sim);
+    return out;
+}
+
+/* ---- the lecture's grids ----------------------------------------------------------------- */
+
+START_TEST(t_lecture_grids)
+{
+    dl_sched *naive, *gpipe, *f1b;
+    ck_assert_int_eq(dl_sched_naive(4, &naive), DL_OK);
+    ck_assert_int_eq(dl_sched_gpipe(4, 4, &gpipe), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &f1b), DL_OK);
+
+    char *a = render(naive, 0), *b = render(gpipe, 0), *both = NULL;
+    ck_assert_int_eq(dl_sched_side_by_side(a, b, LECTURE_COLUMN, &both), DL_OK);
+    ck_assert_msg(strcmp(both, LECTURE_NAIVE_GPIPE) == 0, "got\n%s\nwant\n%s", both, LECTURE_NAIVE_GPIPE);
+    free(a);
+    free(b);
+    free(both);
+
+    char *c = render(f1b, 1);
+    ck_assert_msg(strcmp(c, LECTURE_1F1B) == 0, "got\n%s\nwant\n%s", c, LECTURE_1F1B);
+    free(c);
+
+    /* The grid alone is the lines after the caption. */
+    dl_sched_sim *sim = sim_of(f1b, NULL);
+    char *g = NULL;
+    ck_assert_int_eq(dl_sched_grid(f1b, sim, &g), DL_OK);
+    ck_assert_str_eq(g, strchr(LECTURE_1F1B, '\n') + 1);
+    free(g);
+    dl_sched_sim_free(sim);
+
+    /* Wide characters count two columns (the lecture's own captions are Chinese). */
+    ck_assert_int_eq(dl_sched_display_width("朴素（1 个微批次）：气泡 75%"), 28);
+    ck_assert_int_eq(dl_sched_display_width("GPU 1  0·········aa"), 19);
+    dl_sched_free(naive);
+    dl_sched_free(gpipe);
+    dl_sched_free(f1b);
+}
+END_TEST
+
+/* ---- exact orders ------------------------------------------------------------------------ */
+
+/* A stage's actions as "F0 F1 B0 ...", in the validator's notation. */
+static char *stage_str(const dl_sched *s, int q)
+{
+    static char out[1024];
+    char a[32];
+    out[0] = '\0';
+    for (int i = 0; i < s->len[q]; i++) {
+        if (i) strcat(out, " ");
+        strcat(out, dl_sched_action_str(s, &s->act[q][i], a, sizeof a));
+    }
+    return out;
+}
+
+START_TEST(t_orders)
+{
+    dl_sched *s;
+    /* 1F1B, p 4, m 8: GPU s+1 runs p - s forwards before its first backward (the grid) */
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7 OPT");
+    ck_assert_str_eq(stage_str(s, 3), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 OPT");
+    dl_sched_free(s);
+    ck_assert_int_eq(dl_sched_async(3, 4, 1, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 0), "F0 F1 F2 B0 OPT F3 B1 OPT B2 OPT B3 OPT");
+    dl_sched_free(s);
+    /* Megatron's interleaved order, p 2, m 4, v 2 (derived by hand from schedules.py):
+     * forward k is micro-batch (k / 4) 2 + k % 2 of chunk (k / 2) % 2, backward k the chunk
+     * 1 - (k / 2) % 2; warm-up 2 (p - s - 1) + (v - 1) p = 4 on stage 0, 2 on stage 1. */
+    ck_assert_int_eq(dl_sched_interleaved(2, 4, 2, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 0), "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 "
+                                      "B2.1 B3.1 B2.0 B3.0 OPT");
+    ck_assert_str_eq(stage_str(s, 1), "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 "
+                                      "F3.1 B3.1 B2.0 B3.0 OPT");
+    dl_sched_free(s);
+    /* m = p: all forwards first (Megatron's special case) */
+    ck_assert_int_eq(dl_sched_interleaved(2, 2, 2, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 1), "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 OPT");
+    dl_sched_free(s);
+    /* v = 1 is the plain 1F1B */
+    ck_assert_int_eq(dl_sched_interleaved(2, 4, 1, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 0), "F0 F1 B0 F2 B1 F3 B2 B3 OPT");
+    dl_sched_free(s);
+    /* TeraPipe: sequences' token chunks forward in order, backward back to front */
+    ck_assert_int_eq(dl_sched_terapipe(2, 2, 2, &s), DL_OK);
+    ck_assert_str_eq(stage_str(s, 1), "F0 F1 F2 F3 B1 B0 B3 B2 OPT");
+    dl_sched_free(s);
+}
+END_TEST
+
+/* ---- bubbles and activations ------------------------------------------------------------- */
+
+START_TEST(t_bubbles)
+{
+    struct { int kind, m; double want; const char *pct; } cases[] = {
+        {DL_SCHED_NAIVE, 1, 0.75, "75.0"}, {DL_SCHED_GPIPE, 4, 3.0 / 7, "42.9"},
+        {DL_SCHED_1F1B, 8, 3.0 / 11, "27.3"}, {DL_SCHED_GPIPE, 8, 3.0 / 11, "27.3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dl_sched *s;
+        int st = cases[i].kind == DL_SCHED_NAIVE ? dl_sched_naive(4, &s)
+                 : cases[i].kind == DL_SCHED_GPIPE ? dl_sched_gpipe(4, cases[i].m, &s)
+                                                  : dl_sched_1f1b(4, cases[i].m, &s);
+        ck_assert_int_eq(st, DL_OK);
+        dl_sched_sim *sim = sim_of(s, NULL);
+        ck_near(sim->bubble_total, cases[i].want, 1e-12);
+        ck_near(dl_sched_bubble_formula(s), cases[i].want, 1e-12);
+        ck_near(sim->makespan, 3.0 * (cases[i].m + 3), 0); /* (m + p - 1)(t_f + t_b) */
+        char t[16];
+        snprintf(t, sizeof t, "%.1f", 100 * sim->bubble_total);
+        ck_assert_str_eq(t, cases[i].pct);
+        /* every stage idles (p - 1)(t_f + t_b) = 9 units */
+        for (int q = 0; q < 4; q++) ck_near(sim->bubble[q] * sim->makespan, 9, 1e-9);
+        dl_sched_sim_free(sim);
+        dl_sched_free(s);
+    }
+    /* Interleaving with per-chunk costs (1, 2): (p - 1)/(v m + p - 1) = 3/19 for p 4, m 8, v 2. */
+    dl_sched *s;
+    ck_assert_int_eq(dl_sched_interleaved(4, 8, 2, &s), DL_OK);
+    dl_sched_sim *sim = sim_of(s, NULL);
+    ck_near(sim->bubble_total, 3.0 / 19, 1e-12);
+    ck_near(dl_sched_bubble_formula(s), 3.0 / 19, 1e-12);
+    dl_sched_sim_free(sim);
+    dl_sched_free(s);
+}
+END_TEST
+
+START_TEST(t_activations)
+{
+    dl_sched *g, *f;
+    ck_assert_int_eq(dl_sched_gpipe(4, 8, &g), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &f), DL_OK);
+    dl_sched_sim *sg = sim_of(g, NULL), *sf = sim_of(f, NULL);
+    for (int q = 0; q < 4; q++) {
+        ck_assert_int_eq(sg->peak_act[q], 8);    /* GPipe: m */
+        ck_assert_int_eq(sf->peak_act[q], 4 - q); /* 1F1B: 4 / 3 / 2 / 1 */
+        ck_assert_int_eq(sf->peak_act[q], dl_plan_inflight(DL_PLAN_1F1B, 4, 8, q + 1));
+        ck_assert_int_eq(sg->peak_act[q], dl_plan_inflight(DL_PLAN_GPIPE, 4, 8, q + 1));
+    }
+    dl_sched_sim_free(sg);
+    dl_sched_sim_free(sf);
+    dl_sched_free(g);
+    dl_sched_free(f);
+}
+END_TEST
+
+/* ---- weight versions (§4.3, exercise 6) ---------------------------------------------------- */
+
+START_TEST(t_versions)
+{
+    int p = 4, m = 8;
+    for (int stash = 0; stash <= 1; stash++) {
+        dl_sched *s;
+        ck_assert_int_eq(dl_sched_async(p, m, stash, &s), DL_OK);
+        ck_assert_int_eq(s->flush, 0);
+        ck_assert_int_eq(s->stash, stash);
+        /* no flush: an OPT right after every backward, none elsewhere */
+        for (int q = 0; q < p; q++) {
+            int nopt = 0;
+            for (int i = 0; i < s->len[q]; i++)
+                if (s->act[q][i].op == DL_SCHED_OPT) {
+                    nopt++;
+                    ck_assert(i > 0 && s->act[q][i - 1].op == DL_SCHED_B &&
+                              s->act[q][i - 1].mb == s->act[q][i].mb);
+                }
+            ck_assert_int_eq(nopt, m);
+        }
+        dl_sched_versions *v;
+        ck_assert_msg(dl_sched_versions_get(s, &v) == DL_OK, "%s", dl_errmsg());
+        for (int q = 0; q < p; q++) {
+            /* the lecture's 3 / 2 / 1 / 0: p - s updates for 1-based s */
+            ck_assert_int_eq(v->max_gap[q], 3 - q);
+            ck_assert_int_eq(v->max_gap[q], dl_plan_staleness(p, q + 1));
+            for (int j = 0; j < m; j++) {
+                int k = q * m + j, w = p - q - 1;
+                /* warm-up micro-batches see fewer updates; steady ones exactly p - s */
+                ck_assert_int_eq(v->gap[k], j < w ? j : w);
+                if (stash)
+                    ck_assert_msg(v->bwd[k] == v->fwd[k], "stage %d mb %d: backward uses version %d, "
+                                  "forward used %d", q, j, v->bwd[k], v->fwd[k]);
+                else
+                    ck_assert_int_eq(v->bwd[k], v->fwd[k] + v->gap[k]);
+            }
+            /* stashing keeps one version per micro-batch in flight */
+            ck_assert_int_eq(v->peak_versions[q], stash ? 4 - q : 1);
+        }
+        dl_sched_versions_free(v);
+        dl_sched_free(s);
+    }
+    /* with a flush nothing changes between a forward and its backward */
+    dl_sched *s;
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &s), DL_OK);
+    dl_sched_versions *v;
+    ck_assert_int_eq(dl_sched_versions_get(s, &v), DL_OK);
+    for (int q = 0; q < 4; q++) ck_assert_int_eq(v->max_gap[q], 0);
+    dl_sched_versions_free(v);
+    dl_sched_free(s);
+}
+END_TEST
+
+/* ---- TeraPipe (§6.2, code 03 part 5) --------------------------------------------------------- */
+
+START_TEST(t_terapipe)
+{
+    const char *want[] = {"60.0", "42.9", "27.3", "15.8"};
+    for (int i = 0, c = 1; c <= 8; c *= 2, i++) {
+        dl_sched *s;
+        ck_assert_int_eq(dl_sched_terapipe(4, 2, c, &s), DL_OK);
+        ck_assert_int_eq(s->m, 2 * c);
+        ck_assert_int_eq(s->seq_chunks, c);
+        /* the lecture's approximation: a token chunk costs 1/c of its sequence */
+        dl_sched_costs k = {1.0 / c, 2.0 / c, 0};
+        dl_sched_sim *sim = sim_of(s, &k);
+        char t[16];
+        snprintf(t, sizeof t, "%.1f", 100 * sim->bubble_total);
+        ck_assert_str_eq(t, want[i]);
+        ck_near(sim->bubble_total, dl_plan_bubble(4, 2 * c, 1), 1e-12); /* m: 2 -> 2c */
+        dl_sched_sim_free(sim);
+        dl_sched_free(s);
+    }
+    /* token order is checked: a chunk's backward before the later chunk's backward */
+    dl_sched *s;
+    ck_assert_int_eq(dl_sched_terapipe(2, 1, 2, &s), DL_OK);
+    dl_sched_action t = s->act[1][2];
+    s->act[1][2] = s->act[1][3];
+    s->act[1][3] = t;
+    ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "stage 1 action 2 (B0)") && strstr(dl_errmsg(), "token chunk 0"),
+                  "%s", dl_errmsg());
+    dl_sched_free(s);
+}
+END_TEST
+
+/* ---- partitioning (§4.4, code 03 part 4) -------------------------------------------------- */
+
+START_TEST(t_partition)
+{
+    double c[12] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4};
+    int first[5];
+    double sc[4], mx;
+    ck_assert_int_eq(dl_sched_partition(c, 12, 4, 0, first, sc, &mx), DL_OK);
+    int even_first[5] = {0, 3, 6, 9, 12};
+    double even_cost[4] = {5, 3, 3, 6};
+    for (int j = 0; j < 5; j++) ck_assert_int_eq(first[j], even_first[j]);
+    for (int j = 0; j < 4; j++) ck_near(sc[j], even_cost[j], 0);
+    ck_near(mx, 6, 0);
+
+    ck_assert_int_eq(dl_sched_partition(c, 12, 4, 1, first, sc, &mx), DL_OK);
+    int dp_first[5] = {0, 2, 6, 10, 12}; /* 0-1, 2-5, 6-9, 10-11 */
+    double dp_cost[4] = {4, 4, 4, 5};
+    for (int j = 0; j < 5; j++) ck_assert_int_eq(first[j], dp_first[j]);
+    for (int j = 0; j < 4; j++) ck_near(sc[j], dp_cost[j], 0);
+    ck_near(mx, 5, 0);
+
+    ck_assert_int_eq(dl_sched_partition(c, 12, 13, 1, first, NULL, NULL), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "13") != NULL, "%s", dl_errmsg());
+}
+END_TEST
+
+/* ---- the validator ------------------------------------------------------------------------ */
+
+static dl_sched *custom(int p, int m, int v)
+{
+    dl_sched *s;
+    ck_assert_int_eq(dl_sched_new(p, m, v, &s), DL_OK);
+    return s;
+}
+
+#define ck_rejects(s, ...)                                                                      \
+    do {                                                                                        \
+        ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);                                      \
+        const char *want_[] = {__VA_ARGS__};                                                    \
+        for (size_t w_ = 0; w_ < sizeof want_ / sizeof want_[0]; w_++)                          \
+            ck_assert_msg(strstr(dl_errmsg(), want_[w_]) != NULL, "message '%s' lacks '%s'",    \
+                          dl_errmsg(), want_[w_]);                                              \
+        dl_sched_sim *sim_ = NULL;                                                              \
+        ck_assert_int_eq(dl_sched_simulate(s, NULL, &sim_), DL_EINVAL);                         \
+        ck_assert(sim_ == NULL);                                                                \
+    } while (0)
+
+START_TEST(t_validator)
+{
+    /* a backward before its forward */
+    dl_sched *s = custom(2, 1, 1);
+    dl_sched_push(s, 0, DL_SCHED_F, 0, 0);
+    dl_sched_push(s, 0, DL_SCHED_B, 0, 0);
+    dl_sched_push(s, 0, DL_SCHED_OPT, -1, -1);
+    dl_sched_push(s, 1, DL_SCHED_B, 0, 0);
+    dl_sched_push(s, 1, DL_SCHED_F, 0, 0);
+    dl_sched_push(s, 1, DL_SCHED_OPT, -1, -1);
+    ck_rejects(s, "stage 1 action 0 (B0)", "backward before its forward", "action 1");
+    dl_sched_free(s);
+
+    /* a cross-stage cycle: stage 0 waits for B0 from stage 1, which first wants F1 from stage 0 */
+    s = custom(2, 2, 1);
+    int l0[][2] = {{DL_SCHED_F, 0}, {DL_SCHED_B, 0}, {DL_SCHED_F, 1}, {DL_SCHED_B, 1}};
+    int l1[][2] = {{DL_SCHED_F, 1}, {DL_SCHED_F, 0}, {DL_SCHED_B, 0}, {DL_SCHED_B, 1}};
+    for (int i = 0; i < 4; i++) {
+        dl_sched_push(s, 0, l0[i][0], l0[i][1], 0);
+        dl_sched_push(s, 1, l1[i][0], l1[i][1], 0);
+    }
+    dl_sched_push(s, 0, DL_SCHED_OPT, -1, -1);
+    dl_sched_push(s, 1, DL_SCHED_OPT, -1, -1);
+    ck_rejects(s, "deadlock", "stage 0 action 1 (B0) waits for B0 on stage 1 (its action 2)",
+               "stage 1 action 0 (F1) waits for F1 on stage 0 (its action 2)");
+    dl_sched_free(s);
+
+    /* interleaving: chunk 1 of stage 0 before chunk 0 has gone round the pipeline */
+    ck_assert_int_eq(dl_sched_interleaved(2, 2, 2, &s), DL_OK);
+    ck_assert_int_eq(dl_sched_validate(s), DL_OK);
+    int i0 = -1, i1 = -1;
+    for (int i = 0; i < s->len[0]; i++) {
+        dl_sched_action *x = &s->act[0][i];
+        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 0) i0 = i;
+        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 1) i1 = i;
+    }
+    ck_assert(i0 == 0 && i1 > i0);
+    dl_sched_action t = s->act[0][i0];
+    s->act[0][i0] = s->act[0][i1];
+    s->act[0][i1] = t;
+    ck_rejects(s, "deadlock", "stage 0 action 0 (F0.1) waits for F0.0 on stage 1");
+    dl_sched_free(s);
+
+    /* missing, repeated, out of range, misplaced optimizer step */
+    ck_assert_int_eq(dl_sched_gpipe(2, 2, &s), DL_OK);
+    s->len[1]--; /* drop stage 1's OPT */
+    ck_rejects(s, "stage 1 has no optimizer step");
+    s->len[1]++;
+    s->act[1][3].mb = 0; /* B1 -> B0 twice */
+    ck_rejects(s, "stage 1 action 3 (B0): repeats action 2");
+    s->act[1][3].mb = 5;
+    ck_rejects(s, "stage 1 action 3 (B5): micro-batch 5 out of range 0..1");
+    s->act[1][3].mb = 1;
+    s->act[0][1] = (dl_sched_action){DL_SCHED_OPT, -1, -1};
+    ck_rejects(s, "stage 0 action 1 (OPT)", "one optimizer step per stage");
+    dl_sched_free(s);
+    ck_assert_int_eq(dl_sched_gpipe(2, 2, &s), DL_OK);
+    s->len[0] -= 2; /* stage 0 loses B1 (and OPT, put back) */
+    s->act[0][s->len[0]++] = (dl_sched_action){DL_SCHED_OPT, -1, -1};
+    ck_rejects(s, "stage 0 never runs B1");
+    dl_sched_free(s);
+    ck_assert_int_eq(dl_sched_validate(NULL), DL_EINVAL);
+}
+END_TEST
+
+START_TEST(t_errors)
+{
+    dl_sched *s = (dl_sched *)1;
+    ck_assert_int_eq(dl_sched_interleaved(4, 6, 2, &s), DL_EINVAL);
+    ck_assert(s == NULL);
+    ck_assert_msg(strstr(dl_errmsg(), "m = 6") && strstr(dl_errmsg(), "multiple") &&
+                  strstr(dl_errmsg(), "p = 4"), "%s", dl_errmsg());
+    ck_assert_int_eq(dl_sched_gpipe(0, 4, &s), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "p = 0"), "%s", dl_errmsg());
+    ck_assert_int_eq(dl_sched_1f1b(4, 0, &s), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "m = 0"), "%s", dl_errmsg());
+    ck_assert_int_eq(dl_sched_interleaved(4, 4, 0, &s), DL_EINVAL);
+    ck_assert_int_eq(dl_sched_terapipe(4, 2, 0, &s), DL_EINVAL);
+    ck_assert_int_eq(dl_sched_async(4, 4, 0, NULL), DL_EINVAL);
+
+    dl_sched_kind k;
+    ck_assert_int_eq(dl_sched_kind_parse("1F1B", &k), DL_OK);
+    ck_assert_int_eq(k, DL_SCHED_1F1B);
+    ck_assert_int_eq(dl_sched_kind_parse("pipedream", &k), DL_OK);
+    ck_assert_int_eq(k, DL_SCHED_ASYNC);
+    ck_assert_str_eq(dl_sched_kind_name(DL_SCHED_INTERLEAVED), "interleaved");
+    ck_assert_int_eq(dl_sched_kind_parse("zigzag", &k), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "zigzag"), "%s", dl_errmsg());
+
+    /* costs: negative refused; fractional times cannot be drawn on a unit grid */
+    ck_assert_int_eq(dl_sched_gpipe(2, 2, &s), DL_OK);
+    dl_sched_costs c = {-1, 2, 0};
+    dl_sched_sim *sim = NULL;
+    ck_assert_int_eq(dl_sched_simulate(s, &c, &sim), DL_EINVAL);
+    c = (dl_sched_costs){0.5, 2, 0};
+    sim = sim_of(s, &c);
+    char *g = NULL;
+    ck_assert_int_eq(dl_sched_grid(s, sim, &g), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "whole"), "%s", dl_errmsg());
+    dl_sched_sim_free(sim);
+    /* an optimizer step of non-zero cost shows as '*' */
+    c = (dl_sched_costs){1, 2, 1};
+    sim = sim_of(s, &c);
+    ck_assert_int_eq(dl_sched_grid(s, sim, &g), DL_OK);
+    ck_assert_str_eq(g, "GPU 1  01···aabb*\nGPU 2  ·01aabb*··\n");
+    free(g);
+    dl_sched_sim_free(sim);
+    dl_sched_free(s);
+}
+END_TEST
+
+/* ---- property sweep ----------------------------------------------------------------------- */
+
+/* Counts each (op, j, c) on every stage independently of the library's validator. */
+static void check_complete(const dl_sched *s, const char *what)
+{
+    int n = s->m * s->v;
+    int *cnt = calloc((size_t)2 * n, sizeof *cnt);
+    for (int q = 0; q < s->p; q++) {
+        memset(cnt, 0, (size_t)2 * n * sizeof *cnt);
+        for (int i = 0; i < s->len[q]; i++) {
+            const dl_sched_action *x = &s->act[q][i];
+            if (x->op == DL_SCHED_OPT) continue;
+            ck_assert_msg(x->mb >= 0 && x->mb < s->m && x->chunk >= 0 && x->chunk < s->v, "%s", what);
+            cnt[x->op * n + x->mb * s->v + x->chunk]++;
+        }
+        for (int k = 0; k < 2 * n; k++)
+            ck_assert_msg(cnt[k] == 1, "%s: stage %d: %s of mb %d chunk %d appears %d times", what, q,
+                          k < n ? "F" : "B", (k % n) / s->v, k % s->v, cnt[k]);
+    }
+    free(cnt);
+}
+
+START_TEST(t_property)
+{
+    /* Cost conventions under which the simulated bubble equals (p-1)/(m+p-1) exactly: the same
+     * forward cost and the same backward cost on every stage (any ratio), optimizer steps free,
+     * communication free. Checked for three ratios. */
+    dl_sched_costs conv[] = {{1, 2, 0}, {1, 1, 0}, {2, 1, 0}};
+    int nsched = 0;
+    for (int p = 1; p <= 8; p++) {
+        for (int m = 1; m <= 16; m++) {
+            dl_sched *list[8];
+            int n = 0;
+            char what[64];
+            ck_assert_int_eq(dl_sched_gpipe(p, m, &list[n++]), DL_OK);
+            ck_assert_int_eq(dl_sched_1f1b(p, m, &list[n++]), DL_OK);
+            ck_assert_int_eq(dl_sched_async(p, m, 0, &list[n++]), DL_OK);
+            ck_assert_int_eq(dl_sched_async(p, m, 1, &list[n++]), DL_OK);
+            if (m == 1) ck_assert_int_eq(dl_sched_naive(p, &list[n++]), DL_OK);
+            for (int v = 1; v <= 3; v++) {
+                dl_sched *s = NULL;
+                int st = dl_sched_interleaved(p, m, v, &s);
+                ck_assert_int_eq(st, m % p == 0 ? DL_OK : DL_EINVAL);
+                if (st == DL_OK) list[n++] = s;
+            }
+            for (int i = 0; i < n; i++) {
+                dl_sched *s = list[i];
+                snprintf(what, sizeof what, "%s p=%d m=%d v=%d", dl_sched_kind_name(s->kind), p, m, s->v);
+                ck_assert_msg(dl_sched_validate(s) == DL_OK, "%s: %s", what, dl_errmsg());
+                check_complete(s, what);
+                dl_sched_sim *sim = sim_of(s, NULL);
+                for (int q = 0; q < p; q++) {
+                    if (s->kind == DL_SCHED_GPIPE) ck_assert_int_eq(sim->peak_act[q], m);
+                    if (s->kind == DL_SCHED_1F1B || s->kind == DL_SCHED_ASYNC)
+                        ck_assert_int_eq(sim->peak_act[q], p - q < m ? p - q : m);
+                }
+                /* interleaving: the formula (p-1)/(vm+p-1) with per-chunk costs */
+                ck_near(sim->bubble_total, dl_plan_bubble(p, m, s->v), 1e-12);
+                dl_sched_sim_free(sim);
+                if (s->kind == DL_SCHED_GPIPE || s->kind == DL_SCHED_1F1B)
+                    for (size_t c = 0; c < sizeof conv / sizeof conv[0]; c++) {
+                        sim = sim_of(s, &conv[c]);
+                        ck_assert_msg(fabs(sim->bubble_total - (double)(p - 1) / (m + p - 1)) < 1e-12,
+                                      "%s costs %g/%g: bubble %.15g", what, conv[c].f, conv[c].b,
+                                      sim->bubble_total);
+                        dl_sched_sim_free(sim);
+                    }
+                if (s->kind == DL_SCHED_ASYNC && m >= p) {
+                    dl_sched_versions *v;
+                    ck_assert_int_eq(dl_sched_versions_get(s, &v), DL_OK);
+                    for (int q = 0; q < p; q++) {
+                        ck_assert_int_eq(v->max_gap[q], p - q - 1);
+                        for (int j = 0; j < m && s->stash; j++)
+                            ck_assert_int_eq(v->bwd[q * m + j], v->fwd[q * m + j]);
+                    }
+                    dl_sched_versions_free(v);
+                }
+                dl_sched_free(s);
+                nsched++;
+            }
+        }
+    }
+    ck_assert_int_ge(nsched, 8 * 16 * 4);
+}
+END_TEST
+
+static Suite *sched_suite(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, t_lecture_grids);
+    tcase_add_test(tc, t_orders);
+    tcase_add_test(tc, t_bubbles);
+    tcase_add_test(tc, t_activations);
+    tcase_add_test(tc, t_versions);
+    tcase_add_test(tc, t_terapipe);
+    tcase_add_test(tc, t_partition);
+    tcase_add_test(tc, t_validator);
+    tcase_add_test(tc, t_errors);
+    tcase_add_test(tc, t_property);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(sched_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,464 @@
+/* Shared helpers for the Check tests (header-only).
+ *
+ * - a deterministic counter-based generator: value (seed, rank, index) -> 64 random bits
+ *   (splitmix64), so that a rank thread and the test thread produce the same inputs;
+ * - fill helpers for f32 / f64 / bf16 buffers (uniform in [-1, 1); bf16 values are exactly
+ *   representable, rounded to nearest even by the test's own converter);
+ * - DL_TEST_SMALL: 1 when DISTLAB_TEST_SCALE=small (reduced tier: smaller sizes, fewer ranks);
+ * - tu_run_world(): run a world of n ranks with the test defaults (watchdog 120 s, log stderr);
+ * - page-aligned allocation, a monotonic clock, and a few string checks for error messages.
+ *
+ * Rule for every test: never call ck_assert from a rank thread; ranks record what they saw in
+ * buffers the test thread allocated, and the test thread asserts after dl_world_run returns. */
+#ifndef DISTLAB_TESTUTIL_H
+#define DISTLAB_TESTUTIL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <ctype.h>
+#include <time.h>
+#include "distlab.h"
+#include "core/testhook.h"
+
+/* ---- scale ---- */
+
+static inline int tu_test_small(void)
+{
+    const char *s = getenv("DISTLAB_TEST_SCALE");
+    return s != NULL && strcmp(s, "small") == 0;
+}
+#define DL_TEST_SMALL (tu_test_small())
+
+/* ---- deterministic random numbers ---- */
+
+static inline uint64_t tu_splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Per-(seed, rank) stream key. */
+static inline uint64_t tu_rng_key(uint64_t seed, int rank)
+{
+    return tu_splitmix64(tu_splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(uint32_t)rank));
+}
+
+/* 64 random bits for element `idx` of stream (seed, rank). */
+static inline uint64_t tu_rand_u64(uint64_t seed, int rank, uint64_t idx)
+{
+    return tu_splitmix64(tu_rng_key(seed, rank) + 0x9E3779B97F4A7C15ull * idx);
+}
+
+/* Same with a precomputed key (fast path for fills). */
+static inline uint64_t tu_rand_keyed(uint64_t key, uint64_t idx)
+{
+    return tu_splitmix64(key + 0x9E3779B97F4A7C15ull * idx);
+}
+
+/* Uniform double in [-1, 1) from 64 bits (53 bits of precision). */
+static inline double tu_bits_to_unit(uint64_t b)
+{
+    return (double)(b >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+}
+
+static inline double tu_rand_unit(uint64_t seed, int rank, uint64_t idx)
+{
+    return tu_bits_to_unit(tu_rand_u64(seed, rank, idx));
+}
+
+/* ---- bf16 (the test's own converter, independent of the library's) ---- */
+
+static inline uint16_t tu_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float tu_bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- fills: element i of the buffer gets value (seed, rank, first + i) ---- */
+
+static inline void tu_fill_f64(double *p, size_t n, uint64_t seed, int rank, uint64_t first)
+{
+    uint64_t k = tu_rng_key(seed, rank);
+    for (size_t i = 0; i < n; i++) p[i] = tu_bits_to_unit(tu_rand_keyed(k, first + i));
+}
+
+static inline void tu_fill_f32(float *p, size_t n, uint64_t seed, int rank, uint64_t first)
+{
+    uint64_t k = tu_rng_key(seed, rank);
+    for (size_t i = 0; i < n; i++) p[i] = (float)tu_bits_to_unit(tu_rand_keyed(k, first + i));
+}
+
+static inline void tu_fill_bf16(uint16_t *p, size_t n, uint64_t seed, int rank, uint64_t first)
+{
+    uint64_t k = tu_rng_key(seed, rank);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tu_f32_to_bf16((float)tu_bits_to_unit(tu_rand_keyed(k, first + i)));
+}
+
+/* Fill `n` elements of type t. */
+static inline void tu_fill(dl_dtype t, void *p, size_t n, uint64_t seed, int rank, uint64_t first)
+{
+    switch (t) {
+    case DL_F32: tu_fill_f32((float *)p, n, seed, rank, first); break;
+    case DL_F64: tu_fill_f64((double *)p, n, seed, rank, first); break;
+    case DL_BF16: tu_fill_bf16((uint16_t *)p, n, seed, rank, first); break;
+    default: break;
+    }
+}
+
+/* The value tu_fill writes at element `idx`, as a double (exact for every type). */
+static inline double tu_value(dl_dtype t, uint64_t seed, int rank, uint64_t idx)
+{
+    double d = tu_rand_unit(seed, rank, idx);
+    switch (t) {
+    case DL_F32: return (double)(float)d;
+    case DL_BF16: return (double)tu_bf16_to_f32(tu_f32_to_bf16((float)d));
+    default: return d;
+    }
+}
+
+/* Same with a precomputed key (tu_rng_key(seed, rank)). */
+static inline double tu_value_keyed(dl_dtype t, uint64_t key, uint64_t idx)
+{
+    double d = tu_bits_to_unit(tu_rand_keyed(key, idx));
+    switch (t) {
+    case DL_F32: return (double)(float)d;
+    case DL_BF16: return (double)tu_bf16_to_f32(tu_f32_to_bf16((float)d));
+    default: return d;
+    }
+}
+
+static inline size_t tu_tsize(dl_dtype t)
+{
+    return t == DL_F64 ? 8 : t == DL_F32 ? 4 : 2;
+}
+
+/* Read element i of a buffer of type t as a double. */
+static inline double tu_get(dl_dtype t, const void *p, size_t i)
+{
+    switch (t) {
+    case DL_F32: return (double)((const float *)p)[i];
+    case DL_F64: return ((const double *)p)[i];
+    case DL_BF16: return (double)tu_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0.0;
+    }
+}
+
+/* ---- memory and time ---- */
+
+/* Page-aligned allocation (avoids glibc's slow-memcpy trap); never NULL for 0 bytes. */
+static inline void *tu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return NULL;
+    return p;
+}
+
+static inline double tu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void tu_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* ---- worlds ---- */
+
+/* Test defaults: n ranks, watchdog 120 s, reports to stderr. */
+static inline void tu_world_opts(dl_world_opts *o, int nranks)
+{
+    dl_world_opts_init(o);
+    o->nranks = nranks;
+    o->timeout_s = 120;
+    o->log = stderr;
+}
+
+/* Run fn on n ranks with the test defaults; returns dl_world_run's status (the calling
+ * thread's dl_errmsg() holds the message on failure). */
+static inline int tu_run_world(int nranks, dl_rank_fn fn, void *arg)
+{
+    dl_world_opts o;
+    tu_world_opts(&o, nranks);
+    return dl_world_run(&o, fn, arg);
+}
+
+/* ---- message checks ---- */
+
+/* 1 if `s` contains the decimal number v as a whole token (not part of a longer number). */
+static inline int tu_has_int_token(const char *s, long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ld", v);
+    size_t L = strlen(buf);
+    for (const char *p = s; (p = strstr(p, buf)) != NULL; p++) {
+        int before = (p == s) || !isdigit((unsigned char)p[-1]);
+        int after = !isdigit((unsigned char)p[L]);
+        if (before && after) return 1;
+    }
+    return 0;
+}
+
+
+/* ---- comparing whole models ---- */
+
+/* The issues' "equals one rank" metric: per tensor max|a - b| / max|b| over two unsharded f64
+ * buffers in the single-rank layout order of c (max|a - b| itself for an all-zero tensor); the
+ * worst tensor's value, and its name in `name` (48 bytes) when not NULL. -1 on a bad config. */
+static inline double tu_worst_tensor_rel(const dl_gpt_config *c, const double *a, const double *b,
+                                         char *name)
+{
+    dl_gpt_layout *l;
+    if (dl_gpt_layout_create(c, 1, 0, &l) != DL_OK)
+        return -1;
+    double w = 0;
+    for (int k = 0; k < l->ntensors; k++) {
+        double md = 0, mb = 0;
+        for (size_t i = 0; i < l->t[k].numel; i++) {
+            size_t j = l->t[k].offset + i;
+            double d = a[j] - b[j];
+            md = fmax(md, d < 0 ? -d : d);
+            mb = fmax(mb, b[j] < 0 ? -b[j] : b[j]);
+        }
+        double r = mb > 0 ? md / mb : md;
+        if (r >= w) {
+            w = r;
+            if (name)
+                snprintf(name, 48, "%s", l->t[k].name);
+        }
+    }
+    dl_gpt_layout_destroy(l);
+    return w;
+}
+
+/* ---- two training runs are the same model: what is compared, and its bound ----
+ *
+ * Two layouts (dp, tp, pp, ZeRO stages, one rank) run the same arithmetic in other orders: the
+ * collectives and tp's partial products sum in other orders, the GEMMs block differently, and
+ * each BLAS kernel class (Prescott, Haswell, SkylakeX...) sums a dot product in its own order.
+ * So the runs agree to rounding only, and the bounds follow from an error analysis of that
+ * rounding, not from the differences one machine happened to show.
+ *
+ * Rounding. u = 2^-53 (f64) or 2^-24 (f32: the f32 runs compute in f32). A sum of n terms in
+ * any order errs by at most n·u·Σ|terms| and, with rounding errors that behave as independent
+ * mean-zero variables, by λ·√n·u·Σ|terms| except with probability about 2·exp(-λ²/2) (Higham
+ * and Mary, "A new approach to probabilistic rounding error analysis", SIAM J. Sci. Comput. 41,
+ * 2019); λ = 8: 3e-14 per sum, so not once over every element of every test. A loss or a
+ * gradient element passes through D = L + 2 such reductions one after the other (embedding, L
+ * blocks, head), the longest of n = max(4C, V, G·T) terms (the MLP's inner products, the
+ * softmax's normaliser, the weight gradients' sum over the global batch's G·T tokens). So
+ *     R = D·λ·√n·u
+ * bounds the relative difference of two layouts' losses (a mean of positive terms: no
+ * cancellation) and, with a cancellation factor κ = 8 for a tensor's worst element against the
+ * tensor's largest (Σ|terms| over |sum|), of their gradients: gtol = κ·R (per tensor
+ * max|a-b| / max|b|). f64, L = 2, C = 32, V = 256: R = 4·8·16·2^-53 = 5.7e-14, gtol 4.5e-13;
+ * f32: R = 3.1e-5, gtol 2.4e-4.
+ *
+ * What is compared (tu_compare_runs):
+ * - every step's loss, within R plus the first-order effect of the parameters' differences below:
+ *   |ΔL| <= Σ_i |g_i|·|Δp_i| and, since AdamW's first-step update of element i is
+ *   lr·φ(g_i) with φ(g) = g / (|g| + ε), |g|·|Δ(lr·φ)| <= lr·|g|·ε·δg / (|g| + ε)² <= lr·δg / 4:
+ *   the elements whose difference Adam amplifies (|g| ~ ε) are those the loss barely depends
+ *   on. So step t's loss may also differ by P·Σ_{s<t} lr_s·gtol·G_s / 4 (P parameters, G_s =
+ *   min(gradient norm, clip) >= every scaled gradient element);
+ * - one step (steps == 1, with the gradients): the gradients within gtol, per tensor; and every
+ *   parameter element, from the same initial value, within
+ *       lr_1·|φ(s_a·g_a) - φ(s_b·g_b)| + 4u·|p| + 24u·lr_1
+ *   (s: each run's clipping factor; the decay p·(1 - lr·wd) rounds alike in both runs; the
+ *   final subtraction rounds once in each (2u|p|, doubled for the compiler's choice of FMA
+ *   contraction), the update about 12 times in each (g·s, the two moments, the square root, the
+ *   bias corrections, + ε, the division: 12u·lr_1 per run)): the parameters differ by exactly
+ *   what Adam makes of the gradients' difference, and by no more than rounding. A near-zero gradient element (|g| ~ ε) may legitimately differ by up to 2·lr_1;
+ * - several steps: every parameter element within Σ_t lr_t·min(2√t, 2·gtol·G_t / ε) +
+ *   T·(4u·|p| + 24u·lr) (the rounding of each step as above): Adam's direction m̂/(√v̂+ε) moves by at most 2/ε per unit of gradient
+ *   difference (δg <= gtol·G_t) and is at most √t in size (Cauchy-Schwarz over the bias-corrected
+ *   averages), hence at most 2√t apart. In f32 (gtol·G / ε ~ 1e4) this is Adam's step bound
+ *   2√t·lr per step: later steps are checked for gross errors only, the first step tightly.
+ * The negative controls (tests/unit/train/test_train.c, test_zero.c, test_pipe.c) show these comparisons
+ * fail for a run that skips one gradient reduction or perturbs one parameter element by 1e-6
+ * (f64) or 1e-3 (f32) relative. TU_EQ_VERBOSE=1 prints each check's measured/bound ratio. */
+
+static inline double tu_unit_roundoff(dl_dtype t) { return t == DL_F64 ? 0x1p-53 : 0x1p-24; }
+
+/* R above: the relative rounding difference of one forward or backward between two layouts. */
+static inline double tu_eq_round(const dl_train_opts *o)
+{
+    const dl_gpt_config *c = &o->model;
+    double n = fmax(fmax(4.0 * c->d_model, (double)c->vocab), (double)o->global_batch * c->seq);
+    return (c->layers + 2) * 8.0 * sqrt(n) * tu_unit_roundoff(o->dtype);
+}
+
+static inline double tu_eq_grad_tol(const dl_train_opts *o) { return 8.0 * tu_eq_round(o); }
+
+/* min(gradient norm, clip) of step i: the largest scaled gradient element is at most this */
+static inline double tu_eq_gscale(const dl_train_opts *o, const dl_train_result *r, int i)
+{
+    double g = r->steps[i].grad_norm;
+    return o->clip > 0 && g > o->clip ? o->clip : g;
+}
+
+static inline double tu_eq_phi(double g, double eps) { return g / (fabs(g) + eps); }
+
+static inline void tu_eq_verbose(const char *what, double measured, double bound)
+{
+    const char *e = getenv("TU_EQ_VERBOSE");
+    if (e && *e && strcmp(e, "0") != 0)
+        fprintf(stderr, "  eq: %-34s %.3g (bound %.3g, %.2g of it)\n", what, measured, bound,
+                bound > 0 ? measured / bound : 0.0);
+}
+
+/* Compare run a with run b (the reference) of configuration o (resolved: global_batch set) as
+ * described above. 1: the same model within the bounds; 0: not, with the failed check and its
+ * figures in why. Needs want_params, and want_grads when o->steps == 1. */
+static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result *a,
+                                  const dl_train_result *b, char *why, size_t wn)
+{
+    double u = tu_unit_roundoff(o->dtype), R = tu_eq_round(o), gtol = tu_eq_grad_tol(o);
+    int T = b->nsteps;
+    size_t P = (size_t)b->nparams;
+    if (a->nsteps != T || (size_t)a->nparams != P || !a->params || !b->params) {
+        snprintf(why, wn, "%d vs %d steps, %lld vs %lld parameters (or no parameters)", a->nsteps,
+                 T, (long long)a->nparams, (long long)b->nparams);
+        return 0;
+    }
+    double drift = 0, worst = 0; /* the loss's first-order allowance; worst measured/bound */
+    for (int t = 0; t < T; t++) {
+        double L = fabs(b->steps[t].loss), d = fabs(a->steps[t].loss - b->steps[t].loss) / L;
+        double bound = R + (double)P * drift / (4 * L);
+        worst = fmax(worst, d / bound);
+        if (!(d <= bound)) {
+            snprintf(why, wn, "step %d: loss %.17g vs %.17g, relative difference %.3g > bound %.3g",
+                     t + 1, a->steps[t].loss, b->steps[t].loss, d, bound);
+            return 0;
+        }
+        drift += b->steps[t].lr * gtol * tu_eq_gscale(o, b, t);
+    }
+    tu_eq_verbose("losses (worst step)", worst, 1);
+    if (T == 1) {
+        char name[48];
+        if (!a->grads || !b->grads) {
+            snprintf(why, wn, "one step compared without its gradients");
+            return 0;
+        }
+        double w = tu_worst_tensor_rel(&o->model, a->grads, b->grads, name);
+        tu_eq_verbose("step 1 gradients (worst tensor)", w, gtol);
+        if (!(w <= gtol)) {
+            snprintf(why, wn, "step 1: gradients differ by %.3g (%s) > bound %.3g", w, name, gtol);
+            return 0;
+        }
+    }
+    double lr1 = b->steps[0].lr, eps = o->eps, lrmax = 0, cap = 0;
+    double sa = o->clip > 0 && a->steps[0].grad_norm > o->clip ? o->clip / a->steps[0].grad_norm : 1;
+    double sb = o->clip > 0 && b->steps[0].grad_norm > o->clip ? o->clip / b->steps[0].grad_norm : 1;
+    for (int t = 0; t < T; t++) {
+        lrmax = fmax(lrmax, b->steps[t].lr);
+        cap += b->steps[t].lr * fmin(2 * sqrt(t + 1.0), 2 * gtol * tu_eq_gscale(o, b, t) / eps);
+    }
+    worst = 0;
+    for (size_t i = 0; i < P; i++) {
+        double d = fabs(a->params[i] - b->params[i]), p = fabs(b->params[i]), pred, slack;
+        if (T == 1) {
+            pred = lr1 * fabs(tu_eq_phi(sa * a->grads[i], eps) - tu_eq_phi(sb * b->grads[i], eps));
+            slack = 4 * u * p + 24 * u * lr1;
+        } else {
+            pred = cap;
+            slack = T * (4 * u * p + 24 * u * lrmax);
+        }
+        worst = fmax(worst, T == 1 ? (d - pred) / slack : d / (pred + slack));
+        if (!(d <= pred + slack)) {
+            snprintf(why, wn, "after %d step%s: parameter %zu is %.17g vs %.17g, %.3g apart > bound "
+                     "%.3g (Adam's %.3g + rounding %.3g)", T, T > 1 ? "s" : "", i, a->params[i],
+                     b->params[i], d, pred + slack, pred, slack);
+            return 0;
+        }
+    }
+    /* one step: how much of the rounding allowance the worst element used beyond Adam's share */
+    tu_eq_verbose(T == 1 ? "step 1 parameters (beyond Adam)" : "final parameters (of bound)",
+                  worst, 1);
+    return 1;
+}
+
+/* Train oa and ob (want_params and want_grads set here) and compare them (tu_compare_runs, ob
+ * the reference); when they train more than one step, the same for their first step alone.
+ * hook_a: the private test hook (lib/core/testhook.h) in force while oa trains, or NULL.
+ * 1: the same model; 0: not (why); -1: a run failed (why: its message). */
+static inline int tu_same_model(dl_train_opts oa, dl__test_hook *hook_a, dl_train_opts ob,
+                                char *why, size_t wn)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        dl_train_result a, b;
+        oa.want_params = ob.want_params = oa.want_grads = ob.want_grads = 1;
+        dl__test_hook_set(hook_a);
+        int rc = dl_train_run(&oa, &a);
+        dl__test_hook_set(NULL);
+        if (rc != DL_OK || dl_train_run(&ob, &b) != DL_OK) {
+            snprintf(why, wn, "%s", dl_errmsg());
+            if (rc == DL_OK)
+                dl_train_result_free(&a);
+            return -1;
+        }
+        dl_train_resolve(&ob, ob.dp * ob.tp * (ob.pp > 1 ? ob.pp : 1));
+        int same = tu_compare_runs(&ob, &a, &b, why, wn);
+        dl_train_result_free(&a);
+        dl_train_result_free(&b);
+        if (!same || ob.steps == 1)
+            return same;
+        oa.steps = ob.steps = 1;
+    }
+    return 1;
+}
+
+/* ---- negative controls (lib/core/testhook.h) ---- */
+
+/* Where world rank 0 keeps element i of tensor `name` (its tp shard's layout, first stage). */
+static inline size_t tu_rank0_index(const dl_gpt_config *c, int tp, const char *name, size_t i)
+{
+    dl_gpt_layout *l;
+    if (dl_gpt_layout_create(c, tp, 0, &l) != DL_OK)
+        return (size_t)-1;
+    int k = dl_gpt_find(l, name);
+    size_t at = k < 0 ? (size_t)-1 : l->t[k].offset + i;
+    dl_gpt_layout_destroy(l);
+    return at;
+}
+
+/* The perturbation control: world rank 0's first gain of h.0.ln_1 (1 at initialisation, used by
+ * every token) times 1 + 1e-6 (f64) or 1 + 1e-3 (f32). */
+static inline dl__test_hook tu_perturb_hook(const dl_train_opts *o)
+{
+    dl__test_hook h = {.perturb_rel = o->dtype == DL_F64 ? 1e-6 : 1e-3, .perturb_rank = 0,
+                       .perturb_index = tu_rank0_index(&o->model, o->tp, "h.0.ln_1.weight", 0)};
+    return h;
+}
+
+/* The skipped-reduction control: each rank's n-th reduction of purpose p skipped. */
+static inline dl__test_hook tu_skip_hook(dl_purpose p, int n)
+{
+    dl__test_hook h = {.skip_nth = n, .skip_purpose = p};
+    return h;
+}
+
+#endif
