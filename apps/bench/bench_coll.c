@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/bf16.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 #include "cli.h"
 #include "bench_coll.h"
 #include "bench_util.h"

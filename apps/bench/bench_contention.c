@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 #include "cli.h"
 #include "bench_util.h"
 

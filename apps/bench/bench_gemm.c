@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "model/ops.h"
 #include "cli.h"
 #include "bench_util.h"
 

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <sys/prctl.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 #include "distlab/pipe.h"
 #include "distlab/trace.h"
 #include "cli.h"

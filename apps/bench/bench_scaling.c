@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/topo.h"
 #include "cli.h"
 #include "bench_util.h"
 

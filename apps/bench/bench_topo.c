@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/topo.h"
 #include "bench_topo.h"
 
 #define PROG "distlab-bench topo"

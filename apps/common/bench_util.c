@@ -9,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/blas.h"
+#include "core/topo.h"
+#include "model/ops.h"
 #include "cli.h"
 #include "bench_util.h"
 

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "model/ops.h"
 
 /* ---- STREAM ---- */
 enum { BU_COPY = 0, BU_TRIAD = 1 };

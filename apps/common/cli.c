@@ -9,6 +9,9 @@
 #include <strings.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/arena.h"
+#include "core/blas.h"
+#include "io/path.h"
 #include "cli.h"
 
 const char *cli_progname = "distlab-bench";

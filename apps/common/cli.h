@@ -53,7 +53,7 @@ int cli_check_output(const char *what, const char *path);
 void cli_ignore_sigxfsz(void);
 
 /* SIGINT, SIGTERM and SIGHUP remove PATH.tmp.PID (the temporary a save or trace of PATH
- * writes before its rename; include/distlab/path.h) and then kill the process as before. Call
+ * writes before its rename; lib/io/path.h) and then kill the process as before. Call
  * for each output path after option parsing; NULL is ignored; at most 8 paths. */
 void cli_remove_tmp_on_signal(const char *path);
 

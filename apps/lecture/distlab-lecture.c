@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "model/ops.h"
+#include "parallel/sched_priv.h"
 #include "cli.h"
 #include "lecture.h"
 

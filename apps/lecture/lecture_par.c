@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "model/ops.h"
 #include "lecture.h"
 
 /* ---------------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "model/ops.h"
 #include "distlab/pipe.h"
 #include "lecture.h"
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/bf16.h"
+#include "model/ops.h"
 #include "zero_mlp.h"
 
 static const int DIMS[ZM_LAYERS + 1] = {16, 32, 32, 1};

@@ -17,9 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "model/ops.h"
+#include "parallel/zero.h"
 #include "cli.h"
 #include "bench_util.h"
-#include "distlab/zero.h"
 #include "plan_calib.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -259,7 +261,7 @@ static double run_once(const pc_model *m, const pc_layout *L, int steps, dl_trai
 /* Predictions                                                                                */
 
 /* The trainer's ZeRO shard per rank: units (the embeddings, each layer, the head) each padded to
- * a multiple of dp, rank r owning block r of every unit (include/distlab/zero.h); the sum of the
+ * a multiple of dp, rank r owning block r of every unit (lib/parallel/zero.h); the sum of the
  * blocks. */
 static size_t pc_zero_shard(const dl_gpt_layout *lay, int dp)
 {

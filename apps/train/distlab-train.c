@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/blas.h"
+#include "core/topo.h"
 #include "cli.h"
 #include "layer_costs.h"
 #include "mpi_app.h"

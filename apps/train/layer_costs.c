@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/arena.h"
 #include "cli.h"
 #include "layer_costs.h"
 

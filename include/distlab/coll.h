@@ -54,10 +54,6 @@ int dl_wait(dl_request *req);
 /* *done = 1 when complete (then call dl_wait to collect the status and free it). */
 int dl_test(dl_request *req, int *done);
 
-/* bf16 helpers: round to nearest even, and widen. */
-uint16_t dl_f32_to_bf16(float x);
-float dl_bf16_to_f32(uint16_t b);
-
 #ifdef __cplusplus
 }
 #endif

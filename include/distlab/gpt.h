@@ -117,10 +117,6 @@ int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_
 void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk);
 const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk);
 void *dl_gpt_stage_grad(dl_gpt *g);
-/* Compute with another copy of the parameters (same layout) until called again with the
- * previous pointer, which it returns: weight stashing runs a backward with the weights its
- * forward used. */
-void *dl_gpt_use_params(dl_gpt *g, void *params);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
  * of P processes has P*T ranks: process k hosts world ranks k*T ... k*T+T-1, and each process is
  * one "node" (dl_ctx_node, the intra/inter-node byte counters). Links between two ranks of one
  * process are shared-memory channels; links that cross processes are MPI links implementing the
- * same dl_link_ops (post / acquire / release / flush / drain), so every collective, communicator
+ * same link interface (post / acquire / release / flush / drain), so every collective, communicator
  * and trainer feature runs unchanged.
  *
  * Threading: distlab asks for MPI_THREAD_MULTIPLE and refuses less. Every link end has exactly

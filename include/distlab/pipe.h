@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include "distlab/comm.h"
 #include "distlab/sched.h"
-#include "distlab/arena.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -170,8 +170,6 @@ int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, ch
  * line padded with spaces to display column col (CJK characters count two columns), then the
  * right line; col <= 0: two columns past the widest left line. */
 int dl_sched_side_by_side(const char *left, const char *right, int col, char **out);
-/* Display width of a UTF-8 string (East Asian wide characters count 2). */
-int dl_sched_display_width(const char *utf8);
 
 /* ---- weight versions (PipeDream, lecture §4.3, exercise 6) --------------------------------- */
 

@@ -16,11 +16,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "distlab/chan.h" /* dl_now_ns */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC): the clock of every trace event. */
+uint64_t dl_now_ns(void);
 
 typedef enum dl_trace_kind {
     DL_TR_FWD = 0,       /* forward of (mb, chunk) */

@@ -12,7 +12,7 @@
  * all-gathered; stage 2 reduce-scatters each unit's gradient during every backward into a
  * shard-sized gradient (the full gradient is never held); stage 3 also keeps only the
  * parameter blocks and all-gathers each unit before its forward and its backward
- * (include/distlab/zero.h; docs/ARCHITECTURE.md, "The trainer"). DL_BF16 trains in mixed
+ * (lib/parallel/zero.h; docs/ARCHITECTURE.md, "The trainer"). DL_BF16 trains in mixed
  * precision; a step whose gradient norm is not finite is skipped (step.skipped). */
 #ifndef DISTLAB_TRAIN_H
 #define DISTLAB_TRAIN_H
@@ -20,7 +20,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "distlab/gpt.h"
-#include "distlab/arena.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,11 +11,9 @@
 #ifndef DISTLAB_WORLD_H
 #define DISTLAB_WORLD_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "distlab/topo.h"
-#include "distlab/arena.h"
-#include "distlab/chan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +22,62 @@ extern "C" {
 typedef struct dl_world dl_world;
 typedef struct dl_ctx dl_ctx;
 typedef struct dl_comm dl_comm;
+
+/* How ranks are placed on the machine's PUs. */
+typedef enum dl_place_policy {
+    DL_PLACE_COMPACT = 0, /* rank i on PU i: neighbours share caches */
+    DL_PLACE_SCATTER = 1  /* spread ranks round-robin over packages, then L3s, then cores */
+} dl_place_policy;
+
+/* What groups ranks into "nodes" (dl_ctx_node, the intra/inter-node byte counters). */
+typedef enum dl_node_kind {
+    DL_NODE_PACKAGE = 0, /* one node per package (socket) */
+    DL_NODE_NUMA = 1,    /* one node per NUMA node */
+    DL_NODE_L3 = 2,      /* one node per L3 domain */
+    DL_NODE_FIXED = 3    /* a fixed number of ranks per node (ranks_per_node) */
+} dl_node_kind;
+
+/* ---- a rank's memory ("GPU memory") ---------------------------------------------------------
+ * Every tensor a rank owns is allocated from its arena (dl_ctx_arena) under a category, so that
+ * memory per rank is measured, not estimated. Allocations are page-aligned (4096 B). A capacity
+ * (dl_world_opts.gpu_mem) turns an over-allocation into DL_ENOMEM with a message naming the
+ * rank, the category, the bytes asked and the bytes left. An arena is thread-safe. */
+typedef struct dl_arena dl_arena;
+
+typedef enum dl_mem_category {
+    DL_MEM_PARAMS = 0,
+    DL_MEM_GRADS,
+    DL_MEM_OPTIMIZER,
+    DL_MEM_ACTIVATIONS,
+    DL_MEM_COMM,
+    DL_MEM_OTHER,
+    DL_MEM_NCATEGORIES
+} dl_mem_category;
+
+typedef struct dl_arena_stats {
+    uint64_t current[DL_MEM_NCATEGORIES]; /* bytes live now, per category */
+    uint64_t peak[DL_MEM_NCATEGORIES];    /* highest `current` seen, per category */
+    uint64_t current_total;               /* sum of current over categories */
+    uint64_t peak_total;                  /* highest current_total seen */
+    uint64_t capacity;                    /* 0 = unlimited */
+    uint64_t allocations;                 /* number of successful allocations so far */
+} dl_arena_stats;
+
+/* Name of a category ("params", "grads", "optimizer", "activations", "comm", "other"). */
+const char *dl_mem_category_name(dl_mem_category cat);
+
+/* Allocate `bytes` (0 is allowed and returns a valid unique pointer) page-aligned, zeroed.
+ * Fails with DL_ENOMEM if the capacity would be exceeded; nothing already allocated is touched. */
+int dl_arena_alloc(dl_arena *a, dl_mem_category cat, size_t bytes, void **out);
+/* Free a pointer from dl_arena_alloc (NULL is ignored). */
+void dl_arena_free(dl_arena *a, void *p);
+
+/* The arena's current and peak bytes per category. */
+void dl_arena_get_stats(const dl_arena *a, dl_arena_stats *st);
+/* Reset the peaks to the current values (e.g. before a measured step). */
+void dl_arena_reset_peaks(dl_arena *a);
+
+/* ---- the world ------------------------------------------------------------------------------ */
 
 typedef struct dl_world_opts {
     int nranks;               /* >= 1 (default 2) */
@@ -34,7 +88,8 @@ typedef struct dl_world_opts {
     int bind;                 /* pin rank threads (default 1) */
     uint64_t gpu_mem;         /* arena capacity per rank in bytes, 0 = unlimited (default) */
     double timeout_s;         /* watchdog timeout (default 60; <= 0 disables) */
-    int wait_mode;            /* -1 auto (default): yield when ranks exceed cores; else dl_wait_mode */
+    int wait_mode;            /* -1 auto (default): yield when ranks exceed cores; 0 spin, 1 yield
+                               * (then sleep on a futex, either way) */
     int nslots;               /* slots per channel (default 16) */
     size_t eager_bytes;       /* eager payload per slot (default 4096) */
     size_t slice_bytes;       /* collective slice size (default 256 KiB) */
@@ -62,8 +117,6 @@ int dl_world_run(const dl_world_opts *o, dl_rank_fn fn, void *arg);
  * dl_world_destroy. `*out` is set even when the run fails (NULL only on bad options). */
 int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world **out);
 void dl_world_destroy(dl_world *w);
-const dl_placement *dl_world_placement(const dl_world *w);
-const dl_topo *dl_world_topo(const dl_world *w);
 /* cpu each rank reported after pinning (-1 if not bound) */
 int dl_world_actual_cpu(const dl_world *w, int rank);
 /* rank whose error was first (-1 if none) */
@@ -82,7 +135,6 @@ int dl_ctx_nnodes(const dl_ctx *c);
 int dl_ctx_cpu(const dl_ctx *c);         /* cpu this rank reported after pinning (-1: not bound) */
 dl_comm *dl_ctx_comm(dl_ctx *c);         /* the world communicator */
 dl_arena *dl_ctx_arena(dl_ctx *c);
-const dl_waiter *dl_ctx_waiter(const dl_ctx *c);
 dl_world *dl_ctx_world(dl_ctx *c);
 const dl_world_opts *dl_ctx_opts(const dl_ctx *c);
 /* 1 when the world has been aborted (a rank failed or the watchdog fired). */

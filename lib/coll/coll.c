@@ -19,6 +19,9 @@
 #include <emmintrin.h>
 #endif
 #include "distlab.h"
+#include "core/bf16.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 #include "runtime/internal.h"
 #include "core/testhook.h"
 

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "distlab/arena.h"
 #include "distlab/error.h"
+#include "core/arena.h"
 
 /* Each block is one page of header followed by the caller's bytes, so that the returned
  * pointer is page-aligned (glibc's memcpy is ~25x slower when dst - src is 1..63 mod 4096,

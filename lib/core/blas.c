@@ -1,10 +1,10 @@
-/* Which OpenBLAS kernel class suits this CPU (see include/distlab/blas.h). */
+/* Which OpenBLAS kernel class suits this CPU (see lib/core/blas.h). */
 #include "config.h"
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
 #include <cblas.h>
-#include "distlab/blas.h"
+#include "core/blas.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <cpuid.h>

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include "distlab/error.h"
-#include "distlab/topo.h"
+#include "core/topo.h"
 
 /* Ranks beyond this are surely a mistake, and the bound keeps the placement's int arrays far
  * from size_t overflow. */

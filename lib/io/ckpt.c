@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include "distlab.h"
-#include "distlab/path.h"
+#include "io/path.h"
 
 #define CK_MAX_HEADER ((uint64_t)100 << 20) /* safetensors' own limit on N */
 #define CK_IOBUF ((size_t)1 << 20)          /* staging / checksum chunk */

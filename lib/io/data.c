@@ -16,7 +16,7 @@
 
 #include "distlab/error.h"
 #include "distlab/data.h"
-#include "distlab/path.h"
+#include "io/path.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
 #define KEY_OFFSETS 0x4F46465345545321ull  /* "OFFSET!" */

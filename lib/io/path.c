@@ -1,4 +1,4 @@
-/* Input and output files checked before use (include/distlab/path.h says why). */
+/* Input and output files checked before use (lib/io/path.h says why). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "distlab/error.h"
-#include "distlab/path.h"
+#include "io/path.h"
 
 static const char *kind_of(mode_t m)
 {

@@ -13,7 +13,7 @@
 
 #include "distlab/error.h"
 #include "distlab/trace.h"
-#include "distlab/path.h"
+#include "io/path.h"
 
 /* One rank's buffer header: its own cache line (the _Alignas pads the struct to 64 bytes), so a
  * rank's count and drop counter never share a line with another rank's. */

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "model/gpt_priv.h"
+#include "model/ops.h"
 
 struct dl_gpt {
     dl_gpt_opts o;

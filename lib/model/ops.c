@@ -1,4 +1,4 @@
-/* Kernels of the GPT trainer (see include/distlab/ops.h for shapes and conventions).
+/* Kernels of the GPT trainer (see lib/model/ops.h for shapes and conventions).
  *
  * The kernels are written once, as a template on the element type: this file includes itself
  * twice with DL_OPS_BODY defined, once with `real` = float (suffix _f32) and once with
@@ -28,7 +28,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "distlab/ops.h"
+#include "model/ops.h"
 
 #define DL_CAT2(a, b) a##b
 #define DL_CAT(a, b) DL_CAT2(a, b)

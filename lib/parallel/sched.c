@@ -13,6 +13,7 @@
 #include "distlab/error.h"
 #include "distlab/plan.h"
 #include "distlab/sched.h"
+#include "parallel/sched_priv.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Construction                                                                              */

@@ -1,10 +1,10 @@
 /* ZeRO's sharding arithmetic: padding, contiguous dp shards, packing columns of the shards into
- * the blocks of a reduce-scatter / all-gather (see include/distlab/zero.h). */
+ * the blocks of a reduce-scatter / all-gather (see lib/parallel/zero.h). */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
 #include "distlab/error.h"
-#include "distlab/zero.h"
+#include "parallel/zero.h"
 
 void dl_zero_shard_init(dl_zero_shard *z, size_t numel, int dp, int rank)
 {

@@ -13,7 +13,7 @@
 
 #include "distlab/error.h"
 #include "distlab/plan.h"
-#include "distlab/path.h"
+#include "io/path.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Models                                                                                    */

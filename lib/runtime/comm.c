@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "transport/chan.h"
 #include "runtime/internal.h"
 
 static const char *dtype_names[DL_NDTYPES] = {"f32", "f64", "bf16"};

@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include "distlab.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 
 /* Operation codes, used by the flight recorder, the watchdog and message fingerprints. */
 typedef enum dl_opcode {

@@ -8,6 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/arena.h"
+#include "core/topo.h"
+#include "transport/chan.h"
 #include "distlab/mpi.h"
 #include "runtime/internal.h"
 

@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "io/path.h"
+#include "model/gpt_priv.h"
+#include "model/ops.h"
+#include "parallel/zero.h"
 #include "distlab/train.h"
 #include "distlab/data.h"
 #include "distlab/ckpt.h"
-#include "distlab/zero.h"
 #include "distlab/mpi.h"
 #include "core/testhook.h"
 
@@ -256,7 +259,7 @@ static int launch_bucket(rank_state *s, size_t first)
     return rc;
 }
 
-/* ---- ZeRO: per-unit shards (include/distlab/zero.h) ---- */
+/* ---- ZeRO: per-unit shards (lib/parallel/zero.h) ---- */
 
 /* This rank's reduced gradient of unit u's block (storage type): in the model's gradient buffer
  * (stages 0-1) or in the shard (2-3). */

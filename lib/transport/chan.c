@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "transport/chan.h"
 #include "runtime/internal.h"
 
 /* One slot header: exactly one cache line. The consumer polls the slot's own sequence word,

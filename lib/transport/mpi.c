@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 #include "distlab.h"
+#include "transport/chan.h"
 #include "distlab/mpi.h"
 #include "runtime/internal.h"
 

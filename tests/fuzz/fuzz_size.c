@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/arena.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

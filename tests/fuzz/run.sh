@@ -14,11 +14,11 @@ var() { sed -n "s/^$1 = //p" "$build/Makefile"; }
 out=$(mktemp -d "${TMPDIR:-/tmp}/distlab-fuzz.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 FLAGS="-g -O1 -std=c11 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
-INC="-D_GNU_SOURCE= -I$src/include -I$build -I$src/apps $(var HWLOC_CFLAGS) $(var OPENBLAS_CFLAGS) $(var MPI_CFLAGS)"
+INC="-D_GNU_SOURCE= -I$src/include -I$build -I$src/lib -I$src/apps/common $(var HWLOC_CFLAGS) $(var OPENBLAS_CFLAGS) $(var MPI_CFLAGS)"
 LIBS="$(var HWLOC_LIBS) $(var OPENBLAS_LIBS) $(var MPI_LIBS) -lpthread -lm"
 echo "fuzz: building the library with clang (coverage instrumented) in $out"
 i=0
-for f in "$src"/lib/*.c "$src"/apps/cli.c; do
+for f in "$src"/lib/*/*.c "$src"/apps/common/cli.c; do
   clang $FLAGS -fsanitize=fuzzer-no-link -DHAVE_CONFIG_H $INC -c "$f" -o "$out/$(basename "$f" .c).o" &
   i=$((i + 1))
   [ $((i % 2)) -ne 0 ] || wait

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sched.h>
 #include <unistd.h>
+#include "core/bf16.h"
 #include "../testutil.h"
 
 #define NMAX 16

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "distlab.h"
+#include "core/bf16.h"
 #include "distlab/mpi.h"
 
 #define MAXR 64

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/arena.h"
 
 /* Expected per-category currents, written out by hand for each checkpoint. */
 static void expect_current(const dl_arena *a, uint64_t params, uint64_t grads, uint64_t opt,

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <strings.h>
 #include <cblas.h>
+#include "core/blas.h"
 
 /* feature sets by name: the cases read as "a CPU like this" */
 static const dl_cpu_features NONE = {0};

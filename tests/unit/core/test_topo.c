@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "core/topo.h"
 
 #define SYN16 "pack:2 l3:2 core:4 pu:1"
 

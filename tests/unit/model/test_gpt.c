@@ -4,6 +4,7 @@
 #include "../testutil.h"
 #include <check.h>
 #include <math.h>
+#include "core/arena.h"
 
 static dl_gpt_config tiny(void)
 {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "model/ops.h"
 #include "../testutil.h"
 
 #define FD_H 1e-5

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "parallel/sched_priv.h"
 #include "../testutil.h"
 
 #define ck_near(x, want, tol)                                                                    \

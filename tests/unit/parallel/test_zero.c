@@ -12,7 +12,7 @@
 #include "../testutil.h"
 #include <check.h>
 #include <math.h>
-#include "distlab/zero.h"
+#include "parallel/zero.h"
 
 /* ---- the arithmetic ---- */
 

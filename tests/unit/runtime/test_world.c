@@ -4,6 +4,8 @@
 #include "../testutil.h"
 #include <check.h>
 #include <stdio.h>
+#include "core/arena.h"
+#include "core/topo.h"
 
 #define MAXR 32
 

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <unistd.h>
+#include "transport/chan.h"
 
 #define NBUF 64 /* > 2 x slots: a lent buffer is reused only after its slot came back */
 #define MAXB (3 * 4096)

@@ -1,4 +1,4 @@
-/* distlab: channels and links.
+/* distlab (private): channels and links.
  *
  * A link is one direction of a connection between two ranks: one sending end, one receiving
  * end. Collectives touch links only through dl_link_ops, so that a transport for many machines
@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
+#include "distlab/trace.h" /* dl_now_ns */
+#include "distlab/world.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,8 +109,8 @@ static inline int dl_link_wait_released(dl_link *l, uint64_t n, const dl_waiter 
 int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes);
 void dl_link_destroy(dl_link *l);
 
-/* Monotonic clock in nanoseconds. */
-uint64_t dl_now_ns(void);
+/* How a rank's threads wait (lib/runtime/world.c). */
+const dl_waiter *dl_ctx_waiter(const dl_ctx *c);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* distlab: machine topology (hwloc), rank placement and pinning.
+/* distlab (private): machine topology (hwloc), rank placement and pinning.
  *
  * The real machine is always what threads are bound to. A synthetic topology string (as hwloc
  * takes it, e.g. "pack:2 l3:2 core:4 pu:1") only changes how ranks are grouped into "nodes" and
@@ -8,24 +8,13 @@
 #define DISTLAB_TOPO_H
 
 #include <stdio.h>
+#include "distlab/world.h" /* dl_place_policy, dl_node_kind */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct dl_topo dl_topo;
-
-typedef enum dl_place_policy {
-    DL_PLACE_COMPACT = 0, /* rank i on PU i: neighbours share caches */
-    DL_PLACE_SCATTER = 1  /* spread ranks round-robin over packages, then L3s, then cores */
-} dl_place_policy;
-
-typedef enum dl_node_kind {
-    DL_NODE_PACKAGE = 0, /* one node per package (socket) */
-    DL_NODE_NUMA = 1,    /* one node per NUMA node */
-    DL_NODE_L3 = 2,      /* one node per L3 domain */
-    DL_NODE_FIXED = 3    /* a fixed number of ranks per node (ranks_per_node) */
-} dl_node_kind;
 
 typedef struct dl_topo_summary {
     int pus, cores, l3s, numas, packages;
@@ -82,6 +71,10 @@ const char *dl_node_kind_name(dl_node_kind k);
 /* Print the topology summary and the rank -> PU -> node table (what `distlab-bench topo`
  * shows). `actual_cpu` may be NULL or hold the cpu each rank reported after binding. */
 void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int *actual_cpu);
+
+/* What a world says of its placement beyond the public API (lib/runtime/world.c). */
+const dl_placement *dl_world_placement(const dl_world *w);
+const dl_topo *dl_world_topo(const dl_world *w);
 
 #ifdef __cplusplus
 }
