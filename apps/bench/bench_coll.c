@@ -23,7 +23,9 @@
 #include "bench_coll.h"
 #include "bench_util.h"
 #include "mpi_app.h"
+#include "core/json.h"
 #include "config.h"
+#include "core/stats.h"
 #ifdef DL_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -113,20 +115,12 @@ typedef struct bench {
 
 /* ---------------------------------------------------------------- deterministic data ---- */
 
-static inline float bf16_widen(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16; /* exact: bf16 is the top half of an f32 */
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static inline double get_elem(const void *buf, dl_dtype t, size_t i)
 {
     switch (t) {
     case DL_F32: return ((const float *)buf)[i];
     case DL_F64: return ((const double *)buf)[i];
-    default: return bf16_widen(((const uint16_t *)buf)[i]);
+    default: return dl__bf16_widen(((const uint16_t *)buf)[i]);
     }
 }
 
@@ -485,7 +479,7 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
         MPI_Allreduce(MPI_IN_PLACE, &dt_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (k >= c->warmup) ts[k - c->warmup] = dt_us;
     }
-    if (me == 0) b->mpi_us[ci] = cli_median(ts, (size_t)c->iters);
+    if (me == 0) b->mpi_us[ci] = dl__median(ts, (size_t)c->iters);
     free(cnt), free(dsp), free(ts);
     return e == MPI_SUCCESS ? DL_OK : dl_error(DL_ESYS, "--vs-mpi: an MPI collective failed");
 #else
@@ -623,7 +617,7 @@ static void reduce_row(bench *b, int i)
             for (int r = 0; r < n; r++) if (t[r] > mx) mx = t[r];
             b->scratch[it] = mx; /* the iteration took as long as its slowest rank */
         }
-        double ns = cli_median(b->scratch, (size_t)c->iters);
+        double ns = dl__median(b->scratch, (size_t)c->iters);
         ce->valid = 1;
         ce->time_us = ns / 1e3;
         ce->algbw = ns > 0 ? (double)rw->bytes / ns : 0; /* bytes per ns == GB/s (1e9) */
@@ -1192,18 +1186,6 @@ too_many:
 
 /* ----------------------------------------------------------------------------- JSON ---- */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 static void json_num(FILE *f, double v)
 {
     if (isfinite(v)) fprintf(f, "%.6g", v);
@@ -1216,7 +1198,7 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
     const coll_cfg *c = b->c;
     FILE *f = stdout;
     fprintf(f, "{\n  \"tool\": \"distlab-bench coll\",\n  \"version\": ");
-    json_str(f, dl_version());
+    dl__json_fputs(f, dl_version(), DL__JSON_CTRL_U);
     fprintf(f, ",\n  \"ops\": [");
     for (int o = 0, k = 0; o < NOPS; o++)
         if (c->ops[o]) fprintf(f, "%s\"%s\"", k++ ? ", " : "", op_name[o]);
@@ -1225,7 +1207,7 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
     fprintf(f, "\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": \"%s\",\n",
             c->nranks, b->nnodes, dl_node_kind_name(c->w.nodes), dl_place_policy_name(c->w.policy));
     fprintf(f, "  \"topology\": ");
-    json_str(f, b->topo.desc);
+    dl__json_fputs(f, b->topo.desc, DL__JSON_CTRL_U);
     fprintf(f, ",\n  \"synthetic\": %s,\n  \"real_pus\": %d,\n  \"oversubscribed\": %s,\n",
             b->topo.synthetic ? "true" : "false", b->real_pus, b->oversub ? "true" : "false");
     fprintf(f, "  \"placement\": [");
@@ -1291,7 +1273,7 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
     fprintf(f, "\n  ],\n  \"avg_busbw_gbs\": ");
     json_num(f, avg_bus);
     fprintf(f, ",\n  \"wrong_total\": %" PRIu64 ",\n  \"status\": ", wrong_total);
-    json_str(f, rc == DL_OK ? "ok" : dl_strstatus(rc));
+    dl__json_fputs(f, rc == DL_OK ? "ok" : dl_strstatus(rc), DL__JSON_CTRL_U);
     fprintf(f, "\n}\n");
     fflush(f);
 }

@@ -16,6 +16,7 @@
 #include "model/ops.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "core/stats.h"
 
 typedef struct gcfg {
     int ranks, iters;
@@ -203,7 +204,7 @@ int bench_gemm_main(int argc, char **argv)
         }
         double mean = 0, gmin = INFINITY, gmax = 0, total = 0;
         for (int r = 0; r < n; r++) {
-            med[r] = bu_median(g.t + (size_t)r * c.iters, (size_t)c.iters);
+            med[r] = dl__median_copy(g.t + (size_t)r * c.iters, (size_t)c.iters);
             double gf = flops / med[r] * 1e-9;
             mean += med[r] / n;
             total += gf;

@@ -17,6 +17,7 @@
 #include "core/topo.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "core/stats.h"
 
 typedef struct ocfg {
     double step_ms; /* 0: measure */
@@ -150,7 +151,7 @@ static void measure(const ocfg *c, dl_trace *t, cost out[NOPS])
             mn = fmin(mn, v[b]);
             mx = fmax(mx, v[b]);
         }
-        out[op].med = bu_median(v, (size_t)c->batches);
+        out[op].med = dl__median_copy(v, (size_t)c->batches);
         out[op].min = mn;
         out[op].max = mx;
     }
@@ -181,7 +182,7 @@ static int measure_step(const dl_train_opts *base, double *ms)
         double v[16];
         int n = 0;
         for (int i = 1; i < r.nsteps && n < 16; i++) v[n++] = r.steps[i].ms;
-        *ms = n ? bu_median(v, (size_t)n) : r.ms_per_step;
+        *ms = n ? dl__median_copy(v, (size_t)n) : r.ms_per_step;
     }
     dl_train_result_free(&r);
     return rc;

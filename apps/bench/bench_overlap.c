@@ -22,6 +22,7 @@
 #include "model/ops.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "core/stats.h"
 
 /* M_C: the all-reduce alone through the communication thread (the baseline of 'thread');
  * M_CB: alone, blocking on the rank thread (the baseline of 'alternating', which calls it so) */
@@ -77,7 +78,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
         bu_gemm_one(&lg.s[0], &gb);
         if (k) g1[k - 1] = now_s() - t0;
     }
-    double tgemm = bu_median(g1, 5);
+    double tgemm = dl__median_copy(g1, 5);
 
     for (int si = 0; si < s->nsizes && rc == DL_OK; si++) {
         size_t count = (size_t)(s->sizes[si] / sizeof(float));
@@ -99,7 +100,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
         }
         if (rc != DL_OK) break;
         /* as many GEMMs as one all-reduce takes, the same on every rank (max over ranks) */
-        double want = ceil(bu_median(slot(s, si, M_C, r), (size_t)c->trials) / tgemm);
+        double want = ceil(dl__median_copy(slot(s, si, M_C, r), (size_t)c->trials) / tgemm);
         if (want < 1) want = 1;
         if (want > 1e6) want = 1e6;
         if ((rc = dl_allreduce(comm, &want, &want, 1, DL_F64, DL_MAX, DL_PURPOSE_OTHER)) != DL_OK)
@@ -161,7 +162,7 @@ static double agg(oshared *s, int si, int m)
     for (int k = 0; k < T; k++)
         for (int r = 0; r < s->n; r++)
             if (slot(s, si, m, r)[k] > per[k]) per[k] = slot(s, si, m, r)[k];
-    v = bu_median(per, (size_t)T);
+    v = dl__median_copy(per, (size_t)T);
     free(per);
     return v;
 }

@@ -36,6 +36,7 @@
 #include "bench_util.h"
 #include "trace_plot.h"
 #include "bench_pipeline.h"
+#include "core/stats.h"
 
 enum { WORK_SLEEP = 0, WORK_SPIN = 1, WORK_MODEL = 2 };
 static const char *const work_name[] = {"sleep", "spin", "model"};
@@ -539,11 +540,11 @@ static void summarise_engine(const prun *r, pres *o)
         trt[k - k0] = tok ? pb_bubble_total(tbusy, tlo, thi, p) : NAN;
         span[k - k0] = (hi - lo) / 1e6;
     }
-    for (int s = 0; s < p; s++) o->stage_bubble[s] = bu_median(stg + s * n, (size_t)n);
-    o->bubble = bu_median(tot, (size_t)n);
-    o->bubble_trace = r->tr ? bu_median(trt, (size_t)n) : NAN;
-    o->step_ms = bu_median(span, (size_t)n);
-    o->engine_us = ne > 0 ? bu_median(eng, (size_t)ne) : NAN;
+    for (int s = 0; s < p; s++) o->stage_bubble[s] = dl__median_copy(stg + s * n, (size_t)n);
+    o->bubble = dl__median_copy(tot, (size_t)n);
+    o->bubble_trace = r->tr ? dl__median_copy(trt, (size_t)n) : NAN;
+    o->step_ms = dl__median_copy(span, (size_t)n);
+    o->engine_us = ne > 0 ? dl__median_copy(eng, (size_t)ne) : NAN;
     free(tot);
     free(trt);
     free(span);
@@ -712,9 +713,9 @@ static int overhead_bench(const pcfg *c, int pus, pover *ov)
             pa[k - 1] = worst;
             mn = fmin(mn, worst);
         }
-        ov->per_action_us = bu_median(pa, (size_t)n);
+        ov->per_action_us = dl__median_copy(pa, (size_t)n);
         ov->per_action_min_us = mn;
-        ov->dispatch_us = bu_median(d, (size_t)(n * p));
+        ov->dispatch_us = dl__median_copy(d, (size_t)(n * p));
         ov->ran = 1;
         free(pa);
         free(d);

@@ -13,6 +13,7 @@
 #include "core/topo.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "core/stats.h"
 
 typedef struct scfg {
     int ranks, steps, seqs, oversub;
@@ -208,7 +209,7 @@ static void breakdown(const dl_trace *t, int steps, point *p)
             *out[k] = NAN;
             continue;
         }
-        *out[k] = cli_median(f[k], (size_t)n);
+        *out[k] = dl__median(f[k], (size_t)n);
     }
 }
 

@@ -14,6 +14,8 @@
 #include "model/ops.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "core/json.h"
+#include "core/stats.h"
 
 /* --------------------------------------------------------------------------- STREAM ---- */
 
@@ -115,7 +117,7 @@ double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes
             for (int i = 0; i < nthr; i++)
                 if (t[(size_t)i * trials + k] > per[k]) per[k] = t[(size_t)i * trials + k];
         }
-        double sec = cli_median(per, (size_t)trials);
+        double sec = dl__median(per, (size_t)trials);
         double counted = kernel == BU_COPY ? 2.0 : 3.0;
         if (sec > 0) gbs = counted * (double)bytes * nthr / sec / 1e9;
     }
@@ -186,7 +188,7 @@ int bu_selftest(FILE *f)
     double bt = 8, c = 8;
     CHECK(near(bu_gemm_log_flops(&lg), 6 * bt * c * 12 * c + 6 * bt * c * 256));
     double v[] = {5, 1, 3, 2};
-    CHECK(near(bu_median(v, 4), 2.5) && near(bu_median(v, 3), 3));
+    CHECK(near(dl__median_copy(v, 4), 2.5) && near(dl__median_copy(v, 3), 3));
 #undef CHECK
     fprintf(f, "selftest: %s\n", ok ? "ok" : "FAILED");
     return ok;
@@ -200,17 +202,6 @@ void bu_spin_until(uint64_t start, uint64_t ns)
         __builtin_ia32_pause();
 #endif
     }
-}
-
-double bu_median(const double *v, size_t n)
-{
-    if (n == 0) return NAN;
-    double *w = malloc(n * sizeof *w);
-    if (!w) return NAN;
-    memcpy(w, v, n * sizeof *w);
-    double r = cli_median(w, n);
-    free(w);
-    return r;
 }
 
 /* -------------------------------------------------------------------- GEMM shapes ---- */
@@ -380,18 +371,6 @@ void bu_blas_text(FILE *f)
             dl_isa_level_name(dl_blas_kernel_level(k)), dl_isa_level_name(dl_cpu_isa_level(&c)));
 }
 
-static void json_escaped(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) continue; /* control characters dropped */
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 void bu_machine_json(FILE *f, const dl_topo *topo)
 {
     dl_topo_summary s;
@@ -401,18 +380,18 @@ void bu_machine_json(FILE *f, const dl_topo *topo)
     governor(gov, sizeof gov);
     utc_date(date, sizeof date);
     fprintf(f, ",\"machine\":{\"date\":\"%s\",\"cpu\":", date);
-    json_escaped(f, model);
+    dl__json_fputs(f, model, DL__JSON_CTRL_DROP);
     fprintf(f, ",\"pus\":%d,\"cores\":%d,\"l3s\":%d,\"numas\":%d,\"packages\":%d,"
                "\"l2_bytes\":%lld,\"l3_bytes\":%lld,\"real_pus\":%d,\"nproc\":%ld,\"topology\":",
             s.pus, s.cores, s.l3s, s.numas, s.packages, s.l2_bytes, s.l3_bytes,
             dl_topo_real_pus(topo), sysconf(_SC_NPROCESSORS_ONLN));
-    json_escaped(f, s.desc);
+    dl__json_fputs(f, s.desc, DL__JSON_CTRL_DROP);
     fputs(",\"governor\":", f);
-    json_escaped(f, gov);
+    dl__json_fputs(f, gov, DL__JSON_CTRL_DROP);
     fputs(",\"openblas\":", f);
-    json_escaped(f, blas_config());
+    dl__json_fputs(f, blas_config(), DL__JSON_CTRL_DROP);
     fputs(",\"blas_kernel\":", f);
-    json_escaped(f, dl_blas_loaded_kernel());
+    dl__json_fputs(f, dl_blas_loaded_kernel(), DL__JSON_CTRL_DROP);
     fputc('}', f);
 }
 
@@ -421,7 +400,7 @@ void bu_json_begin(FILE *f, const char *sub, const char *type)
     fprintf(f, "{\"type\":\"%s\",\"schema\":\"distlab/1\",\"app\":\"distlab-bench\","
                "\"subcommand\":\"%s\",\"version\":",
             type, sub);
-    json_escaped(f, dl_version());
+    dl__json_fputs(f, dl_version(), DL__JSON_CTRL_DROP);
 }
 
 void bu_json_end(FILE *f)
@@ -441,7 +420,7 @@ void bu_json_int(FILE *f, const char *key, long long v) { fprintf(f, ",\"%s\":%l
 void bu_json_str(FILE *f, const char *key, const char *v)
 {
     fprintf(f, ",\"%s\":", key);
-    json_escaped(f, v);
+    dl__json_fputs(f, v, DL__JSON_CTRL_DROP);
 }
 
 void bu_json_bool(FILE *f, const char *key, int v)

@@ -87,8 +87,6 @@ int bu_plot_check(const char *file);
  * gnuplot when /usr/bin/gnuplot exists; else say how to render. Returns 0, or -1 on failure. */
 int bu_plot(const char *file, const char *data, const char *script);
 
-/* Median of v[0..n-1] (sorts a copy). */
-double bu_median(const double *v, size_t n);
 /* Busy-wait until `ns` nanoseconds after `start` (dl_now_ns clock): fixed "compute" that
  * occupies a core, for the harness's emulated work. */
 void bu_spin_until(uint64_t start, uint64_t ns);

@@ -184,19 +184,6 @@ int cli_check_output(const char *what, const char *path)
     return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double cli_median(double *v, size_t n)
-{
-    if (n == 0) return 0.0;
-    qsort(v, n, sizeof *v, cmp_double);
-    return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Under mpirun only process 0 warns (every process makes the same decision). */
 static int quiet_process(void)
 {

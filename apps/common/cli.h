@@ -71,7 +71,4 @@ void cli_remove_tmp_on_signal(const char *path);
  * "static:NAME" the restarted process too (an OpenBLAS without DYNAMIC_ARCH). */
 void cli_blas_setup(char **argv);
 
-/* Median of v[0..n-1] (sorts v in place); 0 when n == 0. Even n: mean of the middle two. */
-double cli_median(double *v, size_t n);
-
 #endif

@@ -19,6 +19,7 @@
 #include "parallel/sched_priv.h"
 #include "cli.h"
 #include "lecture.h"
+#include "core/json.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Output                                                                                    */
@@ -36,17 +37,8 @@ void lec_text(const char *fmt, ...)
     va_end(ap);
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p == '\n') fputs("\\n", stdout);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
-}
+/* The lecture's JSON writes a newline as \n (control characters are \u00XX otherwise). */
+static void json_str(const char *s) { dl__json_fputs(stdout, s, DL__JSON_CTRL_NL); }
 
 /* pad a UTF-8 string with spaces to `cols` display columns */
 static void put_padded(const char *s, int cols)

@@ -12,6 +12,7 @@
 #include "distlab.h"
 #include "cli.h"
 #include "plan_calib.h"
+#include "core/json.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tables: one set of rows printed three ways                                               */
@@ -144,17 +145,6 @@ static void c_secs(double s)
 
 enum { OUT_HUMAN, OUT_CSV, OUT_JSON };
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_tables(int mode, FILE *f)
 {
     if (mode == OUT_JSON) fprintf(f, "{");
@@ -199,16 +189,16 @@ static void print_tables(int mode, FILE *f)
             }
         } else {
             fprintf(f, "%s\n  ", ti ? "," : "");
-            json_str(f, t->id);
+            dl__json_fputs(f, t->id, DL__JSON_CTRL_U);
             fprintf(f, ": [");
             for (int r = 0; r < t->nrow; r++) {
                 fprintf(f, "%s\n    {", r ? "," : "");
                 for (int c = 0; c < t->ncol; c++) {
                     const cell *x = &t->cells[r * t->ncol + c];
                     fprintf(f, "%s", c ? ", " : "");
-                    json_str(f, t->key[c]);
+                    dl__json_fputs(f, t->key[c], DL__JSON_CTRL_U);
                     fputs(": ", f);
-                    if (x->kind == C_TEXT) json_str(f, x->txt);
+                    if (x->kind == C_TEXT) dl__json_fputs(f, x->txt, DL__JSON_CTRL_U);
                     else if (x->kind == C_NUM) fprintf(f, "%.6g", x->num);
                     else if (x->kind == C_BOOL) fputs(x->num ? "true" : "false", f);
                     else fprintf(f, "%ld", (long)x->num);

@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "bench_util.h"
 #include "plan_calib.h"
+#include "core/stats.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* The model and batch both subcommands use: distlab-train's defaults                         */
@@ -149,7 +150,7 @@ static int comm_rank(dl_ctx *ctx, void *arg)
             double dt = (double)(dl_now_ns() - t0) * 1e-9;
             if (it >= 0) t[it] = j->p2p ? dt / 2 : dt;
         }
-        if (r == 0 && rc == DL_OK) j->t[s] = bu_median(t, (size_t)j->iters);
+        if (r == 0 && rc == DL_OK) j->t[s] = dl__median_copy(t, (size_t)j->iters);
     }
     free(a), free(b), free(t);
     return rc;
@@ -603,7 +604,7 @@ static void pc_figs_of(double v[PC_NFIG][PC_MAXROUNDS], int n, pc_figs *x)
     for (int i = 0; i < PC_NFIG; i++) {
         f[i] = INFINITY;
         for (int r = 0; r < n; r++) f[i] = v[i][r] < f[i] ? v[i][r] : f[i];
-        double med = bu_median(v[i], (size_t)n), d = (med - f[i]) / f[i];
+        double med = dl__median_copy(v[i], (size_t)n), d = (med - f[i]) / f[i];
         x->noise = d > x->noise ? d : x->noise;
     }
     x->gemm1 = f[0], x->gemmR = f[1], x->step1 = f[2], x->stepR = f[3], x->steptp = f[4];

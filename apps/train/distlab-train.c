@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "layer_costs.h"
 #include "mpi_app.h"
+#include "core/json.h"
 
 static void usage(FILE *f)
 {
@@ -194,14 +195,7 @@ static void json_config(FILE *f, const dl_train_opts *o)
     fprintf(f, "\"overlap\":%s,\"algo\":\"%s\",\"data\":", o->overlap ? "true" : "false",
             dl_algo_name(o->algo));
     if (o->data_path) {
-        fputc('"', f);
-        for (const char *p = o->data_path; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                fputc('\\', f);
-            if ((unsigned char)*p >= 0x20)
-                fputc(*p, f);
-        }
-        fputc('"', f);
+        dl__json_fputs(f, o->data_path, DL__JSON_CTRL_DROP);
     } else {
         fputs("\"synthetic\"", f);
     }

@@ -15,6 +15,7 @@
 #include "core/arena.h"
 #include "cli.h"
 #include "layer_costs.h"
+#include "core/stats.h"
 
 int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, int reps,
                         double *costs, char *desc, size_t desc_len)
@@ -80,7 +81,7 @@ int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, 
         goto out;
     double med[3] = {0, 0, 0};
     for (int k = 0; k < n; k++)
-        med[k] = cli_median(t + (size_t)k * reps, (size_t)reps) / 1e6; /* ms */
+        med[k] = dl__median(t + (size_t)k * reps, (size_t)reps) / 1e6; /* ms */
     for (int l = 0; l < L; l++)
         costs[l] = l == 0 ? med[0] : l == L - 1 ? med[n - 1] : med[1];
     if (desc) {

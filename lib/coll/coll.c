@@ -25,25 +25,11 @@
 #include "runtime/internal.h"
 #include "core/testhook.h"
 
-/* ---- bf16 ---- */
+/* ---- bf16: the public names of the one rounding (core/bf16.h) ---- */
 
-uint16_t dl_f32_to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
+uint16_t dl_f32_to_bf16(float x) { return dl__bf16_round(x); }
 
-float dl_bf16_to_f32(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
+float dl_bf16_to_f32(uint16_t b) { return dl__bf16_widen(b); }
 
 /* ---- reduction kernels: out = a (op) b; `div` > 1 divides the result (final step of avg) ---- */
 
@@ -91,9 +77,9 @@ static void reduce_bf16(uint16_t *out, const uint16_t *a, const uint16_t *restri
 {
     const float d = (float)div;
     for (size_t i = 0; i < n; i++) {
-        float x = dl_bf16_to_f32(a[i]), y = dl_bf16_to_f32(b[i]);
+        float x = dl__bf16_widen(a[i]), y = dl__bf16_widen(b[i]);
         float z = op == DL_MAX ? (x > y ? x : y) : (div > 1.0 ? (x + y) / d : x + y);
-        out[i] = dl_f32_to_bf16(z);
+        out[i] = dl__bf16_round(z);
     }
 }
 
@@ -124,7 +110,7 @@ static void scale_any(dl_dtype t, void *out, const void *in, size_t n, double di
         uint16_t *o = out;
         const uint16_t *x = in;
         for (size_t i = 0; i < n; i++)
-            o[i] = dl_f32_to_bf16(dl_bf16_to_f32(x[i]) / (float)div);
+            o[i] = dl__bf16_round(dl__bf16_widen(x[i]) / (float)div);
     }
 }
 
@@ -138,7 +124,7 @@ static void fold_any(dl_dtype t, void *out, const void *const *src, int nsrc, si
         for (int k = 0; k < nsrc; k++) {
             double v = t == DL_F32   ? (double)((const float *)src[k])[i]
                        : t == DL_F64 ? ((const double *)src[k])[i]
-                                     : (double)dl_bf16_to_f32(((const uint16_t *)src[k])[i]);
+                                     : (double)dl__bf16_widen(((const uint16_t *)src[k])[i]);
             if (k == 0)
                 acc = v;
             else if (op == DL_MAX)
@@ -155,7 +141,7 @@ static void fold_any(dl_dtype t, void *out, const void *const *src, int nsrc, si
         else if (t == DL_F64)
             ((double *)out)[i] = acc;
         else
-            ((uint16_t *)out)[i] = dl_f32_to_bf16((float)acc);
+            ((uint16_t *)out)[i] = dl__bf16_round((float)acc);
     }
 }
 

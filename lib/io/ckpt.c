@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include "distlab.h"
 #include "io/path.h"
+#include "core/json.h"
+#include "core/strbuf.h"
 
 #define CK_MAX_HEADER ((uint64_t)100 << 20) /* safetensors' own limit on N */
 #define CK_IOBUF ((size_t)1 << 20)          /* staging / checksum chunk */
@@ -129,59 +131,6 @@ static const char *errtext(int e)
     return strerror(e);
 }
 
-/* A growing string. */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *s, const char *fmt, ...)
-{
-    if (s->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(s->p ? s->p + s->n : NULL, s->p ? s->cap - s->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            s->oom = 1;
-            return;
-        }
-        if (s->p && s->n + (size_t)k < s->cap) {
-            s->n += (size_t)k;
-            return;
-        }
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap <= s->n + (size_t)k + 1)
-            cap *= 2;
-        char *q = realloc(s->p, cap);
-        if (!q) {
-            s->oom = 1;
-            return;
-        }
-        s->p = q;
-        s->cap = cap;
-    }
-}
-
-/* JSON string with the escapes JSON requires. */
-static void sb_json_string(sbuf *s, const char *str)
-{
-    sb_printf(s, "\"");
-    for (const unsigned char *c = (const unsigned char *)str; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            sb_printf(s, "\\%c", *c);
-        else if (*c < 0x20)
-            sb_printf(s, "\\u%04x", *c);
-        else
-            sb_printf(s, "%c", *c);
-    }
-    sb_printf(s, "\"");
-}
-
 static const char *dtype_name(int dsize)
 {
     return dsize == 8 ? "F64" : "F32";
@@ -280,32 +229,32 @@ static int plan_build(const dl_gpt_layout *l, int dsize, ck_plan *p)
     p->begin = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof *p->begin);
     if (!p->begin)
         return -1;
-    sbuf s = { 0 };
+    dl__strbuf s = { 0 };
     const char *dt = dtype_name(dsize);
     uint64_t off = 0;
-    sb_printf(&s, "{");
+    dl__sb_printf(&s, "{");
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         uint64_t bytes = (uint64_t)global_numel(t) * (uint64_t)dsize;
         p->begin[k] = off;
-        sb_json_string(&s, t->name);
-        sb_printf(&s, ":{\"dtype\":\"%s\",\"shape\":[%" PRId64, dt, t->shape[0]);
+        dl__sb_json(&s, t->name, DL__JSON_CTRL_U);
+        dl__sb_printf(&s, ":{\"dtype\":\"%s\",\"shape\":[%" PRId64, dt, t->shape[0]);
         if (t->ndim == 2)
-            sb_printf(&s, ",%" PRId64, t->shape[1]);
-        sb_printf(&s, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]},", off, off + bytes);
+            dl__sb_printf(&s, ",%" PRId64, t->shape[1]);
+        dl__sb_printf(&s, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]},", off, off + bytes);
         off += bytes;
     }
     char cfg[160];
     config_string(&l->cfg, cfg, sizeof cfg);
-    sb_printf(&s, "\"__metadata__\":{\"format\":\"" CK_FORMAT "\",\"version\":\"" CK_VERSION "\","
+    dl__sb_printf(&s, "\"__metadata__\":{\"format\":\"" CK_FORMAT "\",\"version\":\"" CK_VERSION "\","
               "\"config\":\"%s\",\"dtype\":\"%s\",\"checksum_algo\":\"fnv1a64\",\"checksum\":\"",
               cfg, dt);
     size_t pos = s.n;
-    sb_printf(&s, "0000000000000000\"}}");
+    dl__sb_printf(&s, "0000000000000000\"}}");
     while (!s.oom && s.n % 8)
-        sb_printf(&s, " ");
+        dl__sb_add(&s, " ", 1);
     if (s.oom) {
-        free(s.p);
+        dl__sb_free(&s);
         free(p->begin);
         p->begin = NULL;
         return -1;

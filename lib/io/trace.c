@@ -14,6 +14,9 @@
 #include "distlab/error.h"
 #include "distlab/trace.h"
 #include "io/path.h"
+#include "core/grid.h"
+#include "core/json.h"
+#include "core/strbuf.h"
 
 /* One rank's buffer header: its own cache line (the _Alignas pads the struct to 64 bytes), so a
  * rank's count and drop counter never share a line with another rank's. */
@@ -254,17 +257,6 @@ int dl_trace_breakdown(const dl_trace *t, int rank, int step, double ns[DL_TR_NK
 /* ---------------------------------------------------------------------------------------- */
 /* Chrome trace JSON                                                                         */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
-        else fputc(*c, f);
-    }
-    fputc('"', f);
-}
-
 /* Microseconds with exactly 3 decimals, from integer nanoseconds (no rounding). */
 static void us3(FILE *f, uint64_t ns)
 {
@@ -313,7 +305,7 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
         char nm[32];
         snprintf(nm, sizeof nm, "rank %d", r);
         fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":", r);
-        json_str(f, names && names[r] ? names[r] : nm);
+        dl__json_fputs(f, names && names[r] ? names[r] : nm, DL__JSON_CTRL_U);
         fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                    "\"args\":{\"sort_index\":%d}}", r, r);
     }
@@ -355,46 +347,19 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
 /* ---------------------------------------------------------------------------------------- */
 /* The lecture's grid from measured times                                                    */
 
-static const char IDLE[] = "\xC2\xB7"; /* U+00B7 MIDDLE DOT, as lib/parallel/sched.c */
-
-static char symbol(const dl_trace_event *e)
+/* The grid's mark of an event (0: not drawn). */
+static char mark(const dl_trace_event *e)
 {
-    int mb = e->mb;
     switch (e->kind) {
-    case DL_TR_FWD: return mb >= 0 && mb < 10 ? (char)('0' + mb) : mb >= 10 && mb < 36 ? (char)('A' + mb - 10) : '+';
-    case DL_TR_BWD: return mb >= 0 && mb < 26 ? (char)('a' + mb) : '-';
-    case DL_TR_OPT: return '*';
-    case DL_TR_COMM: return '=';
+    case DL_TR_FWD: return dl__grid_mark(DL__GRID_FWD, e->mb);
+    case DL_TR_BWD: return dl__grid_mark(DL__GRID_BWD, e->mb);
+    case DL_TR_OPT: return dl__grid_mark(DL__GRID_OPT, e->mb);
+    case DL_TR_COMM: return dl__grid_mark(DL__GRID_COMM, e->mb);
     default: return 0;
     }
 }
 
 #define DRAWN ((1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_OPT) | (1u << DL_TR_COMM))
-
-typedef struct gbuf {
-    char *b;
-    size_t n, cap;
-    int oom;
-} gbuf;
-
-static void gb_add(gbuf *g, const char *s, size_t n)
-{
-    if (g->oom) return;
-    if (g->n + n + 1 > g->cap) {
-        size_t c = g->cap ? g->cap : 256;
-        while (c < g->n + n + 1) c *= 2;
-        char *p = realloc(g->b, c);
-        if (p == NULL) {
-            g->oom = 1;
-            return;
-        }
-        g->b = p;
-        g->cap = c;
-    }
-    memcpy(g->b + g->n, s, n);
-    g->n += n;
-    g->b[g->n] = '\0';
-}
 
 int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
 {
@@ -432,15 +397,14 @@ int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **o
     uint64_t *cov = malloc((T ? T : 1) * sizeof *cov), *best = malloc((T ? T : 1) * sizeof *best);
     const dl_trace_event **who = malloc((T ? T : 1) * sizeof *who);
     iv *v = malloc(most * sizeof *v);
-    char *shown = malloc(most);
+    char *shown = malloc(most), *row = malloc(T ? T : 1);
     int rc = DL_OK;
-    gbuf g = {0};
-    if (!cov || !best || !who || !v || !shown) {
+    dl__strbuf g = {0};
+    if (!cov || !best || !who || !v || !shown || !row) {
         rc = dl_error(DL_ENOMEM, "trace grid: out of memory (%zu cells)", T);
         goto done;
     }
-    int wd = 1;
-    for (int x = t->nranks; x >= 10; x /= 10) wd++;
+    int wd = dl__grid_label_width(t->nranks);
     for (int r = 0; r < t->nranks; r++) {
         const rank_buf *b = &t->r[r];
         memset(cov, 0, T * sizeof *cov);
@@ -473,22 +437,17 @@ int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **o
                 }
             }
         }
-        char pre[32];
-        int n = snprintf(pre, sizeof pre, "GPU %-*d  ", wd, r + 1);
-        gb_add(&g, pre, (size_t)n);
         memset(shown, 0, b->n ? b->n : 1);
         for (size_t c = 0; c < T; c++) {
             uint64_t ca = w0 + c * unit_ns, cb = ca + unit_ns < w1 ? ca + unit_ns : w1;
             uint64_t idle = (cb - ca) - cov[c];
+            row[c] = 0; /* idle */
             if (who[c] != NULL && best[c] >= idle) {
-                char s = symbol(who[c]);
-                gb_add(&g, &s, 1);
+                row[c] = mark(who[c]);
                 shown[who[c] - b->ev] = 1;
-            } else {
-                gb_add(&g, IDLE, sizeof IDLE - 1);
             }
         }
-        gb_add(&g, "\n", 1);
+        dl__grid_row(&g, r, wd, row, T);
         /* this step's actions inside the window that no cell shows */
         for (size_t i = 0; hidden && i < b->n; i++) {
             const dl_trace_event *e = &b->ev[i];
@@ -496,13 +455,9 @@ int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **o
                 (*hidden)++;
         }
     }
-    if (g.oom || g.b == NULL) {
-        rc = dl_error(DL_ENOMEM, "trace grid: out of memory");
-        free(g.b);
-        goto done;
-    }
-    *out = g.b;
+    rc = dl__sb_finish(&g, out, "trace grid");
 done:
+    free(row);
     free(cov);
     free(best);
     free(who);
@@ -526,34 +481,26 @@ int dl_trace_actions(const dl_trace *t, int step, char **out)
         if (t->r[r].n > most) most = t->r[r].n;
     const dl_trace_event **e = malloc(most * sizeof *e);
     if (!e) return dl_error(DL_ENOMEM, "trace actions: out of memory");
-    int wd = 1, any = 0;
-    for (int x = t->nranks; x >= 10; x /= 10) wd++;
-    gbuf g = {0};
+    int wd = dl__grid_label_width(t->nranks), any = 0;
+    dl__strbuf g = {0};
     for (int r = 0; r < t->nranks; r++) {
         const rank_buf *b = &t->r[r];
         size_t k = 0;
         for (size_t i = 0; i < b->n; i++)
             if (b->ev[i].step == step && is_action(&b->ev[i])) e[k++] = &b->ev[i];
         qsort(e, k, sizeof *e, ev_start_cmp);
-        char pre[32];
-        int n = snprintf(pre, sizeof pre, "GPU %-*d ", wd, r + 1);
-        gb_add(&g, pre, (size_t)n);
+        dl__grid_label(&g, r, wd);
         for (size_t i = 0; i < k; i++) {
-            char s[2] = {' ', symbol(e[i])};
-            gb_add(&g, s, 2);
+            char s[2] = {' ', mark(e[i])};
+            dl__sb_add(&g, s, 2);
         }
-        gb_add(&g, "\n", 1);
+        dl__sb_add(&g, "\n", 1);
         any += k > 0;
     }
     free(e);
-    if (g.oom || g.b == NULL) {
-        free(g.b);
-        return dl_error(DL_ENOMEM, "trace actions: out of memory");
-    }
-    if (!any) {
-        free(g.b);
+    if (!any && !g.oom) {
+        dl__sb_free(&g);
         return dl_error(DL_EINVAL, "trace actions: no forward, backward or optimizer step in step %d", step);
     }
-    *out = g.b;
-    return DL_OK;
+    return dl__sb_finish(&g, out, "trace actions");
 }

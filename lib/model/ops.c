@@ -29,6 +29,7 @@
 #endif
 
 #include "model/ops.h"
+#include "core/bf16.h"
 
 #define DL_CAT2(a, b) a##b
 #define DL_CAT(a, b) DL_CAT2(a, b)
@@ -278,48 +279,30 @@ double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps)
     return best;
 }
 
-/* ---- bf16 arrays (mixed precision): round to nearest even, as dl_f32_to_bf16 in coll.c ---- */
-
-static inline uint16_t bf16_rne(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays a quiet NaN */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_wide(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
+/* ---- bf16 arrays (mixed precision): the rounding of core/bf16.h (nearest even, NaN kept) ---- */
 
 void dl_bf16_from_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_rne(src[i]);
+        dst[i] = dl__bf16_round(src[i]);
 }
 
 void dl_bf16_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_wide(src[i]);
+        dst[i] = dl__bf16_widen(src[i]);
 }
 
 void dl_bf16_acc_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_rne(bf16_wide(dst[i]) + src[i]);
+        dst[i] = dl__bf16_round(dl__bf16_widen(dst[i]) + src[i]);
 }
 
 void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_rne(bf16_wide(dst[i]) + bf16_wide(src[i]));
+        dst[i] = dl__bf16_round(dl__bf16_widen(dst[i]) + dl__bf16_widen(src[i]));
 }
 
 double dl_sumsq_bf16(const uint16_t *x, size_t n)
@@ -328,12 +311,12 @@ double dl_sumsq_bf16(const uint16_t *x, size_t n)
     size_t i = 0;
     for (; i + 4 <= n; i += 4)
         for (int l = 0; l < 4; l++) {
-            double v = bf16_wide(x[i + l]);
+            double v = dl__bf16_widen(x[i + l]);
             s[l] += v * v;
         }
     double r = (s[0] + s[1]) + (s[2] + s[3]);
     for (; i < n; i++) {
-        double v = bf16_wide(x[i]);
+        double v = dl__bf16_widen(x[i]);
         r += v * v;
     }
     return r;

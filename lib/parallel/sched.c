@@ -14,6 +14,8 @@
 #include "distlab/plan.h"
 #include "distlab/sched.h"
 #include "parallel/sched_priv.h"
+#include "core/grid.h"
+#include "core/strbuf.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Construction                                                                              */
@@ -570,61 +572,11 @@ double dl_sched_bubble_formula(const dl_sched *s)
 /* ---------------------------------------------------------------------------------------- */
 /* Printing                                                                                  */
 
-/* A growing string. */
-typedef struct sbuf {
-    char *b;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *sb, const char *text, size_t len)
+/* The grid's mark of an action (a schedule draws no collectives). */
+static char mark(const dl_sched_action *x)
 {
-    if (sb->oom) return;
-    if (sb->n + len + 1 > sb->cap) {
-        size_t nc = sb->cap ? sb->cap : 256;
-        while (nc < sb->n + len + 1) nc *= 2;
-        char *nb = realloc(sb->b, nc);
-        if (nb == NULL) { sb->oom = 1; return; }
-        sb->b = nb;
-        sb->cap = nc;
-    }
-    memcpy(sb->b + sb->n, text, len);
-    sb->n += len;
-    sb->b[sb->n] = '\0';
-}
-
-static void sb_str(sbuf *sb, const char *text) { sb_add(sb, text, strlen(text)); }
-
-static void sb_printf(sbuf *sb, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_add(sb, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static int sb_done(sbuf *sb, char **out, const char *what)
-{
-    if (sb->oom) {
-        free(sb->b);
-        return dl_error(DL_ENOMEM, "%s: out of memory", what);
-    }
-    if (sb->b == NULL) sb_add(sb, "", 0);
-    if (sb->oom) return dl_error(DL_ENOMEM, "%s: out of memory", what);
-    *out = sb->b;
-    return DL_OK;
-}
-
-static const char IDLE[] = "\xC2\xB7"; /* U+00B7 MIDDLE DOT, the lecture's idle mark */
-
-static char symbol(const dl_sched_action *x)
-{
-    if (x->op == DL_SCHED_F)
-        return x->mb < 10 ? (char)('0' + x->mb) : x->mb < 36 ? (char)('A' + x->mb - 10) : '+';
-    if (x->op == DL_SCHED_B) return x->mb < 26 ? (char)('a' + x->mb) : '-';
-    return '*';
+    dl__grid_kind k = x->op == DL_SCHED_F ? DL__GRID_FWD : x->op == DL_SCHED_B ? DL__GRID_BWD : DL__GRID_OPT;
+    return dl__grid_mark(k, x->mb);
 }
 
 static int whole(double t) { return fabs(t - floor(t + 0.5)) < 1e-9; }
@@ -636,11 +588,10 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
     *out = NULL;
     if (!whole(sim->makespan) || sim->makespan > 1e6)
         return dl_error(DL_EINVAL, "grid: the makespan %g is not a whole number of time units", sim->makespan);
-    int T = (int)floor(sim->makespan + 0.5), p = s->p, wd = 1;
-    for (int x = p; x >= 10; x /= 10) wd++;
+    int T = (int)floor(sim->makespan + 0.5), p = s->p, wd = dl__grid_label_width(p);
     char *row = malloc((size_t)T + 1);
     if (row == NULL) return dl_error(DL_ENOMEM, "grid: out of memory");
-    sbuf sb = {0};
+    dl__strbuf sb = {0};
     for (int q = 0; q < p; q++) {
         memset(row, 0, (size_t)T + 1); /* 0 = idle */
         for (int i = 0; i < s->len[q]; i++) {
@@ -648,32 +599,27 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
             if (!whole(a) || !whole(b)) {
                 char t[32];
                 free(row);
-                free(sb.b);
+                dl__sb_free(&sb);
                 return dl_error(DL_EINVAL, "grid: stage %d action %d (%s) runs from %g to %g, not on whole "
                                 "time units (use integer costs)", q, i, astr(s, q, i, t, sizeof t), a, b);
             }
-            for (int t = (int)floor(a + 0.5); t < (int)floor(b + 0.5); t++) row[t] = symbol(&s->act[q][i]);
+            for (int t = (int)floor(a + 0.5); t < (int)floor(b + 0.5); t++) row[t] = mark(&s->act[q][i]);
         }
-        sb_printf(&sb, "GPU %-*d  ", wd, q + 1);
-        for (int t = 0; t < T; t++) {
-            if (row[t]) sb_add(&sb, &row[t], 1);
-            else sb_str(&sb, IDLE);
-        }
-        sb_str(&sb, "\n");
+        dl__grid_row(&sb, q, wd, row, (size_t)T);
     }
     free(row);
-    return sb_done(&sb, out, "grid");
+    return dl__sb_finish(&sb, out, "grid");
 }
 
 /* The lecture writes percentages with one decimal but "75%" for 75.0%. */
-static void percent(sbuf *sb, double frac)
+static void percent(dl__strbuf *sb, double frac)
 {
     char t[32];
     snprintf(t, sizeof t, "%.1f", 100.0 * frac);
     size_t n = strlen(t);
     if (n > 2 && strcmp(t + n - 2, ".0") == 0) t[n - 2] = '\0';
-    sb_str(sb, t);
-    sb_str(sb, "%");
+    dl__sb_str(sb, t);
+    dl__sb_str(sb, "%");
 }
 
 int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, char **out)
@@ -683,17 +629,17 @@ int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, c
     *out = NULL;
     static const char *const names[] = {"custom", "naive", "GPipe", "1F1B", "interleaved 1F1B",
                                         "async 1F1B", "TeraPipe"};
-    sbuf sb = {0};
-    sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_TERAPIPE ? names[s->kind] : "?");
-    sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
-    if (s->v > 1) sb_printf(&sb, ", %d chunks per stage", s->v);
-    sb_str(&sb, "): bubble ");
+    dl__strbuf sb = {0};
+    dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_TERAPIPE ? names[s->kind] : "?");
+    dl__sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
+    if (s->v > 1) dl__sb_printf(&sb, ", %d chunks per stage", s->v);
+    dl__sb_str(&sb, "): bubble ");
     percent(&sb, sim->bubble_total);
     if (with_act) {
-        sb_str(&sb, ", activations held per stage ");
-        for (int q = 0; q < s->p; q++) sb_printf(&sb, "%s%d", q ? " / " : "", sim->peak_act[q]);
+        dl__sb_str(&sb, ", activations held per stage ");
+        for (int q = 0; q < s->p; q++) dl__sb_printf(&sb, "%s%d", q ? " / " : "", sim->peak_act[q]);
     }
-    return sb_done(&sb, out, "caption");
+    return dl__sb_finish(&sb, out, "caption");
 }
 
 int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, char **out)
@@ -702,11 +648,11 @@ int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, ch
     int st = dl_sched_caption(s, sim, with_act, &cap);
     if (st == DL_OK) st = dl_sched_grid(s, sim, &grid);
     if (st == DL_OK) {
-        sbuf sb = {0};
-        sb_str(&sb, cap);
-        sb_str(&sb, "\n");
-        sb_str(&sb, grid);
-        st = sb_done(&sb, out, "render");
+        dl__strbuf sb = {0};
+        dl__sb_str(&sb, cap);
+        dl__sb_str(&sb, "\n");
+        dl__sb_str(&sb, grid);
+        st = dl__sb_finish(&sb, out, "render");
     }
     free(cap);
     free(grid);
@@ -771,20 +717,20 @@ int dl_sched_side_by_side(const char *left, const char *right, int col, char **o
         for (int i = 0; line_at(left, i, &b, &n); i++)
             if (width_n(b, n) + 2 > col) col = width_n(b, n) + 2;
     }
-    sbuf sb = {0};
+    dl__strbuf sb = {0};
     for (int i = 0;; i++) {
         const char *lb = "", *rb = "";
         size_t ln = 0, rn = 0;
         int hl = line_at(left, i, &lb, &ln), hr = line_at(right, i, &rb, &rn);
         if (!hl && !hr) break;
-        sb_add(&sb, lb, ln);
+        dl__sb_add(&sb, lb, ln);
         if (hr) {
-            for (int w = width_n(lb, ln); w < col; w++) sb_add(&sb, " ", 1);
-            sb_add(&sb, rb, rn);
+            for (int w = width_n(lb, ln); w < col; w++) dl__sb_add(&sb, " ", 1);
+            dl__sb_add(&sb, rb, rn);
         }
-        sb_str(&sb, "\n");
+        dl__sb_str(&sb, "\n");
     }
-    return sb_done(&sb, out, "side by side");
+    return dl__sb_finish(&sb, out, "side by side");
 }
 
 /* ---------------------------------------------------------------------------------------- */

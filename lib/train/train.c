@@ -18,6 +18,7 @@
 #include "distlab/data.h"
 #include "distlab/ckpt.h"
 #include "distlab/mpi.h"
+#include "core/stats.h"
 #include "core/testhook.h"
 
 void dl_train_opts_init(dl_train_opts *o)
@@ -1509,14 +1510,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median_of(double *x, int n)
-{
-    if (n <= 0)
-        return NAN;
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* Measured bubbles (each stage's first rank: world rank stage x dp x tp), over the steps after
  * the first when there are more, the engine's overhead per action, the version gaps. */
 static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *res)
@@ -1533,7 +1526,7 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
             size_t at = (size_t)(i + skip) * n + r;
             x[i] = R->pp_wall[at] > 0 ? 1.0 - R->pp_busy[at] / R->pp_wall[at] : NAN;
         }
-        res->pp_bubble[st] = median_of(x, k);
+        res->pp_bubble[st] = dl__median(x, (size_t)k);
         int gap = 0;
         for (int i = 0; i < S; i++)
             if (R->pp_gap[(size_t)i * n + r] > gap)
@@ -1550,11 +1543,11 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
         }
         x[i] = wall > 0 ? 1.0 - busy / (p * wall) : NAN;
     }
-    res->pp_bubble_total = median_of(x, k);
+    res->pp_bubble_total = dl__median(x, (size_t)k);
     for (int i = 0; i < k; i++)
         for (int r = 0; r < n; r++)
             x[(size_t)i * n + r] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
-    res->pp_engine_us = median_of(x, k * n); /* sorted x: the 90th percentile is an index */
+    res->pp_engine_us = dl__median(x, (size_t)(k * n)); /* sorted x: the 90th percentile is an index */
     res->pp_engine_p90_us = k * n > 0 ? x[(size_t)((k * n - 1) * 0.9 + 0.5)] : NAN;
     res->pp_bytes_per_step = (double)R->pp_bytes / S;
     free(x);
