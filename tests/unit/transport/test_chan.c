@@ -130,6 +130,7 @@ typedef struct {
     dl_waiter w;
     int rc;
     double secs;
+    atomic_int started; /* set after t0: the abort waits for it */
 } abort_arg;
 
 static void *blocked_consumer(void *p)
@@ -137,6 +138,7 @@ static void *blocked_consumer(void *p)
     abort_arg *a = p;
     dl_msg m;
     uint64_t t0 = dl_now_ns();
+    atomic_store(&a->started, 1);
     a->rc = dl_link_acquire(a->l, &m, &a->w);
     a->secs = (double)(dl_now_ns() - t0) / 1e9;
     return NULL;
@@ -150,9 +152,12 @@ START_TEST(abort_wakes_waiter)
         atomic_init(&flag, 0);
         dl_link *l;
         ck_assert_int_eq(dl_chan_create(&l, 0, 1, 8, 0), DL_OK);
-        abort_arg a = {l, {(dl_wait_mode)mode, 100, &flag}, -1, 0};
+        abort_arg a = {l, {(dl_wait_mode)mode, 100, &flag}, -1, 0, 0};
         pthread_t t;
         pthread_create(&t, NULL, blocked_consumer, &a);
+        /* 200 ms from the consumer's start, not from its creation: under load the thread may
+         * start late (a fixed sleep from creation flaked in CI's ASan build) */
+        while (!atomic_load(&a.started)) usleep(1000);
         usleep(200000);
         atomic_store(&flag, 1);
         l->ops->wake(l);
