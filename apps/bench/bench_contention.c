@@ -67,13 +67,8 @@ static int parse(int argc, char **argv, ccfg *c)
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"iters", required_argument, NULL, O_ITERS},
         {"fwd-us", required_argument, NULL, O_FWD},
-        {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},
-        {"json", no_argument, NULL, BU_O_JSON}, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    int opt;
-    opterr = 0;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        BU_LONGOPTS_END};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
         switch (opt) {
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, MAXR / 2, &c->ranks)) return -1; break;
         case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
@@ -192,11 +187,8 @@ int bench_contention_main(int argc, char **argv)
     ccfg c;
     memset(&c, 0, sizeof c);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("contention: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("contention");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     if (!c.ranks) c.ranks = pus;
     static const size_t sizes[] = {8, 64 << 10, 1 << 20, 16 << 20};

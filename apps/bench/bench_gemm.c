@@ -82,14 +82,9 @@ static int parse(int argc, char **argv, gcfg *c)
         {"ranks", required_argument, NULL, O_RANKS}, {"layers", required_argument, NULL, O_LAYERS},
         {"d-model", required_argument, NULL, O_DMODEL}, {"heads", required_argument, NULL, O_HEADS},
         {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MB},
-        {"iters", required_argument, NULL, O_ITERS}, {"quick", no_argument, NULL, BU_O_QUICK},
-        {"csv", no_argument, NULL, BU_O_CSV}, {"json", no_argument, NULL, BU_O_JSON},
-        {"plot", required_argument, NULL, BU_O_PLOT}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    int iters = 0, layers = 0, opt;
-    opterr = 0; /* one message of our own, not getopt's */
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        {"iters", required_argument, NULL, O_ITERS}, BU_LONGOPTS_END};
+    int iters = 0, layers = 0;
+    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
         switch (opt) {
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
         case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 1024, &layers)) return -1; break;
@@ -124,11 +119,8 @@ int bench_gemm_main(int argc, char **argv)
     bu_model_default(&c.m);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
 
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("gemm: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("gemm");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     if (c.ranks == 0) c.ranks = c.o.quick && pus > 2 ? 2 : pus;
     int nmax = c.ranks;

@@ -58,12 +58,8 @@ static int parse(int argc, char **argv, ocfg *c)
     static const struct option lo[] = {
         {"step-ms", required_argument, NULL, O_STEP}, {"pp", required_argument, NULL, O_PP},
         {"microbatches", required_argument, NULL, O_M}, {"batches", required_argument, NULL, O_BATCHES},
-        {"reps", required_argument, NULL, O_REPS}, BU_LONGOPTS_COMMON,
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    int opt;
-    opterr = 0;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        {"reps", required_argument, NULL, O_REPS}, BU_LONGOPTS_END_NOPLOT};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
         switch (opt) {
         case O_STEP: if (cli_parse_double("--step-ms", optarg, 1e-6, 1e9, &c->step_ms)) return -1; break;
         case O_PP: if (cli_parse_int("--pp", optarg, 1, 1024, &c->pp)) return -1; break;
@@ -193,11 +189,8 @@ int bench_overhead_main(int argc, char **argv)
     ocfg c;
     memset(&c, 0, sizeof c);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("overhead: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("overhead");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     /* the trainer's defaults, resolved as distlab-train would on one rank */
     dl_train_opts to;
     dl_train_opts_init(&to);

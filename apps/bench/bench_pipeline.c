@@ -245,7 +245,7 @@ static int parse(int argc, char **argv, pcfg *c)
         {"show", required_argument, NULL, O_SHOW}, {"trace", required_argument, NULL, O_TRACE},
         {"plot-bubbles", required_argument, NULL, O_PLOTB}, {"selftest", no_argument, NULL, O_SELF},
         {"wait-mode", required_argument, NULL, O_WAIT},
-        BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+        BU_LONGOPTS_END};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
     optind = 1;
@@ -733,11 +733,8 @@ int bench_pipeline_main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
     if (c.selftest) return selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("pipeline: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("pipeline");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     FILE *f = stdout;
     if (c.o.json) {

@@ -89,13 +89,9 @@ static int parse(int argc, char **argv, scfg *c)
         {"layers", required_argument, NULL, O_LAYERS},
         {"d-model", required_argument, NULL, O_DMODEL},
         {"heads", required_argument, NULL, O_HEADS}, {"seq", required_argument, NULL, O_SEQ},
-        {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},
-        {"json", no_argument, NULL, BU_O_JSON}, {"plot", required_argument, NULL, BU_O_PLOT},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    int opt, layers = 0, dmodel = 0, heads = 0, seq = 0;
-    opterr = 0;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        BU_LONGOPTS_END};
+    int layers = 0, dmodel = 0, heads = 0, seq = 0;
+    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
         switch (opt) {
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 256, &c->ranks)) return -1; break;
         case O_OVER: c->oversub = 1; break;
@@ -302,11 +298,8 @@ int bench_scaling_main(int argc, char **argv)
     scfg c;
     memset(&c, 0, sizeof c);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("scaling: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("scaling");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     if (!c.ranks) c.ranks = pus;
     int most = c.oversub ? 2 * c.ranks : c.ranks;

@@ -44,14 +44,8 @@ static int parse(int argc, char **argv, scfg *c)
     enum { O_RANKS = 256, O_MIB, O_TRIALS };
     static const struct option lo[] = {
         {"ranks", required_argument, NULL, O_RANKS}, {"mib", required_argument, NULL, O_MIB},
-        {"trials", required_argument, NULL, O_TRIALS}, {"quick", no_argument, NULL, BU_O_QUICK},
-        {"csv", no_argument, NULL, BU_O_CSV}, {"json", no_argument, NULL, BU_O_JSON},
-        {"plot", required_argument, NULL, BU_O_PLOT}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    int opt;
-    opterr = 0; /* one message of our own, not getopt's */
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        {"trials", required_argument, NULL, O_TRIALS}, BU_LONGOPTS_END};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
         switch (opt) {
         case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
         case O_MIB: if (cli_parse_int("--mib", optarg, 1, 1 << 16, &c->mib)) return -1; break;
@@ -88,11 +82,8 @@ int bench_stream_main(int argc, char **argv)
     scfg c;
     memset(&c, 0, sizeof c);
     if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
-    dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") != DL_OK) {
-        cli_error("stream: cannot load the topology: %s", dl_errmsg());
-        return CLI_EXIT_FAIL;
-    }
+    dl_topo *topo = bu_topo_load("stream");
+    if (topo == NULL) return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     if (!c.ranks) c.ranks = c.o.quick && pus > 2 ? 2 : pus;
     bu_warn_oversub(c.ranks, pus);

@@ -344,14 +344,34 @@ static void utc_date(char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-void bu_machine_text(FILE *f, const dl_topo *topo)
+dl_topo *bu_topo_load(const char *sub)
 {
+    dl_topo *topo = NULL;
+    if (dl_topo_load(&topo, "") == DL_OK) return topo;
+    cli_error("%s: cannot load the topology: %s", sub, dl_errmsg());
+    return NULL;
+}
+
+/* What the text and JSON machine records say. */
+typedef struct machine {
     dl_topo_summary s;
     char model[256], gov[64], date[64];
-    dl_topo_get_summary(topo, &s);
-    cpu_model(model, sizeof model);
-    governor(gov, sizeof gov);
-    utc_date(date, sizeof date);
+} machine;
+
+static void machine_get(const dl_topo *topo, machine *m)
+{
+    dl_topo_get_summary(topo, &m->s);
+    cpu_model(m->model, sizeof m->model);
+    governor(m->gov, sizeof m->gov);
+    utc_date(m->date, sizeof m->date);
+}
+
+void bu_machine_text(FILE *f, const dl_topo *topo)
+{
+    machine m;
+    machine_get(topo, &m);
+    const dl_topo_summary s = m.s;
+    const char *model = m.model, *gov = m.gov, *date = m.date;
     fprintf(f, "# distlab-bench %s, %s\n", dl_version(), date);
     fprintf(f, "# machine: %s; %d PUs, %d cores, %d L3, %d NUMA, %d package%s (%s)\n", model,
             s.pus, s.cores, s.l3s, s.numas, s.packages, s.packages == 1 ? "" : "s", s.desc);
@@ -373,12 +393,10 @@ void bu_blas_text(FILE *f)
 
 void bu_machine_json(FILE *f, const dl_topo *topo)
 {
-    dl_topo_summary s;
-    char model[256], gov[64], date[64];
-    dl_topo_get_summary(topo, &s);
-    cpu_model(model, sizeof model);
-    governor(gov, sizeof gov);
-    utc_date(date, sizeof date);
+    machine m;
+    machine_get(topo, &m);
+    const dl_topo_summary s = m.s;
+    const char *model = m.model, *gov = m.gov, *date = m.date;
     fprintf(f, ",\"machine\":{\"date\":\"%s\",\"cpu\":", date);
     dl__json_fputs(f, model, DL__JSON_CTRL_DROP);
     fprintf(f, ",\"pus\":%d,\"cores\":%d,\"l3s\":%d,\"numas\":%d,\"packages\":%d,"

@@ -100,6 +100,10 @@ int bench_contention_main(int argc, char **argv);
 int bench_scaling_main(int argc, char **argv);
 int bench_overhead_main(int argc, char **argv);
 
+/* The machine's topology for subcommand `sub`; NULL, with one line on stderr ("SUB: cannot load
+ * the topology: ..."), when it cannot be loaded. */
+dl_topo *bu_topo_load(const char *sub);
+
 /* Common options of gemm, stream and overlap, parsed by each subcommand's getopt loop. */
 typedef struct bu_common {
     int csv, json, quick;
@@ -112,6 +116,15 @@ enum { BU_O_QUICK = 1000, BU_O_CSV, BU_O_JSON, BU_O_PLOT };
     {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},            \
         {"json", no_argument, NULL, BU_O_JSON}
 #define BU_LONGOPT_PLOT {"plot", required_argument, NULL, BU_O_PLOT}
+/* The end of a subcommand's long options: the common ones (with --plot or without), --help and
+ * the terminator. */
+#define BU_LONGOPTS_END                                                                        \
+    BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+#define BU_LONGOPTS_END_NOPLOT BU_LONGOPTS_COMMON, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+/* A subcommand's option loop: getopt_long from argv[1] with -h the only short option, and our own
+ * one-line messages instead of getopt's. */
+#define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                   \
+    for (int opt = (opterr = 0, optind = 1, 0); (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1;)
 /* A getopt result that is none of subcommand `sub`'s own options: a common option (returns 0)
  * or a usage error (returns -1, one line printed). */
 int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o);

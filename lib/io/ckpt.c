@@ -79,48 +79,32 @@ static void bswap_elems(void *p, size_t n, int dsize)
         }
 }
 
-/* pwrite / pread everything or fail with errno set (pread: errno 0 at end of file). */
-static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
+/* pwrite / pread everything or fail with errno set: a write that makes no progress is ENOSPC,
+ * a read at the end of the file errno 0. */
+static int pio_all(int fd, char *p, size_t n, off_t off, int write)
 {
-    const char *p = buf;
     while (n) {
-        ssize_t w = pwrite(fd, p, n, off);
-        if (w < 0) {
+        ssize_t k = write ? pwrite(fd, p, n, off) : pread(fd, p, n, off);
+        if (k < 0) {
             if (errno == EINTR)
                 continue;
             return -1;
         }
-        if (w == 0) {
-            errno = ENOSPC;
+        if (k == 0) {
+            errno = write ? ENOSPC : 0;
             return -1;
         }
-        p += w;
-        n -= (size_t)w;
-        off += w;
+        p += k;
+        n -= (size_t)k;
+        off += k;
     }
     return 0;
 }
 
-static int pread_all(int fd, void *buf, size_t n, off_t off)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = 0;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
+/* (pwrite only reads the buffer) */
+static int pwrite_all(int fd, const void *buf, size_t n, off_t off) { return pio_all(fd, (char *)buf, n, off, 1); }
+
+static int pread_all(int fd, void *buf, size_t n, off_t off) { return pio_all(fd, buf, n, off, 0); }
 
 static const char *errtext(int e)
 {
@@ -748,6 +732,18 @@ static int jstring(jp *p, char **out)
     return 0;
 }
 
+/* An object's key and the ':' after it (the caller frees *key when this returns 0). */
+static int jkey(jp *p, char **key)
+{
+    if (jstring(p, key))
+        return -1;
+    if (jexpect(p, ':', "expected ':' after a key")) {
+        free(*key);
+        return -1;
+    }
+    return 0;
+}
+
 /* A non-negative integer without sign, fraction or exponent, below 2^62. */
 static int juint(jp *p, uint64_t *out)
 {
@@ -801,12 +797,8 @@ static int jtensor(jp *p, ck_ent *t)
     for (;;) {
         char *key;
         size_t at = p->i;
-        if (jstring(p, &key))
+        if (jkey(p, &key))
             return -1;
-        if (jexpect(p, ':', "expected ':' after a key")) {
-            free(key);
-            return -1;
-        }
         int rc = 0;
         if (!strcmp(key, "dtype")) {
             char *dt;
@@ -923,12 +915,8 @@ static int jheader(jp *p, ck_hdr *h)
             char *key;
             jws(p);
             size_t at = p->i;
-            if (jstring(p, &key))
+            if (jkey(p, &key))
                 return -1;
-            if (jexpect(p, ':', "expected ':' after a key")) {
-                free(key);
-                return -1;
-            }
             if (!strcmp(key, "__metadata__")) {
                 free(key);
                 if (h->has_meta++) {
