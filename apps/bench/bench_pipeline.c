@@ -121,13 +121,7 @@ static int parse_sched_list(const char *s, int *out, int *n)
 static int selftest(FILE *f)
 {
     int ok = 1;
-#define CHECK(c)                                                                                \
-    do {                                                                                        \
-        if (!(c)) {                                                                             \
-            fprintf(f, "pipeline selftest: FAILED %s (line %d)\n", #c, __LINE__);               \
-            ok = 0;                                                                             \
-        }                                                                                       \
-    } while (0)
+#define CHECK(cond) bu_check(f, "pipeline selftest", (cond) != 0, #cond, __LINE__, &ok)
     /* GPipe p = 4, m = 8, f = 2, b = 4 (ms): busy 48 of a 66 ms step on every stage: 18/66 */
     double busy[4] = {48e6, 48e6, 48e6, 48e6}, t0[4] = {0, 0, 0, 0}, t1[4] = {66e6, 66e6, 66e6, 66e6};
     CHECK(fabs(pb_bubble_stage(48e6, 66e6) - 3.0 / 11.0) < 1e-12);

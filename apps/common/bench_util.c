@@ -151,18 +151,19 @@ bu_overlap bu_overlap_calc(double tc, double tg, double tc_both, double tg_both,
     return o;
 }
 
+void bu_check(FILE *f, const char *who, int cond, const char *text, int line, int *ok)
+{
+    if (cond) return;
+    fprintf(f, "%s: FAILED %s (line %d)\n", who, text, line);
+    *ok = 0;
+}
+
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(b) + 1); }
 
 int bu_selftest(FILE *f)
 {
     int ok = 1;
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(f, "selftest: FAILED %s (line %d)\n", #cond, __LINE__);                   \
-            ok = 0;                                                                            \
-        }                                                                                      \
-    } while (0)
+#define CHECK(cond) bu_check(f, "selftest", (cond) != 0, #cond, __LINE__, &ok)
     /* contention: the same work taking 10 ms alone, 25 ms with others: each rank at 1/2.5 */
     CHECK(near(bu_contention(0.010, 0.025), 2.5));
     CHECK(near(bu_contention(0.010, 0.010), 1.0));

@@ -121,6 +121,9 @@ enum { BU_O_QUICK = 1000, BU_O_CSV, BU_O_JSON, BU_O_PLOT };
 #define BU_LONGOPTS_END                                                                        \
     BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
 #define BU_LONGOPTS_END_NOPLOT BU_LONGOPTS_COMMON, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+/* A selftest's check: when cond is 0, "WHO: FAILED TEXT (line N)" on f and *ok = 0. Call it
+ * through a macro that passes #cond and __LINE__. */
+void bu_check(FILE *f, const char *who, int cond, const char *text, int line, int *ok);
 /* A subcommand's option loop: getopt_long from argv[1] with -h the only short option, and our own
  * one-line messages instead of getopt's. */
 #define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                   \
