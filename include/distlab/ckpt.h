@@ -98,8 +98,8 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
  * building a layout. Same header checks as dl_ckpt_load (not the layout ones). */
 int dl_ckpt_inspect(const char *path, dl_ckpt_info *info);
 
-/* FNV-1a 64 of `n` bytes, continuing from `h` (start with DL_CKPT_FNV_INIT). */
 #define DL_CKPT_FNV_INIT 0xcbf29ce484222325ull
+/* FNV-1a 64 of `n` bytes, continuing from `h` (start with DL_CKPT_FNV_INIT). */
 uint64_t dl_ckpt_fnv1a64(uint64_t h, const void *p, size_t n);
 
 #ifdef __cplusplus

@@ -24,6 +24,8 @@
 extern "C" {
 #endif
 
+/* Blocking collectives over every member of c (each member calls them with the same count,
+ * type, op and root): the counts as above. */
 int dl_allreduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                  dl_redop op, dl_purpose p);
 int dl_reduce_scatter(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
@@ -36,11 +38,16 @@ int dl_broadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, d
 /* recvbuf is written at the root only (may be NULL elsewhere). */
 int dl_reduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
               dl_redop op, int root, dl_purpose p);
+/* Rank r sends block j of sendbuf to member j and receives block r of every member into
+ * recvbuf (count elements per block). */
 int dl_alltoall(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                 dl_purpose p);
+/* Returns once every member has entered it. */
 int dl_barrier(dl_comm *c);
 
+/* A non-blocking collective in flight. */
 typedef struct dl_request dl_request;
+/* Non-blocking forms of the collectives above: *req completes through dl_wait / dl_test. */
 int dl_iallreduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                   dl_redop op, dl_purpose p, dl_request **req);
 int dl_ireduce_scatter(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,

@@ -50,6 +50,8 @@ typedef enum dl_algo {
     DL_NALGOS
 } dl_algo;
 
+/* Bytes of one element, and the names the command lines and reports use ("f32", "sum",
+ * "grads", "ring"). */
 size_t dl_dtype_size(dl_dtype t);
 const char *dl_dtype_name(dl_dtype t);
 const char *dl_redop_name(dl_redop op);
@@ -63,6 +65,7 @@ int dl_algo_parse(const char *s, dl_algo *out);     /* "auto", "ring", "oneshot"
  * the first count % n ranks get one element more. */
 void dl_block(size_t count, int n, int r, size_t *offset, size_t *len);
 
+/* This rank's index in c, and c's number of members. */
 int dl_comm_rank(const dl_comm *c);
 int dl_comm_size(const dl_comm *c);
 int dl_comm_world_rank(const dl_comm *c, int r); /* world rank of member r */

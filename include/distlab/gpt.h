@@ -41,11 +41,11 @@ typedef struct dl_gpt_opts {
     dl_recompute recompute; /* FULL: keep only each layer's input, recompute the rest */
     uint64_t seed;          /* parameter initialisation */
     dl_arena *arena;        /* where everything is allocated (params, grads, activations) */
-    /* (appended; zero keeps the whole-model behaviour) */
+    /* pipeline (zero keeps the whole-model behaviour) */
     const dl_gpt_part *part;/* pipeline: the part this rank holds (NULL: the whole model) */
     int act_slots;          /* pipeline: micro-batches whose activations are held at once
                              * (0 or 1: one) */
-    /* ZeRO (appended; all zero: the model holds its whole flat buffers) */
+    /* ZeRO (all zero: the model holds its whole flat buffers) */
     int unit_pad;           /* gathered and gradient unit buffers padded to a multiple (dp) */
     dl_gpt_gather_fn gather;/* non-NULL: no parameter buffer (stage 3); called before each unit's
                              * forward and again before its backward */
@@ -58,9 +58,13 @@ typedef struct dl_gpt_opts {
  * final (tensors become final from the end of the buffer towards offset 0). */
 typedef int (*dl_grad_ready_fn)(size_t first, void *arg);
 
+/* Build this rank's instance in o->arena: its layout, its parameters initialised from o->seed
+ * (each shard its slice of the single-rank values; none held with a gather hook), gradient
+ * and activation buffers. */
 int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out);
 void dl_gpt_destroy(dl_gpt *g);
 
+/* The tensors this rank holds and where (include/distlab/model.h). */
 const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g);
 void *dl_gpt_params(dl_gpt *g);    /* flat, layout order, in the storage type (f32, f64, bf16);
                                     * NULL with a gather hook */

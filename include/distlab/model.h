@@ -101,6 +101,8 @@ typedef struct dl_gpt_layout {
  * DL_EINVAL with a message saying what is wrong and what would fit. */
 int dl_gpt_config_check(const dl_gpt_config *c, int tp);
 
+/* The tensors tp rank `tp_rank` of `tp` holds of the whole model; free with
+ * dl_gpt_layout_destroy. */
 int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out);
 /* The tensors of one pipeline part only (part NULL: the whole model), in forward order:
  * [wte, wpe], the layers of each chunk, [ln_f, lm_head or the tied wte copy]. */

@@ -62,7 +62,7 @@ typedef struct dl_plan_hw {
     double intra_lat;      /* seconds per message hop inside a node (alpha; 0 in the presets) */
     double inter_lat;      /* seconds per message hop between nodes */
     int gpus_per_node;
-    /* (appended; optional profile keys written by `distlab-plan calibrate`, 0 = not measured) */
+    /* optional profile keys written by `distlab-plan calibrate` (0 = not measured) */
     int ranks;             /* ranks that ran at once while measuring `flops` (contention included) */
     double flops_alone;    /* GEMM FLOP/s of one rank running alone */
     double p2p_bw;         /* point-to-point bytes/s (dl_send / dl_recv, one direction) */
@@ -143,6 +143,7 @@ typedef struct dl_plan_opts {
     double mem_limit;       /* > 0: fit against this instead of the hardware's memory */
 } dl_plan_opts;
 
+/* The defaults written beside each field (BF16 mixed precision, K = 12, 1F1B, ZeRO 1). */
 void dl_plan_opts_init(dl_plan_opts *o);
 
 /* A parallel layout. */
@@ -237,6 +238,7 @@ typedef struct dl_plan_comm_report {
     double zero_factor[4];
 } dl_plan_comm_report;
 
+/* Communication of layout l per training step: the report's fields, for model m on hardware hw. */
 int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
                  const dl_plan_layout *l, dl_plan_comm_report *out);
 
@@ -289,6 +291,8 @@ typedef struct dl_plan_step {
     double total;
 } dl_plan_step;
 
+/* Step time of layout l: compute stretched by the bubble plus the tp, pp and dp communication
+ * (not overlapped), and its memory; the model needs its shape (layers, hidden size). */
 int dl_plan_step_time(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
                       const dl_plan_layout *l, dl_plan_step *out);
 

@@ -127,6 +127,7 @@ typedef struct dl_sched_costs {
     double opt; /* one optimizer step: 0 (the lecture's grids show none) */
 } dl_sched_costs;
 
+/* The defaults beside the fields (f 1, b 2, opt 0). */
 void dl_sched_costs_init(dl_sched_costs *c);
 
 typedef struct dl_sched_sim {

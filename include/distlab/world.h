@@ -105,6 +105,7 @@ typedef struct dl_world_opts {
                                * ranks live in several processes (default 128 KiB; 0: slice_bytes) */
 } dl_world_opts;
 
+/* The defaults written beside each field. */
 void dl_world_opts_init(dl_world_opts *o);
 
 typedef int (*dl_rank_fn)(dl_ctx *ctx, void *arg);
