@@ -2,7 +2,7 @@
 #ifndef DISTLAB_H
 #define DISTLAB_H
 
-#define DISTLAB_VERSION_STRING "0.1.0"
+#define DISTLAB_VERSION_STRING "0.2.0"
 
 #include "distlab/error.h"
 #include "distlab/world.h"
@@ -22,7 +22,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* Library version ("0.1.0"). */
+/* Library version ("0.2.0"). */
 const char *dl_version(void);
 #ifdef __cplusplus
 }

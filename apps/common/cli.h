@@ -21,7 +21,7 @@ void cli_error(const char *fmt, ...)
 #endif
     ;
 
-/* "distlab-bench (distlab) 0.1.0" on f. */
+/* "distlab-bench (distlab) 0.2.0" on f. */
 void cli_print_version(FILE *f);
 
 /* Parse the whole of `s` as a size ("64M", "4096", "1.5GiB": dl_parse_size) within [min, max].

@@ -4,7 +4,8 @@
 # libdistlab.so exports exactly what they declare, as lib/distlab.sym lists it; every dl_
 # identifier docs/API.md names is declared by them. Each check also runs on a broken copy of its
 # input (a comment removed, a symbol missing or extra, dl_nope in API.md, a header not
-# installed), which must fail: a checker that passes anything would pass those too.
+# installed), which must fail: a checker that passes anything would pass those too. And
+# DISTLAB_VERSION_STRING is configure.ac's version.
 # Run by `make check` from the build directory (skipped without python3).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -66,6 +67,11 @@ must_fail "header not installed" "stray.h is not installed" "$TMP/inc" --makefil
 # (b) control: API.md naming a function no header declares
 { echo 'Call `dl_nope(world)` first.'; } > "$TMP/api.md"
 must_fail "API.md names an internal" "names dl_nope" "$src/include" --api "$TMP/api.md"
+
+# the umbrella header's version is the package's (configure.ac's AC_INIT)
+pkg=$(sed -n 's/^AC_INIT(\[distlab\], \[\([^]]*\)\].*/\1/p' "$src/configure.ac")
+hdr=$(sed -n 's/^#define DISTLAB_VERSION_STRING "\(.*\)"$/\1/p' "$src/include/distlab.h")
+if [ -n "$pkg" ] && [ "$pkg" = "$hdr" ]; then echo "ok: DISTLAB_VERSION_STRING $hdr"; else fail "DISTLAB_VERSION_STRING '$hdr', configure.ac '$pkg'"; fi
 
 [ $fails -eq 0 ] || { echo "test_api: $fails failure(s)"; exit 1; }
 echo "test_api: all passed"
