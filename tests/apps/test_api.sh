@@ -64,7 +64,9 @@ cp "$src/include/distlab/coll.h" "$TMP/inc/distlab/coll.h"
 echo '/* stray */' > "$TMP/inc/distlab/stray.h"
 must_fail "header not installed" "stray.h is not installed" "$TMP/inc" --makefile-am "$src/Makefile.am"
 
-# (b) control: API.md naming a function no header declares
+# (b): docs/API.md names only what the installed headers declare; the control: an API.md
+# naming a function no header declares
+if $CHECK "$src/include" --api "$src/docs/API.md"; then echo "ok: docs/API.md names only public identifiers"; else fail "docs/API.md"; fi
 { echo 'Call `dl_nope(world)` first.'; } > "$TMP/api.md"
 must_fail "API.md names an internal" "names dl_nope" "$src/include" --api "$TMP/api.md"
 
