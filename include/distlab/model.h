@@ -121,9 +121,6 @@ int64_t dl_gpt_num_params(const dl_gpt_config *c);
  * LayerNorm weights 1. */
 void dl_gpt_init(const dl_gpt_layout *l, void *params, int dsize, uint64_t seed);
 
-/* The normal deviate the initialiser uses for (seed, tensor id, global index): for tests. */
-double dl_gpt_init_normal(uint64_t seed, int id, int64_t g);
-
 #ifdef __cplusplus
 }
 #endif

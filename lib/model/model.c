@@ -233,7 +233,9 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-double dl_gpt_init_normal(uint64_t seed, int id, int64_t g)
+/* The normal deviate for (seed, tensor id, global index): a function of those only, so that any
+ * shard draws exactly its slice of the single-rank weights. */
+static double init_normal(uint64_t seed, int id, int64_t g)
 {
     uint64_t key = mix(mix(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(id + 1)));
     uint64_t a = mix(key + 2 * (uint64_t)g), b = mix(key + 2 * (uint64_t)g + 1);
@@ -259,7 +261,7 @@ void dl_gpt_init(const dl_gpt_layout *l, void *params, int dsize, uint64_t seed)
                 v = 1.0;
             else
                 v = (is_proj ? proj_std : 0.02) *
-                    dl_gpt_init_normal(seed, t->id, dl_gpt_global_index(l, k, i));
+                    init_normal(seed, t->id, dl_gpt_global_index(l, k, i));
             if (dsize == 8)
                 ((double *)params)[t->offset + i] = v;
             else
