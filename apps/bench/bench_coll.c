@@ -30,8 +30,16 @@
 #include <mpi.h>
 #endif
 
-enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALL,
-       OP_SENDRECV, NOPS };
+enum {
+    OP_ALLREDUCE,
+    OP_REDUCESCATTER,
+    OP_ALLGATHER,
+    OP_BROADCAST,
+    OP_REDUCE,
+    OP_ALLTOALL,
+    OP_SENDRECV,
+    NOPS
+};
 static const char *const op_name[NOPS] = {"allreduce", "reducescatter", "allgather", "broadcast",
                                           "reduce",    "alltoall",      "sendrecv"};
 
@@ -91,7 +99,7 @@ typedef struct bench {
     int nnodes, oversub;
     dl_topo_summary topo;
     int real_pus;
-    double stream_gbs; /* 0: not measured */
+    double stream_gbs;       /* 0: not measured */
     double stream_after_gbs; /* measured again after the run: shows how much the host drifted */
     int stream_threads;
     /* Deterministic inputs: rank q's element with global index g is val(q, g) = (7q + g) mod m,
@@ -107,7 +115,7 @@ typedef struct bench {
     /* worlds spanning MPI processes: bytes per call a rank sent inside its process and to other
      * processes (mean over ranks), and plain MPI's median time (us; NAN: not timed), per cell */
     double *intra_b, *inter_b, *mpi_us;
-    int lo; /* first rank of this process */
+    int lo;                 /* first rank of this process */
     pthread_mutex_t mpi_mu; /* --vs-mpi: the process's other threads sleep while MPI is timed */
     pthread_cond_t mpi_cv;
     long mpi_gen;
@@ -135,13 +143,25 @@ static void fill_seq(const bench *b, void *buf, size_t len, int q, size_t g0)
     int k = first_k(b, q, g0), m = b->m;
     switch (b->c->dtype) {
     case DL_F32:
-        for (size_t j = 0; j < len; j++) { ((float *)buf)[j] = b->vf[k]; if (++k == m) k = 0; }
+        for (size_t j = 0; j < len; j++) {
+            ((float *)buf)[j] = b->vf[k];
+            if (++k == m)
+                k = 0;
+        }
         break;
     case DL_F64:
-        for (size_t j = 0; j < len; j++) { ((double *)buf)[j] = b->vd[k]; if (++k == m) k = 0; }
+        for (size_t j = 0; j < len; j++) {
+            ((double *)buf)[j] = b->vd[k];
+            if (++k == m)
+                k = 0;
+        }
         break;
     default:
-        for (size_t j = 0; j < len; j++) { ((uint16_t *)buf)[j] = b->vb[k]; if (++k == m) k = 0; }
+        for (size_t j = 0; j < len; j++) {
+            ((uint16_t *)buf)[j] = b->vb[k];
+            if (++k == m)
+                k = 0;
+        }
         break;
     }
 }
@@ -150,8 +170,12 @@ static void fill_seq(const bench *b, void *buf, size_t len, int q, size_t g0)
 static void fill_sentinel(const bench *b, void *buf, size_t len)
 {
     switch (b->c->dtype) {
-    case DL_F32: for (size_t j = 0; j < len; j++) ((float *)buf)[j] = -1.0f; break;
-    case DL_F64: for (size_t j = 0; j < len; j++) ((double *)buf)[j] = -1.0; break;
+    case DL_F32:
+        for (size_t j = 0; j < len; j++) ((float *)buf)[j] = -1.0f;
+        break;
+    case DL_F64:
+        for (size_t j = 0; j < len; j++) ((double *)buf)[j] = -1.0;
+        break;
     default: {
         uint16_t s = dl_f32_to_bf16(-1.0f);
         for (size_t j = 0; j < len; j++) ((uint16_t *)buf)[j] = s;
@@ -166,7 +190,8 @@ static uint64_t wrong_seq(const bench *b, const void *buf, size_t len, int q, si
     int k = first_k(b, q, g0), m = b->m;
     for (size_t j = 0; j < len; j++) {
         bad += get_elem(buf, b->c->dtype, j) != b->vd[k];
-        if (++k == m) k = 0;
+        if (++k == m)
+            k = 0;
     }
     return bad;
 }
@@ -180,9 +205,12 @@ static uint64_t wrong_red(const bench *b, const void *buf, size_t len, size_t g0
     int avg = b->c->redop == DL_AVG;
     for (size_t j = 0; j < len; j++) {
         double got = get_elem(buf, b->c->dtype, j), want = b->red[k];
-        if (avg) bad += !(fabs(got - want) <= b->avg_tol * fabs(want)); /* NaN counts as wrong */
-        else bad += got != want;
-        if (++k == m) k = 0;
+        if (avg)
+            bad += !(fabs(got - want) <= b->avg_tol * fabs(want)); /* NaN counts as wrong */
+        else
+            bad += got != want;
+        if (++k == m)
+            k = 0;
     }
     return bad;
 }
@@ -191,14 +219,17 @@ static int pattern_init(bench *b, int n)
 {
     const coll_cfg *c = b->c;
     /* Largest integer every partial sum must stay within to be exact in the type. */
-    double exact = c->dtype == DL_BF16 ? 256.0 : c->dtype == DL_F32 ? 16777216.0 : 9007199254740992.0;
+    double exact = c->dtype == DL_BF16  ? 256.0
+                   : c->dtype == DL_F32 ? 16777216.0
+                                        : 9007199254740992.0;
     double mm = floor(exact / n);
     b->m = (int)(mm < 64 ? mm : 64) + 1; /* values 0 .. m-1 */
     b->vf = malloc(sizeof(float) * b->m);
     b->vd = malloc(sizeof(double) * b->m);
     b->vb = malloc(sizeof(uint16_t) * b->m);
     b->red = malloc(sizeof(double) * b->m);
-    if (!b->vf || !b->vd || !b->vb || !b->red) return -1;
+    if (!b->vf || !b->vd || !b->vb || !b->red)
+        return -1;
     for (int k = 0; k < b->m; k++) {
         b->vf[k] = (float)k;
         b->vd[k] = (double)k;
@@ -207,7 +238,8 @@ static int pattern_init(bench *b, int n)
         for (int q = 0; q < n; q++) {
             double v = (double)first_k(b, q, (size_t)k);
             sum += v;
-            if (v > mx) mx = v;
+            if (v > mx)
+                mx = v;
         }
         b->red[k] = c->redop == DL_MAX ? mx : c->redop == DL_AVG ? sum / n : sum;
     }
@@ -308,17 +340,23 @@ static bufs layout(const bench *b, const row *rw, int mode, int r, int n, void *
     switch (rw->op) {
     case OP_REDUCESCATTER:
         x.out_len = len;
-        if (mode == MODE_IP) { x.s = recvbuf; x.d = (char *)recvbuf + off * elt; }
+        if (mode == MODE_IP) {
+            x.s = recvbuf;
+            x.d = (char *)recvbuf + off * elt;
+        }
         break;
     case OP_ALLGATHER:
-        if (mode == MODE_IP) x.s = (char *)recvbuf + off * elt;
+        if (mode == MODE_IP)
+            x.s = (char *)recvbuf + off * elt;
         break;
     case OP_ALLTOALL:
         x.out_len = rw->count * (size_t)n;
-        if (mode == MODE_IP) x.s = recvbuf;
+        if (mode == MODE_IP)
+            x.s = recvbuf;
         break;
     default:
-        if (mode == MODE_IP) x.s = recvbuf;
+        if (mode == MODE_IP)
+            x.s = recvbuf;
         break;
     }
     return x;
@@ -334,7 +372,8 @@ static void fill_input(const bench *b, const row *rw, const bufs *x, int r, int 
         fill_seq(b, s, len, r, off);
         break;
     case OP_BROADCAST:
-        if (r == rw->root) fill_seq(b, s, rw->count, r, 0);
+        if (r == rw->root)
+            fill_seq(b, s, rw->count, r, 0);
         break;
     case OP_ALLTOALL: /* block p of rank r holds val(r, p*count + j) */
         fill_seq(b, s, rw->count * (size_t)n, r, 0);
@@ -378,10 +417,12 @@ static int sendrecv(dl_comm *comm, const void *s, void *d, size_t count, dl_dtyp
 {
     int next = (r + 1) % n, prev = (r + n - 1) % n, rc;
     if (r % 2 == 0) {
-        if ((rc = dl_send(comm, s, count, t, next, PURPOSE)) != DL_OK) return rc;
+        if ((rc = dl_send(comm, s, count, t, next, PURPOSE)) != DL_OK)
+            return rc;
         return dl_recv(comm, d, count, t, prev, PURPOSE);
     }
-    if ((rc = dl_recv(comm, d, count, t, prev, PURPOSE)) != DL_OK) return rc;
+    if ((rc = dl_recv(comm, d, count, t, prev, PURPOSE)) != DL_OK)
+        return rc;
     return dl_send(comm, s, count, t, next, PURPOSE);
 }
 
@@ -389,11 +430,13 @@ static int run_op(const bench *b, dl_comm *comm, const row *rw, const bufs *x, i
 {
     const coll_cfg *c = b->c;
     switch (rw->op) {
-    case OP_ALLREDUCE: return dl_allreduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, PURPOSE);
+    case OP_ALLREDUCE:
+        return dl_allreduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, PURPOSE);
     case OP_REDUCESCATTER:
         return dl_reduce_scatter(comm, x->s, x->d, rw->count, c->dtype, c->redop, PURPOSE);
     case OP_ALLGATHER: return dl_allgather(comm, x->s, x->d, rw->count, c->dtype, PURPOSE);
-    case OP_BROADCAST: return dl_broadcast(comm, x->s, x->d, rw->count, c->dtype, rw->root, PURPOSE);
+    case OP_BROADCAST:
+        return dl_broadcast(comm, x->s, x->d, rw->count, c->dtype, rw->root, PURPOSE);
     case OP_REDUCE:
         return dl_reduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, rw->root, PURPOSE);
     case OP_ALLTOALL: return dl_alltoall(comm, x->s, x->d, rw->count, c->dtype, PURPOSE);
@@ -414,7 +457,8 @@ static int mpi_gather_times(bench *b, dl_comm *comm, size_t ci, int r, const dl_
     const coll_cfg *c = b->c;
     int n = c->nranks, rc;
     double *t = calloc((size_t)c->iters + 2, sizeof *t);
-    if (!t) return dl_error(DL_ENOMEM, "out of memory");
+    if (!t)
+        return dl_error(DL_ENOMEM, "out of memory");
     for (int it = 0; it < c->iters; it++) t[it] = b->times[(ci * c->iters + it) * n + r];
     if ((rc = dl_allreduce(comm, t, t, (size_t)c->iters, DL_F64, DL_MAX, PURPOSE)) == DL_OK) {
         for (int it = 0; it < c->iters; it++) b->times[(ci * c->iters + it) * n + r] = t[it];
@@ -442,7 +486,8 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
 {
 #ifdef DL_HAVE_MPI
     const coll_cfg *c = b->c;
-    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV) return DL_OK;
+    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV)
+        return DL_OK;
     MPI_Datatype dt = c->dtype == DL_F32 ? MPI_FLOAT : MPI_DOUBLE;
     MPI_Op op = c->redop == DL_MAX ? MPI_MAX : MPI_SUM;
     int P, me;
@@ -451,7 +496,10 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
     size_t count = rw->op == OP_ALLTOALL ? rw->bytes / b->elt / (size_t)P : rw->count;
     int *cnt = calloc((size_t)P, sizeof *cnt), *dsp = calloc((size_t)P, sizeof *dsp);
     double *ts = calloc((size_t)c->iters + 1, sizeof *ts);
-    if (!cnt || !dsp || !ts) { free(cnt), free(dsp), free(ts); return dl_error(DL_ENOMEM, "out of memory"); }
+    if (!cnt || !dsp || !ts) {
+        free(cnt), free(dsp), free(ts);
+        return dl_error(DL_ENOMEM, "out of memory");
+    }
     for (int p = 0; p < P; p++) {
         size_t off, len;
         dl_block(count, P, p, &off, &len);
@@ -477,9 +525,11 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
         }
         double dt_us = (MPI_Wtime() - t0) * 1e6 / reps;
         MPI_Allreduce(MPI_IN_PLACE, &dt_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (k >= c->warmup) ts[k - c->warmup] = dt_us;
+        if (k >= c->warmup)
+            ts[k - c->warmup] = dt_us;
     }
-    if (me == 0) b->mpi_us[ci] = dl__median(ts, (size_t)c->iters);
+    if (me == 0)
+        b->mpi_us[ci] = dl__median(ts, (size_t)c->iters);
     free(cnt), free(dsp), free(ts);
     return e == MPI_SUCCESS ? DL_OK : dl_error(DL_ESYS, "--vs-mpi: an MPI collective failed");
 #else
@@ -513,51 +563,65 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     }
     dl_comm_set_algo(comm, c->algo);
     /* Page-aligned arena buffers (glibc's memcpy is ~25x slower at 1-63 B mod 4096 offsets). */
-    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &sendbuf)) != DL_OK) return rc;
-    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &recvbuf)) != DL_OK) goto out;
-    if ((rc = dl_barrier(comm)) != DL_OK) goto out; /* placement written by every rank */
+    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &sendbuf)) != DL_OK)
+        return rc;
+    if ((rc = dl_arena_alloc(arena, DL_MEM_COMM, b->buf_bytes, &recvbuf)) != DL_OK)
+        goto out;
+    if ((rc = dl_barrier(comm)) != DL_OK)
+        goto out;        /* placement written by every rank */
     if (c->nprocs > 1) { /* the other processes' ranks: every rank's (cpu, node) */
         int32_t mine[2] = {b->cpu[r], b->node[r]}, *all = calloc((size_t)n * 2, sizeof *all);
-        if (!all) { rc = dl_error(DL_ENOMEM, "out of memory"); goto out; }
+        if (!all) {
+            rc = dl_error(DL_ENOMEM, "out of memory");
+            goto out;
+        }
         rc = dl_allgather(comm, mine, all, 2 * (size_t)n, DL_F32, PURPOSE);
         for (int q = 0; rc == DL_OK && q < n; q++)
-            if (q != r) b->cpu[q] = all[2 * q], b->node[q] = all[2 * q + 1];
+            if (q != r)
+                b->cpu[q] = all[2 * q], b->node[q] = all[2 * q + 1];
         free(all);
-        if (rc != DL_OK) goto out;
+        if (rc != DL_OK)
+            goto out;
     }
-    if (r == 0) print_preamble(b);
+    if (r == 0)
+        print_preamble(b);
 
     for (int i = 0; i < b->nrows; i++) {
         const row *rw = &b->rows[i];
         for (int mode = 0; mode < NMODES; mode++) {
-            if (!mode_runs(b, rw->op, mode)) continue;
+            if (!mode_runs(b, rw->op, mode))
+                continue;
             bufs x = layout(b, rw, mode, r, n, sendbuf, recvbuf);
             size_t ci = (size_t)i * NMODES + mode;
             fill_input(b, rw, &x, r, n); /* sane values for the timed calls too */
             for (int w = 0; w < c->warmup; w++)
-                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
+                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK)
+                    goto out;
             /* Small calls are timed in back-to-back batches, as nccl-tests does, so that the
              * barrier's exit skew and the clock do not dominate a sub-microsecond call. */
             int reps = batch_reps(rw->bytes);
             dl_comm_stats st0;
             dl_comm_get_stats(comm, &st0);
             for (int it = 0; it < c->iters; it++) {
-                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+                if ((rc = dl_barrier(comm)) != DL_OK)
+                    goto out;
                 uint64_t t0 = dl_now_ns();
-                for (int k = 0; k < reps && rc == DL_OK; k++)
-                    rc = run_op(b, comm, rw, &x, r, n);
+                for (int k = 0; k < reps && rc == DL_OK; k++) rc = run_op(b, comm, rw, &x, r, n);
                 uint64_t t1 = dl_now_ns();
-                if (rc != DL_OK) goto out;
+                if (rc != DL_OK)
+                    goto out;
                 b->times[(ci * c->iters + it) * n + r] = (double)(t1 - t0) / reps;
             }
-            if (r == 0) b->algo[ci] = rw->op == OP_SENDRECV ? -1 : (int)dl_comm_last_algo(comm);
+            if (r == 0)
+                b->algo[ci] = rw->op == OP_SENDRECV ? -1 : (int)dl_comm_last_algo(comm);
             if (c->nprocs > 1 && (rc = mpi_gather_times(b, comm, ci, r, &st0, reps)) != DL_OK)
                 goto out;
             if (c->check) {
                 /* output first: in place, the input fill then overwrites the shared part */
                 fill_sentinel(b, x.d, x.out_len);
                 fill_input(b, rw, &x, r, n);
-                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK) goto out;
+                if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK)
+                    goto out;
                 b->wrong[ci * n + r] = count_wrong(b, rw, &x, r, n);
                 if (c->nprocs > 1) { /* the sum over every process, kept in rank 0's slot */
                     double w = (double)b->wrong[ci * n + r];
@@ -569,14 +633,16 @@ static int rank_fn(dl_ctx *ctx, void *arg)
             if (c->vs_mpi && mode == MODE_OOP) {
                 /* plain MPI on the same buffers, one MPI rank per process (its first thread);
                  * the process's other threads wait at the barrier */
-                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+                if ((rc = dl_barrier(comm)) != DL_OK)
+                    goto out;
                 if (r == b->lo) {
                     rc = mpi_time(b, rw, &x, ci);
                     pthread_mutex_lock(&b->mpi_mu);
                     b->mpi_gen++;
                     pthread_cond_broadcast(&b->mpi_cv);
                     pthread_mutex_unlock(&b->mpi_mu);
-                    if (rc != DL_OK) goto out;
+                    if (rc != DL_OK)
+                        goto out;
                 } else { /* asleep, not polling, while MPI runs */
                     pthread_mutex_lock(&b->mpi_mu);
                     while (b->mpi_gen == ci_gen && !dl_ctx_aborted(ctx))
@@ -584,12 +650,15 @@ static int rank_fn(dl_ctx *ctx, void *arg)
                     pthread_mutex_unlock(&b->mpi_mu);
                 }
                 ci_gen++;
-                if ((rc = dl_barrier(comm)) != DL_OK) goto out;
+                if ((rc = dl_barrier(comm)) != DL_OK)
+                    goto out;
             }
         }
         /* Every rank's timings of this row are written: rank 0 reduces and prints them. */
-        if ((rc = dl_barrier(comm)) != DL_OK) goto out;
-        if (r == 0) print_row(b, i);
+        if ((rc = dl_barrier(comm)) != DL_OK)
+            goto out;
+        if (r == 0)
+            print_row(b, i);
     }
     rc = dl_barrier(comm);
 out:
@@ -610,11 +679,14 @@ static void reduce_row(bench *b, int i)
         cell *ce = &b->cells[ci];
         memset(ce, 0, sizeof *ce);
         ce->lim_pct = NAN;
-        if (!mode_runs(b, rw->op, mode)) continue;
+        if (!mode_runs(b, rw->op, mode))
+            continue;
         for (int it = 0; it < c->iters; it++) {
             const double *t = &b->times[(ci * c->iters + it) * n];
             double mx = 0;
-            for (int r = 0; r < n; r++) if (t[r] > mx) mx = t[r];
+            for (int r = 0; r < n; r++)
+                if (t[r] > mx)
+                    mx = t[r];
             b->scratch[it] = mx; /* the iteration took as long as its slowest rank */
         }
         double ns = dl__median(b->scratch, (size_t)c->iters);
@@ -645,9 +717,12 @@ static void row_algo(const bench *b, int i, char *buf, size_t len)
 /* nccl-tests' time format: fewer decimals as times grow, fixed width. */
 static void fmt_time(char *buf, size_t len, double us)
 {
-    if (us >= 10000.0) snprintf(buf, len, "%9.0f", us);
-    else if (us >= 100.0) snprintf(buf, len, "%9.1f", us);
-    else snprintf(buf, len, "%9.2f", us);
+    if (us >= 10000.0)
+        snprintf(buf, len, "%9.0f", us);
+    else if (us >= 100.0)
+        snprintf(buf, len, "%9.1f", us);
+    else
+        snprintf(buf, len, "%9.2f", us);
 }
 
 static void print_section(bench *b, int op)
@@ -656,48 +731,58 @@ static void print_section(bench *b, int op)
     int n = c->nranks;
     FILE *f = stdout;
     fprintf(f, "#\n# %s: busbw = algbw x %s", op_name[op],
-            op == OP_ALLREDUCE ? "2(n-1)/n"
+            op == OP_ALLREDUCE                                                    ? "2(n-1)/n"
             : (op == OP_REDUCESCATTER || op == OP_ALLGATHER || op == OP_ALLTOALL) ? "(n-1)/n"
-                                                                                   : "1");
+                                                                                  : "1");
     if (b->stream_gbs > 0) {
         for (int mode = 0; mode < NMODES; mode++) {
-            if (!mode_runs(b, op, mode)) continue;
+            if (!mode_runs(b, op, mode))
+                continue;
             double lim = b->stream_gbs * limit_frac(op, mode, n);
             if (bus_factor(op, n) > 0 && lim > 0)
-                fprintf(f, "; %s limit %s = %.2f GB/s", mode == MODE_OOP ? "out-of-place" : "in-place",
-                        limit_text(op, mode), lim);
+                fprintf(f, "; %s limit %s = %.2f GB/s",
+                        mode == MODE_OOP ? "out-of-place" : "in-place", limit_text(op, mode), lim);
         }
     }
     fputc('\n', f);
     if (op == OP_SENDRECV && c->mode_on[MODE_IP])
-        fprintf(f, "# sendrecv: ring shift r -> r+1 with blocking send/recv; no in-place variant\n");
+        fprintf(f,
+                "# sendrecv: ring shift r -> r+1 with blocking send/recv; no in-place variant\n");
     fprintf(f, "#%12s %13s %6s %6s %5s %-8s", "", "", "", "", "", "");
     for (int mode = 0; mode < NMODES; mode++) {
         /* centre the label over its 42 columns */
         const char *label = mode == MODE_OOP ? "out-of-place" : "in-place";
         int pad = (42 - (int)strlen(label)) / 2;
-        if (c->mode_on[mode]) fprintf(f, " %*s%s%*s", pad, "", label, 42 - pad - (int)strlen(label), "");
+        if (c->mode_on[mode])
+            fprintf(f, " %*s%s%*s", pad, "", label, 42 - pad - (int)strlen(label), "");
     }
     if (c->nprocs > 1) /* MPI: out-of-place bytes per rank and call over intra/inter links / time */
-        fprintf(f, " %-17s%s", " per-rank link bw", c->vs_mpi ? "  plain MPI (1 rank per process)" : "");
+        fprintf(f, " %-17s%s", " per-rank link bw",
+                c->vs_mpi ? "  plain MPI (1 rank per process)" : "");
     fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "size", "count", "type", "redop", "root", "algo");
     for (int mode = 0; mode < NMODES; mode++)
         if (c->mode_on[mode])
             fprintf(f, " %9s %8s %8s %6s %7s", "time", "algbw", "busbw", "%lim", "#wrong");
-    if (c->nprocs > 1) fprintf(f, " %8s %8s", "intra", "inter");
-    if (c->vs_mpi) fprintf(f, " %9s %8s %6s", "mpi time", "busbw", "ratio");
+    if (c->nprocs > 1)
+        fprintf(f, " %8s %8s", "intra", "inter");
+    if (c->vs_mpi)
+        fprintf(f, " %9s %8s %6s", "mpi time", "busbw", "ratio");
     fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "(B)", "(elements)", "", "", "", "");
     for (int mode = 0; mode < NMODES; mode++)
-        if (c->mode_on[mode]) fprintf(f, " %9s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
-    if (c->nprocs > 1) fprintf(f, " %8s %8s", "(GB/s)", "(GB/s)");
-    if (c->vs_mpi) fprintf(f, " %9s %8s %6s", "(us)", "(GB/s)", "dl/mpi");
+        if (c->mode_on[mode])
+            fprintf(f, " %9s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
+    if (c->nprocs > 1)
+        fprintf(f, " %8s %8s", "(GB/s)", "(GB/s)");
+    if (c->vs_mpi)
+        fprintf(f, " %9s %8s %6s", "(us)", "(GB/s)", "dl/mpi");
     fputc('\n', f);
 }
 
 static void csv_num(FILE *f, double v, int decimals)
 {
     fputc(',', f);
-    if (isfinite(v)) fprintf(f, "%.*f", decimals, v);
+    if (isfinite(v))
+        fprintf(f, "%.*f", decimals, v);
 }
 
 /* The MPI columns of row i: per-rank intra/inter-node link bandwidth of the out-of-place cell (the
@@ -731,7 +816,8 @@ static void print_row(bench *b, int i)
     const row *rw = &b->rows[i];
     char algo[64];
     reduce_row(b, i);
-    if (c->json) return;
+    if (c->json)
+        return;
     row_algo(b, i, algo, sizeof algo);
     const char *redop = op_has_redop(rw->op) ? dl_redop_name(c->redop) : "none";
     size_t count = rw->bytes / b->elt;
@@ -741,13 +827,18 @@ static void print_row(bench *b, int i)
                 count, dl_dtype_name(c->dtype), redop, rw->root, algo);
         for (int mode = 0; mode < NMODES; mode++) {
             const cell *ce = &b->cells[(size_t)i * NMODES + mode];
-            if (!ce->valid) { fputs(",,,,,", f); continue; }
+            if (!ce->valid) {
+                fputs(",,,,,", f);
+                continue;
+            }
             csv_num(f, ce->time_us, 3);
             csv_num(f, ce->algbw, 4);
             csv_num(f, ce->busbw, 4);
             csv_num(f, ce->lim_pct, 1);
-            if (c->check) fprintf(f, ",%" PRIu64, ce->wrong);
-            else fputc(',', f);
+            if (c->check)
+                fprintf(f, ",%" PRIu64, ce->wrong);
+            else
+                fputc(',', f);
         }
         double ia, ie, mu, mb, ra;
         mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
@@ -764,11 +855,13 @@ static void print_row(bench *b, int i)
         fflush(f);
         return;
     }
-    if (i == 0 || b->rows[i - 1].op != rw->op) print_section(b, rw->op);
+    if (i == 0 || b->rows[i - 1].op != rw->op)
+        print_section(b, rw->op);
     fprintf(f, " %12" PRIu64 " %13zu %6s %6s %5d %-8s", rw->bytes, count, dl_dtype_name(c->dtype),
             redop, rw->root, algo);
     for (int mode = 0; mode < NMODES; mode++) {
-        if (!c->mode_on[mode]) continue;
+        if (!c->mode_on[mode])
+            continue;
         const cell *ce = &b->cells[(size_t)i * NMODES + mode];
         if (!ce->valid) {
             fprintf(f, " %9s %8s %8s %6s %7s", "-", "-", "-", "-", "-");
@@ -776,15 +869,20 @@ static void print_row(bench *b, int i)
         }
         char t[32], lim[16], wr[24];
         fmt_time(t, sizeof t, ce->time_us);
-        if (isfinite(ce->lim_pct)) snprintf(lim, sizeof lim, "%5.0f%%", ce->lim_pct);
-        else snprintf(lim, sizeof lim, "-");
-        if (c->check) snprintf(wr, sizeof wr, "%" PRIu64, ce->wrong);
-        else snprintf(wr, sizeof wr, "N/A");
+        if (isfinite(ce->lim_pct))
+            snprintf(lim, sizeof lim, "%5.0f%%", ce->lim_pct);
+        else
+            snprintf(lim, sizeof lim, "-");
+        if (c->check)
+            snprintf(wr, sizeof wr, "%" PRIu64, ce->wrong);
+        else
+            snprintf(wr, sizeof wr, "N/A");
         fprintf(f, " %s %8.2f %8.2f %6s %7s", t, ce->algbw, ce->busbw, lim, wr);
     }
     double ia, ie, mu, mb, ra;
     mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
-    if (c->nprocs > 1) fprintf(f, " %8.2f %8.2f", ia, ie);
+    if (c->nprocs > 1)
+        fprintf(f, " %8.2f %8.2f", ia, ie);
     if (c->vs_mpi) {
         if (isfinite(mu)) {
             char t[32];
@@ -808,15 +906,18 @@ static void print_preamble(bench *b)
             cli_error("WARNING: %d ranks on %d PUs: ranks share cores, timings include contention",
                       n, b->real_pus);
     }
-    if (c->json) return;
+    if (c->json)
+        return;
     if (c->csv) {
         printf("op,ranks,size,count,type,redop,root,algo");
         for (int mode = 0; mode < NMODES; mode++) {
             const char *p = mode == MODE_OOP ? "oop" : "ip";
             printf(",%s_time_us,%s_algbw_gbs,%s_busbw_gbs,%s_lim_pct,%s_wrong", p, p, p, p, p);
         }
-        if (c->nprocs > 1) printf(",intra_gbs,inter_gbs");
-        if (c->vs_mpi) printf(",mpi_time_us,mpi_busbw_gbs,dl_over_mpi");
+        if (c->nprocs > 1)
+            printf(",intra_gbs,inter_gbs");
+        if (c->vs_mpi)
+            printf(",mpi_time_us,mpi_busbw_gbs,dl_over_mpi");
         printf("\n");
         fflush(stdout);
         return;
@@ -826,7 +927,8 @@ static void print_preamble(bench *b)
         printf("#  Rank %3d  cpu %3d  node %2d\n", r, b->cpu[r], b->node[r]);
     if (b->oversub)
         printf("# WARNING: %d ranks on %d PUs: ranks share cores (oversubscribed); timings include "
-               "contention\n", n, b->real_pus);
+               "contention\n",
+               n, b->real_pus);
     fflush(stdout);
 }
 
@@ -848,6 +950,7 @@ static double stream_copy(const dl_topo *topo, const coll_cfg *c, int nthr, size
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench coll [OPTIONS]\n"
 "\n"
@@ -903,6 +1006,8 @@ static void usage(FILE *f)
 "  --stream-mib N        MiB copied per STREAM thread (default 64)\n"
 "  -h, --help            this help\n"
 "\n");
+    /* clang-format on */
+    /* clang-format off */
     fprintf(f,
 "Columns: size (B) and count follow nccl-tests: allreduce, broadcast, reduce, sendrecv: one\n"
 "buffer; reducescatter and allgather: the full buffer (count is the library's full count);\n"
@@ -922,84 +1027,111 @@ static void usage(FILE *f)
 "in the caches can exceed 100%%.\n"
 "\n"
 "Exit status: 0 ok, 1 wrong results or a failed run, 2 bad usage.\n");
+    /* clang-format on */
 }
 
 static int parse_ops(const char *s, coll_cfg *c)
 {
     char buf[256], *items[64];
     int nitems;
-    if (cli_split_list("--op", s, buf, sizeof buf, items, 64, &nitems)) return -1;
+    if (cli_split_list("--op", s, buf, sizeof buf, items, 64, &nitems))
+        return -1;
     memset(c->ops, 0, sizeof c->ops);
     c->nops = 0;
     for (int i = 0; i < nitems; i++) {
         const char *tok = items[i];
-        static const struct { const char *name; int op; } alias[] = {
-            {"all_reduce", OP_ALLREDUCE}, {"reduce_scatter", OP_REDUCESCATTER},
-            {"all_gather", OP_ALLGATHER}, {"all_to_all", OP_ALLTOALL},
-            {"send_recv", OP_SENDRECV},   {"bcast", OP_BROADCAST}};
+        static const struct {
+            const char *name;
+            int op;
+        } alias[] = {{"all_reduce", OP_ALLREDUCE}, {"reduce_scatter", OP_REDUCESCATTER},
+                     {"all_gather", OP_ALLGATHER}, {"all_to_all", OP_ALLTOALL},
+                     {"send_recv", OP_SENDRECV},   {"bcast", OP_BROADCAST}};
         int found = -1;
         if (strcmp(tok, "all") == 0) {
             for (int o = 0; o < NOPS; o++) c->ops[o] = 1;
             continue;
         }
-        for (int o = 0; o < NOPS; o++) if (strcmp(tok, op_name[o]) == 0) found = o;
+        for (int o = 0; o < NOPS; o++)
+            if (strcmp(tok, op_name[o]) == 0)
+                found = o;
         for (size_t a = 0; found < 0 && a < sizeof alias / sizeof alias[0]; a++)
-            if (strcmp(tok, alias[a].name) == 0) found = alias[a].op;
+            if (strcmp(tok, alias[a].name) == 0)
+                found = alias[a].op;
         if (found < 0) {
             cli_error("--op: unknown collective '%s' (allreduce, reducescatter, allgather, "
-                      "broadcast, reduce, alltoall, sendrecv, all)", tok);
+                      "broadcast, reduce, alltoall, sendrecv, all)",
+                      tok);
             return -1;
         }
         c->ops[found] = 1;
     }
     for (int o = 0; o < NOPS; o++) c->nops += c->ops[o];
-    if (c->nops == 0) { cli_error("--op: no collective given"); return -1; }
+    if (c->nops == 0) {
+        cli_error("--op: no collective given");
+        return -1;
+    }
     return 0;
 }
 
 enum {
-    O_OP = 256, O_ALGO, O_INPLACE, O_POLICY, O_NODES, O_RPN, O_TOPOLOGY, O_GPUMEM, O_TIMEOUT,
-    O_CSV, O_JSON, O_STREAM, O_STREAM_MIB, O_SLOTS, O_EAGER, O_SLICE, O_WAIT, O_THREADS, O_VSMPI
+    O_OP = 256,
+    O_ALGO,
+    O_INPLACE,
+    O_POLICY,
+    O_NODES,
+    O_RPN,
+    O_TOPOLOGY,
+    O_GPUMEM,
+    O_TIMEOUT,
+    O_CSV,
+    O_JSON,
+    O_STREAM,
+    O_STREAM_MIB,
+    O_SLOTS,
+    O_EAGER,
+    O_SLICE,
+    O_WAIT,
+    O_THREADS,
+    O_VSMPI
 };
 
 static int parse_args(int argc, char **argv, coll_cfg *c)
 {
-    static const struct option lo[] = {
-        {"op", required_argument, NULL, O_OP},
-        {"ranks", required_argument, NULL, 'g'},
-        {"minbytes", required_argument, NULL, 'b'},
-        {"maxbytes", required_argument, NULL, 'e'},
-        {"stepfactor", required_argument, NULL, 'f'},
-        {"stepbytes", required_argument, NULL, 'i'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"warmup_iters", required_argument, NULL, 'w'},
-        {"iters", required_argument, NULL, 'n'},
-        {"dtype", required_argument, NULL, 'd'},
-        {"datatype", required_argument, NULL, 'd'},
-        {"redop", required_argument, NULL, 'o'},
-        {"op_type", required_argument, NULL, 'o'},
-        {"algo", required_argument, NULL, O_ALGO},
-        {"root", required_argument, NULL, 'r'},
-        {"check", required_argument, NULL, 'c'},
-        {"inplace", required_argument, NULL, O_INPLACE},
-        {"policy", required_argument, NULL, O_POLICY},
-        {"nodes", required_argument, NULL, O_NODES},
-        {"ranks-per-node", required_argument, NULL, O_RPN},
-        {"topology", required_argument, NULL, O_TOPOLOGY},
-        {"gpu-mem", required_argument, NULL, O_GPUMEM},
-        {"timeout", required_argument, NULL, O_TIMEOUT},
-        {"csv", no_argument, NULL, O_CSV},
-        {"json", no_argument, NULL, O_JSON},
-        {"stream", required_argument, NULL, O_STREAM},
-        {"stream-mib", required_argument, NULL, O_STREAM_MIB},
-        {"slots", required_argument, NULL, O_SLOTS},
-        {"eager", required_argument, NULL, O_EAGER},
-        {"slice", required_argument, NULL, O_SLICE},
-        {"wait", required_argument, NULL, O_WAIT},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"vs-mpi", no_argument, NULL, O_VSMPI},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {{"op", required_argument, NULL, O_OP},
+                                       {"ranks", required_argument, NULL, 'g'},
+                                       {"minbytes", required_argument, NULL, 'b'},
+                                       {"maxbytes", required_argument, NULL, 'e'},
+                                       {"stepfactor", required_argument, NULL, 'f'},
+                                       {"stepbytes", required_argument, NULL, 'i'},
+                                       {"warmup", required_argument, NULL, 'w'},
+                                       {"warmup_iters", required_argument, NULL, 'w'},
+                                       {"iters", required_argument, NULL, 'n'},
+                                       {"dtype", required_argument, NULL, 'd'},
+                                       {"datatype", required_argument, NULL, 'd'},
+                                       {"redop", required_argument, NULL, 'o'},
+                                       {"op_type", required_argument, NULL, 'o'},
+                                       {"algo", required_argument, NULL, O_ALGO},
+                                       {"root", required_argument, NULL, 'r'},
+                                       {"check", required_argument, NULL, 'c'},
+                                       {"inplace", required_argument, NULL, O_INPLACE},
+                                       {"policy", required_argument, NULL, O_POLICY},
+                                       {"nodes", required_argument, NULL, O_NODES},
+                                       {"ranks-per-node", required_argument, NULL, O_RPN},
+                                       {"topology", required_argument, NULL, O_TOPOLOGY},
+                                       {"gpu-mem", required_argument, NULL, O_GPUMEM},
+                                       {"timeout", required_argument, NULL, O_TIMEOUT},
+                                       {"csv", no_argument, NULL, O_CSV},
+                                       {"json", no_argument, NULL, O_JSON},
+                                       {"stream", required_argument, NULL, O_STREAM},
+                                       {"stream-mib", required_argument, NULL, O_STREAM_MIB},
+                                       {"slots", required_argument, NULL, O_SLOTS},
+                                       {"eager", required_argument, NULL, O_EAGER},
+                                       {"slice", required_argument, NULL, O_SLICE},
+                                       {"wait", required_argument, NULL, O_WAIT},
+                                       {"threads", required_argument, NULL, O_THREADS},
+                                       {"vs-mpi", no_argument, NULL, O_VSMPI},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
     const uint64_t max_bytes = (uint64_t)1 << 40;
     uint64_t u;
     int v, rpn_set = 0, nodes_set = 0;
@@ -1010,17 +1142,42 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
         int longidx = -1;
         /* '+': stop at the first non-option (reported below); ':': tell missing arguments */
         int ch = getopt_long(argc, argv, "+:hb:e:f:i:w:n:g:d:o:r:c:", lo, &longidx);
-        if (ch == -1) break;
+        if (ch == -1)
+            break;
         switch (ch) {
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
-        case O_OP: if (parse_ops(optarg, c)) return -1; break;
-        case 'g': if (cli_parse_int("--ranks", optarg, 1, MAX_RANKS, &c->nranks)) return -1; break;
-        case 'b': if (cli_parse_size("--minbytes", optarg, 1, max_bytes, &c->minbytes)) return -1; break;
-        case 'e': if (cli_parse_size("--maxbytes", optarg, 1, max_bytes, &c->maxbytes)) return -1; break;
-        case 'f': if (cli_parse_int("--stepfactor", optarg, 2, 1 << 20, &c->stepfactor)) return -1; break;
-        case 'i': if (cli_parse_size("--stepbytes", optarg, 1, max_bytes, &c->stepbytes)) return -1; break;
-        case 'w': if (cli_parse_int("--warmup", optarg, 0, 1000000, &c->warmup)) return -1; break;
-        case 'n': if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
+        case O_OP:
+            if (parse_ops(optarg, c))
+                return -1;
+            break;
+        case 'g':
+            if (cli_parse_int("--ranks", optarg, 1, MAX_RANKS, &c->nranks))
+                return -1;
+            break;
+        case 'b':
+            if (cli_parse_size("--minbytes", optarg, 1, max_bytes, &c->minbytes))
+                return -1;
+            break;
+        case 'e':
+            if (cli_parse_size("--maxbytes", optarg, 1, max_bytes, &c->maxbytes))
+                return -1;
+            break;
+        case 'f':
+            if (cli_parse_int("--stepfactor", optarg, 2, 1 << 20, &c->stepfactor))
+                return -1;
+            break;
+        case 'i':
+            if (cli_parse_size("--stepbytes", optarg, 1, max_bytes, &c->stepbytes))
+                return -1;
+            break;
+        case 'w':
+            if (cli_parse_int("--warmup", optarg, 0, 1000000, &c->warmup))
+                return -1;
+            break;
+        case 'n':
+            if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters))
+                return -1;
+            break;
         case 'd': {
             const char *s = strcmp(optarg, "bfloat16") == 0 ? "bf16" : optarg;
             if (dl_dtype_parse(s, &c->dtype) != DL_OK) {
@@ -1041,14 +1198,22 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                 return -1;
             }
             break;
-        case 'r': if (cli_parse_int("--root", optarg, 0, MAX_RANKS - 1, &c->root)) return -1; break;
-        case 'c': if (cli_parse_bool("--check", optarg, &c->check)) return -1; break;
+        case 'r':
+            if (cli_parse_int("--root", optarg, 0, MAX_RANKS - 1, &c->root))
+                return -1;
+            break;
+        case 'c':
+            if (cli_parse_bool("--check", optarg, &c->check))
+                return -1;
+            break;
         case O_INPLACE:
-            if (strcmp(optarg, "both") == 0) { c->mode_on[MODE_OOP] = c->mode_on[MODE_IP] = 1; }
-            else if (cli_parse_bool("--inplace", optarg, &v) == 0) {
+            if (strcmp(optarg, "both") == 0) {
+                c->mode_on[MODE_OOP] = c->mode_on[MODE_IP] = 1;
+            } else if (cli_parse_bool("--inplace", optarg, &v) == 0) {
                 c->mode_on[MODE_OOP] = !v;
                 c->mode_on[MODE_IP] = v;
-            } else return -1;
+            } else
+                return -1;
             c->inplace_arg = optarg;
             break;
         case O_POLICY:
@@ -1065,40 +1230,75 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
             nodes_set = 1;
             break;
         case O_RPN:
-            if (cli_parse_int("--ranks-per-node", optarg, 1, MAX_RANKS, &c->w.ranks_per_node)) return -1;
+            if (cli_parse_int("--ranks-per-node", optarg, 1, MAX_RANKS, &c->w.ranks_per_node))
+                return -1;
             rpn_set = 1;
             break;
         case O_TOPOLOGY: c->w.topology = optarg; break;
-        case O_GPUMEM: if (cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &c->w.gpu_mem)) return -1; break;
-        case O_TIMEOUT: if (cli_parse_double("--timeout", optarg, 0, 1e6, &c->w.timeout_s)) return -1; break;
+        case O_GPUMEM:
+            if (cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &c->w.gpu_mem))
+                return -1;
+            break;
+        case O_TIMEOUT:
+            if (cli_parse_double("--timeout", optarg, 0, 1e6, &c->w.timeout_s))
+                return -1;
+            break;
         case O_CSV: c->csv = 1; break;
         case O_JSON: c->json = 1; break;
-        case O_STREAM: if (cli_parse_bool("--stream", optarg, &c->stream)) return -1; break;
-        case O_STREAM_MIB: if (cli_parse_int("--stream-mib", optarg, 1, 1 << 16, &c->stream_mib)) return -1; break;
+        case O_STREAM:
+            if (cli_parse_bool("--stream", optarg, &c->stream))
+                return -1;
+            break;
+        case O_STREAM_MIB:
+            if (cli_parse_int("--stream-mib", optarg, 1, 1 << 16, &c->stream_mib))
+                return -1;
+            break;
         case O_SLOTS:
-            if (cli_parse_int("--slots", optarg, 2, 1 << 16, &c->w.nslots)) return -1;
+            if (cli_parse_int("--slots", optarg, 2, 1 << 16, &c->w.nslots))
+                return -1;
             if (c->w.nslots & (c->w.nslots - 1)) {
                 cli_error("--slots: %d is not a power of two", c->w.nslots);
                 return -1;
             }
             break;
-        case O_EAGER: if (cli_parse_size("--eager", optarg, 0, 1 << 30, &u)) return -1; c->w.eager_bytes = (size_t)u; break;
-        case O_SLICE: if (cli_parse_size("--slice", optarg, 1, 1 << 30, &u)) return -1; c->w.slice_bytes = (size_t)u; break;
-        case O_THREADS: if (cli_parse_int("--threads", optarg, 1, MAX_RANKS, &c->threads)) return -1; break;
+        case O_EAGER:
+            if (cli_parse_size("--eager", optarg, 0, 1 << 30, &u))
+                return -1;
+            c->w.eager_bytes = (size_t)u;
+            break;
+        case O_SLICE:
+            if (cli_parse_size("--slice", optarg, 1, 1 << 30, &u))
+                return -1;
+            c->w.slice_bytes = (size_t)u;
+            break;
+        case O_THREADS:
+            if (cli_parse_int("--threads", optarg, 1, MAX_RANKS, &c->threads))
+                return -1;
+            break;
         case O_VSMPI: c->vs_mpi = 1; break;
         case O_WAIT:
-            if (strcmp(optarg, "auto") == 0) c->w.wait_mode = -1;
-            else if (strcmp(optarg, "spin") == 0) c->w.wait_mode = DL_WAIT_SPIN;
-            else if (strcmp(optarg, "yield") == 0) c->w.wait_mode = DL_WAIT_YIELD;
-            else { cli_error("--wait: '%s' is not auto, spin or yield", optarg); return -1; }
+            if (strcmp(optarg, "auto") == 0)
+                c->w.wait_mode = -1;
+            else if (strcmp(optarg, "spin") == 0)
+                c->w.wait_mode = DL_WAIT_SPIN;
+            else if (strcmp(optarg, "yield") == 0)
+                c->w.wait_mode = DL_WAIT_YIELD;
+            else {
+                cli_error("--wait: '%s' is not auto, spin or yield", optarg);
+                return -1;
+            }
             break;
         case ':':
-            if (optopt) cli_error("option '-%c' needs a value (see --help)", optopt);
-            else cli_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+            if (optopt)
+                cli_error("option '-%c' needs a value (see --help)", optopt);
+            else
+                cli_error("option '%s' needs a value (see --help)", argv[optind - 1]);
             return -1;
         default: /* '?' */
-            if (optopt) cli_error("unknown option '-%c' (see --help)", optopt);
-            else cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
+            if (optopt)
+                cli_error("unknown option '-%c' (see --help)", optopt);
+            else
+                cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
             return -1;
         }
     }
@@ -1135,7 +1335,8 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
     if (c->algo == DL_ALGO_RD && (c->nranks & (c->nranks - 1))) {
         /* the library would run the ring on every row: say so instead of measuring it silently */
         cli_error("--algo rd: recursive doubling needs a power-of-two rank count, not %d "
-                  "(--algo auto picks one that fits)", c->nranks);
+                  "(--algo auto picks one that fits)",
+                  c->nranks);
         return -1;
     }
     if (c->root >= c->nranks) {
@@ -1157,23 +1358,33 @@ static int make_sizes(const coll_cfg *c, uint64_t **out, int *nout)
     int n = 0, cap = 0;
     if (c->stepbytes) {
         for (uint64_t x = c->minbytes; x <= c->maxbytes; x += c->stepbytes) {
-            if (n == MAX_ROWS) goto too_many;
+            if (n == MAX_ROWS)
+                goto too_many;
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;
                 uint64_t *t = realloc(s, sizeof *s * (size_t)cap);
-                if (!t) goto too_many;
+                if (!t)
+                    goto too_many;
                 s = t;
             }
             s[n++] = x;
-            if (c->maxbytes - x < c->stepbytes) break; /* no overflow */
+            if (c->maxbytes - x < c->stepbytes)
+                break; /* no overflow */
         }
     } else {
         cap = 66;
-        if (!(s = malloc(sizeof *s * (size_t)cap))) goto too_many;
-        for (uint64_t x = c->maxbytes; x >= c->minbytes && n < cap - 1; x /= (uint64_t)c->stepfactor)
+        if (!(s = malloc(sizeof *s * (size_t)cap)))
+            goto too_many;
+        for (uint64_t x = c->maxbytes; x >= c->minbytes && n < cap - 1;
+             x /= (uint64_t)c->stepfactor)
             s[n++] = x;
-        if (n == 0 || s[n - 1] != c->minbytes) s[n++] = c->minbytes;
-        for (int i = 0; i < n / 2; i++) { uint64_t t = s[i]; s[i] = s[n - 1 - i]; s[n - 1 - i] = t; }
+        if (n == 0 || s[n - 1] != c->minbytes)
+            s[n++] = c->minbytes;
+        for (int i = 0; i < n / 2; i++) {
+            uint64_t t = s[i];
+            s[i] = s[n - 1 - i];
+            s[n - 1 - i] = t;
+        }
     }
     *out = s;
     *nout = n;
@@ -1188,12 +1399,13 @@ too_many:
 
 static void json_num(FILE *f, double v)
 {
-    if (isfinite(v)) fprintf(f, "%.6g", v);
-    else fputs("null", f);
+    if (isfinite(v))
+        fprintf(f, "%.6g", v);
+    else
+        fputs("null", f);
 }
 
-static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int nrows_done,
-                       int rc)
+static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int nrows_done, int rc)
 {
     const coll_cfg *c = b->c;
     FILE *f = stdout;
@@ -1201,10 +1413,13 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
     dl__json_fputs(f, dl_version(), DL__JSON_CTRL_U);
     fprintf(f, ",\n  \"ops\": [");
     for (int o = 0, k = 0; o < NOPS; o++)
-        if (c->ops[o]) fprintf(f, "%s\"%s\"", k++ ? ", " : "", op_name[o]);
+        if (c->ops[o])
+            fprintf(f, "%s\"%s\"", k++ ? ", " : "", op_name[o]);
     fprintf(f, "],\n  \"processes\": %d,\n  \"threads_per_process\": %d,", c->nprocs,
             c->nprocs > 1 ? c->nranks / c->nprocs : c->nranks);
-    fprintf(f, "\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": \"%s\",\n",
+    fprintf(f,
+            "\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"node_kind\": \"%s\",\n  \"policy\": "
+            "\"%s\",\n",
             c->nranks, b->nnodes, dl_node_kind_name(c->w.nodes), dl_place_policy_name(c->w.policy));
     fprintf(f, "  \"topology\": ");
     dl__json_fputs(f, b->topo.desc, DL__JSON_CTRL_U);
@@ -1212,16 +1427,22 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             b->topo.synthetic ? "true" : "false", b->real_pus, b->oversub ? "true" : "false");
     fprintf(f, "  \"placement\": [");
     for (int r = 0; r < c->nranks; r++)
-        fprintf(f, "%s{\"rank\": %d, \"cpu\": %d, \"node\": %d}", r ? ", " : "", r, b->cpu[r], b->node[r]);
-    fprintf(f, "],\n  \"dtype\": \"%s\",\n  \"redop\": \"%s\",\n  \"root\": %d,\n  \"algo\": \"%s\",\n",
+        fprintf(f, "%s{\"rank\": %d, \"cpu\": %d, \"node\": %d}", r ? ", " : "", r, b->cpu[r],
+                b->node[r]);
+    fprintf(f,
+            "],\n  \"dtype\": \"%s\",\n  \"redop\": \"%s\",\n  \"root\": %d,\n  \"algo\": "
+            "\"%s\",\n",
             dl_dtype_name(c->dtype), dl_redop_name(c->redop), c->root, dl_algo_name(c->algo));
-    fprintf(f, "  \"minbytes\": %" PRIu64 ",\n  \"maxbytes\": %" PRIu64 ",\n  \"stepfactor\": %d,\n"
-               "  \"stepbytes\": %" PRIu64 ",\n  \"warmup\": %d,\n  \"iters\": %d,\n  \"check\": %d,\n",
+    fprintf(f,
+            "  \"minbytes\": %" PRIu64 ",\n  \"maxbytes\": %" PRIu64 ",\n  \"stepfactor\": %d,\n"
+            "  \"stepbytes\": %" PRIu64
+            ",\n  \"warmup\": %d,\n  \"iters\": %d,\n  \"check\": %d,\n",
             c->minbytes, c->maxbytes, c->stepfactor, c->stepbytes, c->warmup, c->iters, c->check);
     fprintf(f, "  \"inplace\": \"%s\",\n  \"stream\": ", c->inplace_arg ? c->inplace_arg : "both");
     if (b->stream_gbs > 0)
-        fprintf(f, "{\"threads\": %d, \"mib_per_thread\": %d, \"copy_gbs\": %.4g, "
-                   "\"copy_gbs_after\": %.4g},\n",
+        fprintf(f,
+                "{\"threads\": %d, \"mib_per_thread\": %d, \"copy_gbs\": %.4g, "
+                "\"copy_gbs_after\": %.4g},\n",
                 b->stream_threads, c->stream_mib, b->stream_gbs, b->stream_after_gbs);
     else
         fprintf(f, "null,\n");
@@ -1230,15 +1451,19 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
         const row *rw = &b->rows[i];
         char algo[64];
         row_algo(b, i, algo, sizeof algo);
-        fprintf(f, "%s\n    {\"op\": \"%s\", \"size\": %" PRIu64 ", \"count\": %zu, \"type\": \"%s\", "
-                   "\"redop\": \"%s\", \"root\": %d, \"algo\": \"%s\"",
+        fprintf(f,
+                "%s\n    {\"op\": \"%s\", \"size\": %" PRIu64 ", \"count\": %zu, \"type\": \"%s\", "
+                "\"redop\": \"%s\", \"root\": %d, \"algo\": \"%s\"",
                 i ? "," : "", op_name[rw->op], rw->bytes, (size_t)(rw->bytes / b->elt),
                 dl_dtype_name(c->dtype), op_has_redop(rw->op) ? dl_redop_name(c->redop) : "none",
                 rw->root, algo);
         for (int mode = 0; mode < NMODES; mode++) {
             const cell *ce = &b->cells[(size_t)i * NMODES + mode];
             fprintf(f, ", \"%s\": ", mode_key[mode]);
-            if (!ce->valid) { fputs("null", f); continue; }
+            if (!ce->valid) {
+                fputs("null", f);
+                continue;
+            }
             fprintf(f, "{\"time_us\": ");
             json_num(f, ce->time_us);
             fprintf(f, ", \"algbw_gbs\": ");
@@ -1247,8 +1472,10 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             json_num(f, ce->busbw);
             fprintf(f, ", \"lim_pct\": ");
             json_num(f, ce->lim_pct);
-            if (c->check) fprintf(f, ", \"wrong\": %" PRIu64 "}", ce->wrong);
-            else fprintf(f, ", \"wrong\": null}");
+            if (c->check)
+                fprintf(f, ", \"wrong\": %" PRIu64 "}", ce->wrong);
+            else
+                fprintf(f, ", \"wrong\": null}");
         }
         double ia, ie, mu, mb, ra;
         mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
@@ -1286,7 +1513,8 @@ static int coll_main(int argc, char **argv, int nprocs);
 int bench_coll_main(int argc, char **argv)
 {
     int nprocs = app_mpi_start(&argc, &argv);
-    if (nprocs < 0) return CLI_EXIT_FAIL;
+    if (nprocs < 0)
+        return CLI_EXIT_FAIL;
     return app_mpi_end(coll_main(argc, argv, nprocs));
 }
 
@@ -1311,7 +1539,8 @@ static int coll_main(int argc, char **argv, int nprocs)
     c.mode_on[MODE_OOP] = c.mode_on[MODE_IP] = 1;
     c.stream = 1;
     c.stream_mib = 64;
-    if (parse_args(argc, argv, &c) != 0) return CLI_EXIT_USAGE;
+    if (parse_args(argc, argv, &c) != 0)
+        return CLI_EXIT_USAGE;
 
     int n = c.nranks, status = CLI_EXIT_OK;
     bench b;
@@ -1322,18 +1551,27 @@ static int coll_main(int argc, char **argv, int nprocs)
     /* Rows: for each op (in the fixed order above), each size. */
     uint64_t *sizes = NULL;
     int nsizes = 0;
-    if (make_sizes(&c, &sizes, &nsizes) != 0) return CLI_EXIT_USAGE;
+    if (make_sizes(&c, &sizes, &nsizes) != 0)
+        return CLI_EXIT_USAGE;
     if ((size_t)nsizes * (size_t)c.nops > MAX_ROWS) {
         free(sizes);
         cli_error("too many rows (at most %d)", MAX_ROWS);
         return CLI_EXIT_USAGE;
     }
     b.rows = calloc((size_t)nsizes * (size_t)c.nops + 1, sizeof *b.rows);
-    if (!b.rows) { free(sizes); cli_error("out of memory"); return CLI_EXIT_FAIL; }
+    if (!b.rows) {
+        free(sizes);
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
     const char *skipped_sendrecv = NULL;
     for (int o = 0; o < NOPS; o++) {
-        if (!c.ops[o]) continue;
-        if (o == OP_SENDRECV && n == 1) { skipped_sendrecv = "it needs at least 2 ranks"; continue; }
+        if (!c.ops[o])
+            continue;
+        if (o == OP_SENDRECV && n == 1) {
+            skipped_sendrecv = "it needs at least 2 ranks";
+            continue;
+        }
         if (o == OP_SENDRECV && !c.mode_on[MODE_OOP]) {
             skipped_sendrecv = "it has no in-place variant";
             continue;
@@ -1351,7 +1589,8 @@ static int coll_main(int argc, char **argv, int nprocs)
                 rw->bytes = (uint64_t)elems * b.elt;
             }
             need = (size_t)rw->bytes; /* no buffer holds more than the size column */
-            if (need > b.buf_bytes) b.buf_bytes = need;
+            if (need > b.buf_bytes)
+                b.buf_bytes = need;
         }
     }
     free(sizes);
@@ -1378,23 +1617,26 @@ static int coll_main(int argc, char **argv, int nprocs)
     if (!c.json && !c.csv) {
         printf("# distlab-bench coll (distlab %s)\n", dl_version());
         printf("# op:");
-        for (int o = 0; o < NOPS; o++) if (c.ops[o]) printf(" %s", op_name[o]);
+        for (int o = 0; o < NOPS; o++)
+            if (c.ops[o])
+                printf(" %s", op_name[o]);
         printf("  ranks: %d  dtype: %s  redop: %s  root: %d  algo: %s\n", n, dl_dtype_name(c.dtype),
                dl_redop_name(c.redop), c.root, dl_algo_name(c.algo));
         if (c.nprocs > 1)
             printf("# MPI: %d processes x %d rank threads (each process is one node); intra/inter: "
                    "bytes a rank sent per call inside its process / to other processes, over the "
-                   "time%s\n", c.nprocs, n / c.nprocs,
+                   "time%s\n",
+                   c.nprocs, n / c.nprocs,
                    c.vs_mpi ? "; plain MPI: MPI_COMM_WORLD, one rank per process, the same buffers"
                             : "");
         if (c.stepbytes)
-            printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64 "(bytes)", c.minbytes,
-                   c.maxbytes, c.stepbytes);
+            printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64 "(bytes)",
+                   c.minbytes, c.maxbytes, c.stepbytes);
         else
             printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %d(factor)", c.minbytes,
                    c.maxbytes, c.stepfactor);
-        printf(" warmup iters: %d iters: %d validation: %d inplace: %s\n", c.warmup, c.iters, c.check,
-               c.inplace_arg ? c.inplace_arg : "both");
+        printf(" warmup iters: %d iters: %d validation: %d inplace: %s\n", c.warmup, c.iters,
+               c.check, c.inplace_arg ? c.inplace_arg : "both");
         printf("# topology: %s%s: PUs %d, cores %d, L3s %d (%lld MiB each), NUMA nodes %d, "
                "packages %d; real PUs %d; placement %s\n",
                b.topo.desc, b.topo.synthetic ? " (synthetic)" : "", b.topo.pus, b.topo.cores,
@@ -1408,13 +1650,16 @@ static int coll_main(int argc, char **argv, int nprocs)
         c.stream = 0; /* one STREAM measurement, by the process that prints */
     if (c.stream) {
         b.stream_threads = n < b.real_pus ? n : b.real_pus;
-        if (b.stream_threads < 1) b.stream_threads = 1;
+        if (b.stream_threads < 1)
+            b.stream_threads = 1;
         b.stream_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
-        if (b.stream_gbs <= 0) cli_error("STREAM measurement failed (no %%lim column)");
+        if (b.stream_gbs <= 0)
+            cli_error("STREAM measurement failed (no %%lim column)");
         else if (!c.json && !c.csv)
-            printf("# STREAM copy: B = %.2f GB/s (%d thread%s x %d MiB, read + write counted, median "
-                   "of 5)\n", b.stream_gbs, b.stream_threads, b.stream_threads > 1 ? "s" : "",
-                   c.stream_mib);
+            printf("# STREAM copy: B = %.2f GB/s (%d thread%s x %d MiB, read + write counted, "
+                   "median "
+                   "of 5)\n",
+                   b.stream_gbs, b.stream_threads, b.stream_threads > 1 ? "s" : "", c.stream_mib);
     }
     if (!c.json && !c.csv && skipped_sendrecv)
         printf("# sendrecv skipped: %s\n", skipped_sendrecv);
@@ -1433,8 +1678,8 @@ static int coll_main(int argc, char **argv, int nprocs)
     b.lo = app_mpi_rank() * (n / c.nprocs);
     pthread_mutex_init(&b.mpi_mu, NULL);
     pthread_cond_init(&b.mpi_cv, NULL);
-    if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.times || !b.wrong || !b.algo || !b.cells || !b.scratch || !b.cpu || !b.node ||
-        pattern_init(&b, n) != 0) {
+    if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.times || !b.wrong || !b.algo || !b.cells ||
+        !b.scratch || !b.cpu || !b.node || pattern_init(&b, n) != 0) {
         cli_error("out of memory");
         status = CLI_EXIT_FAIL;
         goto done;
@@ -1447,25 +1692,29 @@ static int coll_main(int argc, char **argv, int nprocs)
         cli_error("run failed: %s (%s)", dl_errmsg(), dl_strstatus(rc));
         status = rc == DL_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
     }
-    if (world) dl_world_destroy(world);
+    if (world)
+        dl_world_destroy(world);
     if (b.stream_gbs > 0 && rc == DL_OK)
         b.stream_after_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
 
     /* Summary over the rows rank 0 finished (all of them unless the run failed). */
     int done = 0;
     for (int i = 0; i < b.nrows; i++)
-        if (b.cells[(size_t)i * NMODES].valid || b.cells[(size_t)i * NMODES + 1].valid) done = i + 1;
+        if (b.cells[(size_t)i * NMODES].valid || b.cells[(size_t)i * NMODES + 1].valid)
+            done = i + 1;
     double bus_sum = 0;
     int bus_n = 0;
     uint64_t wrong_total = 0;
     for (size_t ci = 0; ci < (size_t)done * NMODES; ci++) {
-        if (!b.cells[ci].valid) continue;
+        if (!b.cells[ci].valid)
+            continue;
         bus_sum += b.cells[ci].busbw;
         bus_n++;
         wrong_total += b.cells[ci].wrong;
     }
     double avg_bus = bus_n ? bus_sum / bus_n : NAN;
-    if (wrong_total > 0 && status == CLI_EXIT_OK) status = CLI_EXIT_FAIL;
+    if (wrong_total > 0 && status == CLI_EXIT_OK)
+        status = CLI_EXIT_FAIL;
 
     if (c.json) {
         print_json(&b, avg_bus, wrong_total, done, rc);
@@ -1475,13 +1724,14 @@ static int coll_main(int argc, char **argv, int nprocs)
                    b.stream_after_gbs, b.stream_gbs);
         if (rc != DL_OK)
             printf("# run failed (%s) after %d of %d rows\n", dl_strstatus(rc), done, b.nrows);
-        printf("# Out of bounds values : %" PRIu64 " %s%s\n", wrong_total, wrong_total ? "FAILED" : "OK",
-               c.check ? "" : " (not checked: --check 0)");
+        printf("# Out of bounds values : %" PRIu64 " %s%s\n", wrong_total,
+               wrong_total ? "FAILED" : "OK", c.check ? "" : " (not checked: --check 0)");
         printf("# Avg bus bandwidth    : %.4f\n", bus_n ? avg_bus : 0.0);
         printf("#\n# %d rows, %" PRIu64 " wrong\n", done, wrong_total);
         fflush(stdout);
     }
-    if (wrong_total > 0) cli_error("%" PRIu64 " wrong elements", wrong_total);
+    if (wrong_total > 0)
+        cli_error("%" PRIu64 " wrong elements", wrong_total);
 
 done:
     dl_topo_destroy(topo);

@@ -27,15 +27,16 @@ enum { MAXR = 256 };
 typedef struct crun {
     size_t bytes;
     int iters;
-    double op_ns[MAXR];    /* time inside the all-reduces */
-    double wait_ns[MAXR];  /* of which waiting for peers (channel counters) */
-    double sleeps[MAXR];   /* waits that slept on a futex */
-    int mode;              /* the wait mode the world chose */
+    double op_ns[MAXR];   /* time inside the all-reduces */
+    double wait_ns[MAXR]; /* of which waiting for peers (channel counters) */
+    double sleeps[MAXR];  /* waits that slept on a futex */
+    int mode;             /* the wait mode the world chose */
     int algo;
 } crun;
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench contention [OPTIONS]\n"
 "\n"
@@ -59,28 +60,43 @@ static void usage(FILE *f)
 "  --plot FILE   FILE.svg or FILE.png: each rank's waiting and working share of its time in\n"
 "                the all-reduces, one bar per rank, grouped by (ranks, size) (gnuplot)\n"
 "  -h, --help    this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, ccfg *c)
 {
     enum { O_RANKS = 256, O_ITERS, O_FWD };
-    static const struct option lo[] = {
-        {"ranks", required_argument, NULL, O_RANKS}, {"iters", required_argument, NULL, O_ITERS},
-        {"fwd-us", required_argument, NULL, O_FWD},
-        BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    static const struct option lo[] = {{"ranks", required_argument, NULL, O_RANKS},
+                                       {"iters", required_argument, NULL, O_ITERS},
+                                       {"fwd-us", required_argument, NULL, O_FWD},
+                                       BU_LONGOPTS_END};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, MAXR / 2, &c->ranks)) return -1; break;
-        case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters)) return -1; break;
-        case O_FWD: if (cli_parse_int("--fwd-us", optarg, 0, 10000000, &c->fwd_us)) return -1; break;
+        case O_RANKS:
+            if (cli_parse_int("--ranks", optarg, 1, MAXR / 2, &c->ranks))
+                return -1;
+            break;
+        case O_ITERS:
+            if (cli_parse_int("--iters", optarg, 1, 1000000, &c->iters))
+                return -1;
+            break;
+        case O_FWD:
+            if (cli_parse_int("--fwd-us", optarg, 0, 10000000, &c->fwd_us))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("contention", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("contention", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("contention", argc, argv, &c->o)) return -1;
-    if (!c->iters) c->iters = c->o.quick ? 50 : 200;
-    if (!c->fwd_us) c->fwd_us = c->o.quick ? 200 : 500;
+    if (bu_common_done("contention", argc, argv, &c->o))
+        return -1;
+    if (!c->iters)
+        c->iters = c->o.quick ? 50 : 200;
+    if (!c->fwd_us)
+        c->fwd_us = c->o.quick ? 200 : 500;
     return 0;
 }
 
@@ -100,7 +116,11 @@ typedef struct pstage {
     float in[PIPE_COUNT], out[PIPE_COUNT];
 } pstage;
 
-static void *p_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((pstage *)arg)->in; }
+static void *p_in(void *arg, int mb, int ch)
+{
+    (void)mb, (void)ch;
+    return ((pstage *)arg)->in;
+}
 static int p_fwd(void *arg, int mb, int ch, const void **out)
 {
     pstage *s = arg;
@@ -125,16 +145,19 @@ static int pipe_fn(dl_ctx *x, void *arg)
     pstage *st = calloc(1, sizeof *st);
     dl_sched *sc = NULL;
     dl_pipe *e = NULL;
-    if (!st) return dl_error(DL_ENOMEM, "contention: out of memory");
+    if (!st)
+        return dl_error(DL_ENOMEM, "contention: out of memory");
     st->r = r;
     if ((rc = dl_sched_1f1b(r->p, r->m, &sc)) == DL_OK &&
         (rc = dl_pipe_create(dl_ctx_comm(x), PIPE_COUNT, DL_F32, dl_ctx_arena(x), &e)) == DL_OK) {
         dl_pipe_ops ops = {p_in, p_fwd, p_in, p_bwd, NULL};
         for (int step = 0; step <= PIPE_STEPS && rc == DL_OK; step++) { /* step 0 warms up */
             dl_pipe_stats ps;
-            if ((rc = dl_barrier(dl_ctx_comm(x))) || (rc = dl_pipe_run(e, sc, &ops, st, step, NULL, 0, &ps)))
+            if ((rc = dl_barrier(dl_ctx_comm(x))) ||
+                (rc = dl_pipe_run(e, sc, &ops, st, step, NULL, 0, &ps)))
                 break;
-            if (step == 0) continue;
+            if (step == 0)
+                continue;
             r->wall[k] += (double)ps.wall_ns;
             r->busy[k] += (double)ps.busy_ns;
             r->wait[k] += (double)ps.chan_wait_ns;
@@ -142,7 +165,8 @@ static int pipe_fn(dl_ctx *x, void *arg)
             r->actions[k] += ps.actions;
         }
     }
-    if (k == 0) r->mode = (int)dl_ctx_waiter(x)->mode;
+    if (k == 0)
+        r->mode = (int)dl_ctx_waiter(x)->mode;
     dl_pipe_destroy(e);
     dl_sched_free(sc);
     free(st);
@@ -157,11 +181,13 @@ static int rank_fn(dl_ctx *x, void *arg)
     size_t n = r->bytes / 4 ? r->bytes / 4 : 1;
     float *buf;
     int rc = dl_arena_alloc(dl_ctx_arena(x), DL_MEM_COMM, n * 4, (void **)&buf);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7);
     for (int w = 0; w < 5 && rc == DL_OK; w++)
         rc = dl_allreduce(c, buf, buf, n, DL_F32, DL_MAX, DL_PURPOSE_OTHER);
-    if (rc == DL_OK) rc = dl_barrier(c);
+    if (rc == DL_OK)
+        rc = dl_barrier(c);
     dl_comm_reset_stats(c);
     uint64_t inside = 0;
     for (int i = 0; i < r->iters && rc == DL_OK; i++) {
@@ -186,11 +212,14 @@ int bench_contention_main(int argc, char **argv)
 {
     ccfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
     dl_topo *topo = bu_topo_load("contention");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
-    if (!c.ranks) c.ranks = pus;
+    if (!c.ranks)
+        c.ranks = pus;
     static const size_t sizes[] = {8, 64 << 10, 1 << 20, 16 << 20};
     int nsizes = c.o.quick ? 3 : 4;
     FILE *f = stdout;
@@ -203,8 +232,10 @@ int bench_contention_main(int argc, char **argv)
         bu_json_end(f);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# contention: all-reduce (f32, auto), %d per size; time inside split from the "
-                   "channel counters\n", c.iters);
+        fprintf(f,
+                "# contention: all-reduce (f32, auto), %d per size; time inside split from the "
+                "channel counters\n",
+                c.iters);
         if (c.o.csv)
             fprintf(f, "ranks,oversubscribed,wait_mode,bytes,algo,us_per_op,wait_pct,work_pct,"
                        "sleeps_per_op\n");
@@ -217,14 +248,19 @@ int bench_contention_main(int argc, char **argv)
     char *dat = NULL;
     size_t datlen = 0;
     FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
-    if (df) fprintf(df, "# label wait_pct work_pct (one bar per rank, a gap between rows)\n");
+    if (df)
+        fprintf(df, "# label wait_pct work_pct (one bar per rank, a gap between rows)\n");
     for (int pass = 0; pass < 2 && status == CLI_EXIT_OK; pass++) {
         int n = pass ? 2 * c.ranks : c.ranks;
-        if (n > MAXR) break;
+        if (n > MAXR)
+            break;
         int over = n > pus;
         for (int s = 0; s < nsizes; s++) {
             crun *r = calloc(1, sizeof *r);
-            if (!r) { status = CLI_EXIT_FAIL; break; }
+            if (!r) {
+                status = CLI_EXIT_FAIL;
+                break;
+            }
             r->bytes = sizes[s];
             r->iters = c.iters;
             dl_world_opts w;
@@ -247,8 +283,10 @@ int bench_contention_main(int argc, char **argv)
             double sleeps = sl / n / r->iters;
             const char *mode = r->mode == DL_WAIT_YIELD ? "yield" : "spin";
             const char *algo = dl_algo_name((dl_algo)r->algo);
-            if (over) worst_over = fmax(worst_over, wait_pct);
-            else worst_fit = fmax(worst_fit, wait_pct);
+            if (over)
+                worst_over = fmax(worst_over, wait_pct);
+            else
+                worst_fit = fmax(worst_fit, wait_pct);
             if (c.o.json) {
                 bu_json_begin(f, "contention", "row");
                 bu_json_int(f, "ranks", n);
@@ -273,13 +311,19 @@ int bench_contention_main(int argc, char **argv)
             if (df) {
                 /* one bar per rank, the row's first labelled with ranks and size */
                 char sz[16];
-                if (sizes[s] >= (1u << 20)) snprintf(sz, sizeof sz, "%zuM", sizes[s] >> 20);
-                else if (sizes[s] >= 1024) snprintf(sz, sizeof sz, "%zuK", sizes[s] >> 10);
-                else snprintf(sz, sizeof sz, "%zuB", sizes[s]);
+                if (sizes[s] >= (1u << 20))
+                    snprintf(sz, sizeof sz, "%zuM", sizes[s] >> 20);
+                else if (sizes[s] >= 1024)
+                    snprintf(sz, sizeof sz, "%zuK", sizes[s] >> 10);
+                else
+                    snprintf(sz, sizeof sz, "%zuB", sizes[s]);
                 for (int k = 0; k < n; k++) {
-                    double w = r->op_ns[k] > 0 ? fmin(100.0, 100.0 * r->wait_ns[k] / r->op_ns[k]) : 0;
-                    if (k == 0) fprintf(df, "\"%d%s %s\" %.4f %.4f\n", n, over ? "*" : "", sz, w, 100 - w);
-                    else fprintf(df, "\"\" %.4f %.4f\n", w, 100 - w);
+                    double w =
+                        r->op_ns[k] > 0 ? fmin(100.0, 100.0 * r->wait_ns[k] / r->op_ns[k]) : 0;
+                    if (k == 0)
+                        fprintf(df, "\"%d%s %s\" %.4f %.4f\n", n, over ? "*" : "", sz, w, 100 - w);
+                    else
+                        fprintf(df, "\"\" %.4f %.4f\n", w, 100 - w);
                 }
                 fprintf(df, "\"\" 0 0\n");
             }
@@ -289,16 +333,22 @@ int bench_contention_main(int argc, char **argv)
     }
     /* the pipeline engine on N and 2N stages */
     if (!c.o.json && !c.o.csv && status == CLI_EXIT_OK)
-        fprintf(f, "# pipeline engine: 1F1B, m = 2 x stages, forward %d us / backward %d us of "
-                   "spinning, 64 KiB hand-offs, %d steps; shares of the step, mean over stages\n"
-                   "# %5s %-5s %9s %7s %7s %7s %8s %13s\n", c.fwd_us, 2 * c.fwd_us, PIPE_STEPS,
-                "stages", "wait", "ms/step", "work%", "wait%", "other%", "lecture", "sleeps/action");
+        fprintf(f,
+                "# pipeline engine: 1F1B, m = 2 x stages, forward %d us / backward %d us of "
+                "spinning, 64 KiB hand-offs, %d steps; shares of the step, mean over stages\n"
+                "# %5s %-5s %9s %7s %7s %7s %8s %13s\n",
+                c.fwd_us, 2 * c.fwd_us, PIPE_STEPS, "stages", "wait", "ms/step", "work%", "wait%",
+                "other%", "lecture", "sleeps/action");
     for (int pass = 0; pass < 2 && status == CLI_EXIT_OK; pass++) {
         int n = pass ? 2 * c.ranks : c.ranks;
-        if (n < 2 || n > MAXR) continue;
+        if (n < 2 || n > MAXR)
+            continue;
         int over = n > pus;
         prun *r = calloc(1, sizeof *r);
-        if (!r) { status = CLI_EXIT_FAIL; break; }
+        if (!r) {
+            status = CLI_EXIT_FAIL;
+            break;
+        }
         r->p = n, r->m = 2 * n, r->fwd_us = c.fwd_us;
         dl_world_opts w;
         dl_world_opts_init(&w);
@@ -321,8 +371,10 @@ int bench_contention_main(int argc, char **argv)
         double other = fmax(0.0, 100 - work - wait), ms = wall / PIPE_STEPS / 1e6;
         double lecture = 100.0 * (n - 1) / (r->m + n - 1), spa = acts > 0 ? sl / acts : 0;
         const char *mode = r->mode == DL_WAIT_YIELD ? "yield" : "spin";
-        if (over) worst_over = fmax(worst_over, wait);
-        else worst_fit = fmax(worst_fit, wait);
+        if (over)
+            worst_over = fmax(worst_over, wait);
+        else
+            worst_fit = fmax(worst_fit, wait);
         if (c.o.json) {
             bu_json_begin(f, "contention", "pipeline");
             bu_json_int(f, "stages", n);
@@ -337,8 +389,8 @@ int bench_contention_main(int argc, char **argv)
             bu_json_num(f, "sleeps_per_action", spa);
             bu_json_end(f);
         } else if (c.o.csv) {
-            fprintf(f, "# pipeline,%d,%d,%s,%.3f,%.1f,%.1f,%.1f,%.1f,%.4f\n", n, over, mode, ms, work,
-                    wait, other, lecture, spa);
+            fprintf(f, "# pipeline,%d,%d,%s,%.3f,%.1f,%.1f,%.1f,%.1f,%.4f\n", n, over, mode, ms,
+                    work, wait, other, lecture, spa);
         } else {
             fprintf(f, "  %5d %-5s %9.2f %6.1f%% %6.1f%% %6.1f%% %7.1f%% %13.4f%s\n", n, mode, ms,
                     work, wait, other, lecture, spa, over ? "  (oversubscribed)" : "");
@@ -346,8 +398,10 @@ int bench_contention_main(int argc, char **argv)
         if (df) {
             for (int k = 0; k < n; k++) {
                 double wt = r->wall[k] > 0 ? fmin(100.0, 100.0 * r->wait[k] / r->wall[k]) : 0;
-                if (k == 0) fprintf(df, "\"pipe %d%s\" %.4f %.4f\n", n, over ? "*" : "", wt, 100 - wt);
-                else fprintf(df, "\"\" %.4f %.4f\n", wt, 100 - wt);
+                if (k == 0)
+                    fprintf(df, "\"pipe %d%s\" %.4f %.4f\n", n, over ? "*" : "", wt, 100 - wt);
+                else
+                    fprintf(df, "\"\" %.4f %.4f\n", wt, 100 - wt);
             }
             fprintf(df, "\"\" 0 0\n");
         }
@@ -363,20 +417,24 @@ int bench_contention_main(int argc, char **argv)
         bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
         bu_json_end(f);
     } else if (!c.o.csv && rows > 0) {
-        fprintf(f, "# waiting, largest share: %.1f%% with ranks fitting the cores, %.1f%% "
-                   "oversubscribed\n", worst_fit, worst_over);
+        fprintf(f,
+                "# waiting, largest share: %.1f%% with ranks fitting the cores, %.1f%% "
+                "oversubscribed\n",
+                worst_fit, worst_over);
     }
     if (df) {
         fclose(df);
         if (status == CLI_EXIT_OK &&
             bu_plot(c.o.plot, dat,
-                    "set title 'distlab-bench contention: each rank''s time in all-reduces and pipeline steps (* oversubscribed)'\n"
+                    "set title 'distlab-bench contention: each rank''s time in all-reduces and "
+                    "pipeline steps (* oversubscribed)'\n"
                     "set ylabel '% of the time inside the all-reduce / step'\nset yrange [0:100]\n"
                     "set style data histograms\nset style histogram rowstacked\n"
                     "set style fill solid 0.85 border lc rgb '#303030'\nset boxwidth 0.8\n"
                     "set xtics rotate by -45 font ',9'\nunset grid\nset grid ytics\n"
                     "plot datafile using 2:xtic(1) lc rgb '#c44e52' title 'waiting', \\\n"
-                    "     '' using 3 lc rgb '#4c72b0' title 'working (copy, reduce; pipeline: work and copies)'\n") != 0)
+                    "     '' using 3 lc rgb '#4c72b0' title 'working (copy, reduce; pipeline: work "
+                    "and copies)'\n") != 0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }

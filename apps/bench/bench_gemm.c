@@ -36,7 +36,8 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     int r = dl_ctx_rank(ctx), rc = DL_OK;
     dl_comm *comm = dl_ctx_comm(ctx);
     bu_gemm_bufs b;
-    if (bu_gemm_alloc(g->log, &b) != 0) return DL_ENOMEM;
+    if (bu_gemm_alloc(g->log, &b) != 0)
+        return DL_ENOMEM;
     bu_gemm_run(g->log, &b); /* warm-up: page faults, OpenBLAS buffers */
     for (int it = 0; it < g->iters && rc == DL_OK; it++) {
         rc = dl_barrier(comm); /* all ranks compute at once: that is the contention measured */
@@ -50,6 +51,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench gemm [OPTIONS]\n"
 "\n"
@@ -73,32 +75,60 @@ static void usage(FILE *f)
 "  --json           JSON Lines: config, one row per rank count, summary (schema distlab/1)\n"
 "  --plot FILE      FILE.svg or FILE.png: GFLOP/s per rank and contention vs ranks (gnuplot)\n"
 "  -h, --help       this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, gcfg *c)
 {
     enum { O_RANKS = 256, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_MB, O_ITERS };
-    static const struct option lo[] = {
-        {"ranks", required_argument, NULL, O_RANKS}, {"layers", required_argument, NULL, O_LAYERS},
-        {"d-model", required_argument, NULL, O_DMODEL}, {"heads", required_argument, NULL, O_HEADS},
-        {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MB},
-        {"iters", required_argument, NULL, O_ITERS}, BU_LONGOPTS_END};
+    static const struct option lo[] = {{"ranks", required_argument, NULL, O_RANKS},
+                                       {"layers", required_argument, NULL, O_LAYERS},
+                                       {"d-model", required_argument, NULL, O_DMODEL},
+                                       {"heads", required_argument, NULL, O_HEADS},
+                                       {"seq", required_argument, NULL, O_SEQ},
+                                       {"micro-batch", required_argument, NULL, O_MB},
+                                       {"iters", required_argument, NULL, O_ITERS},
+                                       BU_LONGOPTS_END};
     int iters = 0, layers = 0;
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
-        case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 1024, &layers)) return -1; break;
-        case O_DMODEL: if (cli_parse_int("--d-model", optarg, 1, 16384, &c->m.d_model)) return -1; break;
-        case O_HEADS: if (cli_parse_int("--heads", optarg, 1, 1024, &c->m.heads)) return -1; break;
-        case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 65536, &c->m.seq)) return -1; break;
-        case O_MB: if (cli_parse_int("--micro-batch", optarg, 1, 4096, &c->m.micro_batch)) return -1; break;
-        case O_ITERS: if (cli_parse_int("--iters", optarg, 1, 100000, &iters)) return -1; break;
+        case O_RANKS:
+            if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks))
+                return -1;
+            break;
+        case O_LAYERS:
+            if (cli_parse_int("--layers", optarg, 1, 1024, &layers))
+                return -1;
+            break;
+        case O_DMODEL:
+            if (cli_parse_int("--d-model", optarg, 1, 16384, &c->m.d_model))
+                return -1;
+            break;
+        case O_HEADS:
+            if (cli_parse_int("--heads", optarg, 1, 1024, &c->m.heads))
+                return -1;
+            break;
+        case O_SEQ:
+            if (cli_parse_int("--seq", optarg, 1, 65536, &c->m.seq))
+                return -1;
+            break;
+        case O_MB:
+            if (cli_parse_int("--micro-batch", optarg, 1, 4096, &c->m.micro_batch))
+                return -1;
+            break;
+        case O_ITERS:
+            if (cli_parse_int("--iters", optarg, 1, 100000, &iters))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("gemm", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("gemm", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("gemm", argc, argv, &c->o)) return -1;
+    if (bu_common_done("gemm", argc, argv, &c->o))
+        return -1;
     if (c->m.d_model % c->m.heads != 0) {
         cli_error("gemm: --heads %d must divide --d-model %d", c->m.heads, c->m.d_model);
         return -1;
@@ -117,12 +147,15 @@ int bench_gemm_main(int argc, char **argv)
     gcfg c;
     memset(&c, 0, sizeof c);
     bu_model_default(&c.m);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
 
     dl_topo *topo = bu_topo_load("gemm");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
-    if (c.ranks == 0) c.ranks = c.o.quick && pus > 2 ? 2 : pus;
+    if (c.ranks == 0)
+        c.ranks = c.o.quick && pus > 2 ? 2 : pus;
     int nmax = c.ranks;
     bu_warn_oversub(nmax, pus);
 
@@ -151,9 +184,10 @@ int bench_gemm_main(int argc, char **argv)
         bu_json_end(f);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# gemm: linear-layer GEMMs of one training step, L=%d C=%d H=%d T=%d B=%d: "
-                   "%ld sgemm calls (%d shapes), %.3f GFLOP per pass; %d timed passes per rank, "
-                   "median\n",
+        fprintf(f,
+                "# gemm: linear-layer GEMMs of one training step, L=%d C=%d H=%d T=%d B=%d: "
+                "%ld sgemm calls (%d shapes), %.3f GFLOP per pass; %d timed passes per rank, "
+                "median\n",
                 c.m.layers, c.m.d_model, c.m.heads, c.m.seq, c.m.micro_batch, ngemm, log.n,
                 flops * 1e-9, c.iters);
         if (c.o.csv)
@@ -170,7 +204,8 @@ int bench_gemm_main(int argc, char **argv)
     char *dat = NULL;
     size_t datlen = 0;
     FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
-    if (df) fprintf(df, "# ranks gflops_per_rank contention\n");
+    if (df)
+        fprintf(df, "# ranks gflops_per_rank contention\n");
     for (int n = 1; n <= nmax; n++) {
         gshared g = {.log = &log, .iters = c.iters};
         g.t = calloc((size_t)n * c.iters, sizeof *g.t);
@@ -200,12 +235,16 @@ int bench_gemm_main(int argc, char **argv)
             double gf = flops / med[r] * 1e-9;
             mean += med[r] / n;
             total += gf;
-            if (gf < gmin) gmin = gf;
-            if (gf > gmax) gmax = gf;
+            if (gf < gmin)
+                gmin = gf;
+            if (gf > gmax)
+                gmax = gf;
         }
-        if (n == 1) t_alone = mean;
+        if (n == 1)
+            t_alone = mean;
         double cont = bu_contention(t_alone, mean), per = flops / mean * 1e-9;
-        if (n <= pus && isfinite(cont)) worst = cont;
+        if (n <= pus && isfinite(cont))
+            worst = cont;
         int over = n > pus;
         if (c.o.json) {
             bu_json_begin(f, "gemm", "row");
@@ -220,15 +259,15 @@ int bench_gemm_main(int argc, char **argv)
             bu_json_num(f, "efficiency", 1.0 / cont);
             bu_json_end(f);
         } else if (c.o.csv) {
-            fprintf(f, "%d,%d,%.4f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f\n", n, over, mean * 1e3, per,
-                    gmin, gmax, total, cont, 1.0 / cont);
+            fprintf(f, "%d,%d,%.4f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f\n", n, over, mean * 1e3, per, gmin,
+                    gmax, total, cont, 1.0 / cont);
         } else {
-            fprintf(f, "  %5d %9.2f %12.2f %10.2f %10.2f %11.2f %10.3fx %9.0f%%%s\n", n,
-                    mean * 1e3, per, gmin, gmax, total, cont, 100.0 / cont,
-                    over ? "  (oversubscribed)" : "");
+            fprintf(f, "  %5d %9.2f %12.2f %10.2f %10.2f %11.2f %10.3fx %9.0f%%%s\n", n, mean * 1e3,
+                    per, gmin, gmax, total, cont, 100.0 / cont, over ? "  (oversubscribed)" : "");
         }
         fflush(f);
-        if (df) fprintf(df, "%d %.6g %.6g\n", n, per, cont);
+        if (df)
+            fprintf(df, "%d %.6g %.6g\n", n, per, cont);
         free(g.t);
         free(med);
         done++;

@@ -27,6 +27,7 @@ typedef struct ocfg {
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench overhead [OPTIONS]\n"
 "\n"
@@ -50,32 +51,57 @@ static void usage(FILE *f)
 "  --csv             CSV rows, one per scenario (machine facts as leading '#' lines)\n"
 "  --json            JSON Lines: config, a row per cost and per scenario, summary (schema distlab/1)\n"
 "  -h, --help        this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, ocfg *c)
 {
     enum { O_STEP = 256, O_PP, O_M, O_BATCHES, O_REPS };
-    static const struct option lo[] = {
-        {"step-ms", required_argument, NULL, O_STEP}, {"pp", required_argument, NULL, O_PP},
-        {"microbatches", required_argument, NULL, O_M}, {"batches", required_argument, NULL, O_BATCHES},
-        {"reps", required_argument, NULL, O_REPS}, BU_LONGOPTS_END_NOPLOT};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    static const struct option lo[] = {{"step-ms", required_argument, NULL, O_STEP},
+                                       {"pp", required_argument, NULL, O_PP},
+                                       {"microbatches", required_argument, NULL, O_M},
+                                       {"batches", required_argument, NULL, O_BATCHES},
+                                       {"reps", required_argument, NULL, O_REPS},
+                                       BU_LONGOPTS_END_NOPLOT};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_STEP: if (cli_parse_double("--step-ms", optarg, 1e-6, 1e9, &c->step_ms)) return -1; break;
-        case O_PP: if (cli_parse_int("--pp", optarg, 1, 1024, &c->pp)) return -1; break;
-        case O_M: if (cli_parse_int("--microbatches", optarg, 1, 1 << 20, &c->m)) return -1; break;
-        case O_BATCHES: if (cli_parse_int("--batches", optarg, 1, 1000, &c->batches)) return -1; break;
-        case O_REPS: if (cli_parse_int("--reps", optarg, 1, 100000000, &c->reps)) return -1; break;
+        case O_STEP:
+            if (cli_parse_double("--step-ms", optarg, 1e-6, 1e9, &c->step_ms))
+                return -1;
+            break;
+        case O_PP:
+            if (cli_parse_int("--pp", optarg, 1, 1024, &c->pp))
+                return -1;
+            break;
+        case O_M:
+            if (cli_parse_int("--microbatches", optarg, 1, 1 << 20, &c->m))
+                return -1;
+            break;
+        case O_BATCHES:
+            if (cli_parse_int("--batches", optarg, 1, 1000, &c->batches))
+                return -1;
+            break;
+        case O_REPS:
+            if (cli_parse_int("--reps", optarg, 1, 100000000, &c->reps))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("overhead", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("overhead", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("overhead", argc, argv, &c->o)) return -1;
-    if (!c->pp) c->pp = 4;
-    if (!c->m) c->m = 8;
-    if (!c->batches) c->batches = c->o.quick ? 5 : 11;
-    if (!c->reps) c->reps = c->o.quick ? 20000 : 200000;
+    if (bu_common_done("overhead", argc, argv, &c->o))
+        return -1;
+    if (!c->pp)
+        c->pp = 4;
+    if (!c->m)
+        c->m = 8;
+    if (!c->batches)
+        c->batches = c->o.quick ? 5 : 11;
+    if (!c->reps)
+        c->reps = c->o.quick ? 20000 : 200000;
     return 0;
 }
 
@@ -188,9 +214,11 @@ int bench_overhead_main(int argc, char **argv)
 {
     ocfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
     dl_topo *topo = bu_topo_load("overhead");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     /* the trainer's defaults, resolved as distlab-train would on one rank */
     dl_train_opts to;
     dl_train_opts_init(&to);
@@ -208,7 +236,8 @@ int bench_overhead_main(int argc, char **argv)
     size_t nparams = lay->numel;
     dl_gpt_layout_destroy(lay);
     size_t bucket_elems = (size_t)(to.bucket_mb * 1048576.0 / 4.0);
-    long buckets = bucket_elems ? (long)((nparams + bucket_elems - 1) / bucket_elems) : to.model.layers + 1;
+    long buckets =
+        bucket_elems ? (long)((nparams + bucket_elems - 1) / bucket_elems) : to.model.layers + 1;
 
     dl_trace *t = NULL;
     if (dl_trace_create(1, (size_t)c.reps, &t) != DL_OK) {
@@ -225,7 +254,8 @@ int bench_overhead_main(int argc, char **argv)
     if (step_ms <= 0) {
         step_src = "measured";
         if (measure_step(&to, &step_ms) != DL_OK) {
-            cli_error("overhead: measuring a step of the default trainer failed: %s (give --step-ms)",
+            cli_error("overhead: measuring a step of the default trainer failed: %s (give "
+                      "--step-ms)",
                       dl_errmsg());
             dl_topo_destroy(topo);
             return CLI_EXIT_FAIL;
@@ -301,27 +331,31 @@ int bench_overhead_main(int argc, char **argv)
         fprintf(f, "scenario,pp,microbatches,events_per_step,counter_updates_per_step,step_ms,"
                    "now_ns,add_ns,event_ns,counter_ns,overhead_us,overhead_pct,pass\n");
         for (int i = 0; i < 2; i++)
-            fprintf(f, "%s,%d,%d,%ld,%ld,%.4f,%.2f,%.2f,%.2f,%.2f,%.3f,%.5f,%d\n", sc[i].name, sc[i].pp,
-                    sc[i].m, sc[i].events, sc[i].counters, sc[i].step_ms, k[OP_NOW].med, k[OP_ADD].med,
-                    k[OP_EVENT].med, k[OP_COUNTER].med, sc[i].overhead_us, sc[i].overhead_pct,
-                    sc[i].overhead_pct < 1.0);
+            fprintf(f, "%s,%d,%d,%ld,%ld,%.4f,%.2f,%.2f,%.2f,%.2f,%.3f,%.5f,%d\n", sc[i].name,
+                    sc[i].pp, sc[i].m, sc[i].events, sc[i].counters, sc[i].step_ms, k[OP_NOW].med,
+                    k[OP_ADD].med, k[OP_EVENT].med, k[OP_COUNTER].med, sc[i].overhead_us,
+                    sc[i].overhead_pct, sc[i].overhead_pct < 1.0);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# overhead: one thread, median of %d batches of %d repetitions\n", c.batches, c.reps);
+        fprintf(f, "# overhead: one thread, median of %d batches of %d repetitions\n", c.batches,
+                c.reps);
         fprintf(f, "# %-38s %9s %9s %9s\n", "cost", "ns (med)", "min", "max");
         for (int op = 0; op < NOPS; op++)
             fprintf(f, "  %-38s %9.2f %9.2f %9.2f\n", op_desc[op], k[op].med, k[op].min, k[op].max);
-        fprintf(f, "# step: %.3f ms (%s; default trainer: %d layers, d-model %d, %d heads, seq %d, "
-                   "batch %d, 1 rank), %zu parameters, %ld gradient bucket%s of %.3g MiB\n",
+        fprintf(f,
+                "# step: %.3f ms (%s; default trainer: %d layers, d-model %d, %d heads, seq %d, "
+                "batch %d, 1 rank), %zu parameters, %ld gradient bucket%s of %.3g MiB\n",
                 step_ms, step_src, to.model.layers, to.model.d_model, to.model.heads, to.model.seq,
                 to.global_batch, nparams, buckets, buckets == 1 ? "" : "s", to.bucket_mb);
         fprintf(f, "# %-9s %3s %4s %12s %9s %12s %11s\n", "scenario", "pp", "m", "events/step",
                 "step ms", "overhead us", "overhead %");
         for (int i = 0; i < 2; i++)
-            fprintf(f, "  %-9s %3d %4d %12ld %9.3f %12.3f %10.4f%%\n", sc[i].name, sc[i].pp, sc[i].m,
-                    sc[i].events, sc[i].step_ms, sc[i].overhead_us, sc[i].overhead_pct);
-        fprintf(f, "# harness overhead goal < 1%% of a step (events x (event + counter update)): %s "
-                   "(worst %.4f%%)\n", pass ? "PASS" : "FAIL", worst);
+            fprintf(f, "  %-9s %3d %4d %12ld %9.3f %12.3f %10.4f%%\n", sc[i].name, sc[i].pp,
+                    sc[i].m, sc[i].events, sc[i].step_ms, sc[i].overhead_us, sc[i].overhead_pct);
+        fprintf(f,
+                "# harness overhead goal < 1%% of a step (events x (event + counter update)): %s "
+                "(worst %.4f%%)\n",
+                pass ? "PASS" : "FAIL", worst);
     }
     dl_topo_destroy(topo);
     return CLI_EXIT_OK;

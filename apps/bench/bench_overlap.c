@@ -38,11 +38,14 @@ typedef struct oshared {
     const ocfg *c;
     int nsizes, n;
     uint64_t *sizes;
-    int *reps;  /* [size] GEMMs in the loop */
-    double *t;  /* [size][NM][rank][trial] seconds */
+    int *reps; /* [size] GEMMs in the loop */
+    double *t; /* [size][NM][rank][trial] seconds */
 } oshared;
 
-static double *slot(oshared *s, int si, int m, int r) { return s->t + (((size_t)si * NM + m) * s->n + r) * s->c->trials; }
+static double *slot(oshared *s, int si, int m, int r)
+{
+    return s->t + (((size_t)si * NM + m) * s->n + r) * s->c->trials;
+}
 
 static double now_s(void) { return (double)dl_now_ns() * 1e-9; }
 
@@ -76,7 +79,8 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     for (int k = 0; k < 6; k++) { /* one untimed, then the time of one GEMM */
         double t0 = now_s();
         bu_gemm_one(&lg.s[0], &gb);
-        if (k) g1[k - 1] = now_s() - t0;
+        if (k)
+            g1[k - 1] = now_s() - t0;
     }
     double tgemm = dl__median_copy(g1, 5);
 
@@ -86,55 +90,68 @@ static int rank_fn(dl_ctx *ctx, void *arg)
         /* warm-up, then the all-reduce alone (through the communication thread, as below) */
         rc = dl_allreduce(comm, snd, rcv, count, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
         for (int k = 0; k < c->trials && rc == DL_OK; k++) {
-            if ((rc = dl_barrier(comm)) != DL_OK) break;
+            if ((rc = dl_barrier(comm)) != DL_OK)
+                break;
             double t0 = now_s();
             rc = dl_iallreduce(comm, snd, rcv, count, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &rq);
-            if (rc == DL_OK) rc = dl_wait(rq);
+            if (rc == DL_OK)
+                rc = dl_wait(rq);
             slot(s, si, M_C, r)[k] = now_s() - t0;
         }
         for (int k = 0; k < c->trials && rc == DL_OK; k++) {
-            if ((rc = dl_barrier(comm)) != DL_OK) break;
+            if ((rc = dl_barrier(comm)) != DL_OK)
+                break;
             double t0 = now_s();
             rc = dl_allreduce(comm, snd, rcv, count, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
             slot(s, si, M_CB, r)[k] = now_s() - t0;
         }
-        if (rc != DL_OK) break;
+        if (rc != DL_OK)
+            break;
         /* as many GEMMs as one all-reduce takes, the same on every rank (max over ranks) */
         double want = ceil(dl__median_copy(slot(s, si, M_C, r), (size_t)c->trials) / tgemm);
-        if (want < 1) want = 1;
-        if (want > 1e6) want = 1e6;
+        if (want < 1)
+            want = 1;
+        if (want > 1e6)
+            want = 1e6;
         if ((rc = dl_allreduce(comm, &want, &want, 1, DL_F64, DL_MAX, DL_PURPOSE_OTHER)) != DL_OK)
             break;
         int reps = (int)want;
-        if (r == 0) s->reps[si] = reps;
+        if (r == 0)
+            s->reps[si] = reps;
         for (int k = 0; k < c->trials && rc == DL_OK; k++) {
-            if ((rc = dl_barrier(comm)) != DL_OK) break;
+            if ((rc = dl_barrier(comm)) != DL_OK)
+                break;
             double t0 = now_s();
             for (int i = 0; i < reps; i++) bu_gemm_one(&lg.s[0], &gb);
             slot(s, si, M_G, r)[k] = now_s() - t0;
         }
         /* both, all-reduce on the communication thread */
         for (int k = 0; k < c->trials && rc == DL_OK; k++) {
-            if ((rc = dl_barrier(comm)) != DL_OK) break;
+            if ((rc = dl_barrier(comm)) != DL_OK)
+                break;
             double t0 = now_s(), tc = -1;
             int done = 0;
             rc = dl_iallreduce(comm, snd, rcv, count, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &rq);
-            if (rc != DL_OK) break;
+            if (rc != DL_OK)
+                break;
             for (int i = 0; i < reps; i++) {
                 bu_gemm_one(&lg.s[0], &gb);
                 /* completion is seen between GEMMs: the comm time is exact to one GEMM */
-                if (!done && dl_test(rq, &done) == DL_OK && done) tc = now_s() - t0;
+                if (!done && dl_test(rq, &done) == DL_OK && done)
+                    tc = now_s() - t0;
             }
             double tg = now_s() - t0;
             rc = dl_wait(rq);
-            if (tc < 0) tc = now_s() - t0;
+            if (tc < 0)
+                tc = now_s() - t0;
             slot(s, si, M_TC, r)[k] = tc;
             slot(s, si, M_TG, r)[k] = tg;
             slot(s, si, M_TT, r)[k] = tc > tg ? tc : tg;
         }
         /* both, alternating on the rank thread */
         for (int k = 0; k < c->trials && rc == DL_OK; k++) {
-            if ((rc = dl_barrier(comm)) != DL_OK) break;
+            if ((rc = dl_barrier(comm)) != DL_OK)
+                break;
             double t0 = now_s();
             for (int i = 0; i < reps / 2; i++) bu_gemm_one(&lg.s[0], &gb);
             double t1 = now_s();
@@ -158,10 +175,12 @@ static double agg(oshared *s, int si, int m)
 {
     int T = s->c->trials;
     double *per = calloc((size_t)T, sizeof *per), v;
-    if (!per) return NAN;
+    if (!per)
+        return NAN;
     for (int k = 0; k < T; k++)
         for (int r = 0; r < s->n; r++)
-            if (slot(s, si, m, r)[k] > per[k]) per[k] = slot(s, si, m, r)[k];
+            if (slot(s, si, m, r)[k] > per[k])
+                per[k] = slot(s, si, m, r)[k];
     v = dl__median_copy(per, (size_t)T);
     free(per);
     return v;
@@ -169,6 +188,7 @@ static double agg(oshared *s, int si, int m)
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench overlap [OPTIONS]\n"
 "\n"
@@ -194,37 +214,62 @@ static void usage(FILE *f)
 "  --json        JSON Lines: config, one row per (size, mode), summary (schema distlab/1)\n"
 "  --plot FILE   FILE.svg or FILE.png: hidden fraction and slowdowns vs size (gnuplot)\n"
 "  -h, --help    this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, ocfg *c)
 {
     enum { O_RANKS = 256, O_MIN, O_MAX, O_DIM, O_TRIALS };
-    static const struct option lo[] = {
-        {"ranks", required_argument, NULL, O_RANKS}, {"min", required_argument, NULL, O_MIN},
-        {"max", required_argument, NULL, O_MAX}, {"gemm-dim", required_argument, NULL, O_DIM},
-        {"trials", required_argument, NULL, O_TRIALS}, BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    static const struct option lo[] = {{"ranks", required_argument, NULL, O_RANKS},
+                                       {"min", required_argument, NULL, O_MIN},
+                                       {"max", required_argument, NULL, O_MAX},
+                                       {"gemm-dim", required_argument, NULL, O_DIM},
+                                       {"trials", required_argument, NULL, O_TRIALS},
+                                       BU_LONGOPTS_END};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
-        case O_MIN: if (cli_parse_size("--min", optarg, 4, 1ull << 32, &c->minb)) return -1; break;
-        case O_MAX: if (cli_parse_size("--max", optarg, 4, 1ull << 32, &c->maxb)) return -1; break;
-        case O_DIM: if (cli_parse_int("--gemm-dim", optarg, 1, 8192, &c->gemm_dim)) return -1; break;
-        case O_TRIALS: if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials)) return -1; break;
+        case O_RANKS:
+            if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks))
+                return -1;
+            break;
+        case O_MIN:
+            if (cli_parse_size("--min", optarg, 4, 1ull << 32, &c->minb))
+                return -1;
+            break;
+        case O_MAX:
+            if (cli_parse_size("--max", optarg, 4, 1ull << 32, &c->maxb))
+                return -1;
+            break;
+        case O_DIM:
+            if (cli_parse_int("--gemm-dim", optarg, 1, 8192, &c->gemm_dim))
+                return -1;
+            break;
+        case O_TRIALS:
+            if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("overlap", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("overlap", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("overlap", argc, argv, &c->o)) return -1;
-    if (!c->minb) c->minb = 64 << 10;
-    if (!c->maxb) c->maxb = c->o.quick ? 4u << 20 : 256u << 20;
+    if (bu_common_done("overlap", argc, argv, &c->o))
+        return -1;
+    if (!c->minb)
+        c->minb = 64 << 10;
+    if (!c->maxb)
+        c->maxb = c->o.quick ? 4u << 20 : 256u << 20;
     if (c->minb > c->maxb) {
         cli_error("overlap: --min %llu exceeds --max %llu", (unsigned long long)c->minb,
                   (unsigned long long)c->maxb);
         return -1;
     }
-    if (!c->trials) c->trials = c->o.quick ? 3 : 5;
-    if (!c->gemm_dim) c->gemm_dim = 64;
+    if (!c->trials)
+        c->trials = c->o.quick ? 3 : 5;
+    if (!c->gemm_dim)
+        c->gemm_dim = 64;
     return 0;
 }
 
@@ -232,16 +277,20 @@ int bench_overlap_main(int argc, char **argv)
 {
     ocfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
     dl_topo *topo = bu_topo_load("overlap");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
-    if (!c.ranks) c.ranks = pus < 2 ? 2 : pus;
+    if (!c.ranks)
+        c.ranks = pus < 2 ? 2 : pus;
     int over = bu_warn_oversub(c.ranks, pus);
 
     oshared s = {.c = &c, .n = c.ranks};
     uint64_t sz[40];
-    for (uint64_t b = c.minb & ~(uint64_t)3; b <= c.maxb && s.nsizes < 40; b *= 4) sz[s.nsizes++] = b;
+    for (uint64_t b = c.minb & ~(uint64_t)3; b <= c.maxb && s.nsizes < 40; b *= 4)
+        sz[s.nsizes++] = b;
     s.sizes = sz;
     s.reps = calloc((size_t)s.nsizes, sizeof *s.reps);
     s.t = calloc((size_t)s.nsizes * NM * c.ranks * c.trials, sizeof *s.t);
@@ -265,8 +314,9 @@ int bench_overlap_main(int argc, char **argv)
         bu_json_end(f);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# overlap: %d ranks%s, f32 sum all-reduce vs a loop of %dx%d sgemms; slowest "
-                   "rank, median of %d trials\n",
+        fprintf(f,
+                "# overlap: %d ranks%s, f32 sum all-reduce vs a loop of %dx%d sgemms; slowest "
+                "rank, median of %d trials\n",
                 c.ranks, over ? " (oversubscribed)" : "", c.gemm_dim, c.gemm_dim, c.trials);
     }
     fflush(f);
@@ -274,8 +324,8 @@ int bench_overlap_main(int argc, char **argv)
     dl_world_opts wo;
     dl_world_opts_init(&wo);
     wo.nranks = c.ranks;
-    wo.topology = "";  /* pin on the real machine whatever DISTLAB_TOPOLOGY says */
-    wo.timeout_s = 0;  /* a long GEMM loop on a shared core is not a hang */
+    wo.topology = ""; /* pin on the real machine whatever DISTLAB_TOPOLOGY says */
+    wo.timeout_s = 0; /* a long GEMM loop on a shared core is not a hang */
     int status = CLI_EXIT_OK;
     if (dl_world_run(&wo, rank_fn, &s) != DL_OK) {
         cli_error("overlap: %s", dl_errmsg());
@@ -292,7 +342,8 @@ int bench_overlap_main(int argc, char **argv)
     char *dat = NULL;
     size_t datlen = 0;
     FILE *df = c.o.plot && status == CLI_EXIT_OK ? open_memstream(&dat, &datlen) : NULL;
-    if (df) fprintf(df, "# bytes hidden_thread comm_x_thread gemm_x_thread hidden_alt\n");
+    if (df)
+        fprintf(df, "# bytes hidden_thread comm_x_thread gemm_x_thread hidden_alt\n");
     double hid_sum = 0;
     int hid_n = 0;
     for (int si = 0; si < s.nsizes && status == CLI_EXIT_OK; si++) {
@@ -326,8 +377,9 @@ int bench_overlap_main(int argc, char **argv)
                         (unsigned long long)s.sizes[si], mname, s.reps[si], tc * 1e3, tg * 1e3,
                         c2 * 1e3, g2 * 1e3, tt * 1e3, o.comm_slowdown, o.comp_slowdown, o.hidden);
             } else {
-                fprintf(f, "  %10llu %-11s %6d %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx "
-                           "%6.0f%%\n",
+                fprintf(f,
+                        "  %10llu %-11s %6d %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx "
+                        "%6.0f%%\n",
                         (unsigned long long)s.sizes[si], mname, s.reps[si], tc * 1e3, tg * 1e3,
                         c2 * 1e3, g2 * 1e3, tt * 1e3, o.comm_slowdown, o.comp_slowdown,
                         100 * o.hidden);
@@ -358,11 +410,13 @@ int bench_overlap_main(int argc, char **argv)
                     "set title 'distlab-bench overlap: all-reduce vs GEMMs'\n"
                     "set logscale x 2\nset xlabel 'all-reduce bytes'\nset format x '%.0b%B'\n"
                     "set ylabel 'fraction hidden'\nset yrange [0:1.05]\n"
-                    "set y2label 'slowdown (x)'\nset y2tics\nset ytics nomirror\nset y2range [0:*]\n"
+                    "set y2label 'slowdown (x)'\nset y2tics\nset ytics nomirror\nset y2range "
+                    "[0:*]\n"
                     "plot datafile using 1:2 with linespoints title 'hidden (thread)', \\\n"
                     "     datafile using 1:5 with linespoints title 'hidden (alternating)', \\\n"
                     "     datafile using 1:3 axes x1y2 with linespoints title 'comm slowdown', \\\n"
-                    "     datafile using 1:4 axes x1y2 with linespoints title 'GEMM slowdown'\n") != 0)
+                    "     datafile using 1:4 axes x1y2 with linespoints title 'GEMM slowdown'\n") !=
+            0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }

@@ -47,9 +47,9 @@ typedef struct pcfg {
     int stages[MAXL], nstages;
     int mbs[MAXL], nmbs;
     int v, work, steps, handoff_kb;
-    int wait_mode;        /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
+    int wait_mode; /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
     double fwd_ms, bwd_ms;
-    long timer_slack_ns;  /* per rank thread (prctl); 0: leave the system's default (50 us) */
+    long timer_slack_ns;    /* per rank thread (prctl); 0: leave the system's default (50 us) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
     int layers, d_model, seq, micro_batch; /* --work model */
     const char *trace, *plot_bubbles, *show;
@@ -63,7 +63,8 @@ typedef struct pcfg {
 /* Bubble of one stage: 1 - busy / wall (0 for an empty wall; busy is clamped to wall). */
 static double pb_bubble_stage(double busy_ns, double wall_ns)
 {
-    if (!(wall_ns > 0)) return 0;
+    if (!(wall_ns > 0))
+        return 0;
     double b = 1.0 - busy_ns / wall_ns;
     return b < 0 ? 0 : b;
 }
@@ -73,7 +74,8 @@ static double pb_bubble_stage(double busy_ns, double wall_ns)
  * definition: every stage is charged the whole step. */
 static double pb_bubble_total(const double *busy_ns, const double *t0, const double *t1, int p)
 {
-    if (p < 1) return NAN;
+    if (p < 1)
+        return NAN;
     double lo = t0[0], hi = t1[0], sum = 0;
     for (int s = 0; s < p; s++) {
         lo = fmin(lo, t0[s]);
@@ -95,21 +97,25 @@ static struct timespec pb_deadline(uint64_t start_ns, uint64_t ns)
 static int parse_int_list(const char *what, const char *s, int lo, int hi, int *out, int *n)
 {
     char buf[256], *items[MAXL];
-    if (cli_split_list(what, s, buf, sizeof buf, items, MAXL, n)) return -1;
+    if (cli_split_list(what, s, buf, sizeof buf, items, MAXL, n))
+        return -1;
     for (int i = 0; i < *n; i++)
-        if (cli_parse_int(what, items[i], lo, hi, &out[i])) return -1;
+        if (cli_parse_int(what, items[i], lo, hi, &out[i]))
+            return -1;
     return 0;
 }
 
 static int parse_sched_list(const char *s, int *out, int *n)
 {
     char buf[256], *items[MAXL];
-    if (cli_split_list("--schedules", s, buf, sizeof buf, items, MAXL, n)) return -1;
+    if (cli_split_list("--schedules", s, buf, sizeof buf, items, MAXL, n))
+        return -1;
     for (int i = 0; i < *n; i++) {
         const char *tok = items[i];
         dl_sched_kind k;
         if (dl_sched_kind_parse(tok, &k) != DL_OK ||
-            (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED && k != DL_SCHED_ASYNC)) {
+            (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
+             k != DL_SCHED_ASYNC)) {
             cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async)", tok);
             return -1;
         }
@@ -123,7 +129,8 @@ static int selftest(FILE *f)
     int ok = 1;
 #define CHECK(cond) bu_check(f, "pipeline selftest", (cond) != 0, #cond, __LINE__, &ok)
     /* GPipe p = 4, m = 8, f = 2, b = 4 (ms): busy 48 of a 66 ms step on every stage: 18/66 */
-    double busy[4] = {48e6, 48e6, 48e6, 48e6}, t0[4] = {0, 0, 0, 0}, t1[4] = {66e6, 66e6, 66e6, 66e6};
+    double busy[4] = {48e6, 48e6, 48e6, 48e6}, t0[4] = {0, 0, 0, 0},
+           t1[4] = {66e6, 66e6, 66e6, 66e6};
     CHECK(fabs(pb_bubble_stage(48e6, 66e6) - 3.0 / 11.0) < 1e-12);
     CHECK(fabs(pb_bubble_total(busy, t0, t1, 4) - 3.0 / 11.0) < 1e-12);
     /* stages entering late and leaving early are still charged the whole span */
@@ -155,7 +162,8 @@ static int selftest(FILE *f)
     s = NULL;
     sim = NULL;
     CHECK(dl_sched_1f1b(4, 8, &s) == DL_OK && dl_sched_simulate(s, &k, &sim) == DL_OK);
-    if (sim) CHECK(sim->peak_act[0] == 4 && sim->peak_act[3] == 1);
+    if (sim)
+        CHECK(sim->peak_act[0] == 4 && sim->peak_act[3] == 1);
     dl_sched_sim_free(sim);
     dl_sched_free(s);
     int l[MAXL], n = 0;
@@ -169,6 +177,7 @@ static int selftest(FILE *f)
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench pipeline [OPTIONS]\n"
 "\n"
@@ -221,25 +230,56 @@ static void usage(FILE *f)
 "  --json               JSON Lines: config, a row per configuration and the overhead row,\n"
 "                       summary (schema distlab/1)\n"
 "  -h, --help           this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, pcfg *c)
 {
-    enum { O_SCHED = 256, O_STAGES, O_MB, O_V, O_WORK, O_FWD, O_BWD, O_HANDOFF, O_STEPS, O_SLACK,
-           O_OVSTEPS, O_OVM, O_LAYERS, O_DMODEL, O_SEQ, O_MICRO, O_SHOW, O_TRACE, O_PLOTB, O_SELF, O_WAIT };
-    static const struct option lo[] = {
-        {"schedules", required_argument, NULL, O_SCHED}, {"stages", required_argument, NULL, O_STAGES},
-        {"microbatches", required_argument, NULL, O_MB}, {"virtual-stages", required_argument, NULL, O_V},
-        {"work", required_argument, NULL, O_WORK}, {"fwd-ms", required_argument, NULL, O_FWD},
-        {"bwd-ms", required_argument, NULL, O_BWD}, {"handoff-kb", required_argument, NULL, O_HANDOFF},
-        {"steps", required_argument, NULL, O_STEPS}, {"timer-slack-ns", required_argument, NULL, O_SLACK},
-        {"overhead-steps", required_argument, NULL, O_OVSTEPS}, {"overhead-m", required_argument, NULL, O_OVM},
-        {"layers", required_argument, NULL, O_LAYERS}, {"d-model", required_argument, NULL, O_DMODEL},
-        {"seq", required_argument, NULL, O_SEQ}, {"micro-batch", required_argument, NULL, O_MICRO},
-        {"show", required_argument, NULL, O_SHOW}, {"trace", required_argument, NULL, O_TRACE},
-        {"plot-bubbles", required_argument, NULL, O_PLOTB}, {"selftest", no_argument, NULL, O_SELF},
-        {"wait-mode", required_argument, NULL, O_WAIT},
-        BU_LONGOPTS_END};
+    enum {
+        O_SCHED = 256,
+        O_STAGES,
+        O_MB,
+        O_V,
+        O_WORK,
+        O_FWD,
+        O_BWD,
+        O_HANDOFF,
+        O_STEPS,
+        O_SLACK,
+        O_OVSTEPS,
+        O_OVM,
+        O_LAYERS,
+        O_DMODEL,
+        O_SEQ,
+        O_MICRO,
+        O_SHOW,
+        O_TRACE,
+        O_PLOTB,
+        O_SELF,
+        O_WAIT
+    };
+    static const struct option lo[] = {{"schedules", required_argument, NULL, O_SCHED},
+                                       {"stages", required_argument, NULL, O_STAGES},
+                                       {"microbatches", required_argument, NULL, O_MB},
+                                       {"virtual-stages", required_argument, NULL, O_V},
+                                       {"work", required_argument, NULL, O_WORK},
+                                       {"fwd-ms", required_argument, NULL, O_FWD},
+                                       {"bwd-ms", required_argument, NULL, O_BWD},
+                                       {"handoff-kb", required_argument, NULL, O_HANDOFF},
+                                       {"steps", required_argument, NULL, O_STEPS},
+                                       {"timer-slack-ns", required_argument, NULL, O_SLACK},
+                                       {"overhead-steps", required_argument, NULL, O_OVSTEPS},
+                                       {"overhead-m", required_argument, NULL, O_OVM},
+                                       {"layers", required_argument, NULL, O_LAYERS},
+                                       {"d-model", required_argument, NULL, O_DMODEL},
+                                       {"seq", required_argument, NULL, O_SEQ},
+                                       {"micro-batch", required_argument, NULL, O_MICRO},
+                                       {"show", required_argument, NULL, O_SHOW},
+                                       {"trace", required_argument, NULL, O_TRACE},
+                                       {"plot-bubbles", required_argument, NULL, O_PLOTB},
+                                       {"selftest", no_argument, NULL, O_SELF},
+                                       {"wait-mode", required_argument, NULL, O_WAIT},
+                                       BU_LONGOPTS_END};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
     optind = 1;
@@ -250,42 +290,101 @@ static int parse(int argc, char **argv, pcfg *c)
     c->wait_mode = -1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
-        case O_SCHED: if (parse_sched_list(optarg, c->sched, &c->nsched)) return -1; sched_set = 1; break;
-        case O_STAGES: if (parse_int_list("--stages", optarg, 1, MAXP, c->stages, &c->nstages)) return -1; stages_set = 1; break;
-        case O_MB: if (parse_int_list("--microbatches", optarg, 1, 4096, c->mbs, &c->nmbs)) return -1; mb_set = 1; break;
-        case O_V: if (cli_parse_int("--virtual-stages", optarg, 1, 64, &c->v)) return -1; break;
+        case O_SCHED:
+            if (parse_sched_list(optarg, c->sched, &c->nsched))
+                return -1;
+            sched_set = 1;
+            break;
+        case O_STAGES:
+            if (parse_int_list("--stages", optarg, 1, MAXP, c->stages, &c->nstages))
+                return -1;
+            stages_set = 1;
+            break;
+        case O_MB:
+            if (parse_int_list("--microbatches", optarg, 1, 4096, c->mbs, &c->nmbs))
+                return -1;
+            mb_set = 1;
+            break;
+        case O_V:
+            if (cli_parse_int("--virtual-stages", optarg, 1, 64, &c->v))
+                return -1;
+            break;
         case O_WORK:
-            if (strcmp(optarg, "sleep") == 0) c->work = WORK_SLEEP;
-            else if (strcmp(optarg, "spin") == 0) c->work = WORK_SPIN;
-            else if (strcmp(optarg, "model") == 0) c->work = WORK_MODEL;
+            if (strcmp(optarg, "sleep") == 0)
+                c->work = WORK_SLEEP;
+            else if (strcmp(optarg, "spin") == 0)
+                c->work = WORK_SPIN;
+            else if (strcmp(optarg, "model") == 0)
+                c->work = WORK_MODEL;
             else {
                 cli_error("--work: '%s' is not sleep, spin or model", optarg);
                 return -1;
             }
             break;
-        case O_FWD: if (cli_parse_double("--fwd-ms", optarg, 0, 1e5, &c->fwd_ms)) return -1; break;
-        case O_BWD: if (cli_parse_double("--bwd-ms", optarg, 0, 1e5, &c->bwd_ms)) return -1; break;
-        case O_HANDOFF: if (cli_parse_int("--handoff-kb", optarg, 1, 1 << 20, &c->handoff_kb)) return -1; break;
-        case O_STEPS: if (cli_parse_int("--steps", optarg, 1, 100000, &c->steps)) return -1; break;
-        case O_SLACK: if (cli_parse_int("--timer-slack-ns", optarg, 0, 1000000000, &slack)) return -1; break;
-        case O_OVSTEPS: if (cli_parse_int("--overhead-steps", optarg, 0, 1000000, &ovs)) return -1; break;
-        case O_OVM: if (cli_parse_int("--overhead-m", optarg, 1, 100000, &c->ov_m)) return -1; break;
-        case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 4096, &c->layers)) return -1; break;
-        case O_DMODEL: if (cli_parse_int("--d-model", optarg, 4, 65536, &c->d_model)) return -1; break;
-        case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 65536, &c->seq)) return -1; break;
-        case O_MICRO: if (cli_parse_int("--micro-batch", optarg, 1, 65536, &c->micro_batch)) return -1; break;
+        case O_FWD:
+            if (cli_parse_double("--fwd-ms", optarg, 0, 1e5, &c->fwd_ms))
+                return -1;
+            break;
+        case O_BWD:
+            if (cli_parse_double("--bwd-ms", optarg, 0, 1e5, &c->bwd_ms))
+                return -1;
+            break;
+        case O_HANDOFF:
+            if (cli_parse_int("--handoff-kb", optarg, 1, 1 << 20, &c->handoff_kb))
+                return -1;
+            break;
+        case O_STEPS:
+            if (cli_parse_int("--steps", optarg, 1, 100000, &c->steps))
+                return -1;
+            break;
+        case O_SLACK:
+            if (cli_parse_int("--timer-slack-ns", optarg, 0, 1000000000, &slack))
+                return -1;
+            break;
+        case O_OVSTEPS:
+            if (cli_parse_int("--overhead-steps", optarg, 0, 1000000, &ovs))
+                return -1;
+            break;
+        case O_OVM:
+            if (cli_parse_int("--overhead-m", optarg, 1, 100000, &c->ov_m))
+                return -1;
+            break;
+        case O_LAYERS:
+            if (cli_parse_int("--layers", optarg, 1, 4096, &c->layers))
+                return -1;
+            break;
+        case O_DMODEL:
+            if (cli_parse_int("--d-model", optarg, 4, 65536, &c->d_model))
+                return -1;
+            break;
+        case O_SEQ:
+            if (cli_parse_int("--seq", optarg, 1, 65536, &c->seq))
+                return -1;
+            break;
+        case O_MICRO:
+            if (cli_parse_int("--micro-batch", optarg, 1, 65536, &c->micro_batch))
+                return -1;
+            break;
         case O_SHOW: c->show = optarg; break;
         case O_TRACE:
             c->trace = optarg;
-            if (cli_check_output("--trace", optarg)) return -1;
+            if (cli_check_output("--trace", optarg))
+                return -1;
             cli_remove_tmp_on_signal(optarg);
             break;
-        case O_PLOTB: c->plot_bubbles = optarg; if (bu_plot_check(optarg)) return -1; break;
+        case O_PLOTB:
+            c->plot_bubbles = optarg;
+            if (bu_plot_check(optarg))
+                return -1;
+            break;
         case O_SELF: c->selftest = 1; break;
         case O_WAIT:
-            if (strcmp(optarg, "auto") == 0) c->wait_mode = -1;
-            else if (strcmp(optarg, "spin") == 0) c->wait_mode = DL_WAIT_SPIN;
-            else if (strcmp(optarg, "yield") == 0) c->wait_mode = DL_WAIT_YIELD;
+            if (strcmp(optarg, "auto") == 0)
+                c->wait_mode = -1;
+            else if (strcmp(optarg, "spin") == 0)
+                c->wait_mode = DL_WAIT_SPIN;
+            else if (strcmp(optarg, "yield") == 0)
+                c->wait_mode = DL_WAIT_YIELD;
             else {
                 cli_error("--wait-mode: '%s' is not auto, spin or yield", optarg);
                 return -1;
@@ -293,35 +392,64 @@ static int parse(int argc, char **argv, pcfg *c)
             break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("pipeline", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("pipeline", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("pipeline", argc, argv, &c->o)) return -1;
+    if (bu_common_done("pipeline", argc, argv, &c->o))
+        return -1;
     if (c->o.quick) {
-        if (!sched_set) { c->sched[0] = DL_SCHED_1F1B; c->nsched = 1; }
-        if (!stages_set) { c->stages[0] = 2; c->nstages = 1; }
-        if (!mb_set) { c->mbs[0] = 4; c->nmbs = 1; }
+        if (!sched_set) {
+            c->sched[0] = DL_SCHED_1F1B;
+            c->nsched = 1;
+        }
+        if (!stages_set) {
+            c->stages[0] = 2;
+            c->nstages = 1;
+        }
+        if (!mb_set) {
+            c->mbs[0] = 4;
+            c->nmbs = 1;
+        }
     }
     if (!c->nsched) {
-        c->sched[0] = DL_SCHED_GPIPE; c->sched[1] = DL_SCHED_1F1B;
-        c->sched[2] = DL_SCHED_INTERLEAVED; c->sched[3] = DL_SCHED_ASYNC;
+        c->sched[0] = DL_SCHED_GPIPE;
+        c->sched[1] = DL_SCHED_1F1B;
+        c->sched[2] = DL_SCHED_INTERLEAVED;
+        c->sched[3] = DL_SCHED_ASYNC;
         c->nsched = 4;
     }
-    if (!c->nstages) { c->stages[0] = 2; c->stages[1] = 4; c->nstages = 2; }
-    if (!c->nmbs) { c->mbs[0] = 1; c->mbs[1] = 4; c->mbs[2] = 8; c->nmbs = 3; }
-    if (!c->steps) c->steps = c->o.quick ? 3 : 5;
+    if (!c->nstages) {
+        c->stages[0] = 2;
+        c->stages[1] = 4;
+        c->nstages = 2;
+    }
+    if (!c->nmbs) {
+        c->mbs[0] = 1;
+        c->mbs[1] = 4;
+        c->mbs[2] = 8;
+        c->nmbs = 3;
+    }
+    if (!c->steps)
+        c->steps = c->o.quick ? 3 : 5;
     c->timer_slack_ns = slack < 0 ? 1 : slack;
     c->ov_steps = ovs >= 0 ? ovs : c->o.quick ? 5 : 50;
-    if (!c->ov_m) c->ov_m = c->o.quick ? 8 : 32;
-    if (!c->layers) c->layers = 8;
-    if (!c->d_model) c->d_model = 64;
-    if (!c->seq) c->seq = 32;
-    if (!c->micro_batch) c->micro_batch = 2;
+    if (!c->ov_m)
+        c->ov_m = c->o.quick ? 8 : 32;
+    if (!c->layers)
+        c->layers = 8;
+    if (!c->d_model)
+        c->d_model = 64;
+    if (!c->seq)
+        c->seq = 32;
+    if (!c->micro_batch)
+        c->micro_batch = 2;
     if (c->d_model % 4) {
         cli_error("--d-model: %d is not a multiple of the 4 heads", c->d_model);
         return -1;
     }
-    if (c->o.plot && bu_plot_check(c->o.plot)) return -1;
+    if (c->o.plot && bu_plot_check(c->o.plot))
+        return -1;
     if (c->o.plot && c->work == WORK_MODEL) {
         cli_error("--plot draws the engine's trace of --work sleep or spin; with --work model use "
                   "--trace (Perfetto) or --plot-bubbles");
@@ -333,7 +461,8 @@ static int parse(int argc, char **argv, pcfg *c)
     for (int i = 0; i < c->nmbs; i++) maxm = c->mbs[i] > maxm ? c->mbs[i] : maxm;
     c->show_sched = c->sched[0];
     for (int i = 0; i < c->nsched; i++)
-        if (c->sched[i] == DL_SCHED_1F1B) c->show_sched = DL_SCHED_1F1B;
+        if (c->sched[i] == DL_SCHED_1F1B)
+            c->show_sched = DL_SCHED_1F1B;
     c->show_p = maxp;
     c->show_m = maxm;
     if (c->show) {
@@ -380,10 +509,12 @@ typedef struct pstage {
 
 static void do_work(int work, uint64_t start, uint64_t ns)
 {
-    if (ns == 0 || work < 0) return;
+    if (ns == 0 || work < 0)
+        return;
     if (work == WORK_SLEEP) {
         struct timespec ts = pb_deadline(start, ns);
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+        }
     } else {
         bu_spin_until(start, ns);
     }
@@ -424,26 +555,32 @@ static int stage_fn(dl_ctx *ctx, void *arg)
 {
     prun *r = arg;
     int s = dl_ctx_rank(ctx), p = dl_ctx_size(ctx);
-    if (r->slack_ns > 0) prctl(PR_SET_TIMERSLACK, (unsigned long)r->slack_ns, 0, 0, 0);
+    if (r->slack_ns > 0)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)r->slack_ns, 0, 0, 0);
     dl_comm *c = dl_ctx_comm(ctx);
     dl_arena *a = dl_ctx_arena(ctx);
     pstage x = {r, NULL, NULL};
     dl_pipe *e = NULL;
     int rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.in);
-    if (rc == DL_OK) rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.out);
-    if (rc == DL_OK) rc = dl_pipe_create(c, r->count, DL_F32, a, &e);
-    if (rc) return rc;
+    if (rc == DL_OK)
+        rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.out);
+    if (rc == DL_OK)
+        rc = dl_pipe_create(c, r->count, DL_F32, a, &e);
+    if (rc)
+        return rc;
     dl_pipe_ops ops = {cb_fwd_in, cb_fwd, cb_bwd_in, cb_bwd, NULL};
     for (int k = 0; k < r->steps && rc == DL_OK; k++) {
         rc = dl_barrier(c);
-        if (rc) break;
+        if (rc)
+            break;
         uint64_t t0 = dl_now_ns();
         rc = dl_pipe_run(e, r->s, &ops, &x, k, r->tr, s, &r->st[k * p + s]);
         uint64_t t1 = dl_now_ns();
         r->t0[k * p + s] = (double)t0;
         r->t1[k * p + s] = (double)t1;
     }
-    if (rc == DL_OK) rc = dl_barrier(c);
+    if (rc == DL_OK)
+        rc = dl_barrier(c);
     dl_pipe_destroy(e);
     dl_arena_free(a, x.in);
     dl_arena_free(a, x.out);
@@ -456,7 +593,8 @@ static int run_engine(prun *r, int wait_mode)
     r->st = calloc((size_t)(r->steps * p), sizeof *r->st);
     r->t0 = calloc((size_t)(r->steps * p), sizeof *r->t0);
     r->t1 = calloc((size_t)(r->steps * p), sizeof *r->t1);
-    if (!r->st || !r->t0 || !r->t1) return dl_error(DL_ENOMEM, "out of memory");
+    if (!r->st || !r->t0 || !r->t1)
+        return dl_error(DL_ENOMEM, "out of memory");
     dl_world_opts w;
     dl_world_opts_init(&w);
     w.nranks = p;
@@ -511,7 +649,8 @@ static void summarise_engine(const prun *r, pres *o)
 {
     int p = r->s->p, k0 = first_step(r->steps), n = r->steps - k0;
     double *tot = malloc(sizeof(double) * (size_t)n), *trt = malloc(sizeof(double) * (size_t)n);
-    double *span = malloc(sizeof(double) * (size_t)n), *eng = malloc(sizeof(double) * (size_t)(n * p));
+    double *span = malloc(sizeof(double) * (size_t)n),
+           *eng = malloc(sizeof(double) * (size_t)(n * p));
     double *stg = malloc(sizeof(double) * (size_t)(n * p));
     double busy[MAXP], tbusy[MAXP], tlo[MAXP], thi[MAXP];
     int ne = 0;
@@ -523,11 +662,13 @@ static void summarise_engine(const prun *r, pres *o)
             busy[s] = (double)st->busy_ns;
             lo = fmin(lo, r->t0[k * p + s]);
             hi = fmax(hi, r->t1[k * p + s]);
-            if (st->actions > 0) eng[ne++] = (double)st->engine_ns / st->actions / 1e3;
+            if (st->actions > 0)
+                eng[ne++] = (double)st->engine_ns / st->actions / 1e3;
             tbusy[s] = 0;
             tlo[s] = a;
             thi[s] = z;
-            if (tok && dl_trace_bubble(r->tr, s, k, NULL, &tbusy[s], NULL) != DL_OK) tok = 0;
+            if (tok && dl_trace_bubble(r->tr, s, k, NULL, &tbusy[s], NULL) != DL_OK)
+                tok = 0;
         }
         for (int s = 0; s < p; s++) stg[s * n + (k - k0)] = pb_bubble_stage(busy[s], hi - lo);
         tot[k - k0] = pb_bubble_total(busy, r->t0 + k * p, r->t1 + k * p, p);
@@ -580,7 +721,8 @@ static int run_model(const pcfg *c, pres *o, const char *trace_path)
     int rc = dl_train_resolve(&t, o->p);
     dl_train_result r;
     memset(&r, 0, sizeof r);
-    if (rc == DL_OK) rc = dl_train_run(&t, &r);
+    if (rc == DL_OK)
+        rc = dl_train_run(&t, &r);
     if (rc == DL_OK) {
         o->bubble = r.pp_bubble_total;
         o->bubble_trace = NAN;
@@ -588,7 +730,10 @@ static int run_model(const pcfg *c, pres *o, const char *trace_path)
         o->engine_us = r.pp_engine_us;
         for (int s = 0; s < o->p; s++) {
             o->stage_bubble[s] = r.pp_bubble ? r.pp_bubble[s] : NAN;
-            o->act_mib[s] = r.peak ? (double)r.peak[(size_t)s * DL_MEM_NCATEGORIES + DL_MEM_ACTIVATIONS] / 1048576.0 : NAN;
+            o->act_mib[s] =
+                r.peak ? (double)r.peak[(size_t)s * DL_MEM_NCATEGORIES + DL_MEM_ACTIVATIONS] /
+                             1048576.0
+                       : NAN;
         }
     }
     dl_train_result_free(&r);
@@ -602,8 +747,10 @@ static void join(char *buf, size_t cap, const double *v, int n, double scale, co
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < n && k < cap; i++) {
-        if (i) k += (size_t)snprintf(buf + k, cap - k, "/");
-        if (k < cap) k += (size_t)snprintf(buf + k, cap - k, fmt, v[i] * scale);
+        if (i)
+            k += (size_t)snprintf(buf + k, cap - k, "/");
+        if (k < cap)
+            k += (size_t)snprintf(buf + k, cap - k, fmt, v[i] * scale);
     }
 }
 
@@ -611,8 +758,10 @@ static void json_array(FILE *f, const char *key, const double *v, int n, double 
 {
     fprintf(f, ",\"%s\":[", key);
     for (int i = 0; i < n; i++) {
-        if (isfinite(v[i])) fprintf(f, "%s%.6g", i ? "," : "", v[i] * scale);
-        else fprintf(f, "%snull", i ? "," : "");
+        if (isfinite(v[i]))
+            fprintf(f, "%s%.6g", i ? "," : "", v[i] * scale);
+        else
+            fprintf(f, "%snull", i ? "," : "");
     }
     fputc(']', f);
 }
@@ -646,7 +795,8 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         json_array(f, "stage_bubble_pct", o->stage_bubble, o->p, 100);
         json_array(f, "sim_stage_bubble_pct", o->sim_stage, o->p, 100);
         json_array(f, "peak_act_slots", pk, o->p, 1);
-        if (c->work == WORK_MODEL) json_array(f, "act_peak_mib", o->act_mib, o->p, 1);
+        if (c->work == WORK_MODEL)
+            json_array(f, "act_peak_mib", o->act_mib, o->p, 1);
         bu_json_end(f);
     } else if (c->o.csv) {
         fprintf(f, "config,%s,%d,%d,%d,%s,%d,%.3f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%s,%s,%s,,\n", name,
@@ -654,7 +804,8 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                 100 * o->bubble_trace, 100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
                 c->work == WORK_MODEL ? am : "");
     } else {
-        fprintf(f, "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %6.1f %+6.1f %9.2f  %-20s %s%s%s%s\n",
+        fprintf(f,
+                "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %6.1f %+6.1f %9.2f  %-20s %s%s%s%s\n",
                 name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, 100 * o->bubble_trace,
                 100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
                 c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
@@ -678,12 +829,14 @@ static int overhead_bench(const pcfg *c, int pus, pover *ov)
     ov->m = c->ov_m;
     ov->steps = c->ov_steps;
     if (ov->p < 2) {
-        snprintf(ov->why, sizeof ov->why, "one core: no stage to hand off to without oversubscribing");
+        snprintf(ov->why, sizeof ov->why,
+                 "one core: no stage to hand off to without oversubscribing");
         return DL_OK;
     }
     dl_sched *s = NULL;
     int rc = dl_sched_1f1b(ov->p, ov->m, &s);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     prun r;
     memset(&r, 0, sizeof r);
     r.s = s;
@@ -694,7 +847,8 @@ static int overhead_bench(const pcfg *c, int pus, pover *ov)
     rc = run_engine(&r, DL_WAIT_SPIN);
     if (rc == DL_OK) {
         int n = ov->steps, p = ov->p;
-        double *pa = malloc(sizeof(double) * (size_t)n), *d = malloc(sizeof(double) * (size_t)(n * p));
+        double *pa = malloc(sizeof(double) * (size_t)n),
+               *d = malloc(sizeof(double) * (size_t)(n * p));
         double mn = INFINITY;
         for (int k = 1; k <= n; k++) {
             double worst = 0;
@@ -725,10 +879,13 @@ int bench_pipeline_main(int argc, char **argv)
 {
     pcfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
-    if (c.selftest) return selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
+    if (c.selftest)
+        return selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     dl_topo *topo = bu_topo_load("pipeline");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
     FILE *f = stdout;
     if (c.o.json) {
@@ -741,7 +898,10 @@ int bench_pipeline_main(int argc, char **argv)
         bu_json_int(f, "virtual_stages", c.v);
         bu_json_int(f, "steps", c.steps);
         bu_json_int(f, "timer_slack_ns", c.timer_slack_ns);
-        bu_json_str(f, "wait_mode", c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
+        bu_json_str(f, "wait_mode",
+                    c.wait_mode < 0               ? "auto"
+                    : c.wait_mode == DL_WAIT_SPIN ? "spin"
+                                                  : "yield");
         bu_json_bool(f, "quick", c.o.quick);
         if (c.work == WORK_MODEL) {
             bu_json_int(f, "layers", c.layers);
@@ -753,30 +913,39 @@ int bench_pipeline_main(int argc, char **argv)
     } else {
         bu_machine_text(f, topo);
         if (c.work == WORK_MODEL)
-            fprintf(f, "# pipeline: work model (GPT %d layers, width %d, context %d, %d sequences per "
-                       "micro-batch; distlab-train --pp), %d steps, the trainer's medians; simulator "
-                       "costs f = 1, b = 2\n", c.layers, c.d_model, c.seq, c.micro_batch, c.steps);
+            fprintf(f,
+                    "# pipeline: work model (GPT %d layers, width %d, context %d, %d sequences per "
+                    "micro-batch; distlab-train --pp), %d steps, the trainer's medians; simulator "
+                    "costs f = 1, b = 2\n",
+                    c.layers, c.d_model, c.seq, c.micro_batch, c.steps);
         else
-            fprintf(f, "# pipeline: work %s (fwd %g ms, bwd %g ms per micro-batch and stage; per chunk "
-                       "/v when interleaved), hand-off %d KiB, %d steps (median of steps 2..%d), timer "
-                       "slack %ld ns, wait mode %s\n", work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb,
-                    c.steps, c.steps, c.timer_slack_ns,
-                    c.wait_mode < 0 ? "auto" : c.wait_mode == DL_WAIT_SPIN ? "spin" : "yield");
+            fprintf(
+                f,
+                "# pipeline: work %s (fwd %g ms, bwd %g ms per micro-batch and stage; per chunk "
+                "/v when interleaved), hand-off %d KiB, %d steps (median of steps 2..%d), timer "
+                "slack %ld ns, wait mode %s\n",
+                work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb, c.steps, c.steps,
+                c.timer_slack_ns,
+                c.wait_mode < 0               ? "auto"
+                : c.wait_mode == DL_WAIT_SPIN ? "spin"
+                                              : "yield");
         if (c.o.csv)
-            fprintf(f, "row_kind,schedule,p,v,m,work,oversubscribed,step_ms,bubble_pct,bubble_trace_pct,"
+            fprintf(f, "row_kind,schedule,p,v,m,work,oversubscribed,step_ms,bubble_pct,bubble_"
+                       "trace_pct,"
                        "lecture_pct,sim_pct,delta_pp,engine_us_per_action,stage_bubble_pct,"
                        "peak_act_slots,act_peak_mib,per_action_us,dispatch_us\n");
         else
-            fprintf(f, "# %-11s %3s %2s %4s %9s %7s %7s %8s %6s %6s %9s  %-20s %s\n", "schedule", "p",
-                    "v", "m", "step ms", "bubble%", "trace%", "lecture%", "sim%", "d(pp)", "engine us",
-                    "stage bubble%", "peak act (sim)");
+            fprintf(f, "# %-11s %3s %2s %4s %9s %7s %7s %8s %6s %6s %9s  %-20s %s\n", "schedule",
+                    "p", "v", "m", "step ms", "bubble%", "trace%", "lecture%", "sim%", "d(pp)",
+                    "engine us", "stage bubble%", "peak act (sim)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
     double worst_dpp = 0;
     char *dat = NULL;
     size_t datlen = 0;
     FILE *df = c.plot_bubbles ? open_memstream(&dat, &datlen) : NULL;
-    if (df) fprintf(df, "# label measured_pct simulated_pct lecture_pct\n");
+    if (df)
+        fprintf(df, "# label measured_pct simulated_pct lecture_pct\n");
     for (int is = 0; is < c.nsched && status == CLI_EXIT_OK; is++)
         for (int ip = 0; ip < c.nstages && status == CLI_EXIT_OK; ip++)
             for (int im = 0; im < c.nmbs && status == CLI_EXIT_OK; im++) {
@@ -798,20 +967,22 @@ int bench_pipeline_main(int argc, char **argv)
                 }
                 if (rc == DL_OK && c.work == WORK_MODEL && c.layers % (o.p * o.v)) {
                     rc = DL_EINVAL;
-                    dl_error(DL_EINVAL, "%d layers do not split into %d x %d chunks", c.layers, o.p, o.v);
+                    dl_error(DL_EINVAL, "%d layers do not split into %d x %d chunks", c.layers, o.p,
+                             o.v);
                 }
                 if (rc != DL_OK) {
                     /* a configuration the schedule does not allow (interleaved: m % p) */
                     if (!c.o.json && !c.o.csv)
-                        fprintf(f, "# skipped %s p=%d m=%d: %s\n", dl_sched_kind_name((dl_sched_kind)o.sched),
-                                o.p, o.m, dl_errmsg());
+                        fprintf(f, "# skipped %s p=%d m=%d: %s\n",
+                                dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m, dl_errmsg());
                     skipped++;
                     dl_sched_free(s);
                     continue;
                 }
                 dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / o.v,
                                     c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0};
-                if (!(k.f > 0 || k.b > 0)) k = (dl_sched_costs){1, 2, 0};
+                if (!(k.f > 0 || k.b > 0))
+                    k = (dl_sched_costs){1, 2, 0};
                 rc = dl_sched_simulate(s, &k, &sim);
                 if (rc != DL_OK) {
                     cli_error("pipeline: %s", dl_errmsg());
@@ -828,8 +999,9 @@ int bench_pipeline_main(int argc, char **argv)
                 if (o.over && !warned) {
                     bu_warn_oversub(o.p, pus);
                     if (c.work == WORK_SPIN)
-                        cli_error("WARNING: --work spin with more stages than cores measures the cores' "
-                                  "sharing, not the schedule; use --work sleep");
+                        cli_error(
+                            "WARNING: --work spin with more stages than cores measures the cores' "
+                            "sharing, not the schedule; use --work sleep");
                     warned = 1;
                 }
                 if (c.work == WORK_MODEL) {
@@ -845,34 +1017,39 @@ int bench_pipeline_main(int argc, char **argv)
                     r.steps = c.steps;
                     r.slack_ns = c.timer_slack_ns;
                     size_t cap = 0;
-                    for (int q = 0; q < o.p; q++) cap = (size_t)s->len[q] > cap ? (size_t)s->len[q] : cap;
+                    for (int q = 0; q < o.p; q++)
+                        cap = (size_t)s->len[q] > cap ? (size_t)s->len[q] : cap;
                     rc = dl_trace_create(o.p, (size_t)c.steps * (3 * cap + 2), &r.tr);
                     if (rc == DL_OK) {
                         dl_trace_set_chunks(r.tr, o.v);
                         rc = run_engine(&r, c.wait_mode);
                     }
-                    if (rc == DL_OK) summarise_engine(&r, &o);
-                    if (rc == DL_OK && shown && c.trace && dl_trace_write_chrome(r.tr, c.trace, NULL) != DL_OK) {
+                    if (rc == DL_OK)
+                        summarise_engine(&r, &o);
+                    if (rc == DL_OK && shown && c.trace &&
+                        dl_trace_write_chrome(r.tr, c.trace, NULL) != DL_OK) {
                         cli_error("pipeline: --trace: %s", dl_errmsg());
                         status = CLI_EXIT_FAIL;
                     }
-                    if (rc == DL_OK && shown && c.o.plot && trace_plot_gantt(r.tr, c.steps - 1, c.o.plot) != 0)
+                    if (rc == DL_OK && shown && c.o.plot &&
+                        trace_plot_gantt(r.tr, c.steps - 1, c.o.plot) != 0)
                         status = CLI_EXIT_FAIL;
                     dl_trace_destroy(r.tr);
                     prun_free(&r);
                 }
                 if (rc != DL_OK) {
-                    cli_error("pipeline: %s p=%d m=%d: %s", dl_sched_kind_name((dl_sched_kind)o.sched), o.p,
-                              o.m, dl_errmsg());
+                    cli_error("pipeline: %s p=%d m=%d: %s",
+                              dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m, dl_errmsg());
                     status = CLI_EXIT_FAIL;
                 } else {
                     print_row(f, &c, &o);
                     rows++;
-                    if (fabs(o.bubble - o.formula) > fabs(worst_dpp) / 100) worst_dpp = 100 * (o.bubble - o.formula);
+                    if (fabs(o.bubble - o.formula) > fabs(worst_dpp) / 100)
+                        worst_dpp = 100 * (o.bubble - o.formula);
                     if (df)
                         fprintf(df, "\"%s p%d m%d%s\" %.4f %.4f %.4f\n",
-                                dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m, o.over ? "*" : "",
-                                100 * o.bubble, 100 * o.sim, 100 * o.formula);
+                                dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m,
+                                o.over ? "*" : "", 100 * o.bubble, 100 * o.sim, 100 * o.formula);
                 }
                 dl_sched_sim_free(sim);
                 dl_sched_free(s);
@@ -905,11 +1082,16 @@ int bench_pipeline_main(int argc, char **argv)
                 fprintf(f, "overhead,1f1b,%d,1,%d,none,0,,,,,,,,,,,%.3f,%.3f\n", ov.p, ov.m,
                         ov.per_action_us, ov.dispatch_us);
             } else {
-                fprintf(f, "# engine overhead (1f1b, p = %d, m = %d, nothing to compute, %d KiB hand-offs, "
-                           "wait mode spin, %d steps):\n", ov.p, ov.m, c.handoff_kb, ov.steps);
-                fprintf(f, "  per action %.2f us median (best step %.2f us), of which dispatch and "
-                           "bookkeeping %.2f us; goal < 20 us: %s\n", ov.per_action_us,
-                        ov.per_action_min_us, ov.dispatch_us, pass ? "PASS" : "FAIL");
+                fprintf(f,
+                        "# engine overhead (1f1b, p = %d, m = %d, nothing to compute, %d KiB "
+                        "hand-offs, "
+                        "wait mode spin, %d steps):\n",
+                        ov.p, ov.m, c.handoff_kb, ov.steps);
+                fprintf(f,
+                        "  per action %.2f us median (best step %.2f us), of which dispatch and "
+                        "bookkeeping %.2f us; goal < 20 us: %s\n",
+                        ov.per_action_us, ov.per_action_min_us, ov.dispatch_us,
+                        pass ? "PASS" : "FAIL");
             }
         } else if (!c.o.json && !c.o.csv) {
             fprintf(f, "# engine overhead microbenchmark skipped: %s\n", ov.why);
@@ -920,17 +1102,20 @@ int bench_pipeline_main(int argc, char **argv)
         bu_json_int(f, "rows", rows);
         bu_json_int(f, "skipped", skipped);
         bu_json_num(f, "worst_delta_pp", worst_dpp);
-        if (ov.ran) bu_json_num(f, "overhead_per_action_us", ov.per_action_us);
+        if (ov.ran)
+            bu_json_num(f, "overhead_per_action_us", ov.per_action_us);
         bu_json_str(f, "status", status == CLI_EXIT_OK ? "ok" : "failed");
         bu_json_end(f);
     } else if (!c.o.csv && rows > 0) {
-        fprintf(f, "# largest gap between measured and lecture bubble: %+.1f percentage points\n", worst_dpp);
+        fprintf(f, "# largest gap between measured and lecture bubble: %+.1f percentage points\n",
+                worst_dpp);
     }
     if (df) {
         fclose(df);
         if (status == CLI_EXIT_OK && rows > 0 &&
             bu_plot(c.plot_bubbles, dat,
-                    "set title 'distlab-bench pipeline: bubble per configuration (* oversubscribed)'\n"
+                    "set title 'distlab-bench pipeline: bubble per configuration (* "
+                    "oversubscribed)'\n"
                     "set ylabel 'bubble (% of the step)'\nset yrange [0:100]\n"
                     "set style data histograms\nset style histogram clustered gap 1\n"
                     "set style fill solid 0.85 border lc rgb '#303030'\nset boxwidth 0.9\n"

@@ -23,6 +23,7 @@ typedef struct scfg {
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench scaling [OPTIONS]\n"
 "\n"
@@ -56,63 +57,100 @@ static void usage(FILE *f)
 "  --json           JSON Lines: config, one row per layout, summary (schema distlab/1)\n"
 "  --plot FILE      FILE.svg or FILE.png: speed-up and efficiency against ranks (gnuplot)\n"
 "  -h, --help       this help\n");
+    /* clang-format on */
 }
 
 /* Two panels, speed-up and efficiency, one colour per series in both (the key in the second);
  * the ideal as a grey line; an open circle around every oversubscribed point (column 4). */
-#define SERIES(i, name, colour) \
-    "datafile index " #i " using 1:(column(COL)) with linespoints lw 2 pt 7 lc rgb '" colour "' title '" name "'"
-#define SERIES_ALL(more) \
-    SERIES(0, "strong dp", "#1f77b4") ", " SERIES(1, "weak dp", "#2ca02c") ", " \
-    SERIES(2, "strong tp", "#d62728") ", " SERIES(3, "strong pp", "#9467bd") ", " \
-    "for [i=0:3] datafile index i using 1:($4 > 0 ? column(COL) : 1/0) with points pt 6 ps 2.2 " \
-    "lc rgb 'black' title (i == 0 ? 'oversubscribed' : '')" more
-#define PLOT_SCRIPT \
-    "set multiplot layout 1,2 title 'distlab-bench scaling: the trainer (rank threads on this " \
-    "machine)'\n" \
-    "set logscale x 2\nset xrange [0.9:*]\nset offsets 0, graph 0.05, 0, 0\nset xlabel 'ranks'\n" \
-    "set ylabel 'speed-up over one rank'\nset yrange [0:*]\nCOL = 2\nunset key\n" \
-    "plot " SERIES_ALL(", x with lines dt 2 lc rgb 'grey50' notitle") "\n" \
-    "set ylabel 'efficiency (speed-up / ranks)'\nset yrange [0:1.1]\nCOL = 3\n" \
-    "set key inside bottom left box opaque font ',10'\n" \
-    "plot " SERIES_ALL(", 1 with lines dt 2 lc rgb 'grey50' title 'ideal'") "\n" \
-    "unset multiplot\n"
+#define SERIES(i, name, colour)                                                                    \
+    "datafile index " #i " using 1:(column(COL)) with linespoints lw 2 pt 7 lc rgb '" colour       \
+    "' title '" name "'"
+#define SERIES_ALL(more)                                                                           \
+    SERIES(0, "strong dp", "#1f77b4")                                                              \
+    ", " SERIES(1, "weak dp", "#2ca02c") ", " SERIES(2, "strong tp", "#d62728") ", " SERIES(       \
+        3, "strong pp", "#9467bd") ", "                                                            \
+                                   "for [i=0:3] datafile index i using 1:($4 > 0 ? column(COL) : " \
+                                   "1/0) with points pt 6 ps 2.2 "                                 \
+                                   "lc rgb 'black' title (i == 0 ? 'oversubscribed' : '')" more
+#define PLOT_SCRIPT                                                                                \
+    "set multiplot layout 1,2 title 'distlab-bench scaling: the trainer (rank threads on this "    \
+    "machine)'\n"                                                                                  \
+    "set logscale x 2\nset xrange [0.9:*]\nset offsets 0, graph 0.05, 0, 0\nset xlabel 'ranks'\n"  \
+    "set ylabel 'speed-up over one rank'\nset yrange [0:*]\nCOL = 2\nunset key\n"                  \
+    "plot " SERIES_ALL(                                                                            \
+        ", x with lines dt 2 lc rgb 'grey50' notitle") "\n"                                        \
+                                                       "set ylabel 'efficiency (speed-up / "       \
+                                                       "ranks)'\nset yrange [0:1.1]\nCOL = 3\n"    \
+                                                       "set key inside bottom left box opaque "    \
+                                                       "font ',10'\n"                              \
+                                                       "plot " SERIES_ALL(                         \
+                                                           ", 1 with lines dt 2 lc rgb 'grey50' "  \
+                                                           "title 'ideal'") "\n"                   \
+                                                                            "unset multiplot\n"
 
 
 static int parse(int argc, char **argv, scfg *c)
 {
     enum { O_RANKS = 256, O_OVER, O_STEPS, O_SEQS, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ };
-    static const struct option lo[] = {
-        {"ranks", required_argument, NULL, O_RANKS}, {"oversubscribe", no_argument, NULL, O_OVER},
-        {"all", no_argument, NULL, O_OVER},
-        {"steps", required_argument, NULL, O_STEPS}, {"seqs", required_argument, NULL, O_SEQS},
-        {"layers", required_argument, NULL, O_LAYERS},
-        {"d-model", required_argument, NULL, O_DMODEL},
-        {"heads", required_argument, NULL, O_HEADS}, {"seq", required_argument, NULL, O_SEQ},
-        BU_LONGOPTS_END};
+    static const struct option lo[] = {{"ranks", required_argument, NULL, O_RANKS},
+                                       {"oversubscribe", no_argument, NULL, O_OVER},
+                                       {"all", no_argument, NULL, O_OVER},
+                                       {"steps", required_argument, NULL, O_STEPS},
+                                       {"seqs", required_argument, NULL, O_SEQS},
+                                       {"layers", required_argument, NULL, O_LAYERS},
+                                       {"d-model", required_argument, NULL, O_DMODEL},
+                                       {"heads", required_argument, NULL, O_HEADS},
+                                       {"seq", required_argument, NULL, O_SEQ},
+                                       BU_LONGOPTS_END};
     int layers = 0, dmodel = 0, heads = 0, seq = 0;
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 256, &c->ranks)) return -1; break;
+        case O_RANKS:
+            if (cli_parse_int("--ranks", optarg, 1, 256, &c->ranks))
+                return -1;
+            break;
         case O_OVER: c->oversub = 1; break;
-        case O_STEPS: if (cli_parse_int("--steps", optarg, 2, 100000, &c->steps)) return -1; break;
-        case O_SEQS: if (cli_parse_int("--seqs", optarg, 1, 1 << 16, &c->seqs)) return -1; break;
-        case O_LAYERS: if (cli_parse_int("--layers", optarg, 1, 4096, &layers)) return -1; break;
-        case O_DMODEL: if (cli_parse_int("--d-model", optarg, 1, 1 << 16, &dmodel)) return -1; break;
-        case O_HEADS: if (cli_parse_int("--heads", optarg, 1, 4096, &heads)) return -1; break;
-        case O_SEQ: if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq)) return -1; break;
+        case O_STEPS:
+            if (cli_parse_int("--steps", optarg, 2, 100000, &c->steps))
+                return -1;
+            break;
+        case O_SEQS:
+            if (cli_parse_int("--seqs", optarg, 1, 1 << 16, &c->seqs))
+                return -1;
+            break;
+        case O_LAYERS:
+            if (cli_parse_int("--layers", optarg, 1, 4096, &layers))
+                return -1;
+            break;
+        case O_DMODEL:
+            if (cli_parse_int("--d-model", optarg, 1, 1 << 16, &dmodel))
+                return -1;
+            break;
+        case O_HEADS:
+            if (cli_parse_int("--heads", optarg, 1, 4096, &heads))
+                return -1;
+            break;
+        case O_SEQ:
+            if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("scaling", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("scaling", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("scaling", argc, argv, &c->o)) return -1;
+    if (bu_common_done("scaling", argc, argv, &c->o))
+        return -1;
     c->m.layers = layers ? layers : c->o.quick ? 2 : 4;
     c->m.d_model = dmodel ? dmodel : c->o.quick ? 64 : 256;
     c->m.heads = heads ? heads : 4;
     c->m.seq = seq ? seq : c->o.quick ? 32 : 128;
-    if (!c->steps) c->steps = c->o.quick ? 4 : 8;
-    if (!c->seqs) c->seqs = c->o.quick ? 2 : 8;
+    if (!c->steps)
+        c->steps = c->o.quick ? 4 : 8;
+    if (!c->seqs)
+        c->seqs = c->o.quick ? 2 : 8;
     dl_gpt_config g;
     dl_gpt_config_default(&g);
     g.layers = c->m.layers, g.d_model = c->m.d_model, g.heads = c->m.heads, g.seq = c->m.seq;
@@ -141,9 +179,11 @@ enum { C_COMPUTE, C_COMM, C_WAIT, C_IDLE };
 static int class_of(int kind)
 {
     switch (kind) {
-    case DL_TR_COMM: case DL_TR_SEND: return 3;
+    case DL_TR_COMM:
+    case DL_TR_SEND: return 3;
     case DL_TR_RECV_WAIT: return 2;
-    case DL_TR_FWD: case DL_TR_BWD: return 1;
+    case DL_TR_FWD:
+    case DL_TR_BWD: return 1;
     default: return 0;
     }
 }
@@ -154,16 +194,21 @@ static int step_fractions(const dl_trace *t, int rank, int step, double frac[4])
     size_t n = dl_trace_count(t, rank);
     uint64_t w0 = 0, w1 = 0;
     for (size_t i = 0; i < n; i++)
-        if (ev[i].kind == DL_TR_STEP && ev[i].step == step) w0 = ev[i].t0, w1 = ev[i].t1;
-    if (w1 <= w0) return -1;
+        if (ev[i].kind == DL_TR_STEP && ev[i].step == step)
+            w0 = ev[i].t0, w1 = ev[i].t1;
+    if (w1 <= w0)
+        return -1;
     /* the window's boundaries: its ends and every event end inside it */
     uint64_t *b = malloc(sizeof(uint64_t) * (2 * n + 2));
-    if (!b) return -1;
+    if (!b)
+        return -1;
     size_t nb = 0;
     b[nb++] = w0, b[nb++] = w1;
     for (size_t i = 0; i < n; i++) {
-        if (ev[i].t0 > w0 && ev[i].t0 < w1) b[nb++] = ev[i].t0;
-        if (ev[i].t1 > w0 && ev[i].t1 < w1) b[nb++] = ev[i].t1;
+        if (ev[i].t0 > w0 && ev[i].t0 < w1)
+            b[nb++] = ev[i].t0;
+        if (ev[i].t1 > w0 && ev[i].t1 < w1)
+            b[nb++] = ev[i].t1;
     }
     for (size_t i = 1; i < nb; i++) /* insertion sort: a step has few events */
         for (size_t j = i; j > 0 && b[j - 1] > b[j]; j--) {
@@ -173,12 +218,14 @@ static int step_fractions(const dl_trace *t, int rank, int step, double frac[4])
     double acc[4] = {0, 0, 0, 0};
     for (size_t k = 0; k + 1 < nb; k++) {
         uint64_t a = b[k], e = b[k + 1];
-        if (e <= a) continue;
+        if (e <= a)
+            continue;
         int best = 0;
         for (size_t i = 0; i < n; i++)
             if (ev[i].kind != DL_TR_STEP && ev[i].t0 <= a && ev[i].t1 >= e) {
                 int c = class_of(ev[i].kind);
-                if (c > best) best = c;
+                if (c > best)
+                    best = c;
             }
         static const int to[4] = {C_IDLE, C_COMPUTE, C_WAIT, C_COMM};
         acc[to[best]] += (double)(e - a);
@@ -195,7 +242,8 @@ static void breakdown(const dl_trace *t, int steps, point *p)
     int n = 0;
     for (int st = 2; st <= steps && n < 64; st++) {
         double fr[4];
-        if (step_fractions(t, 0, st, fr) != 0) continue;
+        if (step_fractions(t, 0, st, fr) != 0)
+            continue;
         for (int k = 0; k < 4; k++) f[k][n] = fr[k];
         n++;
     }
@@ -284,9 +332,10 @@ static void print_point(FILE *f, const scfg *c, const point *p)
                 p->speedup, p->eff, p->grad_bytes, p->act_bytes, p->compute, p->comm, p->wait,
                 p->idle);
     } else {
-        fprintf(f, "  %-6s %-3s %5d %7d %10.0f %9.1f %8.2fx %6.0f%% %10.2f %10.2f %5.0f%% %5.0f%% "
-                   "%5.0f%% %5.0f%%%s\n", p->mode,
-                p->par, p->ranks, p->global, p->tps, p->ms, p->speedup, 100 * p->eff,
+        fprintf(f,
+                "  %-6s %-3s %5d %7d %10.0f %9.1f %8.2fx %6.0f%% %10.2f %10.2f %5.0f%% %5.0f%% "
+                "%5.0f%% %5.0f%%%s\n",
+                p->mode, p->par, p->ranks, p->global, p->tps, p->ms, p->speedup, 100 * p->eff,
                 p->grad_bytes / 1e6, p->act_bytes / 1e6, 100 * p->compute, 100 * p->comm,
                 100 * p->wait, 100 * p->idle, p->over ? "  (oversubscribed)" : "");
     }
@@ -297,11 +346,14 @@ int bench_scaling_main(int argc, char **argv)
 {
     scfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
     dl_topo *topo = bu_topo_load("scaling");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
-    if (!c.ranks) c.ranks = pus;
+    if (!c.ranks)
+        c.ranks = pus;
     int most = c.oversub ? 2 * c.ranks : c.ranks;
     FILE *f = stdout;
     if (c.o.json) {
@@ -318,12 +370,14 @@ int bench_scaling_main(int argc, char **argv)
         bu_json_end(f);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# scaling: model %d layers, d-model %d, %d heads, seq %d, f32; %d steps per "
-                   "layout (median after the first); %d sequences per rank\n", c.m.layers,
-                c.m.d_model, c.m.heads, c.m.seq, c.steps, c.seqs);
+        fprintf(f,
+                "# scaling: model %d layers, d-model %d, %d heads, seq %d, f32; %d steps per "
+                "layout (median after the first); %d sequences per rank\n",
+                c.m.layers, c.m.d_model, c.m.heads, c.m.seq, c.steps, c.seqs);
         if (c.o.csv)
-            fprintf(f, "mode,par,ranks,dp,tp,pp,oversubscribed,global_batch,tokens_per_s,ms_per_step,"
-                       "speedup,efficiency,dp_grad_bytes,act_bytes,compute,comm,wait,idle\n");
+            fprintf(f,
+                    "mode,par,ranks,dp,tp,pp,oversubscribed,global_batch,tokens_per_s,ms_per_step,"
+                    "speedup,efficiency,dp_grad_bytes,act_bytes,compute,comm,wait,idle\n");
         else
             fprintf(f, "# %-6s %-3s %5s %7s %10s %9s %9s %7s %10s %10s %6s %6s %6s %6s\n", "mode",
                     "par", "ranks", "batch", "tokens/s", "ms/step", "speed-up", "effic.",
@@ -347,21 +401,27 @@ int bench_scaling_main(int argc, char **argv)
             p.dp = kind < 2 ? n : 1;
             p.tp = kind == 2 ? n : 1;
             p.pp = kind == 3 ? n : 1;
-            if (kind == 2 && c.m.heads % n) break; /* tp must divide the heads */
-            if (kind == 3 && n > c.m.layers) break; /* a stage needs a layer */
+            if (kind == 2 && c.m.heads % n)
+                break; /* tp must divide the heads */
+            if (kind == 3 && n > c.m.layers)
+                break; /* a stage needs a layer */
             p.global = kind == 1 ? c.seqs * n : c.seqs * most;
-            if (kind < 2 && p.global % n) continue;
+            if (kind < 2 && p.global % n)
+                continue;
             if (run_point(&c, &p) != DL_OK) {
                 cli_error("scaling: %s %s on %d ranks: %s", p.mode, p.par, n, dl_errmsg());
                 status = CLI_EXIT_FAIL;
                 break;
             }
-            if (n == 1) base = p.tps;
+            if (n == 1)
+                base = p.tps;
             p.speedup = base > 0 ? p.tps / base : NAN;
             p.eff = p.speedup / n;
-            if (!p.over && n > 1 && p.eff > best_eff_fit) best_eff_fit = p.eff;
+            if (!p.over && n > 1 && p.eff > best_eff_fit)
+                best_eff_fit = p.eff;
             print_point(f, &c, &p);
-            if (df) fprintf(df, "%d %.6g %.6g %d\n", n, p.speedup, p.eff, p.over);
+            if (df)
+                fprintf(df, "%d %.6g %.6g %d\n", n, p.speedup, p.eff, p.over);
             rows++;
         }
     }
@@ -374,8 +434,7 @@ int bench_scaling_main(int argc, char **argv)
     }
     if (df) {
         fclose(df);
-        if (status == CLI_EXIT_OK &&
-            bu_plot(c.o.plot, dat, PLOT_SCRIPT) != 0)
+        if (status == CLI_EXIT_OK && bu_plot(c.o.plot, dat, PLOT_SCRIPT) != 0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }

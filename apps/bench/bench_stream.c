@@ -20,6 +20,7 @@ typedef struct scfg {
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-bench stream [OPTIONS]\n"
 "\n"
@@ -37,27 +38,43 @@ static void usage(FILE *f)
 "  --json        JSON Lines: config, one row per (policy, threads), summary (schema distlab/1)\n"
 "  --plot FILE   FILE.svg or FILE.png: bandwidth vs threads per policy and kernel (gnuplot)\n"
 "  -h, --help    this help\n");
+    /* clang-format on */
 }
 
 static int parse(int argc, char **argv, scfg *c)
 {
     enum { O_RANKS = 256, O_MIB, O_TRIALS };
-    static const struct option lo[] = {
-        {"ranks", required_argument, NULL, O_RANKS}, {"mib", required_argument, NULL, O_MIB},
-        {"trials", required_argument, NULL, O_TRIALS}, BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo) {
+    static const struct option lo[] = {{"ranks", required_argument, NULL, O_RANKS},
+                                       {"mib", required_argument, NULL, O_MIB},
+                                       {"trials", required_argument, NULL, O_TRIALS},
+                                       BU_LONGOPTS_END};
+    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    {
         switch (opt) {
-        case O_RANKS: if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks)) return -1; break;
-        case O_MIB: if (cli_parse_int("--mib", optarg, 1, 1 << 16, &c->mib)) return -1; break;
-        case O_TRIALS: if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials)) return -1; break;
+        case O_RANKS:
+            if (cli_parse_int("--ranks", optarg, 1, 1024, &c->ranks))
+                return -1;
+            break;
+        case O_MIB:
+            if (cli_parse_int("--mib", optarg, 1, 1 << 16, &c->mib))
+                return -1;
+            break;
+        case O_TRIALS:
+            if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials))
+                return -1;
+            break;
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("stream", opt, argv, &c->o)) return -1;
+            if (bu_common_opt("stream", opt, argv, &c->o))
+                return -1;
         }
     }
-    if (bu_common_done("stream", argc, argv, &c->o)) return -1;
-    if (!c->mib) c->mib = c->o.quick ? 16 : 64;
-    if (!c->trials) c->trials = c->o.quick ? 3 : 7;
+    if (bu_common_done("stream", argc, argv, &c->o))
+        return -1;
+    if (!c->mib)
+        c->mib = c->o.quick ? 16 : 64;
+    if (!c->trials)
+        c->trials = c->o.quick ? 3 : 7;
     return 0;
 }
 
@@ -73,7 +90,8 @@ static void cpus_of(const dl_topo *topo, dl_place_policy pol, int n, char *buf, 
     size_t at = 0;
     for (int i = 0; i < n && at + 8 < len; i++)
         at += (size_t)snprintf(buf + at, len - at, i ? " %d" : "%d", pl->os_pu[i]);
-    if (n > 0 && at + 8 >= len) snprintf(buf + len - 5, 5, "...");
+    if (n > 0 && at + 8 >= len)
+        snprintf(buf + len - 5, 5, "...");
     dl_placement_destroy(pl);
 }
 
@@ -81,11 +99,14 @@ int bench_stream_main(int argc, char **argv)
 {
     scfg c;
     memset(&c, 0, sizeof c);
-    if (parse(argc, argv, &c)) return CLI_EXIT_USAGE;
+    if (parse(argc, argv, &c))
+        return CLI_EXIT_USAGE;
     dl_topo *topo = bu_topo_load("stream");
-    if (topo == NULL) return CLI_EXIT_FAIL;
+    if (topo == NULL)
+        return CLI_EXIT_FAIL;
     int pus = dl_topo_real_pus(topo);
-    if (!c.ranks) c.ranks = c.o.quick && pus > 2 ? 2 : pus;
+    if (!c.ranks)
+        c.ranks = c.o.quick && pus > 2 ? 2 : pus;
     bu_warn_oversub(c.ranks, pus);
     size_t bytes = (size_t)c.mib << 20;
 
@@ -100,8 +121,10 @@ int bench_stream_main(int argc, char **argv)
         bu_json_end(f);
     } else {
         bu_machine_text(f, topo);
-        fprintf(f, "# stream: %d MiB per array per thread, median of %d trials; copy counts 2x, "
-                   "triad 3x the array bytes\n", c.mib, c.trials);
+        fprintf(f,
+                "# stream: %d MiB per array per thread, median of %d trials; copy counts 2x, "
+                "triad 3x the array bytes\n",
+                c.mib, c.trials);
         if (c.o.csv)
             fprintf(f, "policy,threads,oversubscribed,cpus,copy_gbs,triad_gbs,copy_gbs_per_thread,"
                        "triad_gbs_per_thread\n");
@@ -119,7 +142,8 @@ int bench_stream_main(int argc, char **argv)
     FILE *df = c.o.plot ? open_memstream(&dat, &datlen) : NULL;
     for (int p = 0; p < 2 && status == CLI_EXIT_OK; p++) {
         const char *pname = dl_place_policy_name(pols[p]);
-        if (df) fprintf(df, "%s# %s: threads copy_gbs triad_gbs\n", p ? "\n\n" : "", pname);
+        if (df)
+            fprintf(df, "%s# %s: threads copy_gbs triad_gbs\n", p ? "\n\n" : "", pname);
         for (int n = 1; n <= c.ranks; n++) {
             double cp = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_COPY, c.trials);
             double tr = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_TRIAD, c.trials);
@@ -131,9 +155,12 @@ int bench_stream_main(int argc, char **argv)
             char cpus[64];
             cpus_of(topo, pols[p], n, cpus, sizeof cpus);
             int over = n > pus;
-            if (n == 1 && p == 0) one_copy = cp;
-            if (cp > best_copy) best_copy = cp;
-            if (tr > best_triad) best_triad = tr;
+            if (n == 1 && p == 0)
+                one_copy = cp;
+            if (cp > best_copy)
+                best_copy = cp;
+            if (tr > best_triad)
+                best_triad = tr;
             if (c.o.json) {
                 bu_json_begin(f, "stream", "row");
                 bu_json_str(f, "policy", pname);
@@ -153,7 +180,8 @@ int bench_stream_main(int argc, char **argv)
                         tr, cp / n, tr / n, over ? "  (oversubscribed)" : "");
             }
             fflush(f);
-            if (df) fprintf(df, "%d %.6g %.6g\n", n, cp, tr);
+            if (df)
+                fprintf(df, "%d %.6g %.6g\n", n, cp, tr);
             rows++;
         }
     }
@@ -179,7 +207,8 @@ int bench_stream_main(int argc, char **argv)
                     "plot datafile index 0 using 1:2 with linespoints title 'copy, compact', \\\n"
                     "     datafile index 0 using 1:3 with linespoints title 'triad, compact', \\\n"
                     "     datafile index 1 using 1:2 with linespoints title 'copy, scatter', \\\n"
-                    "     datafile index 1 using 1:3 with linespoints title 'triad, scatter'\n") != 0)
+                    "     datafile index 1 using 1:3 with linespoints title 'triad, scatter'\n") !=
+                0)
             status = CLI_EXIT_FAIL;
         free(dat);
     }

@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "                            fixed (ranks-per-node ranks each); default package\n"
             "  -k, --ranks-per-node K    ranks per node with --nodes fixed (implies it)\n"
             "      --tp T, --pp P        also show where the trainer's dp x tp x pp mesh lands\n"
-            "                            (dp = ranks / (tp pp); tp fastest): which tp and dp groups\n"
+            "                            (dp = ranks / (tp pp); tp fastest): which tp and dp "
+            "groups\n"
             "                            stay inside an L3, a NUMA node, a node; which pipeline\n"
             "                            hand-offs cross them\n"
             "  -t, --topology STR        plan on a synthetic hwloc topology, e.g.\n"
@@ -50,8 +51,8 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s: expected a whole number from %d to %d, got \"%s\"\n", opt,
-                lo, hi, s);
+        fprintf(stderr, PROG ": %s: expected a whole number from %d to %d, got \"%s\"\n", opt, lo,
+                hi, s);
         return -1;
     }
     *out = (int)v;
@@ -71,10 +72,10 @@ typedef struct gate {
 typedef struct rank_thread {
     const dl_topo *topo;
     gate *g;
-    int os_cpu;     /* where the placement says it goes */
-    int rc;         /* dl_topo_bind_self's status */
-    int bound_cpu;  /* cpu right after binding */
-    int cpu;        /* cpu once every rank is bound */
+    int os_cpu;    /* where the placement says it goes */
+    int rc;        /* dl_topo_bind_self's status */
+    int bound_cpu; /* cpu right after binding */
+    int cpu;       /* cpu once every rank is bound */
     char err[256];
 } rank_thread;
 
@@ -87,8 +88,7 @@ static void *rank_main(void *arg)
     pthread_mutex_lock(&r->g->mu);
     r->g->arrived++;
     pthread_cond_broadcast(&r->g->cv);
-    while (!r->g->open)
-        pthread_cond_wait(&r->g->cv, &r->g->mu);
+    while (!r->g->open) pthread_cond_wait(&r->g->cv, &r->g->mu);
     pthread_mutex_unlock(&r->g->mu);
     r->cpu = sched_getcpu();
     return NULL;
@@ -114,7 +114,8 @@ static void mesh_report(const dl_placement *pl, int tp, int pp)
         return;
     const int *doms[3] = {pl->l3, pl->numa, pl->node};
     printf("mesh: dp %d x tp %d x pp %d (tp fastest, then dp, then pp; rank = (pp_rank x %d + "
-           "dp_rank) x %d + tp_rank)\n", dp, tp, pp, dp, tp);
+           "dp_rank) x %d + tp_rank)\n",
+           dp, tp, pp, dp, tp);
     /* tp groups: consecutive ranks */
     int in[3] = {0, 0, 0}, groups = n / tp;
     for (int g = 0; g < groups; g++) {
@@ -143,7 +144,8 @@ static void mesh_report(const dl_placement *pl, int tp, int pp)
             }
     if (pp > 1)
         printf("  pp hand-offs (%d stage boundaries): crossing an L3 %d, a NUMA node %d, a node "
-               "%d\n", bounds, cross[0], cross[1], cross[2]);
+               "%d\n",
+               bounds, cross[0], cross[1], cross[2]);
     free(m);
 }
 
@@ -201,12 +203,8 @@ int bench_topo_main(int argc, char **argv)
             if (parse_int("--ranks-per-node", optarg, 1, MAX_RANKS, &rpn))
                 return 2;
             break;
-        case 't':
-            synthetic = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
+        case 't': synthetic = optarg; break;
+        case 'h': usage(stdout); return 0;
         case ':':
             fprintf(stderr, PROG ": option %s needs a value (try --help)\n", argv[optind - 1]);
             return 2;
@@ -285,13 +283,11 @@ int bench_topo_main(int argc, char **argv)
         started++;
     }
     pthread_mutex_lock(&g.mu);
-    while (g.arrived < started)
-        pthread_cond_wait(&g.cv, &g.mu);
+    while (g.arrived < started) pthread_cond_wait(&g.cv, &g.mu);
     g.open = 1;
     pthread_cond_broadcast(&g.cv);
     pthread_mutex_unlock(&g.mu);
-    for (int r = 0; r < started; r++)
-        pthread_join(th[r], NULL);
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
     if (started < nranks)
         goto out;
 
@@ -301,9 +297,8 @@ int bench_topo_main(int argc, char **argv)
         if (rt[r].rc != DL_OK && bind_failed++ < 5)
             fprintf(stderr, PROG ": rank %d: %s\n", r, rt[r].err);
     }
-    printf("distlab-bench topo: %d %s, policy %s, nodes %s", nranks,
-           nranks == 1 ? "rank" : "ranks", dl_place_policy_name(policy),
-           dl_node_kind_name(nodes));
+    printf("distlab-bench topo: %d %s, policy %s, nodes %s", nranks, nranks == 1 ? "rank" : "ranks",
+           dl_place_policy_name(policy), dl_node_kind_name(nodes));
     if (nodes == DL_NODE_FIXED)
         printf(" (%d per node)", rpn);
     printf("\n");

@@ -25,7 +25,8 @@ enum { NDRAWN = sizeof drawn / sizeof drawn[0] };
 int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
 {
     if (t == NULL || bu_plot_check(svg_path)) {
-        if (t == NULL) cli_error("gantt: no trace");
+        if (t == NULL)
+            cli_error("gantt: no trace");
         return -1;
     }
     int n = dl_trace_nranks(t);
@@ -35,9 +36,12 @@ int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
     for (int r = 0; r < n; r++) {
         const dl_trace_event *e = dl_trace_events(t, r);
         for (size_t i = 0; i < dl_trace_count(t, r); i++) {
-            if (e[i].kind != DL_TR_STEP || e[i].step != step) continue;
-            if (e[i].t0 < w0) w0 = e[i].t0;
-            if (e[i].t1 > w1) w1 = e[i].t1;
+            if (e[i].kind != DL_TR_STEP || e[i].step != step)
+                continue;
+            if (e[i].t0 < w0)
+                w0 = e[i].t0;
+            if (e[i].t1 > w1)
+                w1 = e[i].t1;
             break;
         }
         double b;
@@ -64,16 +68,22 @@ int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
         for (int r = 0; r < n; r++) {
             const dl_trace_event *e = dl_trace_events(t, r);
             for (size_t i = 0; i < dl_trace_count(t, r); i++) {
-                if (e[i].kind != drawn[d].kind) continue;
+                if (e[i].kind != drawn[d].kind)
+                    continue;
                 uint64_t a = e[i].t0 > w0 ? e[i].t0 : w0, z = e[i].t1 < w1 ? e[i].t1 : w1;
-                if (z <= a) continue;
-                if (k == 0) fprintf(df, "%s# %s\n", block ? "\n\n" : "", drawn[d].title);
+                if (z <= a)
+                    continue;
+                if (k == 0)
+                    fprintf(df, "%s# %s\n", block ? "\n\n" : "", drawn[d].title);
                 double x0 = (double)(a - w0) / 1e6, x1 = (double)(z - w0) / 1e6;
                 char label[32] = "";
                 /* a label only where it fits: boxes of at least 2.5% of the step */
-                if ((drawn[d].kind == DL_TR_FWD || drawn[d].kind == DL_TR_BWD) && (z - a) * 40 >= w1 - w0) {
-                    if (e[i].chunk > 0) snprintf(label, sizeof label, "%d.%d", (int)e[i].mb, (int)e[i].chunk);
-                    else snprintf(label, sizeof label, "%d", (int)e[i].mb);
+                if ((drawn[d].kind == DL_TR_FWD || drawn[d].kind == DL_TR_BWD) &&
+                    (z - a) * 40 >= w1 - w0) {
+                    if (e[i].chunk > 0)
+                        snprintf(label, sizeof label, "%d.%d", (int)e[i].mb, (int)e[i].chunk);
+                    else
+                        snprintf(label, sizeof label, "%d", (int)e[i].mb);
                 }
                 fprintf(df, "%.6f %.6f %d \"%s\"\n", (x0 + x1) / 2, (x1 - x0) / 2, r, label);
                 k++;
@@ -95,26 +105,33 @@ int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
         return -1;
     }
     fprintf(g, "set title 'distlab trace: step %d", step);
-    if (bub_n) fprintf(g, " (bubble %.1f%%, mean of %d ranks)", 100.0 * bub_sum / bub_n, bub_n);
-    fprintf(g, "'\nset xlabel 'ms from the step start'\nset xrange [0:%.6f]\n", (double)(w1 - w0) / 1e6);
+    if (bub_n)
+        fprintf(g, " (bubble %.1f%%, mean of %d ranks)", 100.0 * bub_sum / bub_n, bub_n);
+    fprintf(g, "'\nset xlabel 'ms from the step start'\nset xrange [0:%.6f]\n",
+            (double)(w1 - w0) / 1e6);
     fprintf(g, "set yrange [%g:-0.5]\nset ytics (", n - 0.5);
     for (int r = 0; r < n; r++) fprintf(g, "%s'GPU %d' %d", r ? ", " : "", r + 1, r);
-    fprintf(g, ")\nunset grid\nset grid xtics\nset style fill solid 0.85 border lc rgb '#303030'\n");
+    fprintf(g,
+            ")\nunset grid\nset grid xtics\nset style fill solid 0.85 border lc rgb '#303030'\n");
     if (total == 0) {
         /* nothing to draw but the empty rows: one invisible point keeps gnuplot happy */
         fprintf(g, "plot '+' using (0):(0) with points pt -1 notitle\n");
     } else {
         const char *sep = "plot ";
         for (int d = 0; d < NDRAWN; d++) {
-            if (!present[d]) continue;
-            fprintf(g, "%sdatafile index %d using 1:3:2:(0.38) with boxxyerror lc rgb '%s' title '%s'", sep,
-                    present[d] - 1, drawn[d].colour, drawn[d].title);
+            if (!present[d])
+                continue;
+            fprintf(g,
+                    "%sdatafile index %d using 1:3:2:(0.38) with boxxyerror lc rgb '%s' title '%s'",
+                    sep, present[d] - 1, drawn[d].colour, drawn[d].title);
             sep = ", \\\n     ";
         }
         if (total <= 600) /* labels stay readable only for so many boxes */
             for (int d = 0; d < 2; d++)
                 if (present[d])
-                    fprintf(g, "%sdatafile index %d using 1:3:4 with labels font ',8' tc rgb 'white' notitle",
+                    fprintf(g,
+                            "%sdatafile index %d using 1:3:4 with labels font ',8' tc rgb 'white' "
+                            "notitle",
                             sep, present[d] - 1);
         fputc('\n', g);
     }
@@ -137,9 +154,11 @@ int trace_plot_demo_main(int argc, char **argv)
         cli_error("gantt-demo: %s", dl_errmsg());
         return CLI_EXIT_USAGE;
     }
-    if ((argc > 3 && cli_parse_int("P", argv[3], 1, 64, &p)) || (argc > 4 && cli_parse_int("M", argv[4], 1, 64, &m)))
+    if ((argc > 3 && cli_parse_int("P", argv[3], 1, 64, &p)) ||
+        (argc > 4 && cli_parse_int("M", argv[4], 1, 64, &m)))
         return CLI_EXIT_USAGE;
-    if (bu_plot_check(argv[1])) return CLI_EXIT_USAGE;
+    if (bu_plot_check(argv[1]))
+        return CLI_EXIT_USAGE;
     dl_sched *s = NULL;
     int rc;
     switch (kind) {
@@ -150,7 +169,8 @@ int trace_plot_demo_main(int argc, char **argv)
     default: rc = dl_sched_1f1b(p, m, &s); break;
     }
     dl_sched_sim *sim = NULL;
-    if (rc == DL_OK) rc = dl_sched_simulate(s, NULL, &sim);
+    if (rc == DL_OK)
+        rc = dl_sched_simulate(s, NULL, &sim);
     if (rc != DL_OK) {
         cli_error("gantt-demo: %s", dl_errmsg());
         dl_sched_free(s);
@@ -165,7 +185,9 @@ int trace_plot_demo_main(int argc, char **argv)
             dl_trace_add(t, q, DL_TR_STEP, 0, -1, -1, 0, (uint64_t)(sim->makespan + 0.5) * ms);
             for (int i = 0; i < s->len[q]; i++) {
                 const dl_sched_action *a = &s->act[q][i];
-                int k = a->op == DL_SCHED_F ? DL_TR_FWD : a->op == DL_SCHED_B ? DL_TR_BWD : DL_TR_OPT;
+                int k = a->op == DL_SCHED_F   ? DL_TR_FWD
+                        : a->op == DL_SCHED_B ? DL_TR_BWD
+                                              : DL_TR_OPT;
                 dl_trace_add(t, q, k, 0, a->mb, a->chunk, (uint64_t)(sim->start[q][i] + 0.5) * ms,
                              (uint64_t)(sim->end[q][i] + 0.5) * ms);
             }
@@ -175,7 +197,8 @@ int trace_plot_demo_main(int argc, char **argv)
             fputs(grid, stdout);
             free(grid);
         }
-        if (trace_plot_gantt(t, 0, argv[1]) == 0) status = CLI_EXIT_OK;
+        if (trace_plot_gantt(t, 0, argv[1]) == 0)
+            status = CLI_EXIT_OK;
         dl_trace_destroy(t);
     } else {
         cli_error("gantt-demo: %s", dl_errmsg());

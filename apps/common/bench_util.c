@@ -31,8 +31,8 @@ typedef struct stream_thr {
 } stream_thr;
 
 /* a = b + s*c over n doubles; a separate function so that the loop vectorises on its own. */
-static void triad(double *restrict a, const double *restrict b, const double *restrict c,
-                  double s, size_t n)
+static void triad(double *restrict a, const double *restrict b, const double *restrict c, double s,
+                  size_t n)
 {
     for (size_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
 }
@@ -45,9 +45,12 @@ static void *stream_main(void *arg)
     size_t nd = s->bytes / sizeof(double);
     (void)dl_topo_bind_self(s->topo, s->os_pu, &actual); /* unpinned is still a measurement */
     /* Page-aligned: keeps (dst - src) mod 4096 == 0, away from glibc's slow-memcpy offsets. */
-    if (posix_memalign((void **)&src, 4096, s->bytes) != 0) src = NULL;
-    if (posix_memalign((void **)&dst, 4096, s->bytes) != 0) dst = NULL;
-    if (s->kernel == BU_TRIAD && posix_memalign((void **)&c3, 4096, s->bytes) != 0) c3 = NULL;
+    if (posix_memalign((void **)&src, 4096, s->bytes) != 0)
+        src = NULL;
+    if (posix_memalign((void **)&dst, 4096, s->bytes) != 0)
+        dst = NULL;
+    if (s->kernel == BU_TRIAD && posix_memalign((void **)&c3, 4096, s->bytes) != 0)
+        c3 = NULL;
     s->fail = !src || !dst || (s->kernel == BU_TRIAD && !c3);
     if (!s->fail && s->kernel == BU_COPY) {
         memset(src, 1, s->bytes); /* first touch by this thread: pages on its NUMA node */
@@ -65,23 +68,27 @@ static void *stream_main(void *arg)
         pthread_barrier_wait(s->bar); /* all threads copy at once: shared memory bandwidth */
         uint64_t t0 = dl_now_ns();
         if (!s->fail) {
-            if (s->kernel == BU_COPY) memcpy(dst, src, s->bytes);
-            else triad((double *)dst, (const double *)src, (const double *)c3, 3.0, nd);
+            if (s->kernel == BU_COPY)
+                memcpy(dst, src, s->bytes);
+            else
+                triad((double *)dst, (const double *)src, (const double *)c3, 3.0, nd);
         }
         uint64_t t1 = dl_now_ns();
         s->t[k] = (double)(t1 - t0) * 1e-9;
     }
     /* and the work is not optimised away */
-    if (!s->fail && s->kernel == BU_COPY) s->fail = dst[s->bytes - 1] != 1;
-    if (!s->fail && s->kernel == BU_TRIAD && nd) s->fail = ((double *)dst)[nd - 1] != 7.0;
+    if (!s->fail && s->kernel == BU_COPY)
+        s->fail = dst[s->bytes - 1] != 1;
+    if (!s->fail && s->kernel == BU_TRIAD && nd)
+        s->fail = ((double *)dst)[nd - 1] != 7.0;
     free(src);
     free(dst);
     free(c3);
     return NULL;
 }
 
-double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn,
-                 int nthr, size_t bytes, int kernel, int trials)
+double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn, int nthr,
+                 size_t bytes, int kernel, int trials)
 {
     dl_placement *pl = NULL;
     stream_thr *th = calloc((size_t)nthr, sizeof *th);
@@ -89,11 +96,17 @@ double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes
     double *per = calloc((size_t)trials, sizeof *per);
     pthread_barrier_t bar;
     int started = 0, ok = th && t && per;
-    if (ok && dl_place(topo, nthr, policy, nodes, rpn, &pl) != DL_OK) pl = NULL;
-    if (ok && pthread_barrier_init(&bar, NULL, (unsigned)nthr) != 0) ok = 0;
+    if (ok && dl_place(topo, nthr, policy, nodes, rpn, &pl) != DL_OK)
+        pl = NULL;
+    if (ok && pthread_barrier_init(&bar, NULL, (unsigned)nthr) != 0)
+        ok = 0;
     for (int i = 0; ok && i < nthr; i++) {
-        th[i] = (stream_thr){.topo = topo, .os_pu = pl ? pl->os_pu[i] : i, .bytes = bytes,
-                             .trials = trials, .kernel = kernel, .bar = &bar,
+        th[i] = (stream_thr){.topo = topo,
+                             .os_pu = pl ? pl->os_pu[i] : i,
+                             .bytes = bytes,
+                             .trials = trials,
+                             .kernel = kernel,
+                             .bar = &bar,
                              .t = t + (size_t)i * (size_t)trials};
         if (pthread_create(&th[i].tid, NULL, stream_main, &th[i]) != 0) {
             /* the others would wait at the barrier forever: give up before starting any */
@@ -109,20 +122,25 @@ double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes
     }
     for (int i = 0; i < started; i++) {
         pthread_join(th[i].tid, NULL);
-        if (th[i].fail) ok = 0;
+        if (th[i].fail)
+            ok = 0;
     }
     if (ok) {
         for (int k = 0; k < trials; k++) {
             per[k] = 0;
             for (int i = 0; i < nthr; i++)
-                if (t[(size_t)i * trials + k] > per[k]) per[k] = t[(size_t)i * trials + k];
+                if (t[(size_t)i * trials + k] > per[k])
+                    per[k] = t[(size_t)i * trials + k];
         }
         double sec = dl__median(per, (size_t)trials);
         double counted = kernel == BU_COPY ? 2.0 : 3.0;
-        if (sec > 0) gbs = counted * (double)bytes * nthr / sec / 1e9;
+        if (sec > 0)
+            gbs = counted * (double)bytes * nthr / sec / 1e9;
     }
-    if (th && t && per && started == nthr) pthread_barrier_destroy(&bar);
-    if (pl) dl_placement_destroy(pl);
+    if (th && t && per && started == nthr)
+        pthread_barrier_destroy(&bar);
+    if (pl)
+        dl_placement_destroy(pl);
     free(th);
     free(t);
     free(per);
@@ -135,15 +153,18 @@ static int pos(double x) { return isfinite(x) && x > 0; }
 
 double bu_contention(double t_alone, double t_together)
 {
-    if (!pos(t_alone) || !pos(t_together)) return NAN;
+    if (!pos(t_alone) || !pos(t_together))
+        return NAN;
     return t_together / t_alone;
 }
 
 bu_overlap bu_overlap_calc(double tc, double tg, double tc_both, double tg_both, double t_both)
 {
     bu_overlap o = {NAN, NAN, NAN};
-    if (pos(tc) && pos(tc_both)) o.comm_slowdown = tc_both / tc;
-    if (pos(tg) && pos(tg_both)) o.comp_slowdown = tg_both / tg;
+    if (pos(tc) && pos(tc_both))
+        o.comm_slowdown = tc_both / tc;
+    if (pos(tg) && pos(tg_both))
+        o.comp_slowdown = tg_both / tg;
     if (pos(tc) && isfinite(tg) && tg >= 0 && pos(t_both)) {
         double h = (tc + tg - t_both) / tc;
         o.hidden = h < 0 ? 0 : h > 1 ? 1 : h;
@@ -153,7 +174,8 @@ bu_overlap bu_overlap_calc(double tc, double tg, double tc_both, double tg_both,
 
 void bu_check(FILE *f, const char *who, int cond, const char *text, int line, int *ok)
 {
-    if (cond) return;
+    if (cond)
+        return;
     fprintf(f, "%s: FAILED %s (line %d)\n", who, text, line);
     *ok = 0;
 }
@@ -220,7 +242,8 @@ static void add_shape(dl_gemm_log *l, int ta, int tb, int M, int N, int K, long 
     }
     if (l->n < DL_GEMM_LOG_MAX)
         l->s[l->n++] = (dl_gemm_shape){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .count = count};
-    else l->dropped += count;
+    else
+        l->dropped += count;
 }
 
 /* One linear layer inp(BT, IC) -> out(BT, OC) with W(OC, IC) as dl_linear_* stores it:
@@ -257,9 +280,12 @@ int bu_gemm_alloc(const dl_gemm_log *log, bu_gemm_bufs *g)
     for (int i = 0; i < log->n; i++) {
         const dl_gemm_shape *s = &log->s[i];
         size_t a = (size_t)s->M * s->K, b = (size_t)s->K * s->N, c = (size_t)s->M * s->N;
-        if (a > am) am = a;
-        if (b > bm) bm = b;
-        if (c > cm) cm = c;
+        if (a > am)
+            am = a;
+        if (b > bm)
+            bm = b;
+        if (c > cm)
+            cm = c;
     }
     g->a = g->b = g->c = NULL;
     if (posix_memalign((void **)&g->a, 4096, am * sizeof(float)) ||
@@ -302,7 +328,8 @@ static void cpu_model(char *buf, size_t len)
 {
     snprintf(buf, len, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
+    if (!f)
+        return;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         if (strncmp(line, "model name", 10) == 0) {
@@ -324,9 +351,12 @@ static void governor(char *buf, size_t len)
 {
     snprintf(buf, len, "n/a");
     FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "r");
-    if (!f) return;
-    if (fgets(buf, (int)len, f)) buf[strcspn(buf, "\n")] = 0;
-    else snprintf(buf, len, "n/a");
+    if (!f)
+        return;
+    if (fgets(buf, (int)len, f))
+        buf[strcspn(buf, "\n")] = 0;
+    else
+        snprintf(buf, len, "n/a");
     fclose(f);
 }
 
@@ -348,7 +378,8 @@ static void utc_date(char *buf, size_t len)
 dl_topo *bu_topo_load(const char *sub)
 {
     dl_topo *topo = NULL;
-    if (dl_topo_load(&topo, "") == DL_OK) return topo;
+    if (dl_topo_load(&topo, "") == DL_OK)
+        return topo;
     cli_error("%s: cannot load the topology: %s", sub, dl_errmsg());
     return NULL;
 }
@@ -374,8 +405,8 @@ void bu_machine_text(FILE *f, const dl_topo *topo)
     const dl_topo_summary s = m.s;
     const char *model = m.model, *gov = m.gov, *date = m.date;
     fprintf(f, "# distlab-bench %s, %s\n", dl_version(), date);
-    fprintf(f, "# machine: %s; %d PUs, %d cores, %d L3, %d NUMA, %d package%s (%s)\n", model,
-            s.pus, s.cores, s.l3s, s.numas, s.packages, s.packages == 1 ? "" : "s", s.desc);
+    fprintf(f, "# machine: %s; %d PUs, %d cores, %d L3, %d NUMA, %d package%s (%s)\n", model, s.pus,
+            s.cores, s.l3s, s.numas, s.packages, s.packages == 1 ? "" : "s", s.desc);
     fprintf(f, "# caches: L2 %lld KiB, L3 %lld KiB; real PUs %d; nproc %ld; governor %s\n",
             s.l2_bytes >> 10, s.l3_bytes >> 10, dl_topo_real_pus(topo),
             sysconf(_SC_NPROCESSORS_ONLN), gov);
@@ -400,8 +431,9 @@ void bu_machine_json(FILE *f, const dl_topo *topo)
     const char *model = m.model, *gov = m.gov, *date = m.date;
     fprintf(f, ",\"machine\":{\"date\":\"%s\",\"cpu\":", date);
     dl__json_fputs(f, model, DL__JSON_CTRL_DROP);
-    fprintf(f, ",\"pus\":%d,\"cores\":%d,\"l3s\":%d,\"numas\":%d,\"packages\":%d,"
-               "\"l2_bytes\":%lld,\"l3_bytes\":%lld,\"real_pus\":%d,\"nproc\":%ld,\"topology\":",
+    fprintf(f,
+            ",\"pus\":%d,\"cores\":%d,\"l3s\":%d,\"numas\":%d,\"packages\":%d,"
+            "\"l2_bytes\":%lld,\"l3_bytes\":%lld,\"real_pus\":%d,\"nproc\":%ld,\"topology\":",
             s.pus, s.cores, s.l3s, s.numas, s.packages, s.l2_bytes, s.l3_bytes,
             dl_topo_real_pus(topo), sysconf(_SC_NPROCESSORS_ONLN));
     dl__json_fputs(f, s.desc, DL__JSON_CTRL_DROP);
@@ -416,8 +448,9 @@ void bu_machine_json(FILE *f, const dl_topo *topo)
 
 void bu_json_begin(FILE *f, const char *sub, const char *type)
 {
-    fprintf(f, "{\"type\":\"%s\",\"schema\":\"distlab/1\",\"app\":\"distlab-bench\","
-               "\"subcommand\":\"%s\",\"version\":",
+    fprintf(f,
+            "{\"type\":\"%s\",\"schema\":\"distlab/1\",\"app\":\"distlab-bench\","
+            "\"subcommand\":\"%s\",\"version\":",
             type, sub);
     dl__json_fputs(f, dl_version(), DL__JSON_CTRL_DROP);
 }
@@ -430,8 +463,10 @@ void bu_json_end(FILE *f)
 
 void bu_json_num(FILE *f, const char *key, double v)
 {
-    if (isfinite(v)) fprintf(f, ",\"%s\":%.17g", key, v);
-    else fprintf(f, ",\"%s\":null", key);
+    if (isfinite(v))
+        fprintf(f, ",\"%s\":%.17g", key, v);
+    else
+        fprintf(f, ",\"%s\":null", key);
 }
 
 void bu_json_int(FILE *f, const char *key, long long v) { fprintf(f, ",\"%s\":%lld", key, v); }
@@ -449,9 +484,11 @@ void bu_json_bool(FILE *f, const char *key, int v)
 
 int bu_warn_oversub(int n, int real_pus)
 {
-    if (n <= real_pus) return 0;
+    if (n <= real_pus)
+        return 0;
     cli_error("WARNING: %d ranks on %d PUs: ranks share cores (oversubscribed); timings include "
-              "contention", n, real_pus);
+              "contention",
+              n, real_pus);
     return 1;
 }
 
@@ -460,8 +497,10 @@ int bu_warn_oversub(int n, int real_pus)
 static const char *plot_ext(const char *file)
 {
     const char *dot = strrchr(file, '.');
-    if (!dot || strchr(dot, '/')) return NULL;
-    if (strcmp(dot, ".svg") == 0 || strcmp(dot, ".png") == 0) return dot;
+    if (!dot || strchr(dot, '/'))
+        return NULL;
+    if (strcmp(dot, ".svg") == 0 || strcmp(dot, ".png") == 0)
+        return dot;
     return NULL;
 }
 
@@ -474,9 +513,11 @@ int bu_plot_check(const char *file)
     /* the image, and the data and script written beside it */
     size_t stem = (size_t)(plot_ext(file) - file);
     char side[4096];
-    if (cli_check_output("--plot", file)) return -1;
+    if (cli_check_output("--plot", file))
+        return -1;
     snprintf(side, sizeof side, "%.*s.dat", (int)stem, file);
-    if (cli_check_output("--plot", side)) return -1;
+    if (cli_check_output("--plot", side))
+        return -1;
     snprintf(side, sizeof side, "%.*s.gp", (int)stem, file);
     return cli_check_output("--plot", side);
 }
@@ -501,8 +542,10 @@ int bu_plot(const char *file, const char *data, const char *script)
     /* the script names the data file as written, so that it runs from the same directory as
      * the command did; pngcairo is gnuplot-nox's PNG terminal */
     fprintf(f, "# written by distlab-bench; render with: gnuplot %s\n", gp);
-    if (strcmp(ext, ".svg") == 0) fprintf(f, "set terminal svg size 900,540 dynamic\n");
-    else fprintf(f, "set terminal pngcairo size 900,540\n");
+    if (strcmp(ext, ".svg") == 0)
+        fprintf(f, "set terminal svg size 900,540 dynamic\n");
+    else
+        fprintf(f, "set terminal pngcairo size 900,540\n");
     fprintf(f, "set output '%s'\ndatafile = '%s'\nset grid\nset key outside right\n%s", file, dat,
             script);
     if (fclose(f) != 0) {
@@ -510,8 +553,10 @@ int bu_plot(const char *file, const char *data, const char *script)
         return -1;
     }
     if (access("/usr/bin/gnuplot", X_OK) != 0) {
-        fprintf(stderr, "distlab-bench: gnuplot not found: wrote %s and %s; render with "
-                        "`gnuplot %s` (apt-get install gnuplot-nox)\n", dat, gp, gp);
+        fprintf(stderr,
+                "distlab-bench: gnuplot not found: wrote %s and %s; render with "
+                "`gnuplot %s` (apt-get install gnuplot-nox)\n",
+                dat, gp, gp);
         return 0;
     }
     char cmd[8400];
@@ -531,7 +576,8 @@ int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o)
     case BU_O_CSV: o->csv = 1; return 0;
     case BU_O_JSON: o->json = 1; return 0;
     case BU_O_PLOT:
-        if (bu_plot_check(optarg)) return -1;
+        if (bu_plot_check(optarg))
+            return -1;
         o->plot = optarg;
         return 0;
     default:

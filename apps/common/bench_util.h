@@ -17,8 +17,8 @@ enum { BU_COPY = 0, BU_TRIAD = 1 };
  * with its own page-aligned arrays of `bytes` bytes (first-touched by the thread). Copy (memcpy)
  * counts read + write (2 x bytes), triad a = b + s*c on doubles counts 3 x bytes, as STREAM does.
  * Per trial the slowest thread's time; median over `trials`. Returns GB/s, 0 on failure. */
-double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn,
-                 int nthr, size_t bytes, int kernel, int trials);
+double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn, int nthr,
+                 size_t bytes, int kernel, int trials);
 
 /* ---- the harness's arithmetic (pure; tested by `distlab-bench selftest`) ---- */
 /* Contention factor = per-rank rate alone / per-rank rate together = t_together / t_alone for
@@ -112,22 +112,29 @@ typedef struct bu_common {
 
 /* getopt codes of the common options (a subcommand's own start at 256), and their long options */
 enum { BU_O_QUICK = 1000, BU_O_CSV, BU_O_JSON, BU_O_PLOT };
-#define BU_LONGOPTS_COMMON                                                                     \
-    {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},            \
-        {"json", no_argument, NULL, BU_O_JSON}
-#define BU_LONGOPT_PLOT {"plot", required_argument, NULL, BU_O_PLOT}
+#define BU_LONGOPTS_COMMON                                                                         \
+    {"quick", no_argument, NULL, BU_O_QUICK}, {"csv", no_argument, NULL, BU_O_CSV},                \
+    {                                                                                              \
+        "json", no_argument, NULL, BU_O_JSON                                                       \
+    }
+#define BU_LONGOPT_PLOT                                                                            \
+    {                                                                                              \
+        "plot", required_argument, NULL, BU_O_PLOT                                                 \
+    }
 /* The end of a subcommand's long options: the common ones (with --plot or without), --help and
  * the terminator. */
-#define BU_LONGOPTS_END                                                                        \
-    BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
-#define BU_LONGOPTS_END_NOPLOT BU_LONGOPTS_COMMON, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+#define BU_LONGOPTS_END                                                                            \
+    BU_LONGOPTS_COMMON, BU_LONGOPT_PLOT, {"help", no_argument, NULL, 'h'}, { NULL, 0, NULL, 0 }
+#define BU_LONGOPTS_END_NOPLOT                                                                     \
+    BU_LONGOPTS_COMMON, {"help", no_argument, NULL, 'h'}, { NULL, 0, NULL, 0 }
 /* A selftest's check: when cond is 0, "WHO: FAILED TEXT (line N)" on f and *ok = 0. Call it
  * through a macro that passes #cond and __LINE__. */
 void bu_check(FILE *f, const char *who, int cond, const char *text, int line, int *ok);
 /* A subcommand's option loop: getopt_long from argv[1] with -h the only short option, and our own
  * one-line messages instead of getopt's. */
-#define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                   \
-    for (int opt = (opterr = 0, optind = 1, 0); (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1;)
+#define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                       \
+    for (int opt = (opterr = 0, optind = 1, 0);                                                    \
+         (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1;)
 /* A getopt result that is none of subcommand `sub`'s own options: a common option (returns 0)
  * or a usage error (returns -1, one line printed). */
 int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o);

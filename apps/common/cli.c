@@ -26,10 +26,7 @@ void cli_error(const char *fmt, ...)
     va_end(ap);
 }
 
-void cli_print_version(FILE *f)
-{
-    fprintf(f, "%s (distlab) %s\n", cli_progname, dl_version());
-}
+void cli_print_version(FILE *f) { fprintf(f, "%s (distlab) %s\n", cli_progname, dl_version()); }
 
 int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -96,7 +93,8 @@ int cli_parse_double(const char *what, const char *s, double min, double max, do
 
 int cli_is_hex(const char *s)
 {
-    if (*s == '+' || *s == '-') s++;
+    if (*s == '+' || *s == '-')
+        s++;
     return s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
 }
 
@@ -112,10 +110,10 @@ int cli_split_list(const char *what, const char *s, char *buf, size_t bufsz, cha
     char *p = buf;
     for (;;) {
         char *comma = strchr(p, ',');
-        if (comma) *comma = '\0';
+        if (comma)
+            *comma = '\0';
         if (*p == '\0') {
-            cli_error(*s ? "%s: '%s' has an empty element" : "%s: empty list%s", what,
-                      *s ? s : "");
+            cli_error(*s ? "%s: '%s' has an empty element" : "%s: empty list%s", what, *s ? s : "");
             return -1;
         }
         if (*n == max) {
@@ -123,7 +121,8 @@ int cli_split_list(const char *what, const char *s, char *buf, size_t bufsz, cha
             return -1;
         }
         items[(*n)++] = p;
-        if (!comma) return 0;
+        if (!comma)
+            return 0;
         p = comma + 1;
     }
 }
@@ -133,17 +132,20 @@ int cli_parse_bool(const char *what, const char *s, int *out)
     static const char *const no[] = {"0", "no", "off", "false"};
     static const char *const yes[] = {"1", "yes", "on", "true"};
     for (size_t i = 0; s != NULL && i < sizeof no / sizeof no[0]; i++) {
-        if (strcmp(s, no[i]) == 0) { *out = 0; return 0; }
-        if (strcmp(s, yes[i]) == 0) { *out = 1; return 0; }
+        if (strcmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+        if (strcmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
     }
     cli_error("%s: '%s' is not 0 or 1", what, s ? s : "");
     return -1;
 }
 
-void cli_ignore_sigxfsz(void)
-{
-    signal(SIGXFSZ, SIG_IGN);
-}
+void cli_ignore_sigxfsz(void) { signal(SIGXFSZ, SIG_IGN); }
 
 /* The temporaries removed on a fatal signal: formatted up front, as a handler may only unlink */
 static char tmp_names[8][4224];
@@ -151,8 +153,7 @@ static volatile sig_atomic_t ntmp;
 
 static void remove_tmp_and_die(int sig)
 {
-    for (int i = 0; i < ntmp; i++)
-        unlink(tmp_names[i]);
+    for (int i = 0; i < ntmp; i++) unlink(tmp_names[i]);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -190,7 +191,8 @@ static int quiet_process(void)
     static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
     for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++) {
         const char *v = getenv(rank_vars[i]);
-        if (v && *v) return strcmp(v, "0") != 0;
+        if (v && *v)
+            return strcmp(v, "0") != 0;
     }
     return 0;
 }
@@ -226,7 +228,8 @@ static void check_restart(const char *mark)
     if (strcasecmp(now, old) == 0)
         blas_warn("OpenBLAS still runs its %s kernel after restarting with OPENBLAS_CORETYPE=%s "
                   "(an OpenBLAS built without DYNAMIC_ARCH ignores it): GEMMs run below this "
-                  "CPU's speed", now, asked ? asked : "");
+                  "CPU's speed",
+                  now, asked ? asked : "");
 }
 
 static void check_user_coretype(const char *user, const dl_cpu_features *f)

@@ -30,7 +30,8 @@ static int n_figs, n_checked, n_match, n_diff, n_failed;
 
 void lec_text(const char *fmt, ...)
 {
-    if (opt_json) return;
+    if (opt_json)
+        return;
     va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);
@@ -50,16 +51,20 @@ static void put_padded(const char *s, int cols)
 void lec_fig(const char *ref, const char *id, const char *label, double value, const char *shown,
              const char *lecture, int status)
 {
-    if (lecture == NULL || lecture[0] == '\0') status = LEC_INFO;
+    if (lecture == NULL || lecture[0] == '\0')
+        status = LEC_INFO;
     n_figs++;
     if (status != LEC_INFO) {
         n_checked++;
-        if (status == LEC_MATCH) n_match++;
-        else n_diff++;
+        if (status == LEC_MATCH)
+            n_match++;
+        else
+            n_diff++;
     }
     const char *mark = status == LEC_MATCH ? "MATCH" : status == LEC_DIFF ? "DIFF" : NULL;
     if (opt_json) {
-        printf("{\"type\":\"figure\",\"schema\":\"distlab/1\",\"app\":\"distlab-lecture\",\"section\":");
+        printf("{\"type\":\"figure\",\"schema\":\"distlab/"
+               "1\",\"app\":\"distlab-lecture\",\"section\":");
         json_str(cur_section);
         printf(",\"ref\":");
         json_str(ref);
@@ -67,26 +72,34 @@ void lec_fig(const char *ref, const char *id, const char *label, double value, c
         json_str(id);
         printf(",\"label\":");
         json_str(label);
-        if (isfinite(value)) printf(",\"value\":%.10g", value);
-        else printf(",\"value\":null");
+        if (isfinite(value))
+            printf(",\"value\":%.10g", value);
+        else
+            printf(",\"value\":null");
         printf(",\"shown\":");
         json_str(shown);
         printf(",\"lecture\":");
-        if (lecture && lecture[0]) json_str(lecture);
-        else printf("null");
+        if (lecture && lecture[0])
+            json_str(lecture);
+        else
+            printf("null");
         printf(",\"check\":");
-        if (mark) json_str(mark);
-        else printf("null");
+        if (mark)
+            json_str(mark);
+        else
+            printf("null");
         printf("}\n");
         return;
     }
-    if (opt_check) printf("%-6s", mark ? mark : "");
+    if (opt_check)
+        printf("%-6s", mark ? mark : "");
     printf("  ");
     put_padded(ref, 7);
     put_padded(label, 66);
     printf(" ");
     put_padded(shown, 26);
-    if (lecture && lecture[0]) printf("  lecture: %s", lecture);
+    if (lecture && lecture[0])
+        printf("  lecture: %s", lecture);
     putchar('\n');
 }
 
@@ -115,15 +128,18 @@ static void section_header(const char *name, const char *title)
 
 static int presets(dl_plan_model *m, const char *mname, dl_plan_hw *hw, const char *hname)
 {
-    if (m && dl_plan_model_preset(mname, m) != DL_OK) return lec_fail("planner model preset");
-    if (hw && dl_plan_hw_preset(hname, hw) != DL_OK) return lec_fail("planner hardware preset");
+    if (m && dl_plan_model_preset(mname, m) != DL_OK)
+        return lec_fail("planner model preset");
+    if (hw && dl_plan_hw_preset(hname, hw) != DL_OK)
+        return lec_fail("planner hardware preset");
     return 0;
 }
 
 static int lecture_01(void)
 {
-    section_header("01", "§1 why distribute: memory and communication accounting (code 01; the planner, "
-                         "lib/plan/plan.c)");
+    section_header("01",
+                   "§1 why distribute: memory and communication accounting (code 01; the planner, "
+                   "lib/plan/plan.c)");
     char shown[160], label[160];
     dl_plan_opts o;
     dl_plan_opts_init(&o);
@@ -133,7 +149,8 @@ static int lecture_01(void)
     static const double dense[3] = {312, 989, 2250};
     for (int i = 0; i < 3; i++) {
         dl_plan_hw hw;
-        if (presets(NULL, NULL, &hw, hwn[i])) return -1;
+        if (presets(NULL, NULL, &hw, hwn[i]))
+            return -1;
         snprintf(label, sizeof label, "%s dense BF16", hw.name);
         snprintf(shown, sizeof shown, "%.0f TFLOP/s", hw.flops / 1e12);
         char lec[32], id[32];
@@ -142,76 +159,89 @@ static int lecture_01(void)
         lec_fig("§1.1", id, label, hw.flops, shown, lec, lec_near(hw.flops / 1e12, dense[i], 0.5));
     }
     dl_plan_hw hw;
-    if (presets(NULL, NULL, &hw, "b200")) return -1;
+    if (presets(NULL, NULL, &hw, "b200"))
+        return -1;
     snprintf(shown, sizeof shown, "%.0f GB", hw.mem_bytes / 1e9);
     lec_fig("§1.2", "b200_mem", "B200 memory per GPU", hw.mem_bytes, shown, "192 GB",
             lec_near(hw.mem_bytes / 1e9, 192, 0.5));
-    if (presets(NULL, NULL, &hw, "h100")) return -1;
+    if (presets(NULL, NULL, &hw, "h100"))
+        return -1;
     snprintf(shown, sizeof shown, "%.2f TB/s", hw.hbm_bw / 1e12);
-    lec_fig("§1.1", "h100_hbm", "H100 SXM memory bandwidth (code 01)", hw.hbm_bw, shown, "3.35 TB/s",
-            lec_near(hw.hbm_bw / 1e12, 3.35, 0.005));
+    lec_fig("§1.1", "h100_hbm", "H100 SXM memory bandwidth (code 01)", hw.hbm_bw, shown,
+            "3.35 TB/s", lec_near(hw.hbm_bw / 1e12, 3.35, 0.005));
     double opb = dl_plan_ops_per_byte(&hw);
     snprintf(shown, sizeof shown, "%.0f (both directions, 2 x 450)", opb);
-    lec_fig("§1.1", "ops_per_byte",
-            "H100 BF16 ops per NVLink byte: 989 TFLOP/s / 900 GB/s", opb, shown,
-            "about 1100", lec_near(opb, 1100, 50));
+    lec_fig("§1.1", "ops_per_byte", "H100 BF16 ops per NVLink byte: 989 TFLOP/s / 900 GB/s", opb,
+            shown, "about 1100", lec_near(opb, 1100, 50));
 
     /* §1.2 memory */
     double bpp = dl_plan_bytes_per_param(&o);
-    snprintf(shown, sizeof shown, "%.0f B = %.0f + %.0f + %.0f", bpp, o.weight_bytes, o.grad_bytes, o.optim_bytes);
-    lec_fig("§1.2", "bytes_per_param", "bytes per parameter, mixed-precision Adam (w + g + K)", bpp, shown,
-            "16 = 2 + 2 + 12", lec_near(bpp, 16, 0));
+    snprintf(shown, sizeof shown, "%.0f B = %.0f + %.0f + %.0f", bpp, o.weight_bytes, o.grad_bytes,
+             o.optim_bytes);
+    lec_fig("§1.2", "bytes_per_param", "bytes per parameter, mixed-precision Adam (w + g + K)", bpp,
+            shown, "16 = 2 + 2 + 12", lec_near(bpp, 16, 0));
     dl_plan_model m;
-    if (presets(&m, "maverick-400b", &hw, "b200")) return -1;
-    dl_plan_layout one = {.t = 1, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1, .seq = 0};
+    if (presets(&m, "maverick-400b", &hw, "b200"))
+        return -1;
+    dl_plan_layout one =
+        {.t = 1, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1, .seq = 0};
     dl_plan_mem mem;
-    if (dl_plan_memory(&m, &hw, &o, &one, &mem)) return lec_fail("planner memory (Maverick)");
+    if (dl_plan_memory(&m, &hw, &o, &one, &mem))
+        return lec_fail("planner memory (Maverick)");
     snprintf(shown, sizeof shown, "%.0f GB (fits in 192 GB: %s)", mem.weights / 1e9,
              mem.weights <= hw.mem_bytes ? "yes" : "no");
     lec_fig("§1.2", "maverick_weights", "Maverick 400B, BF16 weights alone", mem.weights, shown,
             "800 GB, does not fit 192 GB",
-            lec_near(mem.weights / 1e9, 800, 0.5) == LEC_MATCH && mem.weights > hw.mem_bytes ? LEC_MATCH : LEC_DIFF);
-    if (presets(&m, "gpt3-175b", &hw, "h100")) return -1;
+            lec_near(mem.weights / 1e9, 800, 0.5) == LEC_MATCH && mem.weights > hw.mem_bytes
+                ? LEC_MATCH
+                : LEC_DIFF);
+    if (presets(&m, "gpt3-175b", &hw, "h100"))
+        return -1;
     double layer = dl_plan_act_layer_bytes(&m, &o, 2048, 1, 1, 0);
     snprintf(shown, sizeof shown, "%.2f GB", layer / 1e9);
-    lec_fig("§1.2", "gpt3_act_layer", "GPT-3 activations per layer, s = 2048, b = 1 (sbh(34 + 5as/h))", layer,
-            shown, "2.87 GB", lec_near(layer / 1e9, 2.87, 0.005));
+    lec_fig("§1.2", "gpt3_act_layer",
+            "GPT-3 activations per layer, s = 2048, b = 1 (sbh(34 + 5as/h))", layer, shown,
+            "2.87 GB", lec_near(layer / 1e9, 2.87, 0.005));
     snprintf(shown, sizeof shown, "%.0f GB", layer * m.layers / 1e9);
-    lec_fig("§1.2", "gpt3_act_model", "GPT-3 activations, 96 layers, no recomputation", layer * m.layers, shown,
-            "275 GB", lec_near(layer * m.layers / 1e9, 275, 0.5));
+    lec_fig("§1.2", "gpt3_act_model", "GPT-3 activations, 96 layers, no recomputation",
+            layer * m.layers, shown, "275 GB", lec_near(layer * m.layers / 1e9, 275, 0.5));
     double rec = dl_plan_act_layer_bytes(&m, &o, 2048, 1, 1, 1);
     snprintf(shown, sizeof shown, "%.1f MB", rec / 1e6);
-    lec_fig("§1.2", "gpt3_act_layer_recompute", "same, full recomputation (only the layer input)", rec, shown, "",
-            LEC_INFO);
+    lec_fig("§1.2", "gpt3_act_layer_recompute", "same, full recomputation (only the layer input)",
+            rec, shown, "", LEC_INFO);
 
     /* §1.3 communication: 7.5B on 64 H100, 16,384 tokens per GPU */
-    if (presets(&m, "dense-7.5b", &hw, "h100")) return -1;
-    dl_plan_layout l = {.t = 1, .p = 1, .d = 64, .v = 1, .micro_batch = 1, .global_batch = 512, .seq = 2048};
+    if (presets(&m, "dense-7.5b", &hw, "h100"))
+        return -1;
+    dl_plan_layout l =
+        {.t = 1, .p = 1, .d = 64, .v = 1, .micro_batch = 1, .global_batch = 512, .seq = 2048};
     dl_plan_comm_report c;
-    if (dl_plan_comm(&m, &hw, &o, &l, &c)) return lec_fail("planner communication (7.5B)");
-    lec_text("  §1.3 the 7.5B model on 64 H100 (data parallelism), %d sequences of %d tokens per step:\n",
+    if (dl_plan_comm(&m, &hw, &o, &l, &c))
+        return lec_fail("planner communication (7.5B)");
+    lec_text("  §1.3 the 7.5B model on 64 H100 (data parallelism), %d sequences of %d tokens per "
+             "step:\n",
              (int)l.global_batch, l.seq);
     snprintf(shown, sizeof shown, "%ld", c.tokens / 64);
-    lec_fig("§1.3", "dp_tokens_per_gpu", "tokens per GPU per step", (double)(c.tokens / 64), shown, "16,384",
-            lec_near((double)(c.tokens / 64), 16384, 0));
+    lec_fig("§1.3", "dp_tokens_per_gpu", "tokens per GPU per step", (double)(c.tokens / 64), shown,
+            "16,384", lec_near((double)(c.tokens / 64), 16384, 0));
     snprintf(shown, sizeof shown, "%.3f s", c.compute);
-    lec_fig("§1.3", "dp_compute", "compute per step (6 FLOPs/param/token, 40% MFU)", c.compute, shown, "1.86 s",
-            lec_near(c.compute, 1.86, 0.005));
+    lec_fig("§1.3", "dp_compute", "compute per step (6 FLOPs/param/token, 40% MFU)", c.compute,
+            shown, "1.86 s", lec_near(c.compute, 1.86, 0.005));
     snprintf(shown, sizeof shown, "%.1f GB", c.dp_grad_bytes / 1e9);
     lec_fig("§1.3", "dp_grad_bytes", "BF16 gradients", c.dp_grad_bytes, shown, "15 GB",
             lec_near(c.dp_grad_bytes / 1e9, 15, 0.05));
     snprintf(shown, sizeof shown, "%.4f s", c.dp_time_intra);
-    lec_fig("§1.3", "dp_ar_nvlink", "ring all-reduce on NVLink (450 GB/s)", c.dp_time_intra, shown, "0.07 s",
-            lec_near(c.dp_time_intra, 0.07, 0.005));
+    lec_fig("§1.3", "dp_ar_nvlink", "ring all-reduce on NVLink (450 GB/s)", c.dp_time_intra, shown,
+            "0.07 s", lec_near(c.dp_time_intra, 0.07, 0.005));
     snprintf(shown, sizeof shown, "%.1f%%", 100 * c.dp_time_intra / c.compute);
-    lec_fig("§1.3", "dp_ar_nvlink_pct", "  as a share of compute", c.dp_time_intra / c.compute, shown, "4%",
-            lec_near(100 * c.dp_time_intra / c.compute, 4, 0.5));
+    lec_fig("§1.3", "dp_ar_nvlink_pct", "  as a share of compute", c.dp_time_intra / c.compute,
+            shown, "4%", lec_near(100 * c.dp_time_intra / c.compute, 4, 0.5));
     snprintf(shown, sizeof shown, "%.4f s", c.dp_time_inter);
-    lec_fig("§1.3", "dp_ar_ib", "ring all-reduce across nodes (InfiniBand 50 GB/s)", c.dp_time_inter, shown,
-            "0.59 s", lec_near(c.dp_time_inter, 0.59, 0.005));
+    lec_fig("§1.3", "dp_ar_ib", "ring all-reduce across nodes (InfiniBand 50 GB/s)",
+            c.dp_time_inter, shown, "0.59 s", lec_near(c.dp_time_inter, 0.59, 0.005));
     snprintf(shown, sizeof shown, "%.1f%%", 100 * c.dp_time_inter / c.compute);
-    lec_fig("§1.3", "dp_ar_ib_pct", "  as a share of compute", c.dp_time_inter / c.compute, shown, "32%",
-            lec_near(100 * c.dp_time_inter / c.compute, 32, 0.5));
+    lec_fig("§1.3", "dp_ar_ib_pct", "  as a share of compute", c.dp_time_inter / c.compute, shown,
+            "32%", lec_near(100 * c.dp_time_inter / c.compute, 32, 0.5));
     return 0;
 }
 
@@ -244,8 +274,10 @@ static int simulate(dl_sched *s, int with_act, simd *out, const char *what)
     out->s = s;
     out->sim = NULL;
     out->text = NULL;
-    if (dl_sched_simulate(s, NULL, &out->sim) != DL_OK) return lec_fail(what);
-    if (with_act >= 0 && dl_sched_render(s, out->sim, with_act, &out->text) != DL_OK) return lec_fail(what);
+    if (dl_sched_simulate(s, NULL, &out->sim) != DL_OK)
+        return lec_fail(what);
+    if (with_act >= 0 && dl_sched_render(s, out->sim, with_act, &out->text) != DL_OK)
+        return lec_fail(what);
     return 0;
 }
 
@@ -266,7 +298,8 @@ static void list_ints(char *buf, size_t cap, const int *v, int n, const char *se
 
 static int lecture_03(void)
 {
-    section_header("03", "§4 pipeline parallelism (code 03; schedules and simulator: lib/parallel/sched.c, engine: lib/parallel/pipe.c)");
+    section_header("03", "§4 pipeline parallelism (code 03; schedules and simulator: "
+                         "lib/parallel/sched.c, engine: lib/parallel/pipe.c)");
     char shown[160], label[160], lec[64];
     dl_sched *a, *b, *c;
     if (dl_sched_naive(4, &a) || dl_sched_gpipe(4, 4, &b) || dl_sched_1f1b(4, 8, &c))
@@ -275,14 +308,19 @@ static int lecture_03(void)
     int rc = simulate(a, 0, &na, "simulate naive");
     rc = rc ? rc : simulate(b, 0, &gp, "simulate GPipe");
     rc = rc ? rc : simulate(c, 1, &fb, "simulate 1F1B");
-    if (rc) return -1;
+    if (rc)
+        return -1;
     char *both = NULL;
-    if (dl_sched_side_by_side(na.text, gp.text, 42, &both)) return lec_fail("side by side");
-    lec_text("  code 03 part 1 (4 stages, forward 1 unit, backward 2; digit = forward, letter = backward,"
-             " · = idle):\n\n%s\n%s\n", both, fb.text);
+    if (dl_sched_side_by_side(na.text, gp.text, 42, &both))
+        return lec_fail("side by side");
+    lec_text("  code 03 part 1 (4 stages, forward 1 unit, backward 2; digit = forward, letter = "
+             "backward,"
+             " · = idle):\n\n%s\n%s\n",
+             both, fb.text);
     int same = strcmp(both, LECTURE_NAIVE_GPIPE) == 0;
     lec_fig("§4.1", "grid_naive_gpipe", "naive and GPipe grids with captions, as printed above",
-            NAN, same ? "byte-identical" : "differ", "the grids in §4.1", same ? LEC_MATCH : LEC_DIFF);
+            NAN, same ? "byte-identical" : "differ", "the grids in §4.1",
+            same ? LEC_MATCH : LEC_DIFF);
     same = strcmp(fb.text, LECTURE_1F1B) == 0;
     lec_fig("§4.1", "grid_1f1b", "1F1B grid with caption, as printed above", NAN,
             same ? "byte-identical" : "differ", "the grid in §4.1", same ? LEC_MATCH : LEC_DIFF);
@@ -294,28 +332,32 @@ static int lecture_03(void)
     for (int i = 0; i < 3; i++) {
         double bub = 100 * all[i]->sim->bubble_total;
         snprintf(label, sizeof label, "bubble, %s, simulated", names[i]);
-        snprintf(shown, sizeof shown, "%.1f%% (formula %.1f%%)", bub, 100 * dl_sched_bubble_formula(all[i]->s));
+        snprintf(shown, sizeof shown, "%.1f%% (formula %.1f%%)", bub,
+                 100 * dl_sched_bubble_formula(all[i]->s));
         snprintf(lec, sizeof lec, "%g%%", want[i]);
         lec_fig("§4.1", ids[i], label, bub / 100, shown, lec, lec_near(bub, want[i], 0.05));
     }
     list_ints(shown, sizeof shown, fb.sim->peak_act, 4, " / ");
-    lec_fig("§4.2", "act_1f1b", "1F1B: activations each stage holds at its peak", NAN, shown, "4 / 3 / 2 / 1",
-            strcmp(shown, "4 / 3 / 2 / 1") == 0 ? LEC_MATCH : LEC_DIFF);
+    lec_fig("§4.2", "act_1f1b", "1F1B: activations each stage holds at its peak", NAN, shown,
+            "4 / 3 / 2 / 1", strcmp(shown, "4 / 3 / 2 / 1") == 0 ? LEC_MATCH : LEC_DIFF);
     list_ints(shown, sizeof shown, gp.sim->peak_act, 4, " / ");
-    lec_fig("§4.2", "act_gpipe", "GPipe (m = 4): activations each stage holds at its peak", NAN, shown,
-            "m each (4 / 4 / 4 / 4)", strcmp(shown, "4 / 4 / 4 / 4") == 0 ? LEC_MATCH : LEC_DIFF);
+    lec_fig("§4.2", "act_gpipe", "GPipe (m = 4): activations each stage holds at its peak", NAN,
+            shown, "m each (4 / 4 / 4 / 4)",
+            strcmp(shown, "4 / 4 / 4 / 4") == 0 ? LEC_MATCH : LEC_DIFF);
     simd_free(&na);
     simd_free(&gp);
     simd_free(&fb);
 
     /* code 03 part 2: the 8-layer MLP through the pipeline engine (apps/lecture/lecture_pipe.c) */
-    if (lecture_03_pipe()) return -1;
+    if (lecture_03_pipe())
+        return -1;
 
     /* §4.3 weight versions in asynchronous 1F1B (PipeDream), without and with stashing */
     for (int stash = 0; stash <= 1; stash++) {
         dl_sched *s;
         dl_sched_versions *v;
-        if (dl_sched_async(4, 8, stash, &s)) return lec_fail("async schedule");
+        if (dl_sched_async(4, 8, stash, &s))
+            return lec_fail("async schedule");
         if (dl_sched_versions_get(s, &v)) {
             dl_sched_free(s);
             return lec_fail("weight versions");
@@ -324,17 +366,20 @@ static int lecture_03(void)
         for (int i = 0; i < 4 * 8; i++) mism += v->bwd[i] != v->fwd[i];
         if (!stash) {
             list_ints(shown, sizeof shown, v->max_gap, 4, " / ");
-            lec_fig("§4.3", "version_gaps", "async 1F1B: weight updates between a micro-batch's F and B", NAN,
-                    shown, "3 / 2 / 1 / 0 (p - s)", strcmp(shown, "3 / 2 / 1 / 0") == 0 ? LEC_MATCH : LEC_DIFF);
+            lec_fig("§4.3", "version_gaps",
+                    "async 1F1B: weight updates between a micro-batch's F and B", NAN, shown,
+                    "3 / 2 / 1 / 0 (p - s)",
+                    strcmp(shown, "3 / 2 / 1 / 0") == 0 ? LEC_MATCH : LEC_DIFF);
             snprintf(shown, sizeof shown, "%d of 32", mism);
-            lec_fig("§4.3", "version_mismatch_nostash", "  without stashing: backwards on another version",
-                    mism, shown, "", LEC_INFO);
+            lec_fig("§4.3", "version_mismatch_nostash",
+                    "  without stashing: backwards on another version", mism, shown, "", LEC_INFO);
         } else {
             char pv[64];
             list_ints(pv, sizeof pv, v->peak_versions, 4, "/");
             snprintf(shown, sizeof shown, "%d of 32 (versions kept %s)", mism, pv);
-            lec_fig("§4.3", "version_mismatch_stash", "  with weight stashing: backwards on another version",
-                    mism, shown, "0 (each B uses its F's weights)", lec_near(mism, 0, 0));
+            lec_fig("§4.3", "version_mismatch_stash",
+                    "  with weight stashing: backwards on another version", mism, shown,
+                    "0 (each B uses its F's weights)", lec_near(mism, 0, 0));
         }
         dl_sched_versions_free(v);
         dl_sched_free(s);
@@ -344,21 +389,26 @@ static int lecture_03(void)
     double costs[12] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4}, sc[4], mx;
     int first[5];
     for (int bal = 0; bal <= 1; bal++) {
-        if (dl_sched_partition(costs, 12, 4, bal, first, sc, &mx)) return lec_fail("partition");
+        if (dl_sched_partition(costs, 12, 4, bal, first, sc, &mx))
+            return lec_fail("partition");
         int ci[4];
         for (int i = 0; i < 4; i++) ci[i] = (int)sc[i];
         char costs_s[64];
         list_ints(costs_s, sizeof costs_s, ci, 4, " / ");
         if (!bal) {
             snprintf(shown, sizeof shown, "%s, max %.0f", costs_s, mx);
-            lec_fig("§4.4", "partition_even", "12 layers (3, 1 x 10, 4) on 4 stages, evenly by count", mx, shown,
-                    "5 / 3 / 3 / 6, max 6", strcmp(shown, "5 / 3 / 3 / 6, max 6") == 0 ? LEC_MATCH : LEC_DIFF);
+            lec_fig("§4.4", "partition_even",
+                    "12 layers (3, 1 x 10, 4) on 4 stages, evenly by count", mx, shown,
+                    "5 / 3 / 3 / 6, max 6",
+                    strcmp(shown, "5 / 3 / 3 / 6, max 6") == 0 ? LEC_MATCH : LEC_DIFF);
         } else {
-            snprintf(shown, sizeof shown, "%d-%d, %d-%d, %d-%d, %d-%d: %s, max %.0f", first[0], first[1] - 1,
-                     first[1], first[2] - 1, first[2], first[3] - 1, first[3], first[4] - 1, costs_s, mx);
+            snprintf(shown, sizeof shown, "%d-%d, %d-%d, %d-%d, %d-%d: %s, max %.0f", first[0],
+                     first[1] - 1, first[1], first[2] - 1, first[2], first[3] - 1, first[3],
+                     first[4] - 1, costs_s, mx);
             const char *w = "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5";
-            lec_fig("§4.4", "partition_dp", "same, dynamic program (minimise the slowest stage)", mx, shown,
-                    "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5", strcmp(shown, w) == 0 ? LEC_MATCH : LEC_DIFF);
+            lec_fig("§4.4", "partition_dp", "same, dynamic program (minimise the slowest stage)",
+                    mx, shown, "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5",
+                    strcmp(shown, w) == 0 ? LEC_MATCH : LEC_DIFF);
         }
     }
 
@@ -368,11 +418,13 @@ static int lecture_03(void)
     for (int i = 0; i < 4; i++) {
         dl_sched *s;
         simd t;
-        if (dl_sched_terapipe(4, 2, cs[i], &s)) return lec_fail("TeraPipe schedule");
-        if (simulate(s, -1, &t, "simulate TeraPipe")) return -1;
+        if (dl_sched_terapipe(4, 2, cs[i], &s))
+            return lec_fail("TeraPipe schedule");
+        if (simulate(s, -1, &t, "simulate TeraPipe"))
+            return -1;
         double bub = 100 * t.sim->bubble_total;
-        snprintf(label, sizeof label, "TeraPipe, 2 sequences, 4 stages, %d token chunk%s each", cs[i],
-                 cs[i] > 1 ? "s" : "");
+        snprintf(label, sizeof label, "TeraPipe, 2 sequences, 4 stages, %d token chunk%s each",
+                 cs[i], cs[i] > 1 ? "s" : "");
         snprintf(shown, sizeof shown, "%.1f%%", bub);
         snprintf(lec, sizeof lec, "%.1f%%", tw[i]);
         char id[32];
@@ -391,22 +443,28 @@ static int search_one(const char *preset, int want_n, int want_fit, int is405)
     dl_plan_model m;
     dl_plan_hw hw;
     dl_plan_opts o;
-    if (presets(&m, preset, &hw, "h100")) return -1;
+    if (presets(&m, preset, &hw, "h100"))
+        return -1;
     dl_plan_opts_init(&o);
-    dl_plan_layout base = {.t = 1, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1536, .seq = 2048};
+    dl_plan_layout base =
+        {.t = 1, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1536, .seq = 2048};
     dl_plan_step r[128];
     int n = 0;
-    if (dl_plan_search(&m, &hw, &o, 1024, &base, r, 128, &n)) return lec_fail("planner search");
+    if (dl_plan_search(&m, &hw, &o, 1024, &base, r, 128, &n))
+        return lec_fail("planner search");
     int fit = 0;
     for (int i = 0; i < n && i < 128; i++) fit += r[i].mem.fits;
-    lec_text("\n  %s (%.1f billion parameters) on 1024 H100, 8 per node, 1536 x 2048 tokens per step; "
-             "the fastest 6:\n", m.name, dl_plan_model_params(&m) / 1e9);
-    lec_text("     %3s %3s %4s %10s %5s %8s %9s %9s %8s %8s %8s\n", "t", "p", "d", "GB/GPU", "fits", "bubble",
-             "step s", "compute", "TP", "PP", "DP");
+    lec_text("\n  %s (%.1f billion parameters) on 1024 H100, 8 per node, 1536 x 2048 tokens per "
+             "step; "
+             "the fastest 6:\n",
+             m.name, dl_plan_model_params(&m) / 1e9);
+    lec_text("     %3s %3s %4s %10s %5s %8s %9s %9s %8s %8s %8s\n", "t", "p", "d", "GB/GPU", "fits",
+             "bubble", "step s", "compute", "TP", "PP", "DP");
     for (int i = 0; i < n && i < 6; i++)
-        lec_text("     %3d %3d %4d %10.1f %5s %7.1f%% %9.2f %9.2f %8.2f %8.2f %8.2f\n", r[i].layout.t,
-                 r[i].layout.p, r[i].layout.d, r[i].mem.total / 1e9, r[i].mem.fits ? "yes" : "no",
-                 100 * r[i].bubble, r[i].total, r[i].compute, r[i].tp, r[i].pp, r[i].dp);
+        lec_text("     %3d %3d %4d %10.1f %5s %7.1f%% %9.2f %9.2f %8.2f %8.2f %8.2f\n",
+                 r[i].layout.t, r[i].layout.p, r[i].layout.d, r[i].mem.total / 1e9,
+                 r[i].mem.fits ? "yes" : "no", 100 * r[i].bubble, r[i].total, r[i].compute, r[i].tp,
+                 r[i].pp, r[i].dp);
     char shown[96], lec[64], id[48], label[128];
     const char *tag = is405 ? "405b" : "gpt3";
     const char *nm = is405 ? "405B" : "GPT-3 175B";
@@ -414,11 +472,13 @@ static int search_one(const char *preset, int want_n, int want_fit, int is405)
     snprintf(lec, sizeof lec, "%d, %d fit", want_n, want_fit);
     snprintf(id, sizeof id, "search_%s_count", tag);
     snprintf(label, sizeof label, "%s: (t, p, d) combinations, and how many fit 80 GB", nm);
-    lec_fig("§6.4", id, label, n, shown, lec, n == want_n && fit == want_fit ? LEC_MATCH : LEC_DIFF);
+    lec_fig("§6.4", id, label, n, shown, lec,
+            n == want_n && fit == want_fit ? LEC_MATCH : LEC_DIFF);
     /* the fastest that fits */
     int best = -1;
     for (int i = 0; i < n && best < 0; i++)
-        if (r[i].mem.fits) best = i;
+        if (r[i].mem.fits)
+            best = i;
     if (best < 0) {
         lec_fig("§6.4", "search_none", "no layout fits", NAN, "none", "8 x 8 x 16", LEC_DIFF);
         return 0;
@@ -450,13 +510,19 @@ static int search_one(const char *preset, int want_n, int want_fit, int is405)
 
 static int lecture_05(void)
 {
-    section_header("05", "§6.4 3-D parallelism: the (t, p, d) search (code 05; the planner, dl_plan_search)");
-    lec_text("  memory = 4Psi/(tp) + 12Psi/(tpd) (ZeRO-1) + first-stage layer inputs (1F1B, full recompute, /t);\n"
-             "  time = compute/(1 - bubble) + TP all-reduces (NVLink) + PP sends + DP gradients (InfiniBand)\n");
-    if (search_one("gpt3-175b", 27, 18, 0)) return -1;
-    if (search_one("llama3-405b", 27, 14, 1)) return -1;
-    lec_text("  (the 405B figures are the planner's model; code 05 did not ship with the lecture, see "
-             "docs/PLANNER.md)\n");
+    section_header("05", "§6.4 3-D parallelism: the (t, p, d) search (code 05; the planner, "
+                         "dl_plan_search)");
+    lec_text("  memory = 4Psi/(tp) + 12Psi/(tpd) (ZeRO-1) + first-stage layer inputs (1F1B, full "
+             "recompute, /t);\n"
+             "  time = compute/(1 - bubble) + TP all-reduces (NVLink) + PP sends + DP gradients "
+             "(InfiniBand)\n");
+    if (search_one("gpt3-175b", 27, 18, 0))
+        return -1;
+    if (search_one("llama3-405b", 27, 14, 1))
+        return -1;
+    lec_text(
+        "  (the 405B figures are the planner's model; code 05 did not ship with the lecture, see "
+        "docs/PLANNER.md)\n");
     return 0;
 }
 
@@ -497,11 +563,13 @@ static int ex5_rank(dl_ctx *x, void *arg)
     dl_comm_reset_stats(c);
     size_t off, len;
     dl_block(N, dl_ctx_size(x), dl_ctx_rank(x), &off, &len);
-    if (rc == 0) rc = dl_reduce_scatter(c, g, blk, N, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc == 0)
+        rc = dl_reduce_scatter(c, g, blk, N, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
     dl_comm_get_stats(c, &st);
     uint64_t rs = st.bytes_sent[DL_PURPOSE_GRADS];
     dl_comm_reset_stats(c);
-    if (rc == 0) rc = dl_allgather(c, blk, g, N, DL_F32, DL_PURPOSE_PARAMS);
+    if (rc == 0)
+        rc = dl_allgather(c, blk, g, N, DL_F32, DL_PURPOSE_PARAMS);
     dl_comm_get_stats(c, &st);
     if (dl_ctx_rank(x) == 0) {
         r->ar = ar;
@@ -523,26 +591,32 @@ static int lecture_exercises(void)
     dl_plan_hw hw;
 
     /* 1: a 70B dense model */
-    if (presets(&m, "dense-70b", &hw, "h100")) return -1;
+    if (presets(&m, "dense-70b", &hw, "h100"))
+        return -1;
     double psi = dl_plan_model_params(&m);
     double all = dl_plan_state_bytes(psi, &o, 1, 0, 1);
     long gpus = dl_plan_gpus_needed(all, 80e9);
     snprintf(shown, sizeof shown, "%.0f GB, %ld GPUs of 80 GB", all / 1e9, gpus);
-    lec_fig("ex. 1a", "ex1a", "70B, mixed-precision Adam, no activations", all, shown, "1120 GB, 14 GPUs",
+    lec_fig("ex. 1a", "ex1a", "70B, mixed-precision Adam, no activations", all, shown,
+            "1120 GB, 14 GPUs",
             lec_near(all / 1e9, 1120, 0.5) == LEC_MATCH && gpus == 14 ? LEC_MATCH : LEC_DIFF);
     double z3 = dl_plan_state_bytes(psi, &o, 1, 3, 64);
     snprintf(shown, sizeof shown, "%.1f GB", z3 / 1e9);
-    lec_fig("ex. 1b", "ex1b", "ZeRO-3 on 64 GPUs, per GPU", z3, shown, "17.5 GB", lec_near(z3 / 1e9, 17.5, 0.05));
-    dl_plan_layout l = {.t = 8, .p = 8, .d = 16, .v = 1, .micro_batch = 1, .global_batch = 16, .seq = 0};
+    lec_fig("ex. 1b", "ex1b", "ZeRO-3 on 64 GPUs, per GPU", z3, shown, "17.5 GB",
+            lec_near(z3 / 1e9, 17.5, 0.05));
+    dl_plan_layout l =
+        {.t = 8, .p = 8, .d = 16, .v = 1, .micro_batch = 1, .global_batch = 16, .seq = 0};
     dl_plan_mem mem;
     o.zero_stage = 1;
-    if (dl_plan_memory(&m, &hw, &o, &l, &mem)) return lec_fail("planner memory (exercise 1c)");
-    snprintf(shown, sizeof shown, "%.1f + %.1f = %.1f GB", (mem.weights + mem.grads) / 1e9, mem.optim / 1e9,
-             mem.states / 1e9);
-    lec_fig("ex. 1c", "ex1c", "t 8 x p 8 x d 16, ZeRO-1: weights+grads + optimizer", mem.states, shown,
-            "4.4 + 0.8 = 5.2 GB",
+    if (dl_plan_memory(&m, &hw, &o, &l, &mem))
+        return lec_fail("planner memory (exercise 1c)");
+    snprintf(shown, sizeof shown, "%.1f + %.1f = %.1f GB", (mem.weights + mem.grads) / 1e9,
+             mem.optim / 1e9, mem.states / 1e9);
+    lec_fig("ex. 1c", "ex1c", "t 8 x p 8 x d 16, ZeRO-1: weights+grads + optimizer", mem.states,
+            shown, "4.4 + 0.8 = 5.2 GB",
             lec_near((mem.weights + mem.grads) / 1e9, 4.4, 0.05) == LEC_MATCH &&
-                    lec_near(mem.optim / 1e9, 0.8, 0.05) == LEC_MATCH && lec_near(mem.states / 1e9, 5.2, 0.05) == LEC_MATCH
+                    lec_near(mem.optim / 1e9, 0.8, 0.05) == LEC_MATCH &&
+                    lec_near(mem.states / 1e9, 5.2, 0.05) == LEC_MATCH
                 ? LEC_MATCH
                 : LEC_DIFF);
     snprintf(shown, sizeof shown, "%.2f GB", mem.total / 1e9);
@@ -555,7 +629,8 @@ static int lecture_exercises(void)
     {
         enum { N = 6, K = 8, NO = 12, H = NO / 2 };
         double X[N * K], W[NO * K], G[N * NO], dX[N * K] = {0}, dW[NO * K] = {0};
-        double G1[N * H], G2[N * H], dX1[N * K] = {0}, dX2[N * K] = {0}, dW1[H * K] = {0}, dW2[H * K] = {0};
+        double G1[N * H], G2[N * H], dX1[N * K] = {0}, dX2[N * K] = {0}, dW1[H * K] = {0},
+                                             dW2[H * K] = {0};
         uint64_t s = 5;
         for (int i = 0; i < N * K; i++) X[i] = (double)(int)(splitmix_u(&s) % 2001) / 1000 - 1;
         for (int i = 0; i < NO * K; i++) W[i] = (double)(int)(splitmix_u(&s) % 2001) / 1000 - 1;
@@ -579,11 +654,11 @@ static int lecture_exercises(void)
             ew = fmax(ew, fabs(dW2[i] - dW[H * K + i]));
         }
         snprintf(shown, sizeof shown, "max diff %.1e (rel %.1e)", ex, ex / ref);
-        lec_fig("ex. 2", "ex2_dx", "dl/dX = G1 W1^T + G2 W2^T (two local terms, one all-reduce)", ex / ref, shown,
-                "equal (round-off; bound rel 1e-13)", lec_le(ex / ref, 1e-13));
+        lec_fig("ex. 2", "ex2_dx", "dl/dX = G1 W1^T + G2 W2^T (two local terms, one all-reduce)",
+                ex / ref, shown, "equal (round-off; bound rel 1e-13)", lec_le(ex / ref, 1e-13));
         snprintf(shown, sizeof shown, "max diff %.1e", ew);
-        lec_fig("ex. 2", "ex2_dw", "dl/dW_i = X^T G_i from rank i's own data (no communication)", ew, shown,
-                "equal (bound 1e-13)", lec_le(ew, 1e-13));
+        lec_fig("ex. 2", "ex2_dw", "dl/dW_i = X^T G_i from rank i's own data (no communication)",
+                ew, shown, "equal (bound 1e-13)", lec_le(ew, 1e-13));
     }
 
     /* 3: row-parallel first: GeLU of a sum is not the sum of GeLUs */
@@ -593,33 +668,39 @@ static int lecture_exercises(void)
         dl_gelu_fwd_f64(g, in, 3);
         double gap = fabs(g[2] - (g[0] + g[1]));
         snprintf(shown, sizeof shown, "|GeLU(P1+P2) - GeLU(P1) - GeLU(P2)| = %.3f", gap);
-        lec_fig("ex. 3", "ex3_gelu", "row-then-column: partial sums cannot pass GeLU separately", gap, shown,
-                "not equal", gap > 1e-3 ? LEC_MATCH : LEC_DIFF);
-        lec_text("         so A row-parallel needs an all-reduce before GeLU and B column-parallel an all-gather"
-                 " after:\n         2 communications forward instead of 1 (measured for column-then-row in 02: 1)\n");
+        lec_fig("ex. 3", "ex3_gelu", "row-then-column: partial sums cannot pass GeLU separately",
+                gap, shown, "not equal", gap > 1e-3 ? LEC_MATCH : LEC_DIFF);
+        lec_text("         so A row-parallel needs an all-reduce before GeLU and B column-parallel "
+                 "an all-gather"
+                 " after:\n         2 communications forward instead of 1 (measured for "
+                 "column-then-row in 02: 1)\n");
     }
 
     /* 4: bubbles with p = 8 */
     long m4 = dl_plan_min_microbatches(8, 1, 0.10);
     snprintf(shown, sizeof shown, "m >= %ld (63 gives %.1f%%)", m4, 100 * dl_plan_bubble(8, 63, 1));
-    lec_fig("ex. 4a", "ex4a", "p = 8: micro-batches for a bubble below 10%", (double)m4, shown, "at least 64",
-            lec_near((double)m4, 64, 0));
-    long gi = dl_plan_inflight(DL_PLAN_GPIPE, 8, 64, 1), fi = dl_plan_inflight(DL_PLAN_1F1B, 8, 64, 1);
+    lec_fig("ex. 4a", "ex4a", "p = 8: micro-batches for a bubble below 10%", (double)m4, shown,
+            "at least 64", lec_near((double)m4, 64, 0));
+    long gi = dl_plan_inflight(DL_PLAN_GPIPE, 8, 64, 1),
+         fi = dl_plan_inflight(DL_PLAN_1F1B, 8, 64, 1);
     snprintf(shown, sizeof shown, "GPipe %ld, 1F1B %ld", gi, fi);
-    lec_fig("ex. 4b", "ex4b", "micro-batches the first stage holds (m = 64)", NAN, shown, "GPipe 64, 1F1B 8",
-            gi == 64 && fi == 8 ? LEC_MATCH : LEC_DIFF);
+    lec_fig("ex. 4b", "ex4b", "micro-batches the first stage holds (m = 64)", NAN, shown,
+            "GPipe 64, 1F1B 8", gi == 64 && fi == 8 ? LEC_MATCH : LEC_DIFF);
     double b4 = dl_plan_bubble(8, 512 / 16, 1);
     snprintf(shown, sizeof shown, "m = %d, bubble 7/39 = %.1f%%", 512 / 16, 100 * b4);
-    lec_fig("ex. 4c", "ex4c", "512 sequences, d = 16, micro-batch 1", b4, shown, "m = 32, 7/39 about 18%",
-            lec_near(100 * b4, 18, 0.5) == LEC_MATCH && fabs(b4 - 7.0 / 39) < 1e-12 ? LEC_MATCH : LEC_DIFF);
+    lec_fig("ex. 4c", "ex4c", "512 sequences, d = 16, micro-batch 1", b4, shown,
+            "m = 32, 7/39 about 18%",
+            lec_near(100 * b4, 18, 0.5) == LEC_MATCH && fabs(b4 - 7.0 / 39) < 1e-12 ? LEC_MATCH
+                                                                                    : LEC_DIFF);
 
     /* 5: ZeRO traffic */
     dl_plan_zero_row rows[4];
-    if (dl_plan_zero_table(7.5e9, 12, 64, NULL, rows)) return lec_fail("planner ZeRO table");
+    if (dl_plan_zero_table(7.5e9, 12, 64, NULL, rows))
+        return lec_fail("planner ZeRO table");
     snprintf(shown, sizeof shown, "%g / %g / %g / %g", rows[0].comm_factor, rows[1].comm_factor,
              rows[2].comm_factor, rows[3].comm_factor);
-    lec_fig("ex. 5", "ex5_factors", "traffic in Psi(N-1)/N: DP, ZeRO-1, ZeRO-2, ZeRO-3 (planner)", NAN, shown,
-            "2 / 2 / 2 / 3",
+    lec_fig("ex. 5", "ex5_factors", "traffic in Psi(N-1)/N: DP, ZeRO-1, ZeRO-2, ZeRO-3 (planner)",
+            NAN, shown, "2 / 2 / 2 / 3",
             rows[0].comm_factor == 2 && rows[1].comm_factor == 2 && rows[2].comm_factor == 2 &&
                     rows[3].comm_factor == 3
                 ? LEC_MATCH
@@ -628,10 +709,12 @@ static int lecture_exercises(void)
     dl_world_opts wo;
     dl_world_opts_init(&wo);
     wo.nranks = 4;
-    if (dl_world_run(&wo, ex5_rank, &er) != DL_OK) return lec_fail("exercise 5 run");
-    snprintf(shown, sizeof shown, "%llu + %llu = %llu B", (unsigned long long)er.rs, (unsigned long long)er.ag,
-             (unsigned long long)er.ar);
-    lec_fig("ex. 5", "ex5_measured", "measured, 4 ranks, 16 KiB: reduce-scatter + all-gather = all-reduce",
+    if (dl_world_run(&wo, ex5_rank, &er) != DL_OK)
+        return lec_fail("exercise 5 run");
+    snprintf(shown, sizeof shown, "%llu + %llu = %llu B", (unsigned long long)er.rs,
+             (unsigned long long)er.ag, (unsigned long long)er.ar);
+    lec_fig("ex. 5", "ex5_measured",
+            "measured, 4 ranks, 16 KiB: reduce-scatter + all-gather = all-reduce",
             (double)(er.rs + er.ag), shown, "Psi(N-1)/N + Psi(N-1)/N = 2Psi(N-1)/N",
             er.rs + er.ag == er.ar && er.rs == er.ag &&
                     lec_near((double)er.ar, dl_plan_allreduce_sent(4, 4096 * 4.0), 0) == LEC_MATCH
@@ -643,16 +726,20 @@ static int lecture_exercises(void)
     for (int s = 1; s <= 4; s++) gaps[s - 1] = dl_plan_staleness(4, s);
     dl_sched *as;
     dl_sched_versions *v;
-    if (dl_sched_async(4, 8, 0, &as)) return lec_fail("async schedule");
+    if (dl_sched_async(4, 8, 0, &as))
+        return lec_fail("async schedule");
     if (dl_sched_versions_get(as, &v)) {
         dl_sched_free(as);
         return lec_fail("weight versions");
     }
     int agree = memcmp(gaps, v->max_gap, sizeof gaps) == 0;
     list_ints(shown, sizeof shown, gaps, 4, " / ");
-    strncat(shown, agree ? " (= simulator)" : " (simulator differs)", sizeof shown - strlen(shown) - 1);
-    lec_fig("ex. 6", "ex6", "p = 4: updates between F and B on stage s, p - s", NAN, shown, "3 / 2 / 1 / 0",
-            agree && gaps[0] == 3 && gaps[1] == 2 && gaps[2] == 1 && gaps[3] == 0 ? LEC_MATCH : LEC_DIFF);
+    strncat(shown, agree ? " (= simulator)" : " (simulator differs)",
+            sizeof shown - strlen(shown) - 1);
+    lec_fig("ex. 6", "ex6", "p = 4: updates between F and B on stage s, p - s", NAN, shown,
+            "3 / 2 / 1 / 0",
+            agree && gaps[0] == 3 && gaps[1] == 2 && gaps[2] == 1 && gaps[3] == 0 ? LEC_MATCH
+                                                                                  : LEC_DIFF);
     dl_sched_versions_free(v);
     dl_sched_free(as);
     return 0;
@@ -663,6 +750,7 @@ static int lecture_exercises(void)
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-lecture SECTION [--check] [--json]\n"
 "\n"
@@ -703,6 +791,7 @@ static void usage(FILE *f)
 "OpenBLAS runs one thread per rank (the program sets OPENBLAS_NUM_THREADS=1 and restarts itself\n"
 "when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
 "OPENBLAS_CORETYPE is unset). Exit status: 0 ok, 1 a DIFF under --check or a failed run, 2 bad usage.\n");
+    /* clang-format on */
 }
 
 typedef struct section {
@@ -712,19 +801,21 @@ typedef struct section {
 
 static int lecture_02_wrap(void)
 {
-    section_header("02", "§2 data parallelism and §3 tensor parallelism, run on rank threads (code 02)");
+    section_header("02",
+                   "§2 data parallelism and §3 tensor parallelism, run on rank threads (code 02)");
     return lecture_02();
 }
 
 static int lecture_04_wrap(void)
 {
-    section_header("04", "§5 ZeRO on rank threads (code 04): the four variants, and the paper's Figure 1");
+    section_header("04", "§5 ZeRO on rank threads (code 04): the four variants, and the paper's "
+                         "Figure 1");
     return lecture_04();
 }
 
 static const section SECTIONS[] = {
-    {"01", lecture_01}, {"02", lecture_02_wrap}, {"03", lecture_03}, {"04", lecture_04_wrap}, {"05", lecture_05},
-    {"exercises", lecture_exercises},
+    {"01", lecture_01},      {"02", lecture_02_wrap}, {"03", lecture_03},
+    {"04", lecture_04_wrap}, {"05", lecture_05},      {"exercises", lecture_exercises},
 };
 #define NSECTIONS (int)(sizeof SECTIONS / sizeof SECTIONS[0])
 
@@ -733,8 +824,11 @@ int main(int argc, char **argv)
     cli_ignore_sigxfsz();
     cli_progname = "distlab-lecture";
     cli_blas_setup(argv);
-    static const struct option longopts[] = {
-        {"check", 0, 0, 'c'}, {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"check", 0, 0, 'c'},
+                                             {"json", 0, 0, 'j'},
+                                             {"help", 0, 0, 'h'},
+                                             {"version", 0, 0, 'V'},
+                                             {0, 0, 0, 0}};
     int ch;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
@@ -753,7 +847,8 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (argc - optind > 1) {
-        cli_error("one SECTION only, got '%s' and '%s' (try --help)", argv[optind], argv[optind + 1]);
+        cli_error("one SECTION only, got '%s' and '%s' (try --help)", argv[optind],
+                  argv[optind + 1]);
         return CLI_EXIT_USAGE;
     }
     const char *want = argv[optind];
@@ -768,20 +863,26 @@ int main(int argc, char **argv)
                opt_check ? "; MATCH / DIFF against the lecture's stated figures" : "");
     }
     for (int i = 0; i < NSECTIONS; i++) {
-        if (!all && strcmp(want, SECTIONS[i].name) != 0) continue;
+        if (!all && strcmp(want, SECTIONS[i].name) != 0)
+            continue;
         SECTIONS[i].fn();
         fflush(stdout);
     }
     int ok = n_failed == 0 && (!opt_check || n_diff == 0);
     if (opt_json) {
-        printf("{\"type\":\"summary\",\"schema\":\"distlab/1\",\"app\":\"distlab-lecture\",\"version\":\"%s\","
-               "\"section\":\"%s\",\"figures\":%d,\"checked\":%d,\"match\":%d,\"diff\":%d,\"failed\":%d,"
+        printf("{\"type\":\"summary\",\"schema\":\"distlab/"
+               "1\",\"app\":\"distlab-lecture\",\"version\":\"%s\","
+               "\"section\":\"%s\",\"figures\":%d,\"checked\":%d,\"match\":%d,\"diff\":%d,"
+               "\"failed\":%d,"
                "\"ok\":%s}\n",
-               dl_version(), want, n_figs, n_checked, n_match, n_diff, n_failed, ok ? "true" : "false");
+               dl_version(), want, n_figs, n_checked, n_match, n_diff, n_failed,
+               ok ? "true" : "false");
     } else {
         printf("\n%d figures, %d stated by the lecture", n_figs, n_checked);
-        if (opt_check) printf(": %d MATCH, %d DIFF", n_match, n_diff);
-        if (n_failed) printf("; %d failed run%s", n_failed, n_failed > 1 ? "s" : "");
+        if (opt_check)
+            printf(": %d MATCH, %d DIFF", n_match, n_diff);
+        if (n_failed)
+            printf("; %d failed run%s", n_failed, n_failed > 1 ? "s" : "");
         printf("\n");
     }
     return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;

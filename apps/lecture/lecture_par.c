@@ -44,7 +44,8 @@ static double maxabs(const double *x, size_t n)
 {
     double m = 0;
     for (size_t i = 0; i < n; i++)
-        if (fabs(x[i]) > m) m = fabs(x[i]);
+        if (fabs(x[i]) > m)
+            m = fabs(x[i]);
     return m;
 }
 
@@ -52,7 +53,8 @@ static double maxdiff(const double *a, const double *b, size_t n)
 {
     double m = 0;
     for (size_t i = 0; i < n; i++)
-        if (!(fabs(a[i] - b[i]) <= m)) m = fabs(a[i] - b[i]); /* NaN propagates as a DIFF */
+        if (!(fabs(a[i] - b[i]) <= m))
+            m = fabs(a[i] - b[i]); /* NaN propagates as a DIFF */
     return m;
 }
 
@@ -87,10 +89,10 @@ typedef struct dp_run {
     const int *in, *tg; /* DP_BATCH x seq tokens */
     double *grads;      /* out (rank 0): the reduced gradient, as f64 */
     size_t numel;
-    double loss;        /* mean loss over the global batch */
-    uint64_t sent;      /* gradient bytes rank 0 sent */
-    uint64_t ops;       /* collectives the gradient reduction took */
-    int algo_ring;      /* the all-reduce ran the ring */
+    double loss;   /* mean loss over the global batch */
+    uint64_t sent; /* gradient bytes rank 0 sent */
+    uint64_t ops;  /* collectives the gradient reduction took */
+    int algo_ring; /* the all-reduce ran the ring */
 } dp_run;
 
 static int dp_rank(dl_ctx *x, void *arg)
@@ -98,11 +100,16 @@ static int dp_rank(dl_ctx *x, void *arg)
     dp_run *r = arg;
     int n = dl_ctx_size(x), rank = dl_ctx_rank(x), T = r->cfg.seq;
     int share = DP_BATCH / n;
-    dl_gpt_opts o = {.cfg = r->cfg, .dtype = r->dtype, .micro_batch = share, .tp = 1,
-                     .seed = 7, .arena = dl_ctx_arena(x)};
+    dl_gpt_opts o = {.cfg = r->cfg,
+                     .dtype = r->dtype,
+                     .micro_batch = share,
+                     .tp = 1,
+                     .seed = 7,
+                     .arena = dl_ctx_arena(x)};
     dl_gpt *g;
     int rc = dl_gpt_create(&o, &g);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     double loss = 0;
     dl_gpt_zero_grads(g);
     /* this rank's contiguous share of the global batch; d(mean over the global batch) */
@@ -152,7 +159,8 @@ static int run_dp(const dl_gpt_config *cfg, dl_dtype dtype, int n, const int *in
     r->tg = tg;
     dl_world_opts o;
     world_opts(&o, n);
-    if (dl_world_run(&o, dp_rank, r) != DL_OK) return lec_fail("data-parallel run");
+    if (dl_world_run(&o, dp_rank, r) != DL_OK)
+        return lec_fail("data-parallel run");
     return 0;
 }
 
@@ -163,7 +171,8 @@ static int section_dp(void)
              "2 layers, d_model 32, 4 heads, 16 positions)\n",
              DP_RANKS, DP_BATCH / DP_RANKS, DP_BATCH);
     dl_gpt_config cfg = {.vocab = 256, .seq = 16, .layers = 2, .d_model = 32, .heads = 4, .tie = 0};
-    if (dl_gpt_config_check(&cfg, 1) != DL_OK) return lec_fail("model configuration");
+    if (dl_gpt_config_check(&cfg, 1) != DL_OK)
+        return lec_fail("model configuration");
     int *in = xcalloc((size_t)DP_BATCH * cfg.seq, sizeof(int));
     int *tg = xcalloc((size_t)DP_BATCH * cfg.seq, sizeof(int));
     uint64_t s = 17;
@@ -175,8 +184,15 @@ static int section_dp(void)
     static const dl_dtype types[2] = {DL_F64, DL_F32};
     for (int k = 0; k < 2 && ret == 0; k++) {
         dp_run one, dp;
-        if (run_dp(&cfg, types[k], 1, in, tg, &one)) { ret = -1; break; }
-        if (run_dp(&cfg, types[k], DP_RANKS, in, tg, &dp)) { free(one.grads); ret = -1; break; }
+        if (run_dp(&cfg, types[k], 1, in, tg, &one)) {
+            ret = -1;
+            break;
+        }
+        if (run_dp(&cfg, types[k], DP_RANKS, in, tg, &dp)) {
+            free(one.grads);
+            ret = -1;
+            break;
+        }
         double ad = maxdiff(one.grads, dp.grads, one.numel), ref = maxabs(one.grads, one.numel);
         double rel = ad / ref;
         char shown[128], label[160];
@@ -204,8 +220,8 @@ static int section_dp(void)
                     dp.algo_ring && one.numel % DP_RANKS == 0 ? lec_near((double)dp.sent, want, 0)
                                                               : LEC_DIFF);
             snprintf(shown, sizeof shown, "%llu", (unsigned long long)dp.ops);
-            lec_fig("§2", "dp_comm_per_step", "GPU-to-GPU communications per iteration", (double)dp.ops,
-                    shown, "1 (one all-reduce)", lec_near((double)dp.ops, 1, 0));
+            lec_fig("§2", "dp_comm_per_step", "GPU-to-GPU communications per iteration",
+                    (double)dp.ops, shown, "1 (one all-reduce)", lec_near((double)dp.ops, 1, 0));
         }
         free(one.grads);
         free(dp.grads);
@@ -344,11 +360,11 @@ static double mlp_rel(const mlp_set *x, const mlp_set *ref)
 static const int TP_DEGREES[2] = {2, 4};
 
 typedef struct tp_mlp_run {
-    const mlp_set *ref;          /* inputs and the one-rank results (read only) */
-    double rel[2][TP_WORLD];     /* per degree, per rank: largest relative difference */
-    double abs_[2][TP_WORLD];    /* largest absolute difference */
+    const mlp_set *ref;       /* inputs and the one-rank results (read only) */
+    double rel[2][TP_WORLD];  /* per degree, per rank: largest relative difference */
+    double abs_[2][TP_WORLD]; /* largest absolute difference */
     int fwd_ar[2][TP_WORLD], bwd_ar[2][TP_WORLD];
-    long weights[2][TP_WORLD];   /* elements of A and B this rank holds */
+    long weights[2][TP_WORLD]; /* elements of A and B this rank holds */
     uint64_t act_sent[2][TP_WORLD];
 } tp_mlp_run;
 
@@ -361,13 +377,17 @@ static int tp_mlp_rank(dl_ctx *x, void *arg)
         int t = TP_DEGREES[d];
         dl_comm *tp = NULL;
         int rc = dl_comm_split(dl_ctx_comm(x), wr / t, wr % t, &tp);
-        if (rc) return rc;
+        if (rc)
+            return rc;
         int tr = dl_comm_rank(tp), nl = MN / t, j0 = tr * nl;
         dl_comm_set_algo(tp, DL_ALGO_RING);
         /* this rank's shard: A's columns j0 .. j0+nl-1 (and a's), B's rows j0 .. j0+nl-1 */
-        double *A = xcalloc((size_t)MK * nl, sizeof(double)), *B = xcalloc((size_t)nl * MK, sizeof(double));
-        double *H = xcalloc((size_t)MR * nl, sizeof(double)), *Y = xcalloc((size_t)MR * nl, sizeof(double));
-        double *dA = xcalloc((size_t)MK * nl, sizeof(double)), *dB = xcalloc((size_t)nl * MK, sizeof(double));
+        double *A = xcalloc((size_t)MK * nl, sizeof(double)),
+               *B = xcalloc((size_t)nl * MK, sizeof(double));
+        double *H = xcalloc((size_t)MR * nl, sizeof(double)),
+               *Y = xcalloc((size_t)MR * nl, sizeof(double));
+        double *dA = xcalloc((size_t)MK * nl, sizeof(double)),
+               *dB = xcalloc((size_t)nl * MK, sizeof(double));
         double a[MN], da[MN], Z[MR * MK], dX[MR * MK], db[MK];
         for (int p = 0; p < MK; p++)
             for (int j = 0; j < nl; j++) A[p * nl + j] = ref->A[p * MN + j0 + j];
@@ -402,28 +422,50 @@ static int tp_mlp_rank(dl_ctx *x, void *arg)
                 for (int j = 0; j < nl; j++) dAref[p * nl + j] = ref->dA[p * MN + j0 + j];
             memcpy(dBref, ref->dB + (size_t)j0 * MK, sizeof(double) * nl * MK);
             double rel = 0, ab = 0, e;
-            e = maxdiff(Z, ref->Z, MR * MK); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->Z, MR * MK));
-            e = maxdiff(dX, ref->dX, MR * MK); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->dX, MR * MK));
-            e = maxdiff(db, ref->db, MK); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->db, MK));
-            e = maxdiff(dA, dAref, (size_t)MK * nl); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->dA, MK * MN));
-            e = maxdiff(da, ref->da + j0, nl); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->da, MN));
-            e = maxdiff(dB, dBref, (size_t)nl * MK); ab = dmax(ab, e); rel = dmax(rel, e / maxabs(ref->dB, MN * MK));
+            e = maxdiff(Z, ref->Z, MR * MK);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->Z, MR * MK));
+            e = maxdiff(dX, ref->dX, MR * MK);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->dX, MR * MK));
+            e = maxdiff(db, ref->db, MK);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->db, MK));
+            e = maxdiff(dA, dAref, (size_t)MK * nl);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->dA, MK * MN));
+            e = maxdiff(da, ref->da + j0, nl);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->da, MN));
+            e = maxdiff(dB, dBref, (size_t)nl * MK);
+            ab = dmax(ab, e);
+            rel = dmax(rel, e / maxabs(ref->dB, MN * MK));
             r->rel[d][wr] = rel;
             r->abs_[d][wr] = ab;
         }
-        free(A); free(B); free(H); free(Y); free(dA); free(dB);
+        free(A);
+        free(B);
+        free(H);
+        free(Y);
+        free(dA);
+        free(dB);
         int rc2 = dl_comm_free(tp);
-        if (rc) return rc;
-        if (rc2) return rc2;
+        if (rc)
+            return rc;
+        if (rc2)
+            return rc2;
     }
     return DL_OK;
 }
 
 static int section_mlp(void)
 {
-    lec_text("\n§3.3 The Megatron MLP Z = GeLU(X·A + a)·B + b, f64. Shapes chosen here (the lecture's did\n"
-             "   not survive in the text): X %d x %d, A %d x %d, B %d x %d, so that A and B hold %d weights on one\n"
-             "   rank and %d on each of 4 (the lecture's 2048 and 512; biases a (%d, split) and b (%d) not counted)\n",
+    lec_text("\n§3.3 The Megatron MLP Z = GeLU(X·A + a)·B + b, f64. Shapes chosen here (the "
+             "lecture's did\n"
+             "   not survive in the text): X %d x %d, A %d x %d, B %d x %d, so that A and B hold "
+             "%d weights on one\n"
+             "   rank and %d on each of 4 (the lecture's 2048 and 512; biases a (%d, split) and b "
+             "(%d) not counted)\n",
              MR, MK, MK, MN, MN, MK, 2 * MK * MN, 2 * MK * MN / 4, MN, MK);
     mlp_set *s = xcalloc(1, sizeof *s), *lib = xcalloc(1, sizeof *lib);
     fill(s->X, MR * MK, 1.0, 101);
@@ -439,8 +481,8 @@ static int section_mlp(void)
     char shown[128], label[160];
     snprintf(shown, sizeof shown, "%.1e", rel);
     lec_fig("§3.3", "mlp_hand_vs_library",
-            "handwritten fwd/bwd vs the library's kernels, max rel diff (Z dX dA da dB db)", rel, shown,
-            "1.4e-14 (vs autograd); bound 1e-13", lec_le(rel, 1e-13));
+            "handwritten fwd/bwd vs the library's kernels, max rel diff (Z dX dA da dB db)", rel,
+            shown, "1.4e-14 (vs autograd); bound 1e-13", lec_le(rel, 1e-13));
 
     tp_mlp_run *r = xcalloc(1, sizeof *r);
     r->ref = s;
@@ -459,11 +501,13 @@ static int section_mlp(void)
                 ma = dmax(ma, r->abs_[d][k]);
                 same &= r->fwd_ar[d][k] == fwd && r->bwd_ar[d][k] == bwd;
             }
-            snprintf(label, sizeof label, "TP %d vs one rank: Z, dX, dA, dB (and a, b) max diff", t);
+            snprintf(label, sizeof label, "TP %d vs one rank: Z, dX, dA, dB (and a, b) max diff",
+                     t);
             snprintf(shown, sizeof shown, "%.1e (rel %.1e)", ma, mr);
             char id[48];
             snprintf(id, sizeof id, "mlp_tp%d_diff", t);
-            lec_fig("§3.3", id, label, mr, shown, "2.8e-14 (float64); bound rel 1e-13", lec_le(mr, 1e-13));
+            lec_fig("§3.3", id, label, mr, shown, "2.8e-14 (float64); bound rel 1e-13",
+                    lec_le(mr, 1e-13));
             snprintf(label, sizeof label, "TP %d: all-reduces per MLP, forward + backward", t);
             snprintf(shown, sizeof shown, "%d + %d%s", fwd, bwd, same ? "" : " (ranks disagree)");
             snprintf(id, sizeof id, "mlp_tp%d_allreduces", t);
@@ -471,7 +515,8 @@ static int section_mlp(void)
                     same && fwd == 1 && bwd == 1 ? LEC_MATCH : LEC_DIFF);
             double want = 2 * dl_plan_allreduce_sent(t, MR * MK * 8.0);
             snprintf(label, sizeof label, "TP %d: activation bytes each rank sent per MLP", t);
-            snprintf(shown, sizeof shown, "%llu B %s 2 x 2(t-1)/t x %d B", (unsigned long long)r->act_sent[d][0],
+            snprintf(shown, sizeof shown, "%llu B %s 2 x 2(t-1)/t x %d B",
+                     (unsigned long long)r->act_sent[d][0],
                      (double)r->act_sent[d][0] == want ? "=" : "!=", MR * MK * 8);
             snprintf(id, sizeof id, "mlp_tp%d_bytes", t);
             lec_fig("§3.3", id, label, (double)r->act_sent[d][0], shown, "", LEC_INFO);
@@ -490,10 +535,10 @@ static int section_mlp(void)
 /* ---------------------------------------------------------------------------------------- */
 /* §3.4 attention by heads                                                                   */
 
-#define AB 2   /* sequences */
-#define AT 16  /* positions */
-#define AC 32  /* channels */
-#define ANH 8  /* heads (the lecture's 8) */
+#define AB 2  /* sequences */
+#define AT 16 /* positions */
+#define AC 32 /* channels */
+#define ANH 8 /* heads (the lecture's 8) */
 #define AHS (AC / ANH)
 #define AN (AB * AT)
 #define ATT_WORLD 8
@@ -510,30 +555,40 @@ typedef struct att_set {
  * (NULL: one rank, all heads). Results: Y, dX (full), dWqkv (3 nh HS x C rows), dbqkv, dWo
  * (C x nh HS columns), dbo. */
 static int att_block(dl_comm *tp, const att_set *s, int h0, int nh, double *Y, double *dX,
-                     double *dWqkv, double *dbqkv, double *dWo, double *dbo, int *fwd_ar, int *bwd_ar)
+                     double *dWqkv, double *dbqkv, double *dWo, double *dbo, int *fwd_ar,
+                     int *bwd_ar)
 {
     int cl = nh * AHS, c0 = h0 * AHS;
-    double *W = xcalloc((size_t)3 * cl * AC, sizeof(double)), *bq = xcalloc(3 * (size_t)cl, sizeof(double));
+    double *W = xcalloc((size_t)3 * cl * AC, sizeof(double)),
+           *bq = xcalloc(3 * (size_t)cl, sizeof(double));
     double *Wo = xcalloc((size_t)AC * cl, sizeof(double));
-    double *qkv = xcalloc((size_t)AN * 3 * cl, sizeof(double)), *att = xcalloc((size_t)AB * nh * AT * AT, sizeof(double));
-    double *o = xcalloc((size_t)AN * cl, sizeof(double)), *dout = xcalloc((size_t)AN * cl, sizeof(double));
-    double *dqkv = xcalloc((size_t)AN * 3 * cl, sizeof(double)), *scratch = xcalloc((size_t)AT * AT, sizeof(double));
+    double *qkv = xcalloc((size_t)AN * 3 * cl, sizeof(double)),
+           *att = xcalloc((size_t)AB * nh * AT * AT, sizeof(double));
+    double *o = xcalloc((size_t)AN * cl, sizeof(double)),
+           *dout = xcalloc((size_t)AN * cl, sizeof(double));
+    double *dqkv = xcalloc((size_t)AN * 3 * cl, sizeof(double)),
+           *scratch = xcalloc((size_t)AT * AT, sizeof(double));
     for (int third = 0; third < 3; third++) {
-        memcpy(W + (size_t)third * cl * AC, s->Wqkv + ((size_t)third * AC + c0) * AC, sizeof(double) * cl * AC);
+        memcpy(W + (size_t)third * cl * AC, s->Wqkv + ((size_t)third * AC + c0) * AC,
+               sizeof(double) * cl * AC);
         memcpy(bq + (size_t)third * cl, s->bqkv + (size_t)third * AC + c0, sizeof(double) * cl);
     }
-    for (int r = 0; r < AC; r++) memcpy(Wo + (size_t)r * cl, s->Wo + (size_t)r * AC + c0, sizeof(double) * cl);
+    for (int r = 0; r < AC; r++)
+        memcpy(Wo + (size_t)r * cl, s->Wo + (size_t)r * AC + c0, sizeof(double) * cl);
     int rc = 0;
     dl_comm_stats s0, s1, s2;
-    if (tp) dl_comm_get_stats(tp, &s0);
+    if (tp)
+        dl_comm_get_stats(tp, &s0);
     /* forward (f: identity) */
     dl_linear_fwd_f64(qkv, s->X, W, bq, AN, AC, 3 * cl);
     dl_attention_fwd_f64(o, cl, att, qkv, qkv + cl, qkv + 2 * cl, 3 * cl, AB, AT, nh, AHS);
     dl_linear_fwd_f64(Y, o, Wo, NULL, AN, cl, AC);
-    if (tp) rc = dl_allreduce(tp, Y, Y, AN * AC, DL_F64, DL_SUM, DL_PURPOSE_ACTIVATIONS); /* g */
+    if (tp)
+        rc = dl_allreduce(tp, Y, Y, AN * AC, DL_F64, DL_SUM, DL_PURPOSE_ACTIVATIONS); /* g */
     for (int i = 0; rc == 0 && i < AN; i++)
         for (int c = 0; c < AC; c++) Y[i * AC + c] += s->bo[c];
-    if (tp) dl_comm_get_stats(tp, &s1);
+    if (tp)
+        dl_comm_get_stats(tp, &s1);
     /* backward (g: identity) */
     if (rc == 0) {
         memset(dX, 0, sizeof(double) * AN * AC);
@@ -542,14 +597,23 @@ static int att_block(dl_comm *tp, const att_set *s, int h0, int nh, double *Y, d
         dl_attention_bwd_f64(dqkv, dqkv + cl, dqkv + 2 * cl, scratch, dout, cl, qkv, qkv + cl,
                              qkv + 2 * cl, 3 * cl, att, AB, AT, nh, AHS);
         dl_linear_bwd_f64(dX, dWqkv, dbqkv, dqkv, s->X, W, AN, AC, 3 * cl);
-        if (tp) rc = dl_allreduce(tp, dX, dX, AN * AC, DL_F64, DL_SUM, DL_PURPOSE_ACTIVATIONS); /* f */
+        if (tp)
+            rc = dl_allreduce(tp, dX, dX, AN * AC, DL_F64, DL_SUM, DL_PURPOSE_ACTIVATIONS); /* f */
     }
     if (tp) {
         dl_comm_get_stats(tp, &s2);
         *fwd_ar = (int)(s1.ops - s0.ops);
         *bwd_ar = (int)(s2.ops - s1.ops);
     }
-    free(W); free(bq); free(Wo); free(qkv); free(att); free(o); free(dout); free(dqkv); free(scratch);
+    free(W);
+    free(bq);
+    free(Wo);
+    free(qkv);
+    free(att);
+    free(o);
+    free(dout);
+    free(dqkv);
+    free(scratch);
     return rc;
 }
 
@@ -568,32 +632,45 @@ static int att_rank(dl_ctx *x, void *arg)
         int t = ATT_DEGREES[d];
         dl_comm *tp = NULL;
         int rc = dl_comm_split(dl_ctx_comm(x), wr / t, wr % t, &tp);
-        if (rc) return rc;
+        if (rc)
+            return rc;
         int tr = dl_comm_rank(tp), nh = ANH / t, cl = nh * AHS, c0 = tr * cl;
         double *Y = xcalloc(AN * AC, sizeof(double)), *dX = xcalloc(AN * AC, sizeof(double));
-        double *dW = xcalloc((size_t)3 * cl * AC, sizeof(double)), *db = xcalloc(3 * (size_t)cl, sizeof(double));
+        double *dW = xcalloc((size_t)3 * cl * AC, sizeof(double)),
+               *db = xcalloc(3 * (size_t)cl, sizeof(double));
         double *dWo = xcalloc((size_t)AC * cl, sizeof(double)), dbo[AC];
-        rc = att_block(tp, s, tr * nh, nh, Y, dX, dW, db, dWo, dbo, &r->fwd_ar[d][wr], &r->bwd_ar[d][wr]);
+        rc = att_block(tp, s, tr * nh, nh, Y, dX, dW, db, dWo, dbo, &r->fwd_ar[d][wr],
+                       &r->bwd_ar[d][wr]);
         if (rc == 0) {
             double rel = 0;
             rel = dmax(rel, maxdiff(Y, s->Yo, AN * AC) / maxabs(s->Yo, AN * AC));
             rel = dmax(rel, maxdiff(dX, s->dX, AN * AC) / maxabs(s->dX, AN * AC));
             rel = dmax(rel, maxdiff(dbo, s->dbo, AC) / maxabs(s->dbo, AC));
             for (int third = 0; third < 3; third++) {
-                rel = dmax(rel, maxdiff(dW + (size_t)third * cl * AC, s->dWqkv + ((size_t)third * AC + c0) * AC,
-                                        (size_t)cl * AC) / maxabs(s->dWqkv, 3 * AC * AC));
-                rel = dmax(rel, maxdiff(db + (size_t)third * cl, s->dbqkv + (size_t)third * AC + c0, cl) /
+                rel =
+                    dmax(rel, maxdiff(dW + (size_t)third * cl * AC,
+                                      s->dWqkv + ((size_t)third * AC + c0) * AC, (size_t)cl * AC) /
+                                  maxabs(s->dWqkv, 3 * AC * AC));
+                rel = dmax(rel, maxdiff(db + (size_t)third * cl, s->dbqkv + (size_t)third * AC + c0,
+                                        cl) /
                                     maxabs(s->dbqkv, 3 * AC));
             }
             for (int row = 0; row < AC; row++)
-                rel = dmax(rel, maxdiff(dWo + (size_t)row * cl, s->dWo + (size_t)row * AC + c0, cl) /
-                                    maxabs(s->dWo, AC * AC));
+                rel =
+                    dmax(rel, maxdiff(dWo + (size_t)row * cl, s->dWo + (size_t)row * AC + c0, cl) /
+                                  maxabs(s->dWo, AC * AC));
             r->rel[d][wr] = rel;
         }
-        free(Y); free(dX); free(dW); free(db); free(dWo);
+        free(Y);
+        free(dX);
+        free(dW);
+        free(db);
+        free(dWo);
         int rc2 = dl_comm_free(tp);
-        if (rc) return rc;
-        if (rc2) return rc2;
+        if (rc)
+            return rc;
+        if (rc2)
+            return rc2;
     }
     return DL_OK;
 }
@@ -607,12 +684,19 @@ typedef struct gpt_tp_run {
 static int gpt_tp_rank(dl_ctx *x, void *arg)
 {
     gpt_tp_run *r = arg;
-    dl_gpt_config cfg = {.vocab = 256, .seq = 8, .layers = r->layers, .d_model = 16, .heads = 2, .tie = 0};
-    dl_gpt_opts o = {.cfg = cfg, .dtype = DL_F64, .micro_batch = 1, .tp = dl_ctx_size(x),
-                     .tp_comm = dl_ctx_comm(x), .seed = 3, .arena = dl_ctx_arena(x)};
+    dl_gpt_config cfg =
+        {.vocab = 256, .seq = 8, .layers = r->layers, .d_model = 16, .heads = 2, .tie = 0};
+    dl_gpt_opts o = {.cfg = cfg,
+                     .dtype = DL_F64,
+                     .micro_batch = 1,
+                     .tp = dl_ctx_size(x),
+                     .tp_comm = dl_ctx_comm(x),
+                     .seed = 3,
+                     .arena = dl_ctx_arena(x)};
     dl_gpt *g;
     int rc = dl_gpt_create(&o, &g);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     int in[8], tg[8];
     for (int i = 0; i < 8; i++) in[i] = 10 * i, tg[i] = 10 * i + 1;
     dl_comm_stats s0, s1, s2;
@@ -621,7 +705,8 @@ static int gpt_tp_rank(dl_ctx *x, void *arg)
     dl_comm_get_stats(dl_ctx_comm(x), &s0);
     rc = dl_gpt_forward(g, in, tg, 1, &loss);
     dl_comm_get_stats(dl_ctx_comm(x), &s1);
-    if (rc == 0) rc = dl_gpt_backward(g, 1.0 / 8, NULL, NULL);
+    if (rc == 0)
+        rc = dl_gpt_backward(g, 1.0 / 8, NULL, NULL);
     dl_comm_get_stats(dl_ctx_comm(x), &s2);
     if (rc == 0 && dl_ctx_rank(x) == 0) {
         r->fwd = s1.ops - s0.ops;
@@ -633,8 +718,10 @@ static int gpt_tp_rank(dl_ctx *x, void *arg)
 
 static int section_attention(void)
 {
-    lec_text("\n§3.4 Attention split by heads: %d heads of %d channels, %d sequences x %d positions, f64;\n"
-             "   Q/K/V column-parallel by heads, output projection row-parallel, library kernels on each rank\n",
+    lec_text("\n§3.4 Attention split by heads: %d heads of %d channels, %d sequences x %d "
+             "positions, f64;\n"
+             "   Q/K/V column-parallel by heads, output projection row-parallel, library kernels "
+             "on each rank\n",
              ANH, AHS, AB, AT);
     att_set *s = xcalloc(1, sizeof *s);
     fill(s->X, AN * AC, 1.0, 201);
@@ -644,7 +731,8 @@ static int section_attention(void)
     fill(s->bo, AC, 0.1, 205);
     fill(s->G, AN * AC, 1.0, 206);
     int f0, b0;
-    if (att_block(NULL, s, 0, ANH, s->Yo, s->dX, s->dWqkv, s->dbqkv, s->dWo, s->dbo, &f0, &b0) != 0) {
+    if (att_block(NULL, s, 0, ANH, s->Yo, s->dX, s->dWqkv, s->dbqkv, s->dWo, s->dbo, &f0, &b0) !=
+        0) {
         free(s);
         return lec_fail("attention on one rank");
     }
@@ -664,8 +752,8 @@ static int section_attention(void)
                 mr = dmax(mr, r->rel[d][k]);
                 same &= r->fwd_ar[d][k] == r->fwd_ar[d][0] && r->bwd_ar[d][k] == r->bwd_ar[d][0];
             }
-            snprintf(label, sizeof label, "heads split %d ways (%d per rank) vs one rank: output and grads", t,
-                     ANH / t);
+            snprintf(label, sizeof label,
+                     "heads split %d ways (%d per rank) vs one rank: output and grads", t, ANH / t);
             snprintf(shown, sizeof shown, "rel %.1e", mr);
             snprintf(id, sizeof id, "attn_tp%d_diff", t);
             lec_fig("§3.4", id, label, mr, shown, "<= 6.7e-16; bound rel 1e-13", lec_le(mr, 1e-13));
@@ -679,12 +767,15 @@ static int section_attention(void)
     }
     free(r);
     free(s);
-    if (ret) return ret;
+    if (ret)
+        return ret;
 
     gpt_tp_run g = {.layers = 2};
     world_opts(&o, 2);
-    if (dl_world_run(&o, gpt_tp_rank, &g) != DL_OK) return lec_fail("GPT with tp = 2");
-    snprintf(shown, sizeof shown, "%.0f + %.0f", (double)g.fwd / g.layers, (double)g.bwd / g.layers);
+    if (dl_world_run(&o, gpt_tp_rank, &g) != DL_OK)
+        return lec_fail("GPT with tp = 2");
+    snprintf(shown, sizeof shown, "%.0f + %.0f", (double)g.fwd / g.layers,
+             (double)g.bwd / g.layers);
     lec_fig("§3.4", "layer_allreduces", "the library's GPT, tp 2: all-reduces per layer, fwd + bwd",
             (double)(g.fwd + g.bwd) / g.layers, shown, "2 + 2",
             g.fwd == 2u * g.layers && g.bwd == 2u * g.layers ? LEC_MATCH : LEC_DIFF);
@@ -699,43 +790,57 @@ static int section_tp_cost(void)
     dl_plan_model m;
     dl_plan_hw hw;
     dl_plan_opts o;
-    if (dl_plan_model_preset("gpt3-175b", &m) || dl_plan_hw_preset("h100", &hw)) return lec_fail("planner presets");
+    if (dl_plan_model_preset("gpt3-175b", &m) || dl_plan_hw_preset("h100", &hw))
+        return lec_fail("planner presets");
     dl_plan_opts_init(&o);
-    dl_plan_layout l = {.t = 8, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1, .seq = 2048};
+    dl_plan_layout l =
+        {.t = 8, .p = 1, .d = 1, .v = 1, .micro_batch = 1, .global_batch = 1, .seq = 2048};
     dl_plan_comm_report nv, ib;
     o.tp_link = DL_PLAN_LINK_INTRA;
-    if (dl_plan_comm(&m, &hw, &o, &l, &nv)) return lec_fail("planner (TP on NVLink)");
+    if (dl_plan_comm(&m, &hw, &o, &l, &nv))
+        return lec_fail("planner (TP on NVLink)");
     o.tp_link = DL_PLAN_LINK_INTER;
-    if (dl_plan_comm(&m, &hw, &o, &l, &ib)) return lec_fail("planner (TP across nodes)");
-    lec_text("\n§3.5 A GPT-3 layer (h = %d, s = %d, b = 1, BF16) split 8 ways; H100 %.0f TFLOP/s dense BF16 at %.0f%% "
-             "MFU,\n   NVLink %.0f GB/s, InfiniBand %.0f GB/s per direction (the planner, dl_plan_comm; the lecture's "
-             "table\n   did not survive in the text, only its 352 MB and the cross-node ratio in §8):\n",
+    if (dl_plan_comm(&m, &hw, &o, &l, &ib))
+        return lec_fail("planner (TP across nodes)");
+    lec_text("\n§3.5 A GPT-3 layer (h = %d, s = %d, b = 1, BF16) split 8 ways; H100 %.0f TFLOP/s "
+             "dense BF16 at %.0f%% "
+             "MFU,\n   NVLink %.0f GB/s, InfiniBand %.0f GB/s per direction (the planner, "
+             "dl_plan_comm; the lecture's "
+             "table\n   did not survive in the text, only its 352 MB and the cross-node ratio in "
+             "§8):\n",
              m.hidden, l.seq, hw.flops / 1e12, 100 * hw.mfu, hw.intra_bw / 1e9, hw.inter_bw / 1e9);
-    lec_text("     one all-reduce: s*b*h = %.0f values, %.1f MB; %d per layer (2 forward, 2 backward)\n",
+    lec_text("     one all-reduce: s*b*h = %.0f values, %.1f MB; %d per layer (2 forward, 2 "
+             "backward)\n",
              nv.tp_msg_bytes / 2, nv.tp_msg_bytes / 1e6, o.tp_allreduces);
-    lec_text("     %-22s %14s %16s %18s %14s\n", "link", "sent/GPU/layer", "comm per layer", "compute per layer",
-             "comm/compute");
-    lec_text("     %-22s %11.1f MB %13.3f ms %15.3f ms %14.3f\n", "NVLink (in a node)", nv.tp_layer_sent / 1e6,
-             nv.tp_layer_time * 1e3, nv.tp_layer_compute * 1e3, nv.tp_layer_time / nv.tp_layer_compute);
-    lec_text("     %-22s %11.1f MB %13.3f ms %15.3f ms %14.3f\n", "InfiniBand (across)", ib.tp_layer_sent / 1e6,
-             ib.tp_layer_time * 1e3, ib.tp_layer_compute * 1e3, ib.tp_layer_time / ib.tp_layer_compute);
+    lec_text("     %-22s %14s %16s %18s %14s\n", "link", "sent/GPU/layer", "comm per layer",
+             "compute per layer", "comm/compute");
+    lec_text("     %-22s %11.1f MB %13.3f ms %15.3f ms %14.3f\n", "NVLink (in a node)",
+             nv.tp_layer_sent / 1e6, nv.tp_layer_time * 1e3, nv.tp_layer_compute * 1e3,
+             nv.tp_layer_time / nv.tp_layer_compute);
+    lec_text("     %-22s %11.1f MB %13.3f ms %15.3f ms %14.3f\n", "InfiniBand (across)",
+             ib.tp_layer_sent / 1e6, ib.tp_layer_time * 1e3, ib.tp_layer_compute * 1e3,
+             ib.tp_layer_time / ib.tp_layer_compute);
     char shown[64];
     snprintf(shown, sizeof shown, "%.1f MB", nv.tp_layer_sent / 1e6);
-    lec_fig("§3.5", "tp_layer_sent", "bytes each GPU sends per layer (t = 8)", nv.tp_layer_sent, shown, "352 MB",
-            lec_near(nv.tp_layer_sent / 1e6, 352, 0.5));
+    lec_fig("§3.5", "tp_layer_sent", "bytes each GPU sends per layer (t = 8)", nv.tp_layer_sent,
+            shown, "352 MB", lec_near(nv.tp_layer_sent / 1e6, 352, 0.5));
     double rn = nv.tp_layer_time / nv.tp_layer_compute, ri = ib.tp_layer_time / ib.tp_layer_compute;
     snprintf(shown, sizeof shown, "%.3f", rn);
-    lec_fig("§3.5", "tp_ratio_nvlink", "TP comm / compute per layer on NVLink", rn, shown, "", LEC_INFO);
+    lec_fig("§3.5", "tp_ratio_nvlink", "TP comm / compute per layer on NVLink", rn, shown, "",
+            LEC_INFO);
     snprintf(shown, sizeof shown, "%.2f", ri);
-    lec_fig("§8", "tp_ratio_ib", "TP comm / compute per layer across nodes (InfiniBand)", ri, shown, "1.00",
-            lec_near(ri, 1.00, 0.005));
+    lec_fig("§8", "tp_ratio_ib", "TP comm / compute per layer across nodes (InfiniBand)", ri, shown,
+            "1.00", lec_near(ri, 1.00, 0.005));
     return 0;
 }
 
 int lecture_02(void)
 {
-    if (section_dp()) return -1;
-    if (section_mlp()) return -1;
-    if (section_attention()) return -1;
+    if (section_dp())
+        return -1;
+    if (section_mlp())
+        return -1;
+    if (section_attention())
+        return -1;
     return section_tp_cost();
 }

@@ -28,10 +28,10 @@
 #include "distlab/pipe.h"
 #include "lecture.h"
 
-#define PP_L 8                    /* layers */
-#define PP_S 4                    /* stages (rank threads) */
-#define PP_D 32                   /* width of every layer */
-#define PP_B 32                   /* rows in the full batch */
+#define PP_L 8                     /* layers */
+#define PP_S 4                     /* stages (rank threads) */
+#define PP_D 32                    /* width of every layer */
+#define PP_B 32                    /* rows in the full batch */
 #define PP_LP (PP_D * PP_D + PP_D) /* parameters of one layer: W (D x D), then b (D) */
 #define PP_SP (2 * PP_LP)          /* parameters of one stage */
 #define PP_NP (PP_L * PP_LP)       /* parameters of the model */
@@ -73,45 +73,60 @@ static void make_data(pp_data *d)
 /* to the working precision (f64: 8-byte elements, else f32) */
 static void put(void *dst, const double *src, size_t n, int f64)
 {
-    if (f64) memcpy(dst, src, n * sizeof(double));
+    if (f64)
+        memcpy(dst, src, n * sizeof(double));
     else
         for (size_t i = 0; i < n; i++) ((float *)dst)[i] = (float)src[i];
 }
 
-static double get(const void *p, size_t i, int f64) { return f64 ? ((const double *)p)[i] : ((const float *)p)[i]; }
+static double get(const void *p, size_t i, int f64)
+{
+    return f64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
 
 static void *at(void *p, size_t i, int f64) { return (char *)p + i * (f64 ? 8 : 4); }
 
 static void lin_fwd(int f64, void *out, const void *in, const void *W, const void *b, int n)
 {
-    if (f64) dl_linear_fwd_f64(out, in, W, b, n, PP_D, PP_D);
-    else dl_linear_fwd_f32(out, in, W, b, n, PP_D, PP_D);
+    if (f64)
+        dl_linear_fwd_f64(out, in, W, b, n, PP_D, PP_D);
+    else
+        dl_linear_fwd_f32(out, in, W, b, n, PP_D, PP_D);
 }
 
 /* din written (NULL: not computed); dW, db accumulate */
-static void lin_bwd(int f64, void *din, void *dW, void *db, const void *dout, const void *in, const void *W, int n)
+static void lin_bwd(int f64, void *din, void *dW, void *db, const void *dout, const void *in,
+                    const void *W, int n)
 {
     if (f64) {
-        if (din) dl_linear_bwd_write_f64(din, dW, db, dout, in, W, n, PP_D, PP_D);
-        else dl_linear_bwd_f64(NULL, dW, db, dout, in, W, n, PP_D, PP_D);
+        if (din)
+            dl_linear_bwd_write_f64(din, dW, db, dout, in, W, n, PP_D, PP_D);
+        else
+            dl_linear_bwd_f64(NULL, dW, db, dout, in, W, n, PP_D, PP_D);
     } else {
-        if (din) dl_linear_bwd_write_f32(din, dW, db, dout, in, W, n, PP_D, PP_D);
-        else dl_linear_bwd_f32(NULL, dW, db, dout, in, W, n, PP_D, PP_D);
+        if (din)
+            dl_linear_bwd_write_f32(din, dW, db, dout, in, W, n, PP_D, PP_D);
+        else
+            dl_linear_bwd_f32(NULL, dW, db, dout, in, W, n, PP_D, PP_D);
     }
 }
 
 static void gelu_fwd(int f64, void *out, const void *in, size_t n)
 {
-    if (f64) dl_gelu_fwd_f64(out, in, n);
-    else dl_gelu_fwd_f32(out, in, n);
+    if (f64)
+        dl_gelu_fwd_f64(out, in, n);
+    else
+        dl_gelu_fwd_f32(out, in, n);
 }
 
 /* din written */
 static void gelu_bwd(int f64, void *din, const void *in, const void *dout, size_t n)
 {
     memset(din, 0, n * (f64 ? 8 : 4));
-    if (f64) dl_gelu_bwd_f64(din, in, dout, n);
-    else dl_gelu_bwd_f32(din, in, dout, n);
+    if (f64)
+        dl_gelu_bwd_f64(din, in, dout, n);
+    else
+        dl_gelu_bwd_f32(din, in, dout, n);
 }
 
 /* One stage's activations for one micro-batch of n rows: its input, z0 = in W0ᵀ + b0,
@@ -129,7 +144,8 @@ static const void *stage_fwd(int f64, int stage, const void *par, pp_act *a, int
     lin_fwd(f64, a->z0, a->in, W0, b0, n);
     gelu_fwd(f64, a->a0, a->z0, k);
     lin_fwd(f64, a->z1, a->a0, W1, b1, n);
-    if (stage == PP_S - 1) return a->z1;
+    if (stage == PP_S - 1)
+        return a->z1;
     gelu_fwd(f64, a->a1, a->z1, k);
     return a->a1;
 }
@@ -196,7 +212,8 @@ static int serial_grads(const pp_data *d, int f64, double *grad, double *loss)
     size_t es = f64 ? 8 : 4, k = (size_t)PP_B * PP_D;
     /* per stage: in, z0, a0, z1, a1; then par, grad, x, t, dz, scratch 4 */
     char *mem = calloc((size_t)PP_S * 5 * k + 2 * PP_NP + 3 * k + 4 * k, es);
-    if (!mem) return dl_error(DL_ENOMEM, "serial MLP: out of memory");
+    if (!mem)
+        return dl_error(DL_ENOMEM, "serial MLP: out of memory");
     char *p = mem;
     pp_act a[PP_S];
     for (int s = 0; s < PP_S; s++) {
@@ -214,14 +231,15 @@ static int serial_grads(const pp_data *d, int f64, double *grad, double *loss)
     put(t, d->t, k, f64);
     const void *out = NULL;
     for (int s = 0; s < PP_S; s++) {
-        if (s) memcpy(a[s].in, out, k * es);
+        if (s)
+            memcpy(a[s].in, out, k * es);
         out = stage_fwd(f64, s, at(par, (size_t)s * PP_SP, f64), &a[s], PP_B);
     }
     *loss = loss_grad(f64, dz, out, t, PP_B);
     const void *dout = dz;
     for (int s = PP_S - 1; s >= 0; s--) {
-        const void *din = stage_bwd(f64, s, at(par, (size_t)s * PP_SP, f64), at(g, (size_t)s * PP_SP, f64),
-                                    &a[s], dout, &sc, PP_B);
+        const void *din = stage_bwd(f64, s, at(par, (size_t)s * PP_SP, f64),
+                                    at(g, (size_t)s * PP_SP, f64), &a[s], dout, &sc, PP_B);
         dout = din; /* stage_bwd reads its dout before it writes sc.din */
     }
     for (size_t i = 0; i < PP_NP; i++) grad[i] = get(g, i, f64);
@@ -239,10 +257,10 @@ typedef struct pp_job {
     /* out, written by rank 0 after the all-gathers */
     double grad[PP_NP];
     double loss;
-    int peak[PP_S];        /* micro-batches whose activations a stage held at once (measured) */
-    int slots[PP_S];       /* what the schedule's simulation said it would need */
-    double sent[PP_S];     /* hand-off bytes each stage sent (the engine's counters) */
-    double step_us[PP_S];  /* the step on each stage */
+    int peak[PP_S];       /* micro-batches whose activations a stage held at once (measured) */
+    int slots[PP_S];      /* what the schedule's simulation said it would need */
+    double sent[PP_S];    /* hand-off bytes each stage sent (the engine's counters) */
+    double step_us[PP_S]; /* the step on each stage */
 } pp_job;
 
 typedef struct pp_stage {
@@ -257,13 +275,18 @@ typedef struct pp_stage {
 
 static int take_slot(pp_stage *s, int mb)
 {
-    if (s->slot_of[mb] >= 0) return s->slot_of[mb];
+    if (s->slot_of[mb] >= 0)
+        return s->slot_of[mb];
     if (s->nfree == 0)
-        return -dl_error(DL_EINVAL, "stage %d: micro-batch %d needs an activation slot beyond the %d the schedule's "
-                                    "simulation allows", s->stage, mb, s->nslots);
+        return -dl_error(DL_EINVAL,
+                         "stage %d: micro-batch %d needs an activation slot beyond the %d the "
+                         "schedule's "
+                         "simulation allows",
+                         s->stage, mb, s->nslots);
     int k = s->free_slot[--s->nfree];
     s->slot_of[mb] = k;
-    if (++s->live > s->peak) s->peak = s->live;
+    if (++s->live > s->peak)
+        s->peak = s->live;
     return k;
 }
 
@@ -280,10 +303,12 @@ static int pp_fwd(void *arg, int mb, int chunk, const void **out)
     pp_stage *s = arg;
     (void)chunk;
     int k = take_slot(s, mb);
-    if (k < 0) return -k;
+    if (k < 0)
+        return -k;
     pp_act *a = &s->slot[k];
     size_t rows = (size_t)mb * s->n * PP_D;
-    if (s->stage == 0) memcpy(a->in, at(s->x, rows, s->f64), (size_t)s->n * PP_D * s->es);
+    if (s->stage == 0)
+        memcpy(a->in, at(s->x, rows, s->f64), (size_t)s->n * PP_D * s->es);
     const void *o = stage_fwd(s->f64, s->stage, s->par, a, s->n);
     *out = s->stage == PP_S - 1 ? NULL : o;
     return DL_OK;
@@ -302,11 +327,14 @@ static int pp_bwd(void *arg, int mb, int chunk, const void **din)
     pp_stage *s = arg;
     (void)chunk;
     int k = s->slot_of[mb];
-    if (k < 0) return dl_error(DL_EINVAL, "stage %d: backward of micro-batch %d without its forward", s->stage, mb);
+    if (k < 0)
+        return dl_error(DL_EINVAL, "stage %d: backward of micro-batch %d without its forward",
+                        s->stage, mb);
     pp_act *a = &s->slot[k];
     const void *dout = s->gin;
     if (s->stage == PP_S - 1) {
-        s->loss += loss_grad(s->f64, s->dz, a->z1, at(s->t, (size_t)mb * s->n * PP_D, s->f64), s->n);
+        s->loss +=
+            loss_grad(s->f64, s->dz, a->z1, at(s->t, (size_t)mb * s->n * PP_D, s->f64), s->n);
         dout = s->dz;
     }
     *din = stage_bwd(s->f64, s->stage, s->par, s->grad, a, dout, &s->sc, s->n);
@@ -337,8 +365,10 @@ static int pp_rank(dl_ctx *x, void *arg)
     dl_pipe *eng = NULL;
     void *all = NULL;
     double mine[3], stats[3 * PP_S];
-    int rc = J->kind == DL_SCHED_1F1B ? dl_sched_1f1b(PP_S, J->m, &sch) : dl_sched_gpipe(PP_S, J->m, &sch);
-    if (rc || (rc = dl_sched_simulate(sch, NULL, &sim))) goto out;
+    int rc = J->kind == DL_SCHED_1F1B ? dl_sched_1f1b(PP_S, J->m, &sch)
+                                      : dl_sched_gpipe(PP_S, J->m, &sch);
+    if (rc || (rc = dl_sched_simulate(sch, NULL, &sim)))
+        goto out;
     S.nslots = sim->peak_act[S.stage];
     S.slot = calloc((size_t)S.nslots, sizeof *S.slot);
     S.slot_of = malloc(sizeof(int) * (size_t)J->m);
@@ -358,25 +388,32 @@ static int pp_rank(dl_ctx *x, void *arg)
     for (int i = 0; i < S.nslots; i++) {
         void **f[5] = {&S.slot[i].in, &S.slot[i].z0, &S.slot[i].a0, &S.slot[i].z1, &S.slot[i].a1};
         for (int j = 0; j < 5; j++)
-            if ((rc = dl_arena_alloc(ar, DL_MEM_ACTIVATIONS, k * es, f[j]))) goto out;
+            if ((rc = dl_arena_alloc(ar, DL_MEM_ACTIVATIONS, k * es, f[j])))
+                goto out;
     }
     void **scr[6] = {&S.gin, &S.dz, &S.sc.dz1, &S.sc.da0, &S.sc.dz0, &S.sc.din};
     for (int j = 0; j < 6; j++)
-        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, k * es, scr[j]))) goto out;
+        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, k * es, scr[j])))
+            goto out;
     put(S.par, J->d->par + (size_t)S.stage * PP_SP, PP_SP, S.f64);
     if (S.stage == 0) {
-        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, PP_B * PP_D * es, &S.x))) goto out;
+        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, PP_B * PP_D * es, &S.x)))
+            goto out;
         put(S.x, J->d->x, PP_B * PP_D, S.f64);
     }
     if (S.stage == PP_S - 1) {
-        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, PP_B * PP_D * es, &S.t))) goto out;
+        if ((rc = dl_arena_alloc(ar, DL_MEM_OTHER, PP_B * PP_D * es, &S.t)))
+            goto out;
         put(S.t, J->d->t, PP_B * PP_D, S.f64);
     }
-    if ((rc = dl_pipe_create(w, k, t, ar, &eng))) goto out;
+    if ((rc = dl_pipe_create(w, k, t, ar, &eng)))
+        goto out;
     dl_pipe_stats st;
-    if ((rc = dl_pipe_run(eng, sch, &pp_ops, &S, 0, NULL, 0, &st))) goto out;
+    if ((rc = dl_pipe_run(eng, sch, &pp_ops, &S, 0, NULL, 0, &st)))
+        goto out;
     if (S.live != 0) {
-        rc = dl_error(DL_EINVAL, "stage %d: %d micro-batches' activations left after the flush", S.stage, S.live);
+        rc = dl_error(DL_EINVAL, "stage %d: %d micro-batches' activations left after the flush",
+                      S.stage, S.live);
         goto out;
     }
     /* gather the stages' gradients and figures */
@@ -386,9 +423,11 @@ static int pp_rank(dl_ctx *x, void *arg)
     mine[0] = S.peak;
     mine[1] = (double)st.bytes_sent;
     mine[2] = (double)st.wall_ns / 1e3;
-    if ((rc = dl_allgather(w, mine, stats, 3 * PP_S, DL_F64, DL_PURPOSE_OTHER))) goto out;
+    if ((rc = dl_allgather(w, mine, stats, 3 * PP_S, DL_F64, DL_PURPOSE_OTHER)))
+        goto out;
     double loss = S.loss;
-    if ((rc = dl_broadcast(w, &loss, &loss, 1, DL_F64, PP_S - 1, DL_PURPOSE_LOSS))) goto out;
+    if ((rc = dl_broadcast(w, &loss, &loss, 1, DL_F64, PP_S - 1, DL_PURPOSE_LOSS)))
+        goto out;
     if (S.stage == 0) {
         for (size_t i = 0; i < PP_NP; i++) J->grad[i] = get(all, i, S.f64);
         for (int s = 0; s < PP_S; s++) {
@@ -400,7 +439,8 @@ static int pp_rank(dl_ctx *x, void *arg)
         J->loss = loss;
     }
 out:
-    if (eng) dl_pipe_destroy(eng);
+    if (eng)
+        dl_pipe_destroy(eng);
     dl_arena_free(ar, all);
     dl_arena_free(ar, S.par);
     dl_arena_free(ar, S.grad);
@@ -445,8 +485,10 @@ static double maxdiff(const double *a, const double *b, size_t n, double *ref)
 {
     double m = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!(fabs(a[i] - b[i]) <= m)) m = fabs(a[i] - b[i]); /* NaN propagates as a DIFF */
-        if (fabs(b[i]) > r) r = fabs(b[i]);
+        if (!(fabs(a[i] - b[i]) <= m))
+            m = fabs(a[i] - b[i]); /* NaN propagates as a DIFF */
+        if (fabs(b[i]) > r)
+            r = fabs(b[i]);
     }
     *ref = r;
     return m;
@@ -463,8 +505,10 @@ int lecture_03_pipe(void)
         dl_sched_kind kind;
         int m;
         const char *name, *id;
-    } runs[] = {{DL_SCHED_GPIPE, 1, "GPipe", "gpipe"}, {DL_SCHED_GPIPE, 4, "GPipe", "gpipe"},
-                {DL_SCHED_GPIPE, 8, "GPipe", "gpipe"}, {DL_SCHED_1F1B, 4, "1F1B", "1f1b"},
+    } runs[] = {{DL_SCHED_GPIPE, 1, "GPipe", "gpipe"},
+                {DL_SCHED_GPIPE, 4, "GPipe", "gpipe"},
+                {DL_SCHED_GPIPE, 8, "GPipe", "gpipe"},
+                {DL_SCHED_1F1B, 4, "1F1B", "1f1b"},
                 {DL_SCHED_1F1B, 8, "1F1B", "1f1b"}};
     enum { NRUN = sizeof runs / sizeof runs[0] };
     pp_data *d = malloc(sizeof *d);
@@ -507,50 +551,72 @@ int lecture_03_pipe(void)
             }
         }
     }
-    if (ret) goto done;
+    if (ret)
+        goto done;
 
-    lec_text("  code 03 part 2: a real 8-layer MLP (8 x Linear(%d, %d), exact GeLU between them, squared error to\n"
-             "  random targets, batch %d, %d parameters; the lecture's shape did not survive in its text, this one\n"
-             "  is ours) in %d stages of 2 layers on %d rank threads. The library's pipeline engine runs each\n"
-             "  stage's actions of the schedule; activations go forward and their gradients back through the\n"
-             "  channels; each stage keeps a micro-batch's activations until its backward; gradients accumulate\n"
-             "  over the micro-batches until the flush, are all-gathered and compared with the full batch run\n"
-             "  serially through the same kernels (dl_linear_*, dl_gelu_*), in float32 and in float64:\n\n",
+    lec_text("  code 03 part 2: a real 8-layer MLP (8 x Linear(%d, %d), exact GeLU between them, "
+             "squared error to\n"
+             "  random targets, batch %d, %d parameters; the lecture's shape did not survive in "
+             "its text, this one\n"
+             "  is ours) in %d stages of 2 layers on %d rank threads. The library's pipeline "
+             "engine runs each\n"
+             "  stage's actions of the schedule; activations go forward and their gradients back "
+             "through the\n"
+             "  channels; each stage keeps a micro-batch's activations until its backward; "
+             "gradients accumulate\n"
+             "  over the micro-batches until the flush, are all-gathered and compared with the "
+             "full batch run\n"
+             "  serially through the same kernels (dl_linear_*, dl_gelu_*), in float32 and in "
+             "float64:\n\n",
              PP_D, PP_D, PP_B, PP_NP, PP_S, PP_S);
-    lec_text("   %-13s %5s %12s %12s %17s %15s %15s\n", "schedule", "rows", "max|dg| f32", "max|dg| f64",
-             "activations held", "hand-off f32", "|dloss| f64");
+    lec_text("   %-13s %5s %12s %12s %17s %15s %15s\n", "schedule", "rows", "max|dg| f32",
+             "max|dg| f64", "activations held", "hand-off f32", "|dloss| f64");
     double bmax = 0;
     for (int r = 0; r < NRUN; r++) {
         char held[48], nm[32];
         ints(held, sizeof held, peak[r]);
         snprintf(nm, sizeof nm, "%s, m = %d", runs[r].name, runs[r].m);
-        lec_text("   %-13s %5d %12.1e %12.1e %17s %13.0f B %15.1e\n", nm, PP_B / runs[r].m, dg[0][r], dg[1][r], held,
-                 bytes[0][r], dloss[r]);
+        lec_text("   %-13s %5d %12.1e %12.1e %17s %13.0f B %15.1e\n", nm, PP_B / runs[r].m,
+                 dg[0][r], dg[1][r], held, bytes[0][r], dloss[r]);
         bmax = fmax(bmax, fabs(bytes[0][r] - 2.0 * (PP_S - 1) * PP_B * PP_D * 4));
     }
-    lec_text("   (rows per micro-batch; activations held: micro-batches per stage at once, measured, as the\n"
-             "   schedule's simulation sized the slots; hand-off bytes: all stages, 2 (p-1) x %d x %d x 4 = %d for\n"
-             "   any m%s; full-batch loss %.6f; largest |gradient| %.3f). With m = 1 the stages compute exactly\n"
-             "   the full batch's operations (0); with m > 1 only the sums of each weight's gradient over the\n"
-             "   micro-batches come in another order, so the difference is float rounding (relative ~1e-7 in f32,\n"
-             "   ~1e-17 in f64), the same for GPipe and 1F1B: the schedule changes when, not what.\n\n",
-             PP_B, PP_D, 2 * (PP_S - 1) * PP_B * PP_D * 4, bmax == 0 ? "" : " (NOT SO HERE)", loss_ref[1], gmax);
+    lec_text("   (rows per micro-batch; activations held: micro-batches per stage at once, "
+             "measured, as the\n"
+             "   schedule's simulation sized the slots; hand-off bytes: all stages, 2 (p-1) x %d x "
+             "%d x 4 = %d for\n"
+             "   any m%s; full-batch loss %.6f; largest |gradient| %.3f). With m = 1 the stages "
+             "compute exactly\n"
+             "   the full batch's operations (0); with m > 1 only the sums of each weight's "
+             "gradient over the\n"
+             "   micro-batches come in another order, so the difference is float rounding "
+             "(relative ~1e-7 in f32,\n"
+             "   ~1e-17 in f64), the same for GPipe and 1F1B: the schedule changes when, not "
+             "what.\n\n",
+             PP_B, PP_D, 2 * (PP_S - 1) * PP_B * PP_D * 4, bmax == 0 ? "" : " (NOT SO HERE)",
+             loss_ref[1], gmax);
     for (int f64 = 0; f64 <= 1; f64++)
         for (int r = 0; r < NRUN; r++) {
-            snprintf(label, sizeof label, "8-layer MLP, %s m = %d vs full batch, max |grad diff| (%s)", runs[r].name,
+            snprintf(label, sizeof label,
+                     "8-layer MLP, %s m = %d vs full batch, max |grad diff| (%s)", runs[r].name,
                      runs[r].m, f64 ? "f64" : "f32");
             snprintf(shown, sizeof shown, "%.1e (rel %.1e)", dg[f64][r], rel[f64][r]);
             snprintf(id, sizeof id, "pipe_%s_m%d_%s", runs[r].id, runs[r].m, f64 ? "f64" : "f32");
-            snprintf(lec, sizeof lec, f64 ? "4.5e-08 in float32; bound here 1e-12 in f64"
-                                          : "4.5e-08 (float32 round-off); bound 1e-5");
-            lec_fig("§4.2", id, label, dg[f64][r], shown, lec, lec_le(dg[f64][r], f64 ? 1e-12 : 1e-5));
+            snprintf(lec, sizeof lec,
+                     f64 ? "4.5e-08 in float32; bound here 1e-12 in f64"
+                         : "4.5e-08 (float32 round-off); bound 1e-5");
+            lec_fig("§4.2", id, label, dg[f64][r], shown, lec,
+                    lec_le(dg[f64][r], f64 ? 1e-12 : 1e-5));
         }
     ints(shown, sizeof shown, peak[4]);
-    lec_fig("§4.2", "pipe_act_1f1b", "8-layer MLP, 1F1B m = 8: activations each stage held (measured)", NAN, shown,
-            "4 / 3 / 2 / 1", strcmp(shown, "4 / 3 / 2 / 1") == 0 && slots_ok ? LEC_MATCH : LEC_DIFF);
+    lec_fig("§4.2", "pipe_act_1f1b",
+            "8-layer MLP, 1F1B m = 8: activations each stage held (measured)", NAN, shown,
+            "4 / 3 / 2 / 1",
+            strcmp(shown, "4 / 3 / 2 / 1") == 0 && slots_ok ? LEC_MATCH : LEC_DIFF);
     ints(shown, sizeof shown, peak[2]);
-    lec_fig("§4.2", "pipe_act_gpipe", "8-layer MLP, GPipe m = 8: activations each stage held (measured)", NAN, shown,
-            "m each (8 / 8 / 8 / 8)", strcmp(shown, "8 / 8 / 8 / 8") == 0 && slots_ok ? LEC_MATCH : LEC_DIFF);
+    lec_fig("§4.2", "pipe_act_gpipe",
+            "8-layer MLP, GPipe m = 8: activations each stage held (measured)", NAN, shown,
+            "m each (8 / 8 / 8 / 8)",
+            strcmp(shown, "8 / 8 / 8 / 8") == 0 && slots_ok ? LEC_MATCH : LEC_DIFF);
 done:
     free(d);
     free(J);

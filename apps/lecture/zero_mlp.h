@@ -64,11 +64,11 @@ int zm_layout_init(zm_layout *L, int n);
 typedef struct zm_result {
     zm_opts opts;
     zm_layout L;
-    float *master;                                  /* ppad fp32 master weights after the run */
-    double loss[ZM_MAX_STEPS];                      /* global-batch loss at each step's forward */
+    float *master;                                   /* ppad fp32 master weights after the run */
+    double loss[ZM_MAX_STEPS];                       /* global-batch loss at each step's forward */
     uint64_t peak[ZM_MAX_RANKS][DL_MEM_NCATEGORIES]; /* arena peak bytes per rank and category */
-    uint64_t sent[ZM_MAX_RANKS][DL_NPURPOSES];      /* bytes each rank sent over the steps */
-    uint64_t ops[ZM_MAX_RANKS];                     /* collectives over the steps */
+    uint64_t sent[ZM_MAX_RANKS][DL_NPURPOSES];       /* bytes each rank sent over the steps */
+    uint64_t ops[ZM_MAX_RANKS];                      /* collectives over the steps */
 } zm_result;
 
 /* Run the experiment on o->nranks rank threads. DL_OK, or the world's first error (dl_errmsg).

@@ -26,8 +26,8 @@ typedef struct cell {
 
 #define MAXCOL 14
 typedef struct table {
-    const char *id;     /* JSON key / CSV section */
-    char title[256];    /* printed above the human table ("" for none) */
+    const char *id;  /* JSON key / CSV section */
+    char title[256]; /* printed above the human table ("" for none) */
     int ncol;
     const char *key[MAXCOL];   /* machine column names */
     const char *label[MAXCOL]; /* human headers */
@@ -82,7 +82,10 @@ static void tbl_row(table *t)
     cur_col = 0;
     memset(&t->cells[(t->nrow - 1) * t->ncol], 0, (size_t)t->ncol * sizeof(cell));
 }
-static cell *tbl_cell(void) { return &cur_tbl->cells[(cur_tbl->nrow - 1) * cur_tbl->ncol + cur_col++]; }
+static cell *tbl_cell(void)
+{
+    return &cur_tbl->cells[(cur_tbl->nrow - 1) * cur_tbl->ncol + cur_col++];
+}
 
 static void c_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void c_text(const char *fmt, ...)
@@ -125,9 +128,14 @@ static const char *fmt_bytes(double b, char *buf, size_t n)
 {
     static const char *const u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
     int i = 0;
-    while (fabs(b) >= 999.5 && i < 5) { b /= 1000; i++; }
-    if (i == 0) snprintf(buf, n, "%.0f B", b);
-    else snprintf(buf, n, "%.3g %s", b, u[i]);
+    while (fabs(b) >= 999.5 && i < 5) {
+        b /= 1000;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, n, "%.0f B", b);
+    else
+        snprintf(buf, n, "%.3g %s", b, u[i]);
     return buf;
 }
 static void c_bytes(double b)
@@ -137,17 +145,22 @@ static void c_bytes(double b)
 }
 static void c_secs(double s)
 {
-    if (s == 0) c_num(0, "0 s");
-    else if (s < 1e-3) c_num(s, "%.3g us", s * 1e6);
-    else if (s < 1) c_num(s, "%.3g ms", s * 1e3);
-    else c_num(s, "%.3g s", s);
+    if (s == 0)
+        c_num(0, "0 s");
+    else if (s < 1e-3)
+        c_num(s, "%.3g us", s * 1e6);
+    else if (s < 1)
+        c_num(s, "%.3g ms", s * 1e3);
+    else
+        c_num(s, "%.3g s", s);
 }
 
 enum { OUT_HUMAN, OUT_CSV, OUT_JSON };
 
 static void print_tables(int mode, FILE *f)
 {
-    if (mode == OUT_JSON) fprintf(f, "{");
+    if (mode == OUT_JSON)
+        fprintf(f, "{");
     for (int ti = 0; ti < ntables; ti++) {
         table *t = &tables[ti];
         if (mode == OUT_HUMAN) {
@@ -156,11 +169,14 @@ static void print_tables(int mode, FILE *f)
                 w[c] = (int)strlen(t->label[c]);
                 for (int r = 0; r < t->nrow; r++) {
                     int l = (int)strlen(t->cells[r * t->ncol + c].txt);
-                    if (l > w[c]) w[c] = l;
+                    if (l > w[c])
+                        w[c] = l;
                 }
             }
-            if (ti > 0) fputc('\n', f);
-            if (t->title[0]) fprintf(f, "%s\n", t->title);
+            if (ti > 0)
+                fputc('\n', f);
+            if (t->title[0])
+                fprintf(f, "%s\n", t->title);
             for (int c = 0; c < t->ncol; c++)
                 fprintf(f, c == 0 ? "  %-*s" : "  %*s", w[c], t->label[c]);
             fputc('\n', f);
@@ -168,22 +184,29 @@ static void print_tables(int mode, FILE *f)
                 for (int c = 0; c < t->ncol; c++) {
                     const cell *x = &t->cells[r * t->ncol + c];
                     /* text left-aligned, numbers right-aligned so that units line up */
-                    if (x->kind == C_TEXT && c == t->ncol - 1) fprintf(f, "  %s", x->txt); /* no trailing blanks */
-                    else fprintf(f, x->kind == C_TEXT ? "  %-*s" : "  %*s", w[c], x->txt);
+                    if (x->kind == C_TEXT && c == t->ncol - 1)
+                        fprintf(f, "  %s", x->txt); /* no trailing blanks */
+                    else
+                        fprintf(f, x->kind == C_TEXT ? "  %-*s" : "  %*s", w[c], x->txt);
                 }
                 fputc('\n', f);
             }
         } else if (mode == OUT_CSV) {
-            if (ntables > 1) fprintf(f, "%s# %s\n", ti ? "\n" : "", t->id);
+            if (ntables > 1)
+                fprintf(f, "%s# %s\n", ti ? "\n" : "", t->id);
             for (int c = 0; c < t->ncol; c++) fprintf(f, "%s%s", c ? "," : "", t->key[c]);
             fputc('\n', f);
             for (int r = 0; r < t->nrow; r++) {
                 for (int c = 0; c < t->ncol; c++) {
                     const cell *x = &t->cells[r * t->ncol + c];
-                    if (c) fputc(',', f);
-                    if (x->kind == C_TEXT) fprintf(f, "%s", x->txt);
-                    else if (x->kind == C_NUM) fprintf(f, "%.6g", x->num);
-                    else fprintf(f, "%ld", (long)x->num);
+                    if (c)
+                        fputc(',', f);
+                    if (x->kind == C_TEXT)
+                        fprintf(f, "%s", x->txt);
+                    else if (x->kind == C_NUM)
+                        fprintf(f, "%.6g", x->num);
+                    else
+                        fprintf(f, "%ld", (long)x->num);
                 }
                 fputc('\n', f);
             }
@@ -198,17 +221,22 @@ static void print_tables(int mode, FILE *f)
                     fprintf(f, "%s", c ? ", " : "");
                     dl__json_fputs(f, t->key[c], DL__JSON_CTRL_U);
                     fputs(": ", f);
-                    if (x->kind == C_TEXT) dl__json_fputs(f, x->txt, DL__JSON_CTRL_U);
-                    else if (x->kind == C_NUM) fprintf(f, "%.6g", x->num);
-                    else if (x->kind == C_BOOL) fputs(x->num ? "true" : "false", f);
-                    else fprintf(f, "%ld", (long)x->num);
+                    if (x->kind == C_TEXT)
+                        dl__json_fputs(f, x->txt, DL__JSON_CTRL_U);
+                    else if (x->kind == C_NUM)
+                        fprintf(f, "%.6g", x->num);
+                    else if (x->kind == C_BOOL)
+                        fputs(x->num ? "true" : "false", f);
+                    else
+                        fprintf(f, "%ld", (long)x->num);
                 }
                 fputc('}', f);
             }
             fprintf(f, "\n  ]");
         }
     }
-    if (mode == OUT_JSON) fprintf(f, "\n}\n");
+    if (mode == OUT_JSON)
+        fprintf(f, "\n}\n");
     for (int ti = 0; ti < ntables; ti++) free(tables[ti].cells);
     ntables = 0;
 }
@@ -219,13 +247,13 @@ static void print_tables(int mode, FILE *f)
 typedef struct args {
     const char *sub;
     dl_plan_model model;
-    int have_model;          /* a preset or a custom shape / count was given */
+    int have_model; /* a preset or a custom shape / count was given */
     dl_plan_hw hw;
     dl_plan_opts o;
     dl_plan_layout l;
-    int gpus;                /* 0: t*p*d */
+    int gpus; /* 0: t*p*d */
     int gbatch_given, zero_given, d_given;
-    double tokens_per_gpu;   /* comm: > 0 sets the global batch */
+    double tokens_per_gpu; /* comm: > 0 sets the global batch */
     /* zero */
     double zero_params;
     int zero_nd;
@@ -239,7 +267,13 @@ typedef struct args {
 
 /* Flags each subcommand accepts (a bit per group). */
 enum {
-    G_MODEL = 1, G_HW = 2, G_LAYOUT = 4, G_ASSUME = 8, G_GPUS = 16, G_ZERO = 32, G_PIPE = 64,
+    G_MODEL = 1,
+    G_HW = 2,
+    G_LAYOUT = 4,
+    G_ASSUME = 8,
+    G_GPUS = 16,
+    G_ZERO = 32,
+    G_PIPE = 64,
     G_TOKENS = 128
 };
 
@@ -250,36 +284,100 @@ typedef struct flag {
 } flag;
 
 enum {
-    F_MODEL, F_LAYERS, F_HIDDEN, F_HEADS, F_KV, F_FFN, F_VOCAB, F_PARAMS, F_GATED, F_SEQ,
-    F_HARDWARE, F_TFLOPS, F_MFU, F_MEMGB, F_NVLINK, F_IB, F_GPN,
-    F_T, F_P, F_D, F_V, F_ZERO, F_MB, F_GB, F_GPUS, F_TOKENS,
-    F_FPT, F_WB, F_GRB, F_K, F_GCB, F_AB, F_RECOMP, F_SP, F_SCHED, F_TPAR, F_TPLINK, F_PPLINK,
-    F_DPLINK, F_MEMLIMIT,
-    F_ZPARAMS, F_ZK, F_ND,
-    F_M, F_SLICES, F_TARGET, F_COSTS
+    F_MODEL,
+    F_LAYERS,
+    F_HIDDEN,
+    F_HEADS,
+    F_KV,
+    F_FFN,
+    F_VOCAB,
+    F_PARAMS,
+    F_GATED,
+    F_SEQ,
+    F_HARDWARE,
+    F_TFLOPS,
+    F_MFU,
+    F_MEMGB,
+    F_NVLINK,
+    F_IB,
+    F_GPN,
+    F_T,
+    F_P,
+    F_D,
+    F_V,
+    F_ZERO,
+    F_MB,
+    F_GB,
+    F_GPUS,
+    F_TOKENS,
+    F_FPT,
+    F_WB,
+    F_GRB,
+    F_K,
+    F_GCB,
+    F_AB,
+    F_RECOMP,
+    F_SP,
+    F_SCHED,
+    F_TPAR,
+    F_TPLINK,
+    F_PPLINK,
+    F_DPLINK,
+    F_MEMLIMIT,
+    F_ZPARAMS,
+    F_ZK,
+    F_ND,
+    F_M,
+    F_SLICES,
+    F_TARGET,
+    F_COSTS
 };
 
 static const flag flags[] = {
-    {"model", G_MODEL, F_MODEL}, {"layers", G_MODEL, F_LAYERS}, {"hidden", G_MODEL, F_HIDDEN},
-    {"heads", G_MODEL, F_HEADS}, {"kv-heads", G_MODEL, F_KV}, {"ffn", G_MODEL, F_FFN},
-    {"vocab", G_MODEL, F_VOCAB}, {"params", G_MODEL | G_ZERO, F_PARAMS}, {"gated", G_MODEL, F_GATED},
+    {"model", G_MODEL, F_MODEL},
+    {"layers", G_MODEL, F_LAYERS},
+    {"hidden", G_MODEL, F_HIDDEN},
+    {"heads", G_MODEL, F_HEADS},
+    {"kv-heads", G_MODEL, F_KV},
+    {"ffn", G_MODEL, F_FFN},
+    {"vocab", G_MODEL, F_VOCAB},
+    {"params", G_MODEL | G_ZERO, F_PARAMS},
+    {"gated", G_MODEL, F_GATED},
     {"seq", G_MODEL, F_SEQ},
-    {"hardware", G_HW, F_HARDWARE}, {"tflops", G_HW, F_TFLOPS}, {"mfu", G_HW, F_MFU},
-    {"mem-gb", G_HW, F_MEMGB}, {"nvlink-gbs", G_HW, F_NVLINK}, {"ib-gbs", G_HW, F_IB},
+    {"hardware", G_HW, F_HARDWARE},
+    {"tflops", G_HW, F_TFLOPS},
+    {"mfu", G_HW, F_MFU},
+    {"mem-gb", G_HW, F_MEMGB},
+    {"nvlink-gbs", G_HW, F_NVLINK},
+    {"ib-gbs", G_HW, F_IB},
     {"gpus-per-node", G_HW, F_GPN},
-    {"t", G_LAYOUT, F_T}, {"p", G_LAYOUT | G_PIPE, F_P}, {"d", G_LAYOUT | G_PIPE, F_D},
-    {"v", G_LAYOUT | G_PIPE, F_V}, {"zero", G_LAYOUT | G_ASSUME, F_ZERO},
-    {"micro-batch", G_LAYOUT | G_PIPE, F_MB}, {"global-batch", G_LAYOUT | G_PIPE, F_GB},
-    {"gpus", G_GPUS, F_GPUS}, {"tokens-per-gpu", G_TOKENS, F_TOKENS},
-    {"flops-per-token", G_ASSUME, F_FPT}, {"weight-bytes", G_ASSUME, F_WB},
-    {"grad-bytes", G_ASSUME, F_GRB}, {"K", G_ASSUME | G_ZERO, F_K},
-    {"grad-comm-bytes", G_ASSUME, F_GCB}, {"act-bytes", G_ASSUME, F_AB},
-    {"recompute", G_ASSUME, F_RECOMP}, {"seq-parallel", G_ASSUME, F_SP},
-    {"schedule", G_ASSUME, F_SCHED}, {"tp-allreduces", G_ASSUME, F_TPAR},
-    {"tp-link", G_ASSUME, F_TPLINK}, {"pp-link", G_ASSUME, F_PPLINK},
-    {"dp-link", G_ASSUME, F_DPLINK}, {"mem-limit-gb", G_ASSUME, F_MEMLIMIT},
+    {"t", G_LAYOUT, F_T},
+    {"p", G_LAYOUT | G_PIPE, F_P},
+    {"d", G_LAYOUT | G_PIPE, F_D},
+    {"v", G_LAYOUT | G_PIPE, F_V},
+    {"zero", G_LAYOUT | G_ASSUME, F_ZERO},
+    {"micro-batch", G_LAYOUT | G_PIPE, F_MB},
+    {"global-batch", G_LAYOUT | G_PIPE, F_GB},
+    {"gpus", G_GPUS, F_GPUS},
+    {"tokens-per-gpu", G_TOKENS, F_TOKENS},
+    {"flops-per-token", G_ASSUME, F_FPT},
+    {"weight-bytes", G_ASSUME, F_WB},
+    {"grad-bytes", G_ASSUME, F_GRB},
+    {"K", G_ASSUME | G_ZERO, F_K},
+    {"grad-comm-bytes", G_ASSUME, F_GCB},
+    {"act-bytes", G_ASSUME, F_AB},
+    {"recompute", G_ASSUME, F_RECOMP},
+    {"seq-parallel", G_ASSUME, F_SP},
+    {"schedule", G_ASSUME, F_SCHED},
+    {"tp-allreduces", G_ASSUME, F_TPAR},
+    {"tp-link", G_ASSUME, F_TPLINK},
+    {"pp-link", G_ASSUME, F_PPLINK},
+    {"dp-link", G_ASSUME, F_DPLINK},
+    {"mem-limit-gb", G_ASSUME, F_MEMLIMIT},
     {"nd", G_ZERO, F_ND},
-    {"m", G_PIPE, F_M}, {"slices", G_PIPE, F_SLICES}, {"target", G_PIPE, F_TARGET},
+    {"m", G_PIPE, F_M},
+    {"slices", G_PIPE, F_SLICES},
+    {"target", G_PIPE, F_TARGET},
     {"costs", G_PIPE, F_COSTS},
 };
 
@@ -338,23 +436,33 @@ static void usage_main(FILE *f)
 static void usage_sub(const char *sub, FILE *f)
 {
     if (strcmp(sub, "memory") == 0) {
-        fprintf(f, "Usage: distlab-plan memory [OPTIONS]\n\n"
-                   "Bytes per parameter (weights, gradients, optimizer K), activations per layer\n"
-                   "(Korthikanti et al.: s*b*h*(34 + 5as/h), with and without full recompute), the\n"
-                   "GPUs needed for the model states, and memory per GPU of the first pipeline stage\n"
-                   "for --t, --p, --d and --zero. Default: gpt3-175b on one H100.\n\n"
-                   "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
-                   "                        (global batch default: d x micro-batch x p, so m = p)\n\n");
-        fputs(help_model, f); fputs(help_hw, f); fputs(help_assume, f); fputs(help_out, f);
+        fprintf(f,
+                "Usage: distlab-plan memory [OPTIONS]\n\n"
+                "Bytes per parameter (weights, gradients, optimizer K), activations per layer\n"
+                "(Korthikanti et al.: s*b*h*(34 + 5as/h), with and without full recompute), the\n"
+                "GPUs needed for the model states, and memory per GPU of the first pipeline stage\n"
+                "for --t, --p, --d and --zero. Default: gpt3-175b on one H100.\n\n"
+                "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
+                "                        (global batch default: d x micro-batch x p, so m = "
+                "p)\n\n");
+        fputs(help_model, f);
+        fputs(help_hw, f);
+        fputs(help_assume, f);
+        fputs(help_out, f);
     } else if (strcmp(sub, "comm") == 0) {
-        fprintf(f, "Usage: distlab-plan comm [OPTIONS]\n\n"
-                   "Per-step communication: data-parallel ring all-reduce of the gradients (on NVLink\n"
-                   "and on InfiniBand), tensor-parallel all-reduces per layer, pipeline sends, ZeRO\n"
-                   "traffic (2 Psi vs 3 Psi), each against the compute. Default: the lecture's 7.5B\n"
-                   "model on 64 H100 of data parallelism, 16,384 tokens per GPU.\n\n"
-                   "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
-                   "  --tokens-per-gpu N    sets the global batch to N x GPUs / seq\n\n");
-        fputs(help_model, f); fputs(help_hw, f); fputs(help_assume, f); fputs(help_out, f);
+        fprintf(f,
+                "Usage: distlab-plan comm [OPTIONS]\n\n"
+                "Per-step communication: data-parallel ring all-reduce of the gradients (on "
+                "NVLink\n"
+                "and on InfiniBand), tensor-parallel all-reduces per layer, pipeline sends, ZeRO\n"
+                "traffic (2 Psi vs 3 Psi), each against the compute. Default: the lecture's 7.5B\n"
+                "model on 64 H100 of data parallelism, 16,384 tokens per GPU.\n\n"
+                "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
+                "  --tokens-per-gpu N    sets the global batch to N x GPUs / seq\n\n");
+        fputs(help_model, f);
+        fputs(help_hw, f);
+        fputs(help_assume, f);
+        fputs(help_out, f);
     } else if (strcmp(sub, "zero") == 0) {
         fprintf(f, "Usage: distlab-plan zero [OPTIONS]\n\n"
                    "Memory per GPU of the ZeRO stages (Rajbhandari et al. 2020, Figure 1) and the\n"
@@ -364,46 +472,59 @@ static void usage_sub(const char *sub, FILE *f)
                    "  --nd N                data-parallel GPUs (64)\n\n");
         fputs(help_out, f);
     } else if (strcmp(sub, "pipeline") == 0) {
-        fprintf(f, "Usage: distlab-plan pipeline [OPTIONS]\n\n"
-                   "Bubble (p-1)/(v*m + p-1), micro-batches needed for a target bubble,\n"
-                   "micro-batches each stage holds with GPipe and 1F1B, weight versions between a\n"
-                   "micro-batch's forward and backward (PipeDream), and with --costs the balanced\n"
-                   "layer partition (minimise the slowest stage) next to the even split.\n\n"
-                   "  --p N                 stages (4)\n"
-                   "  --m N                 micro-batches (8); or --global-batch B --d D --micro-batch b\n"
-                   "  --v N                 interleaved virtual stages per GPU (1)\n"
-                   "  --slices C            token slices per sequence (TeraPipe: m becomes m x C)\n"
-                   "  --target F            bubble target for the micro-batch count (0.10)\n"
-                   "  --costs LIST          per-layer costs, e.g. 3,1x10,4 (VALUExCOUNT repeats)\n\n");
+        fprintf(f,
+                "Usage: distlab-plan pipeline [OPTIONS]\n\n"
+                "Bubble (p-1)/(v*m + p-1), micro-batches needed for a target bubble,\n"
+                "micro-batches each stage holds with GPipe and 1F1B, weight versions between a\n"
+                "micro-batch's forward and backward (PipeDream), and with --costs the balanced\n"
+                "layer partition (minimise the slowest stage) next to the even split.\n\n"
+                "  --p N                 stages (4)\n"
+                "  --m N                 micro-batches (8); or --global-batch B --d D "
+                "--micro-batch b\n"
+                "  --v N                 interleaved virtual stages per GPU (1)\n"
+                "  --slices C            token slices per sequence (TeraPipe: m becomes m x C)\n"
+                "  --target F            bubble target for the micro-batch count (0.10)\n"
+                "  --costs LIST          per-layer costs, e.g. 3,1x10,4 (VALUExCOUNT repeats)\n\n");
         fputs(help_out, f);
     } else if (strcmp(sub, "search") == 0) {
-        fprintf(f, "Usage: distlab-plan search [OPTIONS]\n\n"
-                   "Enumerate t x p x d = GPUs (t divides a node and the heads, p <= layers, d x\n"
-                   "micro-batch divides the global batch) with memory per GPU, fit, bubble and step\n"
-                   "time = compute / (1 - bubble) + TP + PP + DP communication; sorted by time.\n"
-                   "Default: gpt3-175b, 1024 H100 (8 per node), 1536 sequences of 2048 tokens.\n\n"
-                   "  --gpus N              GPUs (1024; a multiple of --gpus-per-node)\n"
-                   "  --global-batch N      sequences per step (1536)\n"
-                   "  --micro-batch N       sequences per micro-batch (1)\n"
-                   "  --v N                 interleaved stages (1)\n\n");
-        fputs(help_model, f); fputs(help_hw, f); fputs(help_assume, f); fputs(help_out, f);
+        fprintf(f,
+                "Usage: distlab-plan search [OPTIONS]\n\n"
+                "Enumerate t x p x d = GPUs (t divides a node and the heads, p <= layers, d x\n"
+                "micro-batch divides the global batch) with memory per GPU, fit, bubble and step\n"
+                "time = compute / (1 - bubble) + TP + PP + DP communication; sorted by time.\n"
+                "Default: gpt3-175b, 1024 H100 (8 per node), 1536 sequences of 2048 tokens.\n\n"
+                "  --gpus N              GPUs (1024; a multiple of --gpus-per-node)\n"
+                "  --global-batch N      sequences per step (1536)\n"
+                "  --micro-batch N       sequences per micro-batch (1)\n"
+                "  --v N                 interleaved stages (1)\n\n");
+        fputs(help_model, f);
+        fputs(help_hw, f);
+        fputs(help_assume, f);
+        fputs(help_out, f);
     }
 }
 
 static int sub_groups(const char *sub)
 {
-    if (strcmp(sub, "memory") == 0) return G_MODEL | G_HW | G_LAYOUT | G_ASSUME;
-    if (strcmp(sub, "comm") == 0) return G_MODEL | G_HW | G_LAYOUT | G_ASSUME | G_TOKENS;
-    if (strcmp(sub, "zero") == 0) return G_ZERO;
-    if (strcmp(sub, "pipeline") == 0) return G_PIPE;
+    if (strcmp(sub, "memory") == 0)
+        return G_MODEL | G_HW | G_LAYOUT | G_ASSUME;
+    if (strcmp(sub, "comm") == 0)
+        return G_MODEL | G_HW | G_LAYOUT | G_ASSUME | G_TOKENS;
+    if (strcmp(sub, "zero") == 0)
+        return G_ZERO;
+    if (strcmp(sub, "pipeline") == 0)
+        return G_PIPE;
     return G_MODEL | G_HW | G_ASSUME | G_GPUS | G_LAYOUT;
 }
 
 static int parse_link(const char *what, const char *s, dl_plan_link *out)
 {
-    if (strcmp(s, "nvlink") == 0 || strcmp(s, "intra") == 0) *out = DL_PLAN_LINK_INTRA;
-    else if (strcmp(s, "ib") == 0 || strcmp(s, "inter") == 0) *out = DL_PLAN_LINK_INTER;
-    else if (strcmp(s, "auto") == 0) *out = DL_PLAN_LINK_AUTO;
+    if (strcmp(s, "nvlink") == 0 || strcmp(s, "intra") == 0)
+        *out = DL_PLAN_LINK_INTRA;
+    else if (strcmp(s, "ib") == 0 || strcmp(s, "inter") == 0)
+        *out = DL_PLAN_LINK_INTER;
+    else if (strcmp(s, "auto") == 0)
+        *out = DL_PLAN_LINK_AUTO;
     else {
         cli_error("%s: '%s' is not nvlink, ib or auto", what, s);
         return -1;
@@ -433,10 +554,17 @@ static int parse_args(args *a, int argc, char **argv)
             usage_sub(a->sub, stdout);
             exit(CLI_EXIT_OK);
         }
-        if (strcmp(arg, "--csv") == 0) { a->mode = OUT_CSV; continue; }
-        if (strcmp(arg, "--json") == 0) { a->mode = OUT_JSON; continue; }
+        if (strcmp(arg, "--csv") == 0) {
+            a->mode = OUT_CSV;
+            continue;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            a->mode = OUT_JSON;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0) {
-            cli_error("%s: unexpected argument '%s' (see distlab-plan %s --help)", a->sub, arg, a->sub);
+            cli_error("%s: unexpected argument '%s' (see distlab-plan %s --help)", a->sub, arg,
+                      a->sub);
             return -1;
         }
         const char *name = arg + 2, *val = NULL;
@@ -444,7 +572,8 @@ static int parse_args(args *a, int argc, char **argv)
         const char *eq = strchr(name, '=');
         if (eq) {
             size_t n = (size_t)(eq - name);
-            if (n >= sizeof namebuf) n = sizeof namebuf - 1;
+            if (n >= sizeof namebuf)
+                n = sizeof namebuf - 1;
             memcpy(namebuf, name, n);
             namebuf[n] = '\0';
             name = namebuf;
@@ -452,10 +581,12 @@ static int parse_args(args *a, int argc, char **argv)
         }
         const flag *fl = NULL;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
-            if (strcmp(flags[k].name, name) == 0) fl = &flags[k];
+            if (strcmp(flags[k].name, name) == 0)
+                fl = &flags[k];
         int ok_model_for_zero = strcmp(a->sub, "zero") == 0 && fl && fl->id == F_MODEL;
         if (fl == NULL || (!(fl->group & groups) && !ok_model_for_zero)) {
-            cli_error("%s: unknown option '--%s' (see distlab-plan %s --help)", a->sub, name, a->sub);
+            cli_error("%s: unknown option '--%s' (see distlab-plan %s --help)", a->sub, name,
+                      a->sub);
             return -1;
         }
         if (val == NULL) {
@@ -471,11 +602,20 @@ static int parse_args(args *a, int argc, char **argv)
         double dv;
         switch (fl->id) {
         case F_MODEL: model_name = val; break;
-        case F_LAYERS: case F_HIDDEN: case F_HEADS: case F_KV: case F_FFN: case F_VOCAB: case F_SEQ:
+        case F_LAYERS:
+        case F_HIDDEN:
+        case F_HEADS:
+        case F_KV:
+        case F_FFN:
+        case F_VOCAB:
+        case F_SEQ:
             r = pint(what, val, 100000000L, &shape[fl->id]);
             shape_set[fl->id] = 1;
             break;
-        case F_GATED: r = cli_parse_bool(what, val, &shape[F_GATED]); shape_set[F_GATED] = 1; break;
+        case F_GATED:
+            r = cli_parse_bool(what, val, &shape[F_GATED]);
+            shape_set[F_GATED] = 1;
+            break;
         case F_PARAMS: r = cli_parse_double(what, val, 1, 1e16, &params); break;
         case F_HARDWARE: hw_name = val; break;
         case F_TFLOPS: r = cli_parse_double(what, val, 1e-6, 1e9, &tflops); break;
@@ -486,11 +626,21 @@ static int parse_args(args *a, int argc, char **argv)
         case F_GPN: r = pint(what, val, 1000000, &gpn); break;
         case F_T: r = pint(what, val, 1 << 20, &a->l.t); break;
         case F_P: r = pint(what, val, 1 << 20, &a->l.p); break;
-        case F_D: r = pint(what, val, 1 << 24, &a->l.d); a->d_given = 1; break;
+        case F_D:
+            r = pint(what, val, 1 << 24, &a->l.d);
+            a->d_given = 1;
+            break;
         case F_V: r = pint(what, val, 1 << 20, &a->l.v); break;
-        case F_ZERO: r = cli_parse_int(what, val, 0, 3, &a->o.zero_stage); a->zero_given = 1; break;
+        case F_ZERO:
+            r = cli_parse_int(what, val, 0, 3, &a->o.zero_stage);
+            a->zero_given = 1;
+            break;
         case F_MB: r = pint(what, val, 1 << 24, &a->l.micro_batch); break;
-        case F_GB: r = pint(what, val, 1L << 30, &iv); a->l.global_batch = iv; a->gbatch_given = 1; break;
+        case F_GB:
+            r = pint(what, val, 1L << 30, &iv);
+            a->l.global_batch = iv;
+            a->gbatch_given = 1;
+            break;
         case F_GPUS: r = pint(what, val, 1 << 24, &a->gpus); break;
         case F_TOKENS: r = cli_parse_double(what, val, 1, 1e15, &a->tokens_per_gpu); break;
         case F_FPT: r = cli_parse_double(what, val, 1e-6, 1e6, &a->o.flops_per_token); break;
@@ -502,23 +652,35 @@ static int parse_args(args *a, int argc, char **argv)
         case F_RECOMP: r = cli_parse_bool(what, val, &a->o.recompute); break;
         case F_SP: r = cli_parse_bool(what, val, &a->o.seq_parallel); break;
         case F_SCHED:
-            if (strcmp(val, "1f1b") == 0) a->o.schedule = DL_PLAN_1F1B;
-            else if (strcmp(val, "gpipe") == 0) a->o.schedule = DL_PLAN_GPIPE;
-            else { cli_error("%s: '%s' is not 1f1b or gpipe", what, val); r = -1; }
+            if (strcmp(val, "1f1b") == 0)
+                a->o.schedule = DL_PLAN_1F1B;
+            else if (strcmp(val, "gpipe") == 0)
+                a->o.schedule = DL_PLAN_GPIPE;
+            else {
+                cli_error("%s: '%s' is not 1f1b or gpipe", what, val);
+                r = -1;
+            }
             break;
         case F_TPAR: r = cli_parse_int(what, val, 0, 1000, &a->o.tp_allreduces); break;
         case F_TPLINK: r = parse_link(what, val, &a->o.tp_link); break;
         case F_PPLINK: r = parse_link(what, val, &a->o.pp_link); break;
         case F_DPLINK: r = parse_link(what, val, &a->o.dp_link); break;
-        case F_MEMLIMIT: r = cli_parse_double(what, val, 1e-9, 1e9, &dv); a->o.mem_limit = dv * 1e9; break;
+        case F_MEMLIMIT:
+            r = cli_parse_double(what, val, 1e-9, 1e9, &dv);
+            a->o.mem_limit = dv * 1e9;
+            break;
         case F_ND: r = pint(what, val, 1 << 30, &a->zero_nd); break;
-        case F_M: r = pint(what, val, 1L << 30, &iv); a->m = iv; break;
+        case F_M:
+            r = pint(what, val, 1L << 30, &iv);
+            a->m = iv;
+            break;
         case F_SLICES: r = pint(what, val, 1 << 20, &a->slices); break;
         case F_TARGET: r = cli_parse_double(what, val, 1e-9, 1 - 1e-9, &a->target); break;
         case F_COSTS: a->costs = (char *)val; break;
         default: break;
         }
-        if (r) return -1;
+        if (r)
+            return -1;
     }
 
     /* model: preset, then shape flags on top; shape flags alone build a custom model */
@@ -551,20 +713,30 @@ static int parse_args(args *a, int argc, char **argv)
                       a->sub, m->name);
             return -1;
         }
-        if (shape_set[F_LAYERS]) m->layers = shape[F_LAYERS];
-        if (shape_set[F_HIDDEN]) m->hidden = shape[F_HIDDEN];
-        if (shape_set[F_HEADS]) m->heads = shape[F_HEADS];
-        if (shape_set[F_KV]) m->kv_heads = shape[F_KV];
-        else if (!model_name && any_shape) m->kv_heads = m->heads;
-        if (shape_set[F_FFN]) m->ffn = shape[F_FFN];
-        if (shape_set[F_VOCAB]) m->vocab = shape[F_VOCAB];
-        if (shape_set[F_GATED]) m->gated_mlp = shape[F_GATED];
+        if (shape_set[F_LAYERS])
+            m->layers = shape[F_LAYERS];
+        if (shape_set[F_HIDDEN])
+            m->hidden = shape[F_HIDDEN];
+        if (shape_set[F_HEADS])
+            m->heads = shape[F_HEADS];
+        if (shape_set[F_KV])
+            m->kv_heads = shape[F_KV];
+        else if (!model_name && any_shape)
+            m->kv_heads = m->heads;
+        if (shape_set[F_FFN])
+            m->ffn = shape[F_FFN];
+        if (shape_set[F_VOCAB])
+            m->vocab = shape[F_VOCAB];
+        if (shape_set[F_GATED])
+            m->gated_mlp = shape[F_GATED];
         /* a changed shape changes Psi, unless --params pins it */
         if (any_shape && shape_set[F_LAYERS] + shape_set[F_HIDDEN] + shape_set[F_HEADS] +
                                  shape_set[F_KV] + shape_set[F_FFN] + shape_set[F_VOCAB] +
-                                 shape_set[F_GATED] > 0)
+                                 shape_set[F_GATED] >
+                             0)
             m->params = 0;
-        if (params > 0) m->params = params;
+        if (params > 0)
+            m->params = params;
         if (dl_plan_model_check(m, 0, NULL) != DL_OK) {
             cli_error("%s", dl_errmsg());
             return -1;
@@ -574,14 +746,16 @@ static int parse_args(args *a, int argc, char **argv)
         a->model.seq = shape[F_SEQ];
         a->l.seq = shape[F_SEQ];
     }
-    if (strcmp(a->sub, "zero") == 0 && params > 0) a->zero_params = params;
+    if (strcmp(a->sub, "zero") == 0 && params > 0)
+        a->zero_params = params;
 
     /* hardware: preset or file, then overrides */
     if (groups & G_HW) {
         if (dl_plan_hw_preset(hw_name, &a->hw) != DL_OK) {
             int is_preset_like = strchr(hw_name, '/') == NULL && strchr(hw_name, '.') == NULL;
             if (access(hw_name, F_OK) != 0 && is_preset_like) {
-                cli_error("unknown hardware preset '%s' (presets: a100, h100, b200, or a profile file)",
+                cli_error("unknown hardware preset '%s' (presets: a100, h100, b200, or a profile "
+                          "file)",
                           hw_name);
                 return -1;
             }
@@ -590,12 +764,18 @@ static int parse_args(args *a, int argc, char **argv)
                 return -1;
             }
         }
-        if (tflops > 0) a->hw.flops = tflops * 1e12;
-        if (mfu > 0) a->hw.mfu = mfu;
-        if (memgb > 0) a->hw.mem_bytes = memgb * 1e9;
-        if (nvl > 0) a->hw.intra_bw = nvl * 1e9;
-        if (ib > 0) a->hw.inter_bw = ib * 1e9;
-        if (gpn > 0) a->hw.gpus_per_node = gpn;
+        if (tflops > 0)
+            a->hw.flops = tflops * 1e12;
+        if (mfu > 0)
+            a->hw.mfu = mfu;
+        if (memgb > 0)
+            a->hw.mem_bytes = memgb * 1e9;
+        if (nvl > 0)
+            a->hw.intra_bw = nvl * 1e9;
+        if (ib > 0)
+            a->hw.inter_bw = ib * 1e9;
+        if (gpn > 0)
+            a->hw.gpus_per_node = gpn;
         if (dl_plan_hw_check(&a->hw) != DL_OK) {
             cli_error("%s", dl_errmsg());
             return -1;
@@ -608,11 +788,15 @@ static void describe_model(const dl_plan_model *m, char *buf, size_t n)
 {
     double psi = dl_plan_model_params(m);
     if (dl_plan_model_has_shape(m))
-        snprintf(buf, n, "%s: %.4g billion parameters (%d layers, h %d, %d heads, %d kv heads, FFN %d, vocab %d%s)",
-                 m->name, psi / 1e9, m->layers, m->hidden, m->heads, m->kv_heads ? m->kv_heads : m->heads,
-                 m->ffn, m->vocab, m->gated_mlp ? ", SwiGLU" : "");
+        snprintf(buf, n,
+                 "%s: %.4g billion parameters (%d layers, h %d, %d heads, %d kv heads, FFN %d, "
+                 "vocab %d%s)",
+                 m->name, psi / 1e9, m->layers, m->hidden, m->heads,
+                 m->kv_heads ? m->kv_heads : m->heads, m->ffn, m->vocab,
+                 m->gated_mlp ? ", SwiGLU" : "");
     else
-        snprintf(buf, n, "%s: %.4g billion parameters (a bare count: no shape)", m->name, psi / 1e9);
+        snprintf(buf, n, "%s: %.4g billion parameters (a bare count: no shape)", m->name,
+                 psi / 1e9);
 }
 
 static void describe_hw(const dl_plan_hw *hw, double mfu_override)
@@ -639,55 +823,98 @@ static int fail_lib(void)
 
 static int cmd_memory(args *a)
 {
-    if (!a->have_model) dl_plan_model_preset("gpt3-175b", &a->model);
+    if (!a->have_model)
+        dl_plan_model_preset("gpt3-175b", &a->model);
     dl_plan_model *m = &a->model;
     dl_plan_opts *o = &a->o;
-    if (!a->gbatch_given) a->l.global_batch = (long)a->l.d * a->l.micro_batch * a->l.p;
-    if (dl_plan_layout_check(m, &a->hw, &a->l) != DL_OK) return fail_lib();
+    if (!a->gbatch_given)
+        a->l.global_batch = (long)a->l.d * a->l.micro_batch * a->l.p;
+    if (dl_plan_layout_check(m, &a->hw, &a->l) != DL_OK)
+        return fail_lib();
     dl_plan_mem mem;
-    if (dl_plan_memory(m, &a->hw, o, &a->l, &mem) != DL_OK) return fail_lib();
+    if (dl_plan_memory(m, &a->hw, o, &a->l, &mem) != DL_OK)
+        return fail_lib();
     double psi = mem.params, bpp = dl_plan_bytes_per_param(o);
 
     char title[256];
     table *t = tbl_new("model_states", "Model states, one full copy (mixed-precision Adam)", 3,
                        "item", "item", "bytes_per_param", "bytes/param", "bytes", "total");
-    tbl_row(t); c_text("weights"); c_num(o->weight_bytes, "%g", o->weight_bytes); c_bytes(o->weight_bytes * psi);
-    tbl_row(t); c_text("gradients"); c_num(o->grad_bytes, "%g", o->grad_bytes); c_bytes(o->grad_bytes * psi);
-    tbl_row(t); c_text("optimizer (K)"); c_num(o->optim_bytes, "%g", o->optim_bytes); c_bytes(o->optim_bytes * psi);
-    tbl_row(t); c_text("total"); c_num(bpp, "%g", bpp); c_bytes(bpp * psi);
+    tbl_row(t);
+    c_text("weights");
+    c_num(o->weight_bytes, "%g", o->weight_bytes);
+    c_bytes(o->weight_bytes * psi);
+    tbl_row(t);
+    c_text("gradients");
+    c_num(o->grad_bytes, "%g", o->grad_bytes);
+    c_bytes(o->grad_bytes * psi);
+    tbl_row(t);
+    c_text("optimizer (K)");
+    c_num(o->optim_bytes, "%g", o->optim_bytes);
+    c_bytes(o->optim_bytes * psi);
+    tbl_row(t);
+    c_text("total");
+    c_num(bpp, "%g", bpp);
+    c_bytes(bpp * psi);
     char cap[32];
     long need = dl_plan_gpus_needed(bpp * psi, a->hw.mem_bytes);
-    tbl_row(t); c_text("GPUs of %s needed", fmt_bytes(a->hw.mem_bytes, cap, sizeof cap));
-    c_text("%s", ""); c_int(need);
+    tbl_row(t);
+    c_text("GPUs of %s needed", fmt_bytes(a->hw.mem_bytes, cap, sizeof cap));
+    c_text("%s", "");
+    c_int(need);
 
     if (dl_plan_model_has_shape(m)) {
         int s = a->l.seq > 0 ? a->l.seq : m->seq, b = a->l.micro_batch;
         snprintf(title, sizeof title,
-                 "Activations per layer (s = %d, b = %d, t = 1; Korthikanti: s*b*h*(34 + 5as/h))", s, b);
+                 "Activations per layer (s = %d, b = %d, t = 1; Korthikanti: s*b*h*(34 + 5as/h))",
+                 s, b);
         t = tbl_new("activations", title, 3, "mode", "mode", "per_layer_bytes", "per layer",
                     "all_layers_bytes", "all layers");
         dl_plan_opts o1 = *o;
-        double no = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 0), re = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 1);
-        tbl_row(t); c_text("no recompute"); c_bytes(no); c_bytes(no * m->layers);
-        tbl_row(t); c_text("full recompute (layer input)"); c_bytes(re); c_bytes(re * m->layers);
+        double no = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 0),
+               re = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 1);
+        tbl_row(t);
+        c_text("no recompute");
+        c_bytes(no);
+        c_bytes(no * m->layers);
+        tbl_row(t);
+        c_text("full recompute (layer input)");
+        c_bytes(re);
+        c_bytes(re * m->layers);
     }
 
     snprintf(title, sizeof title,
-             "Per GPU (first pipeline stage): t = %d, p = %d, d = %d, ZeRO-%d, %s, m = %d micro-batches of %d",
+             "Per GPU (first pipeline stage): t = %d, p = %d, d = %d, ZeRO-%d, %s, m = %d "
+             "micro-batches of %d",
              a->l.t, a->l.p, a->l.d, o->zero_stage, o->schedule == DL_PLAN_GPIPE ? "GPipe" : "1F1B",
              mem.micro_batches, a->l.micro_batch);
     t = tbl_new("per_gpu", title, 2, "item", "item", "bytes", "bytes");
-    tbl_row(t); c_text("weights"); c_bytes(mem.weights);
-    tbl_row(t); c_text("gradients"); c_bytes(mem.grads);
-    tbl_row(t); c_text("optimizer"); c_bytes(mem.optim);
-    tbl_row(t); c_text("model states"); c_bytes(mem.states);
     tbl_row(t);
-    if (dl_plan_model_has_shape(m)) c_text("activations (%d layers x %d micro-batches)", mem.stage_layers, mem.inflight);
-    else c_text("activations (bare parameter count: not estimated)");
+    c_text("weights");
+    c_bytes(mem.weights);
+    tbl_row(t);
+    c_text("gradients");
+    c_bytes(mem.grads);
+    tbl_row(t);
+    c_text("optimizer");
+    c_bytes(mem.optim);
+    tbl_row(t);
+    c_text("model states");
+    c_bytes(mem.states);
+    tbl_row(t);
+    if (dl_plan_model_has_shape(m))
+        c_text("activations (%d layers x %d micro-batches)", mem.stage_layers, mem.inflight);
+    else
+        c_text("activations (bare parameter count: not estimated)");
     c_bytes(mem.act);
-    tbl_row(t); c_text("total"); c_bytes(mem.total);
-    tbl_row(t); c_text("capacity"); c_bytes(mem.capacity);
-    tbl_row(t); c_text("fits"); c_bool(mem.fits);
+    tbl_row(t);
+    c_text("total");
+    c_bytes(mem.total);
+    tbl_row(t);
+    c_text("capacity");
+    c_bytes(mem.capacity);
+    tbl_row(t);
+    c_text("fits");
+    c_bool(mem.fits);
 
     if (a->mode == OUT_HUMAN) {
         char d[256];
@@ -707,8 +934,10 @@ static int cmd_comm(args *a)
 {
     if (!a->have_model) {
         dl_plan_model_preset("dense-7.5b", &a->model);
-        if (!a->d_given) a->l.d = 64;
-        if (!a->gbatch_given && a->tokens_per_gpu <= 0) a->tokens_per_gpu = 16384;
+        if (!a->d_given)
+            a->l.d = 64;
+        if (!a->gbatch_given && a->tokens_per_gpu <= 0)
+            a->tokens_per_gpu = 16384;
     }
     dl_plan_model *m = &a->model;
     int s = a->l.seq > 0 ? a->l.seq : m->seq;
@@ -716,7 +945,8 @@ static int cmd_comm(args *a)
     if (a->tokens_per_gpu > 0) {
         double gb = a->tokens_per_gpu * n / s;
         if (gb != floor(gb) || gb < 1) {
-            cli_error("comm: %g tokens per GPU x %ld GPUs is not a whole number of %d-token sequences",
+            cli_error("comm: %g tokens per GPU x %ld GPUs is not a whole number of %d-token "
+                      "sequences",
                       a->tokens_per_gpu, n, s);
             return CLI_EXIT_USAGE;
         }
@@ -725,7 +955,8 @@ static int cmd_comm(args *a)
         a->l.global_batch = (long)a->l.d * a->l.micro_batch * a->l.p;
     }
     dl_plan_comm_report c;
-    if (dl_plan_comm(m, &a->hw, &a->o, &a->l, &c) != DL_OK) return fail_lib();
+    if (dl_plan_comm(m, &a->hw, &a->o, &a->l, &c) != DL_OK)
+        return fail_lib();
     double bw_tp = 0, bw_pp = 0;
     int inter_tp = 0, inter_pp = 0;
     dl_plan_link_of(&a->hw, &a->o, &a->l, 0, &bw_tp, NULL, &inter_tp);
@@ -733,7 +964,8 @@ static int cmd_comm(args *a)
 
     char title[300];
     snprintf(title, sizeof title,
-             "Per step: t = %d, p = %d, d = %d (%ld GPUs), %ld sequences of %d tokens (%.6g tokens per GPU), "
+             "Per step: t = %d, p = %d, d = %d (%ld GPUs), %ld sequences of %d tokens (%.6g tokens "
+             "per GPU), "
              "m = %d; compute %.3g s",
              a->l.t, a->l.p, a->l.d, n, a->l.global_batch, s, (double)c.tokens / n, c.micro_batches,
              c.compute);
@@ -742,29 +974,45 @@ static int cmd_comm(args *a)
                        "note", "note");
     char gtxt[32];
     fmt_bytes(c.dp_grad_bytes, gtxt, sizeof gtxt);
-    tbl_row(t); c_text("DP gradient all-reduce"); c_text("nvlink"); c_bytes(c.dp_sent);
-    c_secs(c.dp_time_intra); c_num(c.dp_time_intra / c.compute, "%.1f%%", 100 * c.dp_time_intra / c.compute);
+    tbl_row(t);
+    c_text("DP gradient all-reduce");
+    c_text("nvlink");
+    c_bytes(c.dp_sent);
+    c_secs(c.dp_time_intra);
+    c_num(c.dp_time_intra / c.compute, "%.1f%%", 100 * c.dp_time_intra / c.compute);
     c_text("%sring of %s gradients%s", a->o.zero_stage >= 3 ? "ZeRO-3: 3/2 x " : "", gtxt,
            c.dp_inter ? "" : " (layout's link)");
-    tbl_row(t); c_text("DP gradient all-reduce"); c_text("ib"); c_bytes(c.dp_sent);
-    c_secs(c.dp_time_inter); c_num(c.dp_time_inter / c.compute, "%.1f%%", 100 * c.dp_time_inter / c.compute);
+    tbl_row(t);
+    c_text("DP gradient all-reduce");
+    c_text("ib");
+    c_bytes(c.dp_sent);
+    c_secs(c.dp_time_inter);
+    c_num(c.dp_time_inter / c.compute, "%.1f%%", 100 * c.dp_time_inter / c.compute);
     c_text("%sring of %s gradients%s", a->o.zero_stage >= 3 ? "ZeRO-3: 3/2 x " : "", gtxt,
            c.dp_inter ? " (layout's link)" : "");
     if (dl_plan_model_has_shape(m)) {
-        tbl_row(t); c_text("TP all-reduces, one layer"); c_text(inter_tp ? "ib" : "nvlink");
-        c_bytes(a->l.t > 1 ? c.tp_layer_sent : 0); c_secs(a->l.t > 1 ? c.tp_layer_time : 0);
+        tbl_row(t);
+        c_text("TP all-reduces, one layer");
+        c_text(inter_tp ? "ib" : "nvlink");
+        c_bytes(a->l.t > 1 ? c.tp_layer_sent : 0);
+        c_secs(a->l.t > 1 ? c.tp_layer_time : 0);
         c_num(a->l.t > 1 ? c.tp_layer_time / c.tp_layer_compute : 0, "%.1f%%",
               a->l.t > 1 ? 100 * c.tp_layer_time / c.tp_layer_compute : 0.0);
         c_text("%d x s*b*h per micro-batch, vs layer compute", a->o.tp_allreduces);
-        tbl_row(t); c_text("TP all-reduces, step"); c_text(inter_tp ? "ib" : "nvlink");
+        tbl_row(t);
+        c_text("TP all-reduces, step");
+        c_text(inter_tp ? "ib" : "nvlink");
         double layers = (m->layers + a->l.p - 1) / a->l.p;
         c_bytes(a->l.t > 1 ? c.tp_layer_sent * layers * c.micro_batches : 0);
         c_secs(a->l.t > 1 ? c.tp_step_time : 0);
         c_num(a->l.t > 1 ? c.tp_step_time / c.compute : 0, "%.1f%%",
               a->l.t > 1 ? 100 * c.tp_step_time / c.compute : 0.0);
         c_text("%.0f layers x %d micro-batches", layers, c.micro_batches);
-        tbl_row(t); c_text("PP sends, step"); c_text(inter_pp ? "ib" : "nvlink");
-        c_bytes(a->l.p > 1 ? 2.0 * c.micro_batches * c.pp_msg_bytes : 0); c_secs(c.pp_step_time);
+        tbl_row(t);
+        c_text("PP sends, step");
+        c_text(inter_pp ? "ib" : "nvlink");
+        c_bytes(a->l.p > 1 ? 2.0 * c.micro_batches * c.pp_msg_bytes : 0);
+        c_secs(c.pp_step_time);
         c_num(c.pp_step_time / c.compute, "%.1f%%", 100 * c.pp_step_time / c.compute);
         c_text("activation + gradient per micro-batch");
     }
@@ -779,7 +1027,10 @@ static int cmd_comm(args *a)
                                        "reduce-scatter grads + all-gather params",
                                        "all-gather fwd + all-gather bwd + reduce-scatter"};
     for (int k = 0; k < 4; k++) {
-        tbl_row(z); c_int(k); c_text("%s", how[k]); c_num(c.zero_factor[k], "%g", c.zero_factor[k]);
+        tbl_row(z);
+        c_int(k);
+        c_text("%s", how[k]);
+        c_num(c.zero_factor[k], "%g", c.zero_factor[k]);
         c_bytes(c.zero_factor[k] / 2 * dl_plan_allreduce_sent(a->l.d, c.dp_grad_bytes));
     }
 
@@ -799,20 +1050,28 @@ static int cmd_comm(args *a)
 
 static int cmd_zero(args *a)
 {
-    double psi = a->zero_params > 0 ? a->zero_params : a->have_model ? dl_plan_model_params(&a->model) : 7.5e9;
+    double psi = a->zero_params > 0 ? a->zero_params
+                 : a->have_model    ? dl_plan_model_params(&a->model)
+                                    : 7.5e9;
     double K = a->o.optim_bytes; /* --K, default 12 */
     int nd = a->zero_nd > 0 ? a->zero_nd : 64;
     dl_plan_zero_row r[4];
-    if (dl_plan_zero_table(psi, K, nd, NULL, r) != DL_OK) return fail_lib();
+    if (dl_plan_zero_table(psi, K, nd, NULL, r) != DL_OK)
+        return fail_lib();
     char title[200];
-    snprintf(title, sizeof title, "ZeRO-DP per GPU (Psi = %.4g billion, K = %g, N_d = %d; no activations)",
-             psi / 1e9, K, nd);
+    snprintf(title, sizeof title,
+             "ZeRO-DP per GPU (Psi = %.4g billion, K = %g, N_d = %d; no activations)", psi / 1e9, K,
+             nd);
     table *t = tbl_new("zero", title, 6, "stage", "stage", "name", "name", "formula", "memory",
                        "bytes_per_gpu", "per GPU", "comm_factor", "traffic x Psi(N-1)/N",
                        "bytes_sent_per_gpu", "sent per GPU (BF16)");
     for (int k = 0; k < 4; k++) {
-        tbl_row(t); c_int(r[k].stage); c_text("%s", r[k].name); c_text("%s", r[k].formula);
-        c_bytes(r[k].bytes); c_num(r[k].comm_factor, "%g", r[k].comm_factor);
+        tbl_row(t);
+        c_int(r[k].stage);
+        c_text("%s", r[k].name);
+        c_text("%s", r[k].formula);
+        c_bytes(r[k].bytes);
+        c_num(r[k].comm_factor, "%g", r[k].comm_factor);
         c_bytes(r[k].comm_factor * 2.0 * psi * (nd - 1) / nd);
     }
     print_tables(a->mode, stdout);
@@ -831,26 +1090,36 @@ static int parse_costs(const char *s, double **out)
     while (c && *p) {
         char *end;
         double v = strtod(p, &end);
-        if (end == p || !isfinite(v) || v < 0 || cli_is_hex(p)) goto bad;
+        if (end == p || !isfinite(v) || v < 0 || cli_is_hex(p))
+            goto bad;
         long rep = 1;
         p = end;
         if (*p == 'x' || *p == '*') {
             rep = strtol(p + 1, &end, 10);
-            if (end == p + 1 || rep < 1 || rep > 100000) goto bad;
+            if (end == p + 1 || rep < 1 || rep > 100000)
+                goto bad;
             p = end;
         }
-        if (*p == ',' && p[1] != '\0') p++; /* "1,2," and "1,,2": an empty element */
-        else if (*p != '\0') goto bad;
+        if (*p == ',' && p[1] != '\0')
+            p++; /* "1,2," and "1,,2": an empty element */
+        else if (*p != '\0')
+            goto bad;
         for (long k = 0; k < rep; k++) {
             if (n == cap) {
                 double *b = realloc(c, (size_t)(cap *= 2) * sizeof *c);
-                if (!b) { free(c); c = NULL; break; }
+                if (!b) {
+                    free(c);
+                    c = NULL;
+                    break;
+                }
                 c = b;
             }
-            if (c) c[n++] = v;
+            if (c)
+                c[n++] = v;
         }
     }
-    if (c == NULL || n == 0) goto bad;
+    if (c == NULL || n == 0)
+        goto bad;
     *out = c;
     return n;
 bad:
@@ -866,7 +1135,8 @@ static int cmd_pipeline(args *a)
     if (m == 0) {
         if (a->gbatch_given) {
             if (a->l.global_batch % ((long)a->l.d * a->l.micro_batch) != 0) {
-                cli_error("pipeline: global batch %ld is not a multiple of d x micro-batch = %d x %d",
+                cli_error("pipeline: global batch %ld is not a multiple of d x micro-batch = %d x "
+                          "%d",
                           a->l.global_batch, a->l.d, a->l.micro_batch);
                 return CLI_EXIT_USAGE;
             }
@@ -883,28 +1153,38 @@ static int cmd_pipeline(args *a)
     char title[200];
     snprintf(title, sizeof title, "Bubble: p = %d stages, m = %ld micro-batches%s, v = %d", p, m,
              a->slices > 1 ? " (x token slices)" : "", v);
-    table *t = tbl_new("bubble", title, 5, "p", "p", "m", "m", "v", "v", "bubble", "bubble (p-1)/(vm+p-1)",
-                       "min_m_for_target", "");
+    table *t = tbl_new("bubble", title, 5, "p", "p", "m", "m", "v", "v", "bubble",
+                       "bubble (p-1)/(vm+p-1)", "min_m_for_target", "");
     static char lab[64];
     snprintf(lab, sizeof lab, "m for bubble < %g%%", 100 * target);
     t->label[4] = lab;
-    tbl_row(t); c_int(p); c_int(me); c_int(v); c_num(bub, "%.1f%% (%d/%ld)", 100 * bub, p - 1, v * me + p - 1);
+    tbl_row(t);
+    c_int(p);
+    c_int(me);
+    c_int(v);
+    c_num(bub, "%.1f%% (%d/%ld)", 100 * bub, p - 1, v * me + p - 1);
     c_int(need);
 
-    snprintf(title, sizeof title, "Micro-batches whose activations each stage holds; weight updates "
-                                  "between a micro-batch's forward and backward without flushes (bubble < %g%% needs m >= %ld)",
+    snprintf(title, sizeof title,
+             "Micro-batches whose activations each stage holds; weight updates "
+             "between a micro-batch's forward and backward without flushes (bubble < %g%% needs m "
+             ">= %ld)",
              100 * target, need);
     t = tbl_new("stages", title, 4, "stage", "stage", "gpipe", "GPipe", "one_f_one_b", "1F1B",
                 "weight_versions", "PipeDream versions");
     for (int s = 1; s <= p && s <= 1024; s++) {
-        tbl_row(t); c_int(s); c_int(dl_plan_inflight(DL_PLAN_GPIPE, p, me, s));
-        c_int(dl_plan_inflight(DL_PLAN_1F1B, p, me, s)); c_int(dl_plan_staleness(p, s));
+        tbl_row(t);
+        c_int(s);
+        c_int(dl_plan_inflight(DL_PLAN_GPIPE, p, me, s));
+        c_int(dl_plan_inflight(DL_PLAN_1F1B, p, me, s));
+        c_int(dl_plan_staleness(p, s));
     }
 
     if (a->costs) {
         double *costs = NULL;
         int n = parse_costs(a->costs, &costs);
-        if (n < 0) return CLI_EXIT_USAGE;
+        if (n < 0)
+            return CLI_EXIT_USAGE;
         if (p > n) {
             cli_error("pipeline: %d stages for %d layers (need p <= layers)", p, n);
             free(costs);
@@ -914,10 +1194,14 @@ static int cmd_pipeline(args *a)
         double mb = 0, me_ = 0;
         if (!fb || !fe || dl_plan_partition(costs, n, p, fb, &mb) != DL_OK ||
             dl_plan_partition_even(costs, n, p, fe, &me_) != DL_OK) {
-            free(fb); free(fe); free(costs);
+            free(fb);
+            free(fe);
+            free(costs);
             return fail_lib();
         }
-        snprintf(title, sizeof title, "Layer partition of %d layers into %d stages: balanced (slowest %g) vs even (slowest %g)",
+        snprintf(title, sizeof title,
+                 "Layer partition of %d layers into %d stages: balanced (slowest %g) vs even "
+                 "(slowest %g)",
                  n, p, mb, me_);
         t = tbl_new("partition", title, 5, "stage", "stage", "balanced_layers", "balanced layers",
                     "balanced_cost", "cost", "even_layers", "even layers", "even_cost", "cost");
@@ -925,10 +1209,16 @@ static int cmd_pipeline(args *a)
             double cb = 0, ce = 0;
             for (int i = fb[j]; i < fb[j + 1]; i++) cb += costs[i];
             for (int i = fe[j]; i < fe[j + 1]; i++) ce += costs[i];
-            tbl_row(t); c_int(j + 1); c_text("%d-%d", fb[j], fb[j + 1] - 1); c_num(cb, "%g", cb);
-            c_text("%d-%d", fe[j], fe[j + 1] - 1); c_num(ce, "%g", ce);
+            tbl_row(t);
+            c_int(j + 1);
+            c_text("%d-%d", fb[j], fb[j + 1] - 1);
+            c_num(cb, "%g", cb);
+            c_text("%d-%d", fe[j], fe[j + 1] - 1);
+            c_num(ce, "%g", ce);
         }
-        free(fb); free(fe); free(costs);
+        free(fb);
+        free(fe);
+        free(costs);
     }
     print_tables(a->mode, stdout);
     return CLI_EXIT_OK;
@@ -950,7 +1240,8 @@ static void search_local_ties(const pc_local_row *r, int n)
         while (j < n && r[j].rank == r[i].rank) over += r[j++].oversub;
         if (j - i > 1)
             printf("\nrank %d: %d layouts within %.0f%% of each other (%.0f .. %.0f tokens/s): the "
-                   "predictions do not rank them; %d of them oversubscribed (more ranks than cores: "
+                   "predictions do not rank them; %d of them oversubscribed (more ranks than "
+                   "cores: "
                    "predicted as the total work over the cores, contention not modelled beyond "
                    "that); measure them (distlab-plan validate, distlab-train)\n",
                    r[i].rank, j - i, 100 * PC_TIE, r[j - 1].tokens_per_s, r[i].tokens_per_s, over);
@@ -965,19 +1256,24 @@ static int cmd_search_local(args *a)
     c.layers = 4, c.d_model = 128, c.heads = 4, c.seq = 64; /* distlab-train's defaults */
     if (a->have_model) {
         if (a->model.layers <= 0 || a->model.hidden <= 0) {
-            cli_error("search: a calibrated profile predicts distlab-train's byte-level GPT; give "
-                      "its shape with --layers, --hidden, --heads, --seq (not a bare parameter count)");
+            cli_error(
+                "search: a calibrated profile predicts distlab-train's byte-level GPT; give "
+                "its shape with --layers, --hidden, --heads, --seq (not a bare parameter count)");
             return CLI_EXIT_USAGE;
         }
         c.layers = a->model.layers, c.d_model = a->model.hidden;
         c.heads = a->model.heads, c.seq = a->model.seq > 0 ? a->model.seq : c.seq;
-        if (dl_gpt_config_check(&c, 1) != DL_OK) return fail_lib();
+        if (dl_gpt_config_check(&c, 1) != DL_OK)
+            return fail_lib();
     }
     int ranks = a->gpus > 0 ? a->gpus : (a->hw.ranks > 0 ? a->hw.ranks : 2);
     int mb = a->l.micro_batch > 1 ? a->l.micro_batch : 8;
     int cap = 4096, n = 0;
     pc_local_row *r = malloc((size_t)cap * sizeof *r);
-    if (!r) { cli_error("out of memory"); return CLI_EXIT_FAIL; }
+    if (!r) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
     if (pc_local_search(&a->hw, &c, mb, ranks, r, cap, &n) != DL_OK) {
         free(r);
         return fail_lib();
@@ -985,37 +1281,54 @@ static int cmd_search_local(args *a)
     char title[300];
     snprintf(title, sizeof title,
              "distlab-train on this machine (%s): %d layouts on 1..%d ranks, L %d C %d H %d T %d, "
-             "micro-batch %d; sorted by predicted tokens/s (within %.0f%%: one rank, fitting the cores first)", a->hw.name, n, ranks, c.layers,
-             c.d_model, c.heads, c.seq, mb, 100 * PC_TIE);
-    table *t = tbl_new("search_local", title, 11, "rank", "rank", "dp", "dp", "tp", "tp", "pp", "pp", "zero",
-                       "ZeRO", "m", "m", "ranks", "ranks", "over", "over", "step_ms", "step ms",
-                       "tokens_per_s", "tokens/s", "state_mb", "states MB/rank");
+             "micro-batch %d; sorted by predicted tokens/s (within %.0f%%: one rank, fitting the "
+             "cores first)",
+             a->hw.name, n, ranks, c.layers, c.d_model, c.heads, c.seq, mb, 100 * PC_TIE);
+    table *t = tbl_new("search_local", title, 11, "rank", "rank", "dp", "dp", "tp", "tp", "pp",
+                       "pp", "zero", "ZeRO", "m", "m", "ranks", "ranks", "over", "over", "step_ms",
+                       "step ms", "tokens_per_s", "tokens/s", "state_mb", "states MB/rank");
     for (int i = 0; i < n; i++) {
         const pc_local_row *x = &r[i];
-        tbl_row(t); c_int(x->rank); c_int(x->dp); c_int(x->tp); c_int(x->pp); c_int(x->zero); c_int(x->m);
-        c_int(x->ranks); c_bool(x->oversub);
-        c_num(x->pred_ms, "%.2f", x->pred_ms); c_num(x->tokens_per_s, "%.0f", x->tokens_per_s);
+        tbl_row(t);
+        c_int(x->rank);
+        c_int(x->dp);
+        c_int(x->tp);
+        c_int(x->pp);
+        c_int(x->zero);
+        c_int(x->m);
+        c_int(x->ranks);
+        c_bool(x->oversub);
+        c_num(x->pred_ms, "%.2f", x->pred_ms);
+        c_num(x->tokens_per_s, "%.0f", x->tokens_per_s);
         c_num(x->state_bytes / 1e6, "%.3f", x->state_bytes / 1e6);
     }
     if (a->mode == OUT_HUMAN)
-        printf("predicted from the calibrated profile as `distlab-plan validate` does (pipelines: 1F1B, "
+        printf("predicted from the calibrated profile as `distlab-plan validate` does (pipelines: "
+               "1F1B, "
                "m = 2p; states: params + grads + AdamW per rank, the largest stage); check a "
                "layout with `distlab-train` or all with `distlab-plan validate`\n\n");
     print_tables(a->mode, stdout);
-    if (a->mode == OUT_HUMAN) search_local_ties(r, n);
+    if (a->mode == OUT_HUMAN)
+        search_local_ties(r, n);
     free(r);
     return CLI_EXIT_OK;
 }
 
 static int cmd_search(args *a)
 {
-    if (a->hw.nongemm_ratio > 0 || a->hw.flops_alone > 0) return cmd_search_local(a);
-    if (!a->have_model) dl_plan_model_preset("gpt3-175b", &a->model);
+    if (a->hw.nongemm_ratio > 0 || a->hw.flops_alone > 0)
+        return cmd_search_local(a);
+    if (!a->have_model)
+        dl_plan_model_preset("gpt3-175b", &a->model);
     int gpus = a->gpus > 0 ? a->gpus : 1024;
-    if (!a->gbatch_given) a->l.global_batch = 1536;
+    if (!a->gbatch_given)
+        a->l.global_batch = 1536;
     int cap = 4096, n = 0;
     dl_plan_step *r = malloc((size_t)cap * sizeof *r);
-    if (r == NULL) { cli_error("out of memory"); return CLI_EXIT_FAIL; }
+    if (r == NULL) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
     if (dl_plan_search(&a->model, &a->hw, &a->o, gpus, &a->l, r, cap, &n) != DL_OK) {
         free(r);
         return fail_lib();
@@ -1025,7 +1338,8 @@ static int cmd_search(args *a)
     int s = a->l.seq > 0 ? a->l.seq : a->model.seq;
     char title[300];
     snprintf(title, sizeof title,
-             "%d combinations, %d fit in %.4g GB; %d GPUs (%d per node), %ld sequences of %d tokens, "
+             "%d combinations, %d fit in %.4g GB; %d GPUs (%d per node), %ld sequences of %d "
+             "tokens, "
              "micro-batch %d, ZeRO-%d; sorted by step time",
              n, fit, (a->o.mem_limit > 0 ? a->o.mem_limit : a->hw.mem_bytes) / 1e9, gpus,
              a->hw.gpus_per_node, a->l.global_batch, s, a->l.micro_batch, a->o.zero_stage);
@@ -1034,22 +1348,37 @@ static int cmd_search(args *a)
                        "compute_s", "compute s", "tp_s", "TP s", "pp_s", "PP s", "dp_s", "DP s");
     for (int i = 0; i < n && i < cap; i++) {
         const dl_plan_step *x = &r[i];
-        tbl_row(t); c_int(x->layout.t); c_int(x->layout.p); c_int(x->layout.d); c_int(x->micro_batches);
-        c_num(x->mem.total / 1e9, "%.1f", x->mem.total / 1e9); c_bool(x->mem.fits);
-        c_num(x->bubble, "%.1f%%", 100 * x->bubble); c_num(x->total, "%.2f", x->total);
-        c_num(x->compute, "%.2f", x->compute); c_num(x->tp, "%.2f", x->tp);
-        c_num(x->pp, "%.2f", x->pp); c_num(x->dp, "%.2f", x->dp);
+        tbl_row(t);
+        c_int(x->layout.t);
+        c_int(x->layout.p);
+        c_int(x->layout.d);
+        c_int(x->micro_batches);
+        c_num(x->mem.total / 1e9, "%.1f", x->mem.total / 1e9);
+        c_bool(x->mem.fits);
+        c_num(x->bubble, "%.1f%%", 100 * x->bubble);
+        c_num(x->total, "%.2f", x->total);
+        c_num(x->compute, "%.2f", x->compute);
+        c_num(x->tp, "%.2f", x->tp);
+        c_num(x->pp, "%.2f", x->pp);
+        c_num(x->dp, "%.2f", x->dp);
     }
     if (a->mode == OUT_HUMAN) {
         char d[256];
         describe_model(&a->model, d, sizeof d);
         printf("model %s\n", d);
         describe_hw(&a->hw, a->o.mfu);
-        printf("step = compute / (1 - bubble) + TP (%s) + PP (%s) + DP (%s), no overlap, no latency "
+        printf("step = compute / (1 - bubble) + TP (%s) + PP (%s) + DP (%s), no overlap, no "
+               "latency "
                "unless the hardware gives one\n\n",
-               a->o.tp_link == DL_PLAN_LINK_INTER ? "ib" : a->o.tp_link == DL_PLAN_LINK_AUTO ? "auto" : "nvlink",
-               a->o.pp_link == DL_PLAN_LINK_INTRA ? "nvlink" : a->o.pp_link == DL_PLAN_LINK_AUTO ? "auto" : "ib",
-               a->o.dp_link == DL_PLAN_LINK_INTRA ? "nvlink" : a->o.dp_link == DL_PLAN_LINK_AUTO ? "auto" : "ib");
+               a->o.tp_link == DL_PLAN_LINK_INTER  ? "ib"
+               : a->o.tp_link == DL_PLAN_LINK_AUTO ? "auto"
+                                                   : "nvlink",
+               a->o.pp_link == DL_PLAN_LINK_INTRA  ? "nvlink"
+               : a->o.pp_link == DL_PLAN_LINK_AUTO ? "auto"
+                                                   : "ib",
+               a->o.dp_link == DL_PLAN_LINK_INTRA  ? "nvlink"
+               : a->o.dp_link == DL_PLAN_LINK_AUTO ? "auto"
+                                                   : "ib");
     }
     print_tables(a->mode, stdout);
     free(r);
@@ -1063,7 +1392,8 @@ int main(int argc, char **argv)
     cli_progname = "distlab-plan";
     cli_ignore_sigxfsz();
     if (argc < 2) {
-        cli_error("missing subcommand (memory, comm, zero, pipeline, search, calibrate, validate; see --help)");
+        cli_error("missing subcommand (memory, comm, zero, pipeline, search, calibrate, validate; "
+                  "see --help)");
         return CLI_EXIT_USAGE;
     }
     const char *sub = argv[1];
@@ -1095,13 +1425,20 @@ int main(int argc, char **argv)
                              : plan_validate_main(argc - 1, argv + 1);
     }
     int (*fn)(args *) = NULL;
-    if (strcmp(sub, "memory") == 0) fn = cmd_memory;
-    else if (strcmp(sub, "comm") == 0) fn = cmd_comm;
-    else if (strcmp(sub, "zero") == 0) fn = cmd_zero;
-    else if (strcmp(sub, "pipeline") == 0) fn = cmd_pipeline;
-    else if (strcmp(sub, "search") == 0) fn = cmd_search;
+    if (strcmp(sub, "memory") == 0)
+        fn = cmd_memory;
+    else if (strcmp(sub, "comm") == 0)
+        fn = cmd_comm;
+    else if (strcmp(sub, "zero") == 0)
+        fn = cmd_zero;
+    else if (strcmp(sub, "pipeline") == 0)
+        fn = cmd_pipeline;
+    else if (strcmp(sub, "search") == 0)
+        fn = cmd_search;
     if (fn == NULL) {
-        cli_error("unknown subcommand '%s' (subcommands: memory, comm, zero, pipeline, search, calibrate, validate; see --help)", sub);
+        cli_error("unknown subcommand '%s' (subcommands: memory, comm, zero, pipeline, search, "
+                  "calibrate, validate; see --help)",
+                  sub);
         return CLI_EXIT_USAGE;
     }
     args a;
@@ -1112,7 +1449,9 @@ int main(int argc, char **argv)
     dl_plan_hw_preset("h100", &a.hw);
     a.l.t = a.l.p = a.l.d = a.l.v = a.l.micro_batch = 1;
     a.l.global_batch = 1;
-    if (strcmp(sub, "pipeline") == 0) a.l.p = 4;
-    if (parse_args(&a, argc - 1, argv + 1) != 0) return CLI_EXIT_USAGE;
+    if (strcmp(sub, "pipeline") == 0)
+        a.l.p = 4;
+    if (parse_args(&a, argc - 1, argv + 1) != 0)
+        return CLI_EXIT_USAGE;
     return fn(&a);
 }

@@ -60,9 +60,11 @@ static int pc_cores(void)
 {
     dl_topo *topo = NULL;
     int n = 0;
-    if (dl_topo_load(&topo, "") == DL_OK) n = dl_topo_real_pus(topo);
+    if (dl_topo_load(&topo, "") == DL_OK)
+        n = dl_topo_real_pus(topo);
     dl_topo_destroy(topo);
-    if (n < 1) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n;
 }
 
@@ -80,7 +82,8 @@ static int gemm_rank(dl_ctx *ctx, void *arg)
     gemm_job *g = arg;
     int r = dl_ctx_rank(ctx), rc = DL_OK;
     bu_gemm_bufs b;
-    if (bu_gemm_alloc(g->log, &b) != 0) return DL_ENOMEM;
+    if (bu_gemm_alloc(g->log, &b) != 0)
+        return DL_ENOMEM;
     bu_gemm_run(g->log, &b);
     for (int it = 0; it < g->iters && rc == DL_OK; it++) {
         rc = dl_barrier(dl_ctx_comm(ctx)); /* all ranks at once: contention included */
@@ -96,7 +99,8 @@ static int gemm_rank(dl_ctx *ctx, void *arg)
 static double measure_gemm(const dl_gemm_log *log, int n, int iters)
 {
     gemm_job g = {log, iters, calloc((size_t)n * iters, sizeof(double))};
-    if (!g.t) return NAN;
+    if (!g.t)
+        return NAN;
     dl_world_opts wo;
     dl_world_opts_init(&wo);
     wo.nranks = n;
@@ -107,7 +111,9 @@ static double measure_gemm(const dl_gemm_log *log, int n, int iters)
         mean = 0;
         for (int r = 0; r < n; r++) { /* each rank's best pass (noise only adds time) */
             double best = INFINITY;
-            for (int it = 0; it < iters; it++) if (g.t[(size_t)r * iters + it] < best) best = g.t[(size_t)r * iters + it];
+            for (int it = 0; it < iters; it++)
+                if (g.t[(size_t)r * iters + it] < best)
+                    best = g.t[(size_t)r * iters + it];
             mean += best / n;
         }
     }
@@ -117,10 +123,10 @@ static double measure_gemm(const dl_gemm_log *log, int n, int iters)
 
 enum { NSIZES = 4 };
 typedef struct comm_job {
-    int p2p;           /* 0: all-reduce over all ranks; 1: ping-pong between ranks 0 and 1 */
+    int p2p; /* 0: all-reduce over all ranks; 1: ping-pong between ranks 0 and 1 */
     int nsizes, iters;
     size_t count[NSIZES];
-    double t[NSIZES];  /* rank 0's median seconds (one-way for p2p) */
+    double t[NSIZES]; /* rank 0's median seconds (one-way for p2p) */
 } comm_job;
 
 static int comm_rank(dl_ctx *ctx, void *arg)
@@ -129,14 +135,18 @@ static int comm_rank(dl_ctx *ctx, void *arg)
     dl_comm *c = dl_ctx_comm(ctx);
     int r = dl_ctx_rank(ctx), rc = DL_OK;
     size_t maxc = 0;
-    for (int s = 0; s < j->nsizes; s++) if (j->count[s] > maxc) maxc = j->count[s];
+    for (int s = 0; s < j->nsizes; s++)
+        if (j->count[s] > maxc)
+            maxc = j->count[s];
     float *a = calloc(maxc, sizeof *a), *b = calloc(maxc, sizeof *b);
     double *t = calloc((size_t)j->iters, sizeof *t);
-    if (!a || !b || !t) rc = DL_ENOMEM;
+    if (!a || !b || !t)
+        rc = DL_ENOMEM;
     for (int s = 0; s < j->nsizes && rc == DL_OK; s++) {
         size_t n = j->count[s];
         for (int it = -2; it < j->iters && rc == DL_OK; it++) { /* two warm-ups */
-            if ((rc = dl_barrier(c))) break;
+            if ((rc = dl_barrier(c)))
+                break;
             uint64_t t0 = dl_now_ns();
             if (!j->p2p) {
                 rc = dl_allreduce(c, a, b, n, DL_F32, DL_SUM, DL_PURPOSE_OTHER);
@@ -148,9 +158,11 @@ static int comm_rank(dl_ctx *ctx, void *arg)
                     rc = dl_send(c, a, n, DL_F32, 0, DL_PURPOSE_OTHER);
             }
             double dt = (double)(dl_now_ns() - t0) * 1e-9;
-            if (it >= 0) t[it] = j->p2p ? dt / 2 : dt;
+            if (it >= 0)
+                t[it] = j->p2p ? dt / 2 : dt;
         }
-        if (r == 0 && rc == DL_OK) j->t[s] = dl__median_copy(t, (size_t)j->iters);
+        if (r == 0 && rc == DL_OK)
+            j->t[s] = dl__median_copy(t, (size_t)j->iters);
     }
     free(a), free(b), free(t);
     return rc;
@@ -180,13 +192,17 @@ static int measure_comm(int n, int p2p, int quick, double *bw, double *lat, comm
     wo.nranks = n;
     wo.topology = "";
     wo.timeout_s = 0;
-    if (dl_world_run(&wo, comm_rank, &j) != DL_OK) return -1;
+    if (dl_world_run(&wo, comm_rank, &j) != DL_OK)
+        return -1;
     double S[NSIZES], t[NSIZES], a, b;
     for (int s = 0; s < NSIZES; s++) S[s] = (double)j.count[s] * 4, t[s] = j.t[s];
     fit_line(S, t, NSIZES, &a, &b);
-    if (!(b > 0)) b = t[NSIZES - 1] / S[NSIZES - 1];
-    if (!(a > 0)) a = t[0] - S[0] * b; /* the line passes below zero: the smallest message's excess */
-    if (!(a > 0)) a = 1e-9;
+    if (!(b > 0))
+        b = t[NSIZES - 1] / S[NSIZES - 1];
+    if (!(a > 0))
+        a = t[0] - S[0] * b; /* the line passes below zero: the smallest message's excess */
+    if (!(a > 0))
+        a = 1e-9;
     if (!p2p) { /* ring: t = 2(n-1) alpha + 2(n-1)/n S / beta */
         *lat = a / (2.0 * (n - 1));
         *bw = 2.0 * (n - 1) / (n * b);
@@ -194,7 +210,8 @@ static int measure_comm(int n, int p2p, int quick, double *bw, double *lat, comm
         *lat = a;
         *bw = 1.0 / b;
     }
-    if (out) *out = j;
+    if (out)
+        *out = j;
     return 0;
 }
 
@@ -226,7 +243,8 @@ static int run_layout(const pc_model *m, const pc_layout *L, int steps, dl_train
     o.log = NULL;
     o.timeout_s = 0;
     memset(res, 0, sizeof *res);
-    if (dl_train_resolve(&o, L->dp * L->tp * o.pp) != DL_OK) return -1;
+    if (dl_train_resolve(&o, L->dp * L->tp * o.pp) != DL_OK)
+        return -1;
     return dl_train_run(&o, res) == DL_OK ? 0 : -1;
 }
 
@@ -240,10 +258,13 @@ static double run_best(const pc_model *m, int dp, int tp, int zero, int steps, i
     pc_layout L = {dp, tp, zero, 1, 1, 0};
     double best = INFINITY;
     for (int i = 0; i < reps; i++) {
-        if (i > 0) dl_train_result_free(res);
-        if (run_layout(m, &L, steps, res) != 0) return NAN;
+        if (i > 0)
+            dl_train_result_free(res);
+        if (run_layout(m, &L, steps, res) != 0)
+            return NAN;
         for (int k = 1; k < res->nsteps; k++)
-            if (res->steps[k].ms < best) best = res->steps[k].ms;
+            if (res->steps[k].ms < best)
+                best = res->steps[k].ms;
     }
     return best;
 }
@@ -251,10 +272,12 @@ static double run_best(const pc_model *m, int dp, int tp, int zero, int steps, i
 /* One run of a layout: its fastest step after the first (ms), or NAN. */
 static double run_once(const pc_model *m, const pc_layout *L, int steps, dl_train_result *res)
 {
-    if (run_layout(m, L, steps, res) != 0) return NAN;
+    if (run_layout(m, L, steps, res) != 0)
+        return NAN;
     double best = INFINITY;
     for (int k = 1; k < res->nsteps; k++)
-        if (res->steps[k].ms < best) best = res->steps[k].ms;
+        if (res->steps[k].ms < best)
+            best = res->steps[k].ms;
     return best;
 }
 
@@ -268,13 +291,16 @@ static size_t pc_zero_shard(const dl_gpt_layout *lay, int dp)
 {
     size_t *b = malloc(sizeof(size_t) * (size_t)(lay->ntensors + 2));
     int n = 0;
-    if (!b) return lay->numel;
-    if (lay->part.embed) b[n++] = 0;
+    if (!b)
+        return lay->numel;
+    if (lay->part.embed)
+        b[n++] = 0;
     for (int k = 0; k < lay->ntensors; k++) {
         const char *nm = lay->t[k].name;
         size_t len = strlen(nm);
         if ((len > 12 && !strcmp(nm + len - 12, ".ln_1.weight")) || !strcmp(nm, "ln_f.weight"))
-            if (n == 0 || b[n - 1] != lay->t[k].offset) b[n++] = lay->t[k].offset;
+            if (n == 0 || b[n - 1] != lay->t[k].offset)
+                b[n++] = lay->t[k].offset;
     }
     b[n] = lay->numel;
     dl_zero_units z;
@@ -299,22 +325,25 @@ static void pc_state_of(const dl_gpt_layout *lay, int dp, int zero, int dsize, d
     bytes[2] = 2.0 * S * dsize;
 }
 
-void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize,
-                      double bytes[3], size_t *numel_out)
+void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize, double bytes[3],
+                      size_t *numel_out)
 {
     /* every tp rank holds the same number of elements (the shards are equal blocks) */
     dl_gpt_layout *lay = NULL;
     bytes[0] = bytes[1] = bytes[2] = 0;
-    if (numel_out) *numel_out = 0;
-    if (dl_gpt_layout_create(c, tp, 0, &lay) != DL_OK) return;
+    if (numel_out)
+        *numel_out = 0;
+    if (dl_gpt_layout_create(c, tp, 0, &lay) != DL_OK)
+        return;
     pc_state_of(lay, dp, zero, dsize, bytes);
-    if (numel_out) *numel_out = lay->numel;
+    if (numel_out)
+        *numel_out = lay->numel;
     dl_gpt_layout_destroy(lay);
 }
 
 typedef struct pc_pred {
     double gemm, nongemm, dp_comm, tp_comm, small_comm, sync, total; /* seconds */
-    int ncoll;        /* blocking collectives per step on the critical path */
+    int ncoll; /* blocking collectives per step on the critical path */
     int oversub;
 } pc_pred;
 
@@ -331,8 +360,10 @@ static int pc_collectives(const pc_model *m, int dp, int tp, int zero, size_t P)
         int rounds = (int)((P + bucket - 1) / bucket), units = m->cfg.layers + 2;
         n += zero == 3 ? 3 * units : zero ? 2 * units : rounds;
     }
-    if (tp > 1) n += 4 * m->cfg.layers;
-    if (dp * tp > 1) n += 2;
+    if (tp > 1)
+        n += 4 * m->cfg.layers;
+    if (dp * tp > 1)
+        n += 2;
     return n;
 }
 
@@ -363,12 +394,14 @@ static void pc_predict_time(const dl_plan_hw *hw, const pc_model *m, int dp, int
         double msg = (double)m->micro_batch * m->cfg.seq * m->cfg.d_model * 4;
         p->tp_comm = 4.0 * m->cfg.layers * 2.0 * (tp - 1) * (alpha + msg / (tp * beta));
     }
-    if (n > 1) p->small_comm = 2 * 2.0 * (n - 1) * alpha; /* loss and gradient-norm scalars */
+    if (n > 1)
+        p->small_comm = 2 * 2.0 * (n - 1) * alpha; /* loss and gradient-norm scalars */
     p->ncoll = pc_collectives(m, dp, tp, zero, P);
     p->sync = p->ncoll * hw->sync_cost;
     p->oversub = n > cores;
     double comp = p->gemm + p->nongemm + p->sync;
-    if (p->oversub) comp *= (double)n / cores;
+    if (p->oversub)
+        comp *= (double)n / cores;
     p->total = comp + p->dp_comm + p->tp_comm + p->small_comm;
 }
 
@@ -382,25 +415,30 @@ static dl_gpt_layout *pc_stage_layout(const dl_gpt_config *c, int tp, int pp, in
     double cost[64];
     dl_gpt_part part;
     dl_gpt_layout *lay = NULL;
-    if (pp > 64 || c->layers > 64 || pp > c->layers) return NULL;
+    if (pp > 64 || c->layers > 64 || pp > c->layers)
+        return NULL;
     for (int i = 0; i < c->layers; i++) cost[i] = 1;
     if (dl_sched_partition(cost, c->layers, pp, 0, bounds, NULL, NULL) != DL_OK ||
         dl_gpt_part_stage(c, pp, 1, stage, bounds, &part) != DL_OK ||
         dl_gpt_layout_create_part(c, tp, 0, &part, &lay) != DL_OK)
         return NULL;
-    if (nlayers) *nlayers = part.count[0];
+    if (nlayers)
+        *nlayers = part.count[0];
     return lay;
 }
 
-static void pc_state_predict_stage(const dl_gpt_config *c, const pc_layout *L, int stage,
-                                   int dsize, double bytes[3], size_t *numel_out)
+static void pc_state_predict_stage(const dl_gpt_config *c, const pc_layout *L, int stage, int dsize,
+                                   double bytes[3], size_t *numel_out)
 {
     dl_gpt_layout *lay = pc_stage_layout(c, L->tp, L->pp, stage, NULL);
     bytes[0] = bytes[1] = bytes[2] = 0;
-    if (numel_out) *numel_out = 0;
-    if (!lay) return;
+    if (numel_out)
+        *numel_out = 0;
+    if (!lay)
+        return;
     pc_state_of(lay, L->dp, L->zero, dsize, bytes);
-    if (numel_out) *numel_out = lay->numel;
+    if (numel_out)
+        *numel_out = lay->numel;
     dl_gpt_layout_destroy(lay);
 }
 
@@ -427,14 +465,17 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
     for (int st = 0; st < L->pp; st++) {
         int nl = 0;
         dl_gpt_layout *lay = pc_stage_layout(&m->cfg, L->tp, L->pp, st, &nl);
-        if (!lay) continue;
+        if (!lay)
+            continue;
         size_t P = lay->numel;
         dl_gpt_layout_destroy(lay);
         double f = per_layer * nl / L->tp + (st == L->pp - 1 ? head : 0);
         double g = f / rate1 * cf, ng = hw->nongemm_ratio * f / rate1 * ncf;
-        if (g + ng > slowest) slowest = g + ng, slowest_gemm = g;
+        if (g + ng > slowest)
+            slowest = g + ng, slowest_gemm = g;
         work += (g + ng) * L->m * L->dp * L->tp;
-        if (P > Pmax) Pmax = P;
+        if (P > Pmax)
+            Pmax = P;
     }
     int steps = L->m + L->pp - 1;
     p->gemm = slowest_gemm * steps;
@@ -443,16 +484,19 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
     double hop = hw->p2p_lat + (hw->p2p_bw > 0 ? msg / hw->p2p_bw : 0);
     double pipe_comm = L->pp > 1 ? 2.0 * steps * hop : 0;
     double alpha = hw->intra_lat, beta = hw->intra_bw;
-    if (L->dp > 1) p->dp_comm = (L->zero == 3 ? 1.5 : 1.0) * 2.0 * (L->dp - 1) * (alpha + (double)Pmax * 4 / (L->dp * beta));
+    if (L->dp > 1)
+        p->dp_comm = (L->zero == 3 ? 1.5 : 1.0) * 2.0 * (L->dp - 1) *
+                     (alpha + (double)Pmax * 4 / (L->dp * beta));
     if (L->tp > 1)
-        p->tp_comm = 4.0 * m->cfg.layers / L->pp * L->m * 2.0 * (L->tp - 1) *
-                     (alpha + msg / (L->tp * beta));
+        p->tp_comm =
+            4.0 * m->cfg.layers / L->pp * L->m * 2.0 * (L->tp - 1) * (alpha + msg / (L->tp * beta));
     p->small_comm = 3 * 2.0 * (n - 1) * alpha + pipe_comm; /* loss (dp, pp) and norm scalars */
     p->ncoll = 2 * steps + (L->tp > 1 ? 4 * m->cfg.layers / L->pp * L->m : 0) + 3;
     p->sync = p->ncoll * hw->sync_cost;
     p->oversub = n > cores;
     double path = p->gemm + p->nongemm + p->sync;
-    if (p->oversub && work / cores > path) path = work / cores;
+    if (p->oversub && work / cores > path)
+        path = work / cores;
     p->total = path + p->dp_comm + p->tp_comm + p->small_comm;
 }
 
@@ -505,7 +549,7 @@ static void pc_fit(const pc_model *m, int ranks, const pc_figs *x, dl_plan_hw *h
  * R ranks at once are not faster per rank than one alone beyond the noise, a synchronised run is
  * not faster than the model of it without its synchronisation, and every cost is positive. */
 static int pc_check_figures(const pc_model *m, int ranks, const pc_figs *x, const dl_plan_hw *comm,
-                     char *why, size_t n)
+                            char *why, size_t n)
 {
     dl_plan_hw hw = *comm;
     double arR;
@@ -514,38 +558,47 @@ static int pc_check_figures(const pc_model *m, int ranks, const pc_figs *x, cons
     int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
     if (!(comm->intra_bw > 0) || !(comm->intra_lat > 0) || !(comm->p2p_bw > 0) ||
         !(comm->p2p_lat > 0)) {
-        snprintf(why, n, "the communication fit has a non-positive latency or bandwidth (ring "
-                 "%.3g GB/s, %.3g us; point-to-point %.3g GB/s, %.3g us)", comm->intra_bw / 1e9,
-                 comm->intra_lat * 1e6, comm->p2p_bw / 1e9, comm->p2p_lat * 1e6);
+        snprintf(why, n,
+                 "the communication fit has a non-positive latency or bandwidth (ring "
+                 "%.3g GB/s, %.3g us; point-to-point %.3g GB/s, %.3g us)",
+                 comm->intra_bw / 1e9, comm->intra_lat * 1e6, comm->p2p_bw / 1e9,
+                 comm->p2p_lat * 1e6);
         return -1;
     }
-    if (!(x->gemm1 > 0) || !(x->gemmR > 0) || !(x->step1 > 0) || !(x->stepR > 0) || !(x->steptp > 0)) {
+    if (!(x->gemm1 > 0) || !(x->gemmR > 0) || !(x->step1 > 0) || !(x->stepR > 0) ||
+        !(x->steptp > 0)) {
         snprintf(why, n, "a measured time is not positive");
         return -1;
     }
     if (x->gemm1 >= x->step1) {
-        snprintf(why, n, "the step's GEMMs alone (%.2f ms) take no less than the whole 1-rank "
-                 "step (%.2f ms): a part exceeds its whole", x->gemm1 * 1e3, x->step1 * 1e3);
+        snprintf(why, n,
+                 "the step's GEMMs alone (%.2f ms) take no less than the whole 1-rank "
+                 "step (%.2f ms): a part exceeds its whole",
+                 x->gemm1 * 1e3, x->step1 * 1e3);
         return -1;
     }
     if (x->gemmR < x->gemm1 * (1 - tol)) {
-        snprintf(why, n, "a GEMM pass with %d ranks at once (%.2f ms per rank) beats one rank "
-                 "alone (%.2f ms) by more than the noise (%.1f%%)", ranks, x->gemmR * 1e3,
-                 x->gemm1 * 1e3, 100 * tol);
+        snprintf(why, n,
+                 "a GEMM pass with %d ranks at once (%.2f ms per rank) beats one rank "
+                 "alone (%.2f ms) by more than the noise (%.1f%%)",
+                 ranks, x->gemmR * 1e3, x->gemm1 * 1e3, 100 * tol);
         return -1;
     }
     pc_fit(m, ranks, x, &hw, &arR, &tpm);
     if (x->stepR <= x->gemmR + arR) {
-        snprintf(why, n, "the dp %d step (%.2f ms) is no longer than its GEMMs (%.2f ms) and "
-                 "all-reduce (%.2f ms): a part exceeds its whole", ranks, x->stepR * 1e3,
-                 x->gemmR * 1e3, arR * 1e3);
+        snprintf(why, n,
+                 "the dp %d step (%.2f ms) is no longer than its GEMMs (%.2f ms) and "
+                 "all-reduce (%.2f ms): a part exceeds its whole",
+                 ranks, x->stepR * 1e3, x->gemmR * 1e3, arR * 1e3);
         return -1;
     }
     if (x->steptp < tpm.total * (1 - tol)) {
-        snprintf(why, n, "tp %d with its synchronisation (%.2f ms) beats the model of it without "
+        snprintf(why, n,
+                 "tp %d with its synchronisation (%.2f ms) beats the model of it without "
                  "(%.2f ms) by more than the noise (%.1f%%): its %d blocking collectives would "
-                 "cost %.1f us each", tpR, x->steptp * 1e3, tpm.total * 1e3, 100 * tol,
-                 tpm.ncoll, (x->steptp - tpm.total) / tpm.ncoll * 1e6);
+                 "cost %.1f us each",
+                 tpR, x->steptp * 1e3, tpm.total * 1e3, 100 * tol, tpm.ncoll,
+                 (x->steptp - tpm.total) / tpm.ncoll * 1e6);
         return -1;
     }
     return 0;
@@ -565,14 +618,18 @@ static int measure_comm_checked(int ranks, int quick, dl_plan_hw *hw, comm_job *
         }
         if (hw->intra_bw > 0 && hw->intra_lat > 0 && hw->p2p_bw > 0 && hw->p2p_lat > 0) {
             if (!quiet)
-                fprintf(stderr, "calibrate: communication: ring %.3g GB/s, %.3g us; "
-                        "point-to-point %.3g GB/s, %.3g us\n", hw->intra_bw / 1e9,
-                        hw->intra_lat * 1e6, hw->p2p_bw / 1e9, hw->p2p_lat * 1e6);
+                fprintf(stderr,
+                        "calibrate: communication: ring %.3g GB/s, %.3g us; "
+                        "point-to-point %.3g GB/s, %.3g us\n",
+                        hw->intra_bw / 1e9, hw->intra_lat * 1e6, hw->p2p_bw / 1e9,
+                        hw->p2p_lat * 1e6);
             return 0;
         }
         if (!quiet)
-            fprintf(stderr, "calibrate: communication fit not positive (ring %.3g us, point-to-point "
-                    "%.3g us): measuring again\n", hw->intra_lat * 1e6, hw->p2p_lat * 1e6);
+            fprintf(stderr,
+                    "calibrate: communication fit not positive (ring %.3g us, point-to-point "
+                    "%.3g us): measuring again\n",
+                    hw->intra_lat * 1e6, hw->p2p_lat * 1e6);
     }
     cli_error("calibrate: the communication fit stayed non-positive after 3 measurements "
               "(the host is too noisy); no profile written");
@@ -592,7 +649,8 @@ static int pc_round(const pc_model *m, int ranks, const dl_gemm_log *lg, int ite
     v[3] = run_best(m, ranks, 1, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
     v[4] = run_best(m, 1, tpR, 0, steps, 1, &res) / 1e3, dl_train_result_free(&res);
     for (int i = 0; i < PC_NFIG; i++)
-        if (!(v[i] > 0) || !isfinite(v[i])) return -1;
+        if (!(v[i] > 0) || !isfinite(v[i]))
+            return -1;
     return 0;
 }
 
@@ -618,49 +676,60 @@ static void pc_report(const pc_model *m, int ranks, int rounds, int steps, const
     dl_plan_hw h = *hw;
     pc_fit(m, ranks, x, &h, &arR, &p);
     int tpR = m->cfg.heads % ranks == 0 ? ranks : 2;
-    fprintf(f, "# calibrate: %d cores, %d ranks at once; model L %d C %d H %d T %d, micro-batch %d\n",
+    fprintf(f,
+            "# calibrate: %d cores, %d ranks at once; model L %d C %d H %d T %d, micro-batch %d\n",
             pc_cores(), ranks, m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq,
             m->micro_batch);
-    fprintf(f, "# every figure: the fastest of %d interleaved rounds; noise (largest median/fastest "
-               "- 1 of a figure) %.1f%%\n", rounds, 100 * x->noise);
-    fprintf(f, "# GEMM (the step's linear-layer shapes, %.3g GFLOP a pass): %.2f ms = %.2f GFLOP/s "
-               "alone, %.2f ms = %.2f GFLOP/s per rank with %d at once (contention %.2fx)\n",
-            hw->flops_alone * x->gemm1 / 1e9, x->gemm1 * 1e3, hw->flops_alone / 1e9,
-            x->gemmR * 1e3, hw->flops / 1e9, ranks, x->gemmR / x->gemm1);
+    fprintf(f,
+            "# every figure: the fastest of %d interleaved rounds; noise (largest median/fastest "
+            "- 1 of a figure) %.1f%%\n",
+            rounds, 100 * x->noise);
+    fprintf(f,
+            "# GEMM (the step's linear-layer shapes, %.3g GFLOP a pass): %.2f ms = %.2f GFLOP/s "
+            "alone, %.2f ms = %.2f GFLOP/s per rank with %d at once (contention %.2fx)\n",
+            hw->flops_alone * x->gemm1 / 1e9, x->gemm1 * 1e3, hw->flops_alone / 1e9, x->gemmR * 1e3,
+            hw->flops / 1e9, ranks, x->gemmR / x->gemm1);
     if (ar) {
         fprintf(f, "# all-reduce on %d ranks (median):", ranks);
-        for (int s = 0; s < ar->nsizes; s++) fprintf(f, " %zu B %.1f us;", ar->count[s] * 4, ar->t[s] * 1e6);
+        for (int s = 0; s < ar->nsizes; s++)
+            fprintf(f, " %zu B %.1f us;", ar->count[s] * 4, ar->t[s] * 1e6);
         fprintf(f, "\n");
     }
     fprintf(f, "#   ring fit 2(n-1)(alpha + S/(n beta)): beta %.3g GB/s, alpha %.3g us\n",
             hw->intra_bw / 1e9, hw->intra_lat * 1e6);
     if (pp) {
         fprintf(f, "# point-to-point (ping-pong, one way):");
-        for (int s = 0; s < pp->nsizes; s++) fprintf(f, " %zu B %.1f us;", pp->count[s] * 4, pp->t[s] * 1e6);
+        for (int s = 0; s < pp->nsizes; s++)
+            fprintf(f, " %zu B %.1f us;", pp->count[s] * 4, pp->t[s] * 1e6);
         fprintf(f, "\n");
     }
     fprintf(f, "#   fit alpha + S/beta: beta %.3g GB/s, alpha %.3g us\n", hw->p2p_bw / 1e9,
             hw->p2p_lat * 1e6);
-    fprintf(f, "# training step on 1 rank (dl_train_run, fastest after the first of %d steps): "
-               "%.2f ms; its GEMMs %.2f ms, the rest %.2f ms: non-GEMM ratio %.3f\n",
+    fprintf(f,
+            "# training step on 1 rank (dl_train_run, fastest after the first of %d steps): "
+            "%.2f ms; its GEMMs %.2f ms, the rest %.2f ms: non-GEMM ratio %.3f\n",
             steps, x->step1 * 1e3, x->gemm1 * 1e3, (x->step1 - x->gemm1) * 1e3, hw->nongemm_ratio);
-    fprintf(f, "# the same per rank on %d ranks at once (dp %d): %.2f ms; GEMMs %.2f ms, all-reduce "
-               "%.2f ms, the rest %.2f ms: non-GEMM contention %.2fx\n",
+    fprintf(f,
+            "# the same per rank on %d ranks at once (dp %d): %.2f ms; GEMMs %.2f ms, all-reduce "
+            "%.2f ms, the rest %.2f ms: non-GEMM contention %.2fx\n",
             ranks, ranks, x->stepR * 1e3, x->gemmR * 1e3, arR * 1e3,
             (x->stepR - x->gemmR - arR) * 1e3, hw->nongemm_contention);
     double xfer = (p.tp_comm + p.small_comm) / p.ncoll;
     if (hw->sync_cost > 0)
-        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
-                   "collectives a step: %.1f us each beyond their transfers (%.1f us)\n",
+        fprintf(f,
+                "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms; %d blocking "
+                "collectives a step: %.1f us each beyond their transfers (%.1f us)\n",
                 tpR, tpR, x->steptp * 1e3, p.total * 1e3, p.ncoll, hw->sync_cost * 1e6, xfer * 1e6);
     else
-        fprintf(f, "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms (%.1f%% above, "
-                   "within the noise): the rendezvous of its %d blocking collectives is not "
-                   "resolved, taken as 0 beyond their transfers (%.1f us each)\n",
-                tpR, tpR, x->steptp * 1e3, p.total * 1e3, 100 * (p.total / x->steptp - 1),
-                p.ncoll, xfer * 1e6);
-    fprintf(f, "# figures (distlab-plan calibrate --figures): gemm1=%.4f,gemmR=%.4f,step1=%.4f,"
-               "stepR=%.4f,steptp=%.4f,noise=%.2f,bw=%.4g,lat=%.4g,p2p_bw=%.4g,p2p_lat=%.4g\n",
+        fprintf(f,
+                "# tp %d on 1 x %d ranks: %.2f ms, the model without sync %.2f ms (%.1f%% above, "
+                "within the noise): the rendezvous of its %d blocking collectives is not "
+                "resolved, taken as 0 beyond their transfers (%.1f us each)\n",
+                tpR, tpR, x->steptp * 1e3, p.total * 1e3, 100 * (p.total / x->steptp - 1), p.ncoll,
+                xfer * 1e6);
+    fprintf(f,
+            "# figures (distlab-plan calibrate --figures): gemm1=%.4f,gemmR=%.4f,step1=%.4f,"
+            "stepR=%.4f,steptp=%.4f,noise=%.2f,bw=%.4g,lat=%.4g,p2p_bw=%.4g,p2p_lat=%.4g\n",
             x->gemm1 * 1e3, x->gemmR * 1e3, x->step1 * 1e3, x->stepR * 1e3, x->steptp * 1e3,
             100 * x->noise, hw->intra_bw / 1e9, hw->intra_lat * 1e6, hw->p2p_bw / 1e9,
             hw->p2p_lat * 1e6);
@@ -689,11 +758,13 @@ static int calibrate(const pc_model *m, int ranks, int quick, int quiet, dl_plan
     bu_model b = {m->cfg.layers, m->cfg.d_model, m->cfg.heads, m->cfg.seq, m->micro_batch};
     bu_model_gemms(&b, &lg);
     if (!quiet)
-        fprintf(stderr, "calibrate: %d ranks; communication, then rounds of GEMM passes and "
-                "training runs (1 rank, dp %d, tp %d)\n", ranks, ranks,
-                m->cfg.heads % ranks == 0 ? ranks : 2);
+        fprintf(stderr,
+                "calibrate: %d ranks; communication, then rounds of GEMM passes and "
+                "training runs (1 rank, dp %d, tp %d)\n",
+                ranks, ranks, m->cfg.heads % ranks == 0 ? ranks : 2);
     comm_job ar, pp;
-    if (measure_comm_checked(ranks, quick, hw, &ar, &pp, quiet)) return -1;
+    if (measure_comm_checked(ranks, quick, hw, &ar, &pp, quiet))
+        return -1;
     hw->inter_bw = hw->intra_bw; /* one node: no second link */
     hw->inter_lat = hw->intra_lat;
     int iters = quick ? 5 : 9, steps = quick ? 10 : 30, reps = quick ? 3 : 5;
@@ -710,11 +781,13 @@ static int calibrate(const pc_model *m, int ranks, int quick, int quiet, dl_plan
         for (int i = 0; i < PC_NFIG; i++) v[i][n] = one[i];
         n++;
         if (!quiet)
-            fprintf(stderr, "calibrate: round %d (%d to %d): GEMM pass %.2f ms alone, %.2f ms "
+            fprintf(stderr,
+                    "calibrate: round %d (%d to %d): GEMM pass %.2f ms alone, %.2f ms "
                     "x%d; steps %.2f ms (1 rank), %.2f ms (dp %d), %.2f ms (tp) [%.0f s]\n",
                     n, reps, 2 * reps, one[0] * 1e3, one[1] * 1e3, ranks, one[2] * 1e3,
                     one[3] * 1e3, ranks, one[4] * 1e3, (double)(dl_now_ns() - t0) / 1e9);
-        if (n < reps) continue;
+        if (n < reps)
+            continue;
         pc_figs_of(v, n, &x);
         ok = pc_check_figures(m, ranks, &x, hw, why, sizeof why) == 0;
         if (!ok && !quiet && n < 2 * reps)
@@ -722,13 +795,15 @@ static int calibrate(const pc_model *m, int ranks, int quick, int quiet, dl_plan
     }
     if (!ok) {
         cli_error("calibrate: implausible after %d rounds: %s (the host is too noisy or busy to "
-                  "calibrate now); no profile written", n, why);
+                  "calibrate now); no profile written",
+                  n, why);
         return -1;
     }
     double arR;
     pc_pred p;
     pc_fit(m, ranks, &x, hw, &arR, &p);
-    if (f) pc_report(m, ranks, n, steps, &x, hw, &ar, &pp, f);
+    if (f)
+        pc_report(m, ranks, n, steps, &x, hw, &ar, &pp, f);
     return 0;
 }
 
@@ -737,8 +812,8 @@ static int calibrate(const pc_model *m, int ranks, int quick, int quiet, dl_plan
  * fabricated figures). */
 static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
 {
-    static const char *const key[] = {"gemm1", "gemmR", "step1", "stepR", "steptp", "noise",
-                                      "bw", "lat", "p2p_bw", "p2p_lat"};
+    static const char *const key[] = {"gemm1", "gemmR", "step1", "stepR",  "steptp",
+                                      "noise", "bw",    "lat",   "p2p_bw", "p2p_lat"};
     static const double scale[] = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e9, 1e-6, 1e9, 1e-6};
     enum { NK = sizeof key / sizeof key[0] };
     double val[NK];
@@ -751,11 +826,15 @@ static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
         int k = -1;
         if (eq) {
             *eq = '\0';
-            for (int i = 0; i < NK; i++) if (!strcmp(t, key[i])) k = i;
+            for (int i = 0; i < NK; i++)
+                if (!strcmp(t, key[i]))
+                    k = i;
         }
         if (k < 0) {
-            cli_error("--figures: '%s' is not one of gemm1, gemmR, step1, stepR, steptp, noise, bw, "
-                      "lat, p2p_bw, p2p_lat =VALUE", t);
+            cli_error("--figures: '%s' is not one of gemm1, gemmR, step1, stepR, steptp, noise, "
+                      "bw, "
+                      "lat, p2p_bw, p2p_lat =VALUE",
+                      t);
             bad = 1;
         } else if (cli_parse_double("--figures", eq + 1, -1e30, 1e30, &val[k])) {
             bad = 1;
@@ -769,7 +848,8 @@ static int pc_parse_figures(const char *list, pc_figs *x, dl_plan_hw *hw)
             cli_error("--figures: %s= missing", key[i]);
             bad = 1;
         }
-    if (bad) return -1;
+    if (bad)
+        return -1;
     x->gemm1 = val[0], x->gemmR = val[1], x->step1 = val[2], x->stepR = val[3], x->steptp = val[4];
     x->noise = val[5];
     hw->intra_bw = hw->inter_bw = val[6], hw->intra_lat = hw->inter_lat = val[7];
@@ -782,7 +862,8 @@ static const char *const cal_help =
     "                              [--figures LIST]\n"
     "\n"
     "Measures this machine with the runtime itself and writes a hardware profile\n"
-    "(docs/PLANNER.md): GEMM FLOP/s per rank on the trainer's model shapes (alone and with N ranks\n"
+    "(docs/PLANNER.md): GEMM FLOP/s per rank on the trainer's model shapes (alone and with N "
+    "ranks\n"
     "at once), ring all-reduce and point-to-point bandwidth and latency on N ranks, and the\n"
     "non-GEMM share of a training step (dl_train_run on one rank). Pipelines are predicted from\n"
     "these figures and the point-to-point ones (no separate measurement). Every figure is the\n"
@@ -807,7 +888,8 @@ static const char *const val_help =
     "\n"
     "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
     "AdamW state, from the tp sharding, the pipeline stage and the ZeRO shard) for local layouts\n"
-    "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-3), runs them through the trainer for a few steps and\n"
+    "(dp, tp, pp with GPipe and 1F1B, ZeRO 1-3), runs them through the trainer for a few steps "
+    "and\n"
     "prints predicted vs measured. Layouts with more ranks than cores are marked oversubscribed:\n"
     "the time goal (within 25%) applies to the others, the memory goal (within 2%) to all.\n"
     "Each run is reported on stderr as it ends (its step time and the error so far); each\n"
@@ -835,18 +917,26 @@ static int pc_parse(int argc, char **argv, int validate, pc_args *a)
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             fputs(validate ? val_help : cal_help, stdout);
             return 1;
-        } else if (!strcmp(s, "--quick")) a->quick = 1;
-        else if (!strcmp(s, "--small")) a->small = 1;
-        else if (!strcmp(s, "--quiet")) a->quiet = 1;
+        } else if (!strcmp(s, "--quick"))
+            a->quick = 1;
+        else if (!strcmp(s, "--small"))
+            a->small = 1;
+        else if (!strcmp(s, "--quiet"))
+            a->quiet = 1;
         else if (!strcmp(s, "--ranks") && v) {
-            if (cli_parse_int("--ranks", v, 1, 64, &a->ranks)) return -1;
+            if (cli_parse_int("--ranks", v, 1, 64, &a->ranks))
+                return -1;
             i++;
         } else if (validate && !strcmp(s, "--steps") && v) {
-            if (cli_parse_int("--steps", v, 2, 100000, &a->steps)) return -1;
+            if (cli_parse_int("--steps", v, 2, 100000, &a->steps))
+                return -1;
             i++;
-        } else if (!validate && !strcmp(s, "--out") && v) a->out = v, i++;
-        else if (!validate && !strcmp(s, "--figures") && v) a->figures = v, i++;
-        else if (validate && !strcmp(s, "--hardware") && v) a->hardware = v, i++;
+        } else if (!validate && !strcmp(s, "--out") && v)
+            a->out = v, i++;
+        else if (!validate && !strcmp(s, "--figures") && v)
+            a->figures = v, i++;
+        else if (validate && !strcmp(s, "--hardware") && v)
+            a->hardware = v, i++;
         else {
             cli_error("%s: unknown or incomplete option '%s' (see --help)",
                       validate ? "validate" : "calibrate", s);
@@ -875,21 +965,25 @@ int plan_calibrate_main(int argc, char **argv)
 {
     pc_args a;
     int r = pc_parse(argc, argv, 0, &a);
-    if (r) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (r)
+        return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     int cores = pc_cores();
-    if (a.ranks == 0) a.ranks = cores < 2 ? 2 : cores;
+    if (a.ranks == 0)
+        a.ranks = cores < 2 ? 2 : cores;
     if (a.ranks < 2) {
         cli_error("calibrate: --ranks must be at least 2 (communication needs two ranks)");
         return CLI_EXIT_USAGE;
     }
     /* before the measurements: a minute of them must not end in "cannot write" */
-    if (strcmp(a.out, "-") && cli_check_output("calibrate: --out", a.out)) return CLI_EXIT_USAGE;
+    if (strcmp(a.out, "-") && cli_check_output("calibrate: --out", a.out))
+        return CLI_EXIT_USAGE;
     pc_model m;
     pc_model_init(&m, a.small);
     dl_plan_hw hw;
     pc_figs given;
     pc_hw_base(a.ranks, &hw);
-    if (a.figures && pc_parse_figures(a.figures, &given, &hw)) return CLI_EXIT_USAGE;
+    if (a.figures && pc_parse_figures(a.figures, &given, &hw))
+        return CLI_EXIT_USAGE;
     FILE *rep = strcmp(a.out, "-") ? stdout : stderr; /* the report stays off a profile on stdout */
     if (a.figures ? calibrate_given(&m, a.ranks, &given, &hw, rep)
                   : calibrate(&m, a.ranks, a.quick, a.quiet, &hw, rep))
@@ -900,12 +994,14 @@ int plan_calibrate_main(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     int st = dl_plan_hw_write(f, &hw);
-    if (f != stdout && fclose(f) != 0) st = DL_ESYS;
+    if (f != stdout && fclose(f) != 0)
+        st = DL_ESYS;
     if (st != DL_OK) {
         cli_error("calibrate: writing %s failed", a.out);
         return CLI_EXIT_FAIL;
     }
-    if (f != stdout) printf("wrote %s\n", a.out);
+    if (f != stdout)
+        printf("wrote %s\n", a.out);
     return CLI_EXIT_OK;
 }
 
@@ -967,10 +1063,11 @@ static void pc_vrow_memory(const pc_model *m, const dl_train_result *res, pc_vro
             pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
         double spred = pb[0] + pb[1] + pb[2];
         const uint64_t *pk = res->peak + (size_t)rk * DL_MEM_NCATEGORIES;
-        double sm = (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] +
-                    (double)pk[DL_MEM_OPTIMIZER];
+        double sm =
+            (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] + (double)pk[DL_MEM_OPTIMIZER];
         double e = 100.0 * (sm - spred) / spred;
-        if (fabs(e) > fabs(v->worst)) v->worst = e;
+        if (fabs(e) > fabs(v->worst))
+            v->worst = e;
         if (rk == 0) {
             v->smeas0 = sm;
             for (int c = 0; c < DL_MEM_NCATEGORIES; c++) v->peak0 += (double)pk[c];
@@ -983,32 +1080,49 @@ static int pc_vrow_print(pc_vrow *v)
 {
     v->terr = 100.0 * (v->best - v->p.total * 1e3) / (v->p.total * 1e3);
     int tgoal = v->p.oversub || fabs(v->terr) <= 25.0, mgoal = fabs(v->worst) <= 2.0;
-    printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n",
-           v->name, v->n, v->p.oversub ? "yes" : "no", v->insample ? "calib" : "new",
-           v->p.total * 1e3, v->best, v->terr, v->spred, v->smeas0, v->worst, v->paper, v->peak0,
+    printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", v->name,
+           v->n, v->p.oversub ? "yes" : "no", v->insample ? "calib" : "new", v->p.total * 1e3,
+           v->best, v->terr, v->spred, v->smeas0, v->worst, v->paper, v->peak0,
            tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
     fflush(stdout);
     return tgoal && mgoal;
 }
 
-static const pc_layout pc_val_layouts[] = { /* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
-    {1, 1, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0}, {1, 2, 0, 1, 1, 0}, {2, 1, 1, 1, 1, 0},
-    {2, 1, 2, 1, 1, 0}, {2, 2, 0, 1, 1, 0}, {4, 1, 0, 1, 1, 0}, {1, 4, 0, 1, 1, 0},
-    {4, 1, 2, 1, 1, 0}, {2, 2, 1, 1, 1, 0}, {8, 1, 0, 1, 1, 0}, {2, 4, 0, 1, 1, 0},
-    {2, 1, 3, 1, 1, 0}, {4, 1, 3, 1, 1, 0}, {2, 2, 3, 1, 1, 0},
-    {1, 1, 0, 2, 4, DL_SCHED_1F1B}, {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
-    {2, 1, 1, 2, 4, DL_SCHED_1F1B}, {1, 2, 0, 2, 4, DL_SCHED_1F1B},
-    {1, 1, 0, 4, 8, DL_SCHED_1F1B}, {2, 2, 0, 2, 4, DL_SCHED_1F1B},
-    {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
+static const pc_layout pc_val_layouts[] = {/* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
+                                           {1, 1, 0, 1, 1, 0},
+                                           {2, 1, 0, 1, 1, 0},
+                                           {1, 2, 0, 1, 1, 0},
+                                           {2, 1, 1, 1, 1, 0},
+                                           {2, 1, 2, 1, 1, 0},
+                                           {2, 2, 0, 1, 1, 0},
+                                           {4, 1, 0, 1, 1, 0},
+                                           {1, 4, 0, 1, 1, 0},
+                                           {4, 1, 2, 1, 1, 0},
+                                           {2, 2, 1, 1, 1, 0},
+                                           {8, 1, 0, 1, 1, 0},
+                                           {2, 4, 0, 1, 1, 0},
+                                           {2, 1, 3, 1, 1, 0},
+                                           {4, 1, 3, 1, 1, 0},
+                                           {2, 2, 3, 1, 1, 0},
+                                           {1, 1, 0, 2, 4, DL_SCHED_1F1B},
+                                           {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
+                                           {2, 1, 1, 2, 4, DL_SCHED_1F1B},
+                                           {1, 2, 0, 2, 4, DL_SCHED_1F1B},
+                                           {1, 1, 0, 4, 8, DL_SCHED_1F1B},
+                                           {2, 2, 0, 2, 4, DL_SCHED_1F1B},
+                                           {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
 enum { PC_NVAL = sizeof pc_val_layouts / sizeof pc_val_layouts[0] };
 
 int plan_validate_main(int argc, char **argv)
 {
     pc_args a;
     int r = pc_parse(argc, argv, 1, &a);
-    if (r) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-    if (a.ranks == 0) a.ranks = a.quick ? 4 : 8;
-    if (a.steps == 0) a.steps = a.quick ? 10 : 30;
+    if (r)
+        return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (a.ranks == 0)
+        a.ranks = a.quick ? 4 : 8;
+    if (a.steps == 0)
+        a.steps = a.quick ? 10 : 30;
     pc_model m;
     pc_model_init(&m, a.small);
     int cores = pc_cores();
@@ -1018,7 +1132,8 @@ int plan_validate_main(int argc, char **argv)
             cli_error("validate: %s", dl_errmsg());
             return CLI_EXIT_USAGE;
         }
-        printf("# hardware profile %s (%s): GEMM %.2f GFLOP/s per rank (%.2f alone), ring %.3g GB/s "
+        printf("# hardware profile %s (%s): GEMM %.2f GFLOP/s per rank (%.2f alone), ring %.3g "
+               "GB/s "
                "alpha %.3g us, non-GEMM ratio %.3f\n",
                a.hardware, hw.name, hw.flops / 1e9, hw.flops_alone / 1e9, hw.intra_bw / 1e9,
                hw.intra_lat * 1e6, hw.nongemm_ratio);
@@ -1029,7 +1144,8 @@ int plan_validate_main(int argc, char **argv)
     int nv = 0;
     for (int i = 0; i < PC_NVAL; i++) {
         const pc_layout *L = &pc_val_layouts[i];
-        if (L->dp * L->tp * L->pp > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers) continue;
+        if (L->dp * L->tp * L->pp > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers)
+            continue;
         v[nv].L = *L;
         pc_vrow_predict(&hw, &m, cores, &v[nv++]);
     }
@@ -1040,12 +1156,15 @@ int plan_validate_main(int argc, char **argv)
            "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
            m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
            a.steps, reps, cores);
-    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x %d)\n",
+    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x "
+           "%d)\n",
            m.micro_batch, m.micro_batch);
     fflush(stdout);
     if (!a.quiet)
-        fprintf(stderr, "validate: %d layouts x %d rounds of %d steps; each layout's row when its "
-                "last round ends\n", nv, reps, a.steps);
+        fprintf(stderr,
+                "validate: %d layouts x %d rounds of %d steps; each layout's row when its "
+                "last round ends\n",
+                nv, reps, a.steps);
     int ok_all = 1, nrun = 0, ntime = 0;
     uint64_t t0 = dl_now_ns();
     for (int round = 0; round < reps; round++) {
@@ -1055,7 +1174,8 @@ int plan_validate_main(int argc, char **argv)
                    "err%", "paper_zero", "peak_meas", "ok");
         for (int i = 0; i < nv; i++) {
             pc_vrow *x = &v[i];
-            if (x->failed) continue;
+            if (x->failed)
+                continue;
             dl_train_result res;
             double ms = run_once(&m, &x->L, a.steps, &res);
             if (!(ms > 0)) {
@@ -1065,15 +1185,18 @@ int plan_validate_main(int argc, char **argv)
                 dl_train_result_free(&res);
                 continue;
             }
-            if (ms < x->best) x->best = ms;
-            if (round == 0) pc_vrow_memory(&m, &res, x);
+            if (ms < x->best)
+                x->best = ms;
+            if (round == 0)
+                pc_vrow_memory(&m, &res, x);
             dl_train_result_free(&res);
             double e = 100.0 * (x->best - x->p.total * 1e3) / (x->p.total * 1e3);
             if (!a.quiet)
-                fprintf(stderr, "validate: round %d/%d %-22s %2d ranks%s: %8.2f ms (fastest %.2f), "
-                        "predicted %.2f ms: %+6.1f%% [%.0f s]\n", round + 1, reps, x->name, x->n,
-                        x->p.oversub ? " (oversubscribed)" : "", ms, x->best, x->p.total * 1e3, e,
-                        (double)(dl_now_ns() - t0) / 1e9);
+                fprintf(stderr,
+                        "validate: round %d/%d %-22s %2d ranks%s: %8.2f ms (fastest %.2f), "
+                        "predicted %.2f ms: %+6.1f%% [%.0f s]\n",
+                        round + 1, reps, x->name, x->n, x->p.oversub ? " (oversubscribed)" : "", ms,
+                        x->best, x->p.total * 1e3, e, (double)(dl_now_ns() - t0) / 1e9);
             if (round == reps - 1) {
                 ok_all &= pc_vrow_print(x);
                 nrun++;
@@ -1087,8 +1210,10 @@ int plan_validate_main(int argc, char **argv)
         if (!v[i].failed && !v[i].p.oversub && fabs(v[i].terr) > fabs(worst))
             worst = v[i].terr, wname = v[i].name;
     printf("# step time = GEMM (model shapes / GEMM rate x contention) + non-GEMM (ratio x GEMM) + "
-           "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; pipelines: (m + p - 1) "
-           "x the slowest stage's micro-batch + 2 hand-offs per slot; states and peaks in bytes per rank "
+           "ring all-reduces (dp gradients; tp 4 per layer) + sync_cost per blocking collective; "
+           "pipelines: (m + p - 1) "
+           "x the slowest stage's micro-batch + 2 hand-offs per slot; states and peaks in bytes "
+           "per rank "
            "(rank 0; states err%% is the worst rank); sample: calib = calibrate ran this layout "
            "to fit the profile (in-sample), new = not seen by calibrate\n");
     printf("# largest step-time error within the cores: %+.1f%% (%s); within +-15%%: %s\n", worst,
@@ -1113,24 +1238,29 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
 {
     pc_model m = {*cfg, micro_batch};
     int cores = pc_cores(), k = 0;
-    if (cores < 1) cores = 1;
+    if (cores < 1)
+        cores = 1;
     for (int nr = 1; nr <= ranks; nr++)
         for (int tp = 1; tp <= nr; tp++) {
-            if (nr % tp || cfg->heads % tp) continue;
+            if (nr % tp || cfg->heads % tp)
+                continue;
             for (int pp = 1; pp <= nr / tp; pp++) {
-                if ((nr / tp) % pp || pp > cfg->layers) continue;
+                if ((nr / tp) % pp || pp > cfg->layers)
+                    continue;
                 int dp = nr / tp / pp;
                 for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
-                    if (k == cap) return dl_error(DL_EINVAL, "search: more than %d layouts", cap);
-                    pc_layout L = {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1,
-                                   pp > 1 ? DL_SCHED_1F1B : 0};
+                    if (k == cap)
+                        return dl_error(DL_EINVAL, "search: more than %d layouts", cap);
+                    pc_layout L =
+                        {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1, pp > 1 ? DL_SCHED_1F1B : 0};
                     pc_pred p;
                     double pb[3] = {0, 0, 0}, worst = 0;
                     if (pp > 1) {
                         pc_predict_time_pp(hw, &m, &L, cores, &p);
                         for (int st = 0; st < pp; st++) {
                             pc_state_predict_stage(cfg, &L, st, 4, pb, NULL);
-                            if (pb[0] + pb[1] + pb[2] > worst) worst = pb[0] + pb[1] + pb[2];
+                            if (pb[0] + pb[1] + pb[2] > worst)
+                                worst = pb[0] + pb[1] + pb[2];
                         }
                     } else {
                         pc_predict_time(hw, &m, dp, tp, zero, cores, &p);
@@ -1150,13 +1280,15 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
     /* the batch differs between layouts (dp x m x micro-batch): rank them by throughput */
     qsort(rows, (size_t)k, sizeof *rows, pc_row_cmp);
     for (int i = 0, lead = 0; i < k; i++) {
-        if (rows[i].tokens_per_s < rows[lead].tokens_per_s * (1 - PC_TIE)) lead = i;
+        if (rows[i].tokens_per_s < rows[lead].tokens_per_s * (1 - PC_TIE))
+            lead = i;
         rows[i].rank = lead + 1;
     }
     /* within a tie, the layouts that fit the cores first (insertion sort: stable) */
     for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && rows[j].rank == rows[j - 1].rank && rows[j - 1].oversub &&
-                        !rows[j].oversub; j--) {
+        for (int j = i;
+             j > 0 && rows[j].rank == rows[j - 1].rank && rows[j - 1].oversub && !rows[j].oversub;
+             j--) {
             pc_local_row t = rows[j];
             rows[j] = rows[j - 1], rows[j - 1] = t;
         }

@@ -11,8 +11,8 @@ int plan_validate_main(int argc, char **argv);
 /* Model-state bytes per rank the trainer allocates in f32/f64 (rank 0; every rank alike):
  * bytes[0] params (ZeRO-3: the shard), [1] grads (ZeRO-2/3: the shard), [2] AdamW m and v (ZeRO
  * 1-3: the shard), the shard being the trainer's per-unit padded blocks. *numel: P per rank. */
-void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize,
-                      double bytes[3], size_t *numel);
+void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsize, double bytes[3],
+                      size_t *numel);
 
 /* distlab-plan search with a calibrated profile: every local layout of distlab-train's model on
  * 1 .. ranks ranks (dp x tp x pp, ZeRO 0-3 when dp > 1; pipelines run 1F1B with 2p

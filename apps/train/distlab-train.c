@@ -19,6 +19,7 @@
 
 static void usage(FILE *f)
 {
+    /* clang-format off */
     fprintf(f,
 "Usage: distlab-train [options]\n"
 "\n"
@@ -117,39 +118,120 @@ static void usage(FILE *f)
 "OpenBLAS runs one thread per rank: distlab-train sets OPENBLAS_NUM_THREADS=1 and restarts\n"
 "itself when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
 "OPENBLAS_CORETYPE is unset. Exit status: 0 ok, 1 a failed run, 2 bad options.\n");
+    /* clang-format on */
 }
 
 enum {
-    O_DP = 256, O_TP, O_LAYERS, O_DMODEL, O_HEADS, O_SEQ, O_TIE, O_DTYPE, O_RECOMP, O_GB, O_MB,
-    O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_BUCKET, O_OVERLAP, O_ALGO,
-    O_DATA, O_DSEED, O_EVERY, O_EWIN, O_LOGE, O_JSON, O_CHECK, O_SAMPLE, O_SAVE, O_LOAD, O_EONLY,
-    O_GPUMEM, O_TIMEOUT, O_TOPO, O_DUMP, O_ZERO, O_PP, O_SCHED, O_VIRT, O_STASH, O_LCOSTS,
-    O_TRACE, O_TIMELINE, O_THREADS, O_TSTEPS, O_QUIET, O_DMAX, O_WCORPUS
+    O_DP = 256,
+    O_TP,
+    O_LAYERS,
+    O_DMODEL,
+    O_HEADS,
+    O_SEQ,
+    O_TIE,
+    O_DTYPE,
+    O_RECOMP,
+    O_GB,
+    O_MB,
+    O_MICRO,
+    O_STEPS,
+    O_LR,
+    O_MINLR,
+    O_WARMUP,
+    O_WD,
+    O_CLIP,
+    O_SEED,
+    O_BUCKET,
+    O_OVERLAP,
+    O_ALGO,
+    O_DATA,
+    O_DSEED,
+    O_EVERY,
+    O_EWIN,
+    O_LOGE,
+    O_JSON,
+    O_CHECK,
+    O_SAMPLE,
+    O_SAVE,
+    O_LOAD,
+    O_EONLY,
+    O_GPUMEM,
+    O_TIMEOUT,
+    O_TOPO,
+    O_DUMP,
+    O_ZERO,
+    O_PP,
+    O_SCHED,
+    O_VIRT,
+    O_STASH,
+    O_LCOSTS,
+    O_TRACE,
+    O_TIMELINE,
+    O_THREADS,
+    O_TSTEPS,
+    O_QUIET,
+    O_DMAX,
+    O_WCORPUS
 };
 
 static const struct option longopts[] = {
-    {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP}, {"layers", 1, 0, O_LAYERS},
-    {"d-model", 1, 0, O_DMODEL}, {"heads", 1, 0, O_HEADS}, {"seq", 1, 0, O_SEQ},
-    {"tie-embeddings", 0, 0, O_TIE}, {"dtype", 1, 0, O_DTYPE}, {"recompute", 1, 0, O_RECOMP},
-    {"global-batch", 1, 0, O_GB}, {"micro-batch", 1, 0, O_MB}, {"microbatches", 1, 0, O_MICRO},
-    {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR}, {"min-lr", 1, 0, O_MINLR},
-    {"warmup", 1, 0, O_WARMUP}, {"weight-decay", 1, 0, O_WD}, {"clip", 1, 0, O_CLIP},
-    {"seed", 1, 0, O_SEED}, {"bucket-mb", 1, 0, O_BUCKET}, {"overlap", 0, 0, O_OVERLAP},
-    {"algo", 1, 0, O_ALGO}, {"data", 1, 0, O_DATA}, {"data-seed", 1, 0, O_DSEED},
-    {"eval-every", 1, 0, O_EVERY}, {"eval-windows", 1, 0, O_EWIN}, {"log-every", 1, 0, O_LOGE},
-    {"json", 1, 0, O_JSON}, {"check", 0, 0, O_CHECK}, {"sample", 1, 0, O_SAMPLE},
-    {"save", 1, 0, O_SAVE}, {"load", 1, 0, O_LOAD}, {"eval-only", 0, 0, O_EONLY},
-    {"dump-grads", 1, 0, O_DUMP}, {"gpu-mem", 1, 0, O_GPUMEM}, {"timeout", 1, 0, O_TIMEOUT}, {"topology", 1, 0, O_TOPO},
-    {"zero", 1, 0, O_ZERO}, {"pp", 1, 0, O_PP}, {"schedule", 1, 0, O_SCHED},
-    {"virtual-stages", 1, 0, O_VIRT}, {"weight-stashing", 0, 0, O_STASH},
-    {"layer-costs", 1, 0, O_LCOSTS}, {"trace", 1, 0, O_TRACE}, {"timeline", 0, 0, O_TIMELINE},
-    {"threads", 1, 0, O_THREADS}, {"trace-steps", 1, 0, O_TSTEPS}, {"quiet", 0, 0, O_QUIET}, {"data-max", 1, 0, O_DMAX},
+    {"dp", 1, 0, O_DP},
+    {"tp", 1, 0, O_TP},
+    {"layers", 1, 0, O_LAYERS},
+    {"d-model", 1, 0, O_DMODEL},
+    {"heads", 1, 0, O_HEADS},
+    {"seq", 1, 0, O_SEQ},
+    {"tie-embeddings", 0, 0, O_TIE},
+    {"dtype", 1, 0, O_DTYPE},
+    {"recompute", 1, 0, O_RECOMP},
+    {"global-batch", 1, 0, O_GB},
+    {"micro-batch", 1, 0, O_MB},
+    {"microbatches", 1, 0, O_MICRO},
+    {"steps", 1, 0, O_STEPS},
+    {"lr", 1, 0, O_LR},
+    {"min-lr", 1, 0, O_MINLR},
+    {"warmup", 1, 0, O_WARMUP},
+    {"weight-decay", 1, 0, O_WD},
+    {"clip", 1, 0, O_CLIP},
+    {"seed", 1, 0, O_SEED},
+    {"bucket-mb", 1, 0, O_BUCKET},
+    {"overlap", 0, 0, O_OVERLAP},
+    {"algo", 1, 0, O_ALGO},
+    {"data", 1, 0, O_DATA},
+    {"data-seed", 1, 0, O_DSEED},
+    {"eval-every", 1, 0, O_EVERY},
+    {"eval-windows", 1, 0, O_EWIN},
+    {"log-every", 1, 0, O_LOGE},
+    {"json", 1, 0, O_JSON},
+    {"check", 0, 0, O_CHECK},
+    {"sample", 1, 0, O_SAMPLE},
+    {"save", 1, 0, O_SAVE},
+    {"load", 1, 0, O_LOAD},
+    {"eval-only", 0, 0, O_EONLY},
+    {"dump-grads", 1, 0, O_DUMP},
+    {"gpu-mem", 1, 0, O_GPUMEM},
+    {"timeout", 1, 0, O_TIMEOUT},
+    {"topology", 1, 0, O_TOPO},
+    {"zero", 1, 0, O_ZERO},
+    {"pp", 1, 0, O_PP},
+    {"schedule", 1, 0, O_SCHED},
+    {"virtual-stages", 1, 0, O_VIRT},
+    {"weight-stashing", 0, 0, O_STASH},
+    {"layer-costs", 1, 0, O_LCOSTS},
+    {"trace", 1, 0, O_TRACE},
+    {"timeline", 0, 0, O_TIMELINE},
+    {"threads", 1, 0, O_THREADS},
+    {"trace-steps", 1, 0, O_TSTEPS},
+    {"quiet", 0, 0, O_QUIET},
+    {"data-max", 1, 0, O_DMAX},
     {"write-corpus", 1, 0, O_WCORPUS},
-    {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0},
+    {"help", 0, 0, 'h'},
+    {"version", 0, 0, 'V'},
+    {0, 0, 0, 0},
 };
 
-static const char *cat_names[DL_MEM_NCATEGORIES] = {"params", "grads", "optimizer", "activations",
-                                                    "comm", "other"};
+static const char *cat_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "optimizer",
+                                                    "activations", "comm",  "other"};
 
 static void json_num(FILE *f, const char *key, double v, int comma)
 {
@@ -176,16 +258,18 @@ static void layout_desc(const dl_train_opts *o, char *buf, size_t n)
 
 static void json_config(FILE *f, const dl_train_opts *o)
 {
-    fprintf(f, "{\"type\":\"config\",\"schema\":\"distlab/1\",\"app\":\"distlab-train\","
-               "\"version\":\"%s\",\"dp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\","
-               "\"virtual_stages\":%d,\"weight_stashing\":%s,\"layers\":%d,\"d_model\":%d,\"heads\":%d,"
-               "\"seq\":%d,\"vocab\":%d,\"tie_embeddings\":%s,\"dtype\":\"%s\",\"recompute\":\"%s\","
-               "\"global_batch\":%d,\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"zero\":%d,",
+    fprintf(f,
+            "{\"type\":\"config\",\"schema\":\"distlab/1\",\"app\":\"distlab-train\","
+            "\"version\":\"%s\",\"dp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\","
+            "\"virtual_stages\":%d,\"weight_stashing\":%s,\"layers\":%d,\"d_model\":%d,\"heads\":%"
+            "d,"
+            "\"seq\":%d,\"vocab\":%d,\"tie_embeddings\":%s,\"dtype\":\"%s\",\"recompute\":\"%s\","
+            "\"global_batch\":%d,\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"zero\":%d,",
             dl_version(), o->dp, o->tp, o->pp,
             o->pp > 1 ? dl_sched_kind_name((dl_sched_kind)o->schedule) : "none",
             o->pp > 1 ? o->virtual_stages : 1, o->pp > 1 && o->weight_stashing ? "true" : "false",
-            o->model.layers, o->model.d_model, o->model.heads,
-            o->model.seq, o->model.vocab, o->model.tie ? "true" : "false", dl_dtype_name(o->dtype),
+            o->model.layers, o->model.d_model, o->model.heads, o->model.seq, o->model.vocab,
+            o->model.tie ? "true" : "false", dl_dtype_name(o->dtype),
             o->recompute ? "full" : "none", o->global_batch, o->micro_batch, o->microbatches,
             o->steps, o->zero);
     json_num(f, "lr", o->lr, 1);
@@ -296,7 +380,8 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     json_num(f, "ms_per_step", r->ms_per_step, 1);
     json_num(f, "gemm_gflops", r->gemm_gflops, 1);
     json_num(f, "model_gflops_per_rank", r->model_gflops_per_rank, 1);
-    json_num(f, "gemm_utilisation", r->gemm_gflops > 0 ? r->model_gflops_per_rank / r->gemm_gflops : NAN, 1);
+    json_num(f, "gemm_utilisation",
+             r->gemm_gflops > 0 ? r->model_gflops_per_rank / r->gemm_gflops : NAN, 1);
     fprintf(f, "\"params\":%lld,\"grad_bytes_per_rank\":%llu,", (long long)r->nparams,
             (unsigned long long)r->grad_bytes);
     fprintf(f, "\"bytes_sent_per_rank_per_step\":{");
@@ -304,9 +389,11 @@ static void json_summary(FILE *f, const dl_train_opts *o, const dl_train_result 
     json_num(f, "tp_activations", r->tp_act_bytes_per_step, 1);
     json_num(f, "loss_and_norm", r->loss_bytes_per_step, 1);
     json_num(f, "dp_params", r->dp_param_bytes_per_step, 0);
-    fprintf(f, "},\"zero\":{\"stage\":%d,\"padded_elements\":%lld,\"padding\":%lld,"
-               "\"shard_elements\":%lld}", r->zero, (long long)r->zero_padded,
-            (long long)r->zero_padding, (long long)r->zero_shard);
+    fprintf(f,
+            "},\"zero\":{\"stage\":%d,\"padded_elements\":%lld,\"padding\":%lld,"
+            "\"shard_elements\":%lld}",
+            r->zero, (long long)r->zero_padded, (long long)r->zero_padding,
+            (long long)r->zero_shard);
     model_state_t ms;
     model_state(o, r, &ms);
     fprintf(f, ",\"model_state\":{\"bytes_per_rank\":%llu,", (unsigned long long)ms.bytes);
@@ -345,18 +432,21 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
     char lay[160];
     layout_desc(o, lay, sizeof lay);
     printf("\n== summary: %d step%s, %d rank%s (%s), %lld parameters, %s\n", r->nsteps,
-           plural(r->nsteps, "s"), r->nranks, plural(r->nranks, "s"), lay, (long long)r->nparams, dl_dtype_name(o->dtype));
+           plural(r->nsteps, "s"), r->nranks, plural(r->nranks, "s"), lay, (long long)r->nparams,
+           dl_dtype_name(o->dtype));
     if (!isnan(r->floor))
-        printf("final loss %.4f (validation %.4f) vs the corpus's entropy rate %.4f nats: %.4f above "
-               "the floor\n", r->final_loss, r->final_val_loss, r->floor,
-               r->final_val_loss - r->floor);
+        printf("final loss %.4f (validation %.4f) vs the corpus's entropy rate %.4f nats: %.4f "
+               "above "
+               "the floor\n",
+               r->final_loss, r->final_val_loss, r->floor, r->final_val_loss - r->floor);
     else
         printf("final loss %.4f (validation %.4f)\n", r->final_loss, r->final_val_loss);
     printf("throughput %.0f tokens/s, %.1f ms/step (median)\n", r->tokens_per_s, r->ms_per_step);
     if (r->gemm_gflops > 0)
         printf("GEMM utilisation %.0f%%: model %.1f GFLOP/s per rank vs %.1f GFLOP/s single-thread "
-               "GEMM on the model's shapes\n", 100 * r->model_gflops_per_rank / r->gemm_gflops,
-               r->model_gflops_per_rank, r->gemm_gflops);
+               "GEMM on the model's shapes\n",
+               100 * r->model_gflops_per_rank / r->gemm_gflops, r->model_gflops_per_rank,
+               r->gemm_gflops);
     printf("bytes sent per rank per step: dp gradients %.3f MB (gradient buffer %.3f MB; ring "
            "2(d-1)/d = %.3f MB), tp activations %.3f MB, loss/norm %.0f B\n",
            r->dp_grad_bytes_per_step / 1e6, (double)r->grad_bytes / 1e6,
@@ -365,8 +455,8 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
     if (r->zero)
         printf("ZeRO stage %d over dp %d: %lld elements per rank in %d units, each padded to a "
                "multiple of %d: %lld (+%lld) = %d shards of %lld; per step dp gradients "
-               "(reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB\n", r->zero, o->dp,
-               (long long)(r->zero_padded - r->zero_padding), r->zero_units, o->dp,
+               "(reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB\n",
+               r->zero, o->dp, (long long)(r->zero_padded - r->zero_padding), r->zero_units, o->dp,
                (long long)r->zero_padded, (long long)r->zero_padding, o->dp,
                (long long)r->zero_shard, r->dp_grad_bytes_per_step / 1e6,
                r->dp_param_bytes_per_step / 1e6);
@@ -375,18 +465,21 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
     if (r->zero || o->dtype == DL_BF16) {
         printf("model state per rank (rank 0's arena peaks): params %llu + grads %llu + optimizer "
                "%llu = %llu bytes = %.2f bytes per parameter (P = %lld, K = %d; the paper's %s = "
-               "%.0f)\n", (unsigned long long)r->peak[DL_MEM_PARAMS],
+               "%.0f)\n",
+               (unsigned long long)r->peak[DL_MEM_PARAMS],
                (unsigned long long)r->peak[DL_MEM_GRADS],
                (unsigned long long)r->peak[DL_MEM_OPTIMIZER], (unsigned long long)ms.bytes,
                ms.per_param, (long long)ms.P, ms.K, ms.formula, ms.formula_bytes);
         printf("  unit buffers (comm/other, outside the model state): %llu bytes, of which "
-               "gathered parameters %llu\n", (unsigned long long)r->unit_bytes,
-               (unsigned long long)r->gathered_bytes);
+               "gathered parameters %llu\n",
+               (unsigned long long)r->unit_bytes, (unsigned long long)r->gathered_bytes);
         printf("  dp elements sent per rank per step: %.0f (the paper's %s = %.0f with one "
-               "micro-batch%s)\n", r->dp_elems_per_step, r->zero == 3 ? "3 Psi (N-1)/N"
-               : "2 Psi (N-1)/N", ms.formula_elems,
+               "micro-batch%s)\n",
+               r->dp_elems_per_step, r->zero == 3 ? "3 Psi (N-1)/N" : "2 Psi (N-1)/N",
+               ms.formula_elems,
                o->microbatches > 1 && r->zero >= 2 ? "; stages 2-3 reduce (and stage 3 gathers) "
-               "once per micro-batch" : "");
+                                                     "once per micro-batch"
+                                                   : "");
     }
     if (r->skipped_steps)
         printf("%d step(s) skipped: non-finite gradient\n", r->skipped_steps);
@@ -395,15 +488,13 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
         printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s; layers per virtual stage:",
                r->pp, r->pp_v, plural(r->pp_v, "s"), dl_sched_kind_name((dl_sched_kind)o->schedule),
                o->microbatches, plural(o->microbatches, "es"));
-        for (int i = 0; i < k; i++)
-            printf(" %d-%d", r->pp_bounds[i], r->pp_bounds[i + 1] - 1);
+        for (int i = 0; i < k; i++) printf(" %d-%d", r->pp_bounds[i], r->pp_bounds[i + 1] - 1);
         printf("\n  measured bubble per stage (1 - busy/wall, median step):");
-        for (int st = 0; st < r->pp; st++)
-            printf(" %.1f%%", 100 * r->pp_bubble[st]);
-        printf("\n  total %.1f%% vs the lecture's (p-1)/(vm+p-1) = %.1f%%; activation slots per stage:",
+        for (int st = 0; st < r->pp; st++) printf(" %.1f%%", 100 * r->pp_bubble[st]);
+        printf("\n  total %.1f%% vs the lecture's (p-1)/(vm+p-1) = %.1f%%; activation slots per "
+               "stage:",
                100 * r->pp_bubble_total, 100 * r->pp_bubble_theory);
-        for (int st = 0; st < r->pp; st++)
-            printf(" %d", r->pp_slots[st]);
+        for (int st = 0; st < r->pp; st++) printf(" %d", r->pp_slots[st]);
         printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead per action (the "
                "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
                "90th percentile %.1f us over the steps and ranks\n",
@@ -411,17 +502,15 @@ static void print_summary(const dl_train_opts *o, const dl_train_result *r)
         if (o->schedule == DL_SCHED_ASYNC) {
             printf("  weight updates between a micro-batch's forward and the weights its backward "
                    "used, per stage:");
-            for (int st = 0; st < r->pp; st++)
-                printf(" %d", r->pp_max_gap[st]);
+            for (int st = 0; st < r->pp; st++) printf(" %d", r->pp_max_gap[st]);
             printf("%s\n", o->weight_stashing ? " (stashing)" : " (no stashing: p - s)");
         }
     }
     if (r->timeline)
-        printf("measured timeline of step %d: %s",
-               o->trace_last ? o->trace_last : r->nsteps, r->timeline);
+        printf("measured timeline of step %d: %s", o->trace_last ? o->trace_last : r->nsteps,
+               r->timeline);
     printf("peak memory per rank (MB):   ");
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-        printf(" %11s", cat_names[c]);
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) printf(" %11s", cat_names[c]);
     printf("\n");
     for (int k = 0; k < r->nranks; k++) {
         printf("  rank %3d                   ", k);
@@ -477,7 +566,8 @@ static int write_corpus(const char *path, uint64_t seed)
         return CLI_EXIT_USAGE;
     }
     printf("wrote the synthetic corpus (data seed %llu, %zu bytes, entropy rate %.4f nats/byte) "
-           "to %s\n", (unsigned long long)seed, n, dl_data_entropy_rate(dop.p, dop.K), path);
+           "to %s\n",
+           (unsigned long long)seed, n, dl_data_entropy_rate(dop.p, dop.K), path);
     return CLI_EXIT_OK;
 }
 
@@ -518,41 +608,66 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_DP: bad = cli_parse_int("--dp", optarg, 1, 4096, &dp); break;
         case O_TP: bad = cli_parse_int("--tp", optarg, 1, 4096, &o.tp); break;
         case O_LAYERS: bad = cli_parse_int("--layers", optarg, 1, 4096, &o.model.layers); break;
-        case O_DMODEL: bad = cli_parse_int("--d-model", optarg, 1, 1 << 16, &o.model.d_model); break;
+        case O_DMODEL:
+            bad = cli_parse_int("--d-model", optarg, 1, 1 << 16, &o.model.d_model);
+            break;
         case O_HEADS: bad = cli_parse_int("--heads", optarg, 1, 4096, &o.model.heads); break;
         case O_SEQ: bad = cli_parse_int("--seq", optarg, 1, 1 << 16, &o.model.seq); break;
         case O_TIE: o.model.tie = 1; break;
         case O_DTYPE:
-            if (!strcmp(optarg, "f32")) o.dtype = DL_F32;
-            else if (!strcmp(optarg, "f64")) o.dtype = DL_F64;
-            else if (!strcmp(optarg, "bf16")) o.dtype = DL_BF16;
-            else { cli_error("--dtype: '%s' is not f32, f64 or bf16", optarg); bad = 1; }
+            if (!strcmp(optarg, "f32"))
+                o.dtype = DL_F32;
+            else if (!strcmp(optarg, "f64"))
+                o.dtype = DL_F64;
+            else if (!strcmp(optarg, "bf16"))
+                o.dtype = DL_BF16;
+            else {
+                cli_error("--dtype: '%s' is not f32, f64 or bf16", optarg);
+                bad = 1;
+            }
             break;
         case O_RECOMP:
-            if (!strcmp(optarg, "none")) o.recompute = DL_RECOMPUTE_NONE;
-            else if (!strcmp(optarg, "full")) o.recompute = DL_RECOMPUTE_FULL;
-            else { cli_error("--recompute: '%s' is not none or full", optarg); bad = 1; }
+            if (!strcmp(optarg, "none"))
+                o.recompute = DL_RECOMPUTE_NONE;
+            else if (!strcmp(optarg, "full"))
+                o.recompute = DL_RECOMPUTE_FULL;
+            else {
+                cli_error("--recompute: '%s' is not none or full", optarg);
+                bad = 1;
+            }
             break;
         case O_GB: bad = cli_parse_int("--global-batch", optarg, 1, 1 << 24, &gb); break;
         case O_MB: bad = cli_parse_int("--micro-batch", optarg, 1, 1 << 20, &mb); break;
         case O_MICRO: bad = cli_parse_int("--microbatches", optarg, 1, 1 << 20, &micro); break;
         case O_STEPS: bad = cli_parse_int("--steps", optarg, 1, 1 << 30, &o.steps); break;
         case O_LR: bad = cli_parse_double("--lr", optarg, 1e-12, 10, &o.lr); break;
-        case O_MINLR: bad = cli_parse_double("--min-lr", optarg, 0, 10, &o.min_lr); have_minlr = 1; break;
+        case O_MINLR:
+            bad = cli_parse_double("--min-lr", optarg, 0, 10, &o.min_lr);
+            have_minlr = 1;
+            break;
         case O_WARMUP: bad = cli_parse_int("--warmup", optarg, 0, 1 << 30, &o.warmup); break;
         case O_WD: bad = cli_parse_double("--weight-decay", optarg, 0, 10, &o.weight_decay); break;
         case O_CLIP: bad = cli_parse_double("--clip", optarg, 0, 1e30, &o.clip); break;
         case O_SEED: bad = cli_parse_size("--seed", optarg, 0, UINT64_MAX, &o.seed); break;
-        case O_BUCKET: bad = cli_parse_double("--bucket-mb", optarg, 0, 1 << 20, &o.bucket_mb); break;
+        case O_BUCKET:
+            bad = cli_parse_double("--bucket-mb", optarg, 0, 1 << 20, &o.bucket_mb);
+            break;
         case O_OVERLAP: o.overlap = 1; break;
         case O_ALGO:
-            if (dl_algo_parse(optarg, &o.algo)) { cli_error("--algo: %s", dl_errmsg()); bad = 1; }
+            if (dl_algo_parse(optarg, &o.algo)) {
+                cli_error("--algo: %s", dl_errmsg());
+                bad = 1;
+            }
             break;
         case O_DATA: o.data_path = optarg; break;
         case O_DMAX: bad = cli_parse_size("--data-max", optarg, 1, UINT64_MAX, &o.data_max); break;
-        case O_DSEED: bad = cli_parse_size("--data-seed", optarg, 0, UINT64_MAX, &o.data_seed); break;
+        case O_DSEED:
+            bad = cli_parse_size("--data-seed", optarg, 0, UINT64_MAX, &o.data_seed);
+            break;
         case O_EVERY: bad = cli_parse_int("--eval-every", optarg, 0, 1 << 30, &o.eval_every); break;
-        case O_EWIN: bad = cli_parse_int("--eval-windows", optarg, 0, 1 << 30, &o.eval_windows); break;
+        case O_EWIN:
+            bad = cli_parse_int("--eval-windows", optarg, 0, 1 << 30, &o.eval_windows);
+            break;
         case O_LOGE: bad = cli_parse_int("--log-every", optarg, 0, 1 << 30, &o.log_every); break;
         case O_JSON: json = optarg; break;
         case O_CHECK: check = 1; break;
@@ -561,21 +676,32 @@ static int train_main(int argc, char **argv, int nprocs)
         case O_DUMP: o.dump_grads = optarg; break;
         case O_LOAD: o.load_path = optarg; break;
         case O_EONLY: o.eval_only = 1; break;
-        case O_GPUMEM: bad = cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &u); o.gpu_mem = u; break;
-        case O_TIMEOUT: bad = cli_parse_double("--timeout", optarg, 0, 1e9, &d); o.timeout_s = d; break;
+        case O_GPUMEM:
+            bad = cli_parse_size("--gpu-mem", optarg, 1, UINT64_MAX, &u);
+            o.gpu_mem = u;
+            break;
+        case O_TIMEOUT:
+            bad = cli_parse_double("--timeout", optarg, 0, 1e9, &d);
+            o.timeout_s = d;
+            break;
         case O_TOPO: o.topology = optarg; break;
         case O_PP: bad = cli_parse_int("--pp", optarg, 1, 4096, &o.pp); break;
         case O_THREADS: bad = cli_parse_int("--threads", optarg, 1, 4096, &threads); break;
         case O_SCHED: {
             dl_sched_kind k;
             if (dl_sched_kind_parse(optarg, &k) || k == DL_SCHED_TERAPIPE) {
-                cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive", optarg);
+                cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive",
+                          optarg);
                 bad = 1;
             } else
                 o.schedule = (int)k, have_sched = 1;
             break;
         }
-        case O_VIRT: have_virt = 1; bad = cli_parse_int("--virtual-stages", optarg, 1, DL_GPT_MAX_CHUNKS, &o.virtual_stages); break;
+        case O_VIRT:
+            have_virt = 1;
+            bad =
+                cli_parse_int("--virtual-stages", optarg, 1, DL_GPT_MAX_CHUNKS, &o.virtual_stages);
+            break;
         case O_STASH: o.weight_stashing = 1; break;
         case O_LCOSTS: {
             static double costs[4096];
@@ -605,7 +731,8 @@ static int train_main(int argc, char **argv, int nprocs)
             bad = cli_parse_int("--trace-steps", a, 1, 1 << 30, &o.trace_first) ||
                   cli_parse_int("--trace-steps", colon ? colon + 1 : a, 1, 1 << 30, &o.trace_last);
             if (!bad && o.trace_last < o.trace_first) {
-                cli_error("--trace-steps: %d:%d ends before it starts", o.trace_first, o.trace_last);
+                cli_error("--trace-steps: %d:%d ends before it starts", o.trace_first,
+                          o.trace_last);
                 bad = 1;
             }
             break;
@@ -618,8 +745,10 @@ static int train_main(int argc, char **argv, int nprocs)
             }
             break;
         default:
-            if (optopt && optopt < 256) cli_error("unknown option '-%c' (see --help)", optopt);
-            else cli_error("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);
+            if (optopt && optopt < 256)
+                cli_error("unknown option '-%c' (see --help)", optopt);
+            else
+                cli_error("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);
             return CLI_EXIT_USAGE;
         }
         if (bad)
@@ -646,8 +775,10 @@ static int train_main(int argc, char **argv, int nprocs)
     if (o.pp == 0)
         o.pp = 1;
     /* the rule: an option that would have no effect in the configuration given is refused */
-    const char *idle = have_sched ? "--schedule" : have_virt ? "--virtual-stages" :
-                       o.layer_costs ? "--layer-costs" : NULL;
+    const char *idle = have_sched      ? "--schedule"
+                       : have_virt     ? "--virtual-stages"
+                       : o.layer_costs ? "--layer-costs"
+                                       : NULL;
     if (o.pp == 1 && idle) {
         cli_error("%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect", idle);
         return CLI_EXIT_USAGE;
@@ -659,7 +790,8 @@ static int train_main(int argc, char **argv, int nprocs)
         dp = cores / (o.tp * o.pp) > 0 ? (int)(cores / (o.tp * o.pp)) : 1;
     }
     if (threads > 0 && (long)dp * o.tp * o.pp != (long)nprocs * threads) {
-        cli_error("--threads %d: dp %d x tp %d x pp %d = %ld ranks is not %d process%s x %d threads",
+        cli_error("--threads %d: dp %d x tp %d x pp %d = %ld ranks is not %d process%s x %d "
+                  "threads",
                   threads, dp, o.tp, o.pp, (long)dp * o.tp * o.pp, nprocs, nprocs > 1 ? "es" : "",
                   threads);
         return CLI_EXIT_USAGE;
@@ -684,8 +816,10 @@ static int train_main(int argc, char **argv, int nprocs)
     o.micro_batch = mb;
     o.microbatches = micro;
     /* outputs: nothing that is not a regular file is replaced, and none fails after the run */
-    const char *outs[][2] = {{"--save", o.save_path}, {"--trace", o.trace_path},
-                             {"--json", json}, {"--dump-grads", o.dump_grads}};
+    const char *outs[][2] = {{"--save", o.save_path},
+                             {"--trace", o.trace_path},
+                             {"--json", json},
+                             {"--dump-grads", o.dump_grads}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
         if (outs[i][1] && cli_check_output(outs[i][0], outs[i][1]))
             return CLI_EXIT_USAGE;
@@ -720,8 +854,10 @@ static int train_main(int argc, char **argv, int nprocs)
         const dl_gpt_config *f = &info.cfg, *m = &o.model;
         if (info.has_config && (f->layers != m->layers || f->d_model != m->d_model ||
                                 f->heads != m->heads || f->seq != m->seq || f->tie != m->tie)) {
-            cli_error("--load: '%s' holds a model with --layers %d --d-model %d --heads %d --seq %d%s;"
-                      " give the same shape", o.load_path, f->layers, f->d_model, f->heads, f->seq,
+            cli_error("--load: '%s' holds a model with --layers %d --d-model %d --heads %d --seq "
+                      "%d%s;"
+                      " give the same shape",
+                      o.load_path, f->layers, f->d_model, f->heads, f->seq,
                       f->tie ? " --tie-embeddings" : "");
             return CLI_EXIT_USAGE;
         }
@@ -766,32 +902,32 @@ static int train_main(int argc, char **argv, int nprocs)
     char lay[160];
     layout_desc(&o, lay, sizeof lay);
     printf("distlab-train %s: %d rank%s (%s) on %ld cores%s; model: %d layer%s, "
-           "d-model %d, %d head%s, seq %d, %lld parameters, %s%s\n", dl_version(),
-           o.dp * o.tp * o.pp, plural(o.dp * o.tp * o.pp, "s"), lay, cores,
+           "d-model %d, %d head%s, seq %d, %lld parameters, %s%s\n",
+           dl_version(), o.dp * o.tp * o.pp, plural(o.dp * o.tp * o.pp, "s"), lay, cores,
            o.dp * o.tp * o.pp > cores ? " (oversubscribed: timings include contention)" : "",
            o.model.layers, plural(o.model.layers, "s"), o.model.d_model, o.model.heads,
-           plural(o.model.heads, "s"), o.model.seq,
-           (long long)dl_gpt_num_params(&o.model), dl_dtype_name(o.dtype),
-           o.recompute ? ", full recompute" : "");
+           plural(o.model.heads, "s"), o.model.seq, (long long)dl_gpt_num_params(&o.model),
+           dl_dtype_name(o.dtype), o.recompute ? ", full recompute" : "");
     if (nprocs > 1)
         printf("MPI: %d processes x %d rank threads (process k hosts ranks %dk ... %dk+%d; each "
-               "process is one node)\n", nprocs, o.dp * o.tp * o.pp / nprocs,
-               o.dp * o.tp * o.pp / nprocs, o.dp * o.tp * o.pp / nprocs,
-               o.dp * o.tp * o.pp / nprocs - 1);
+               "process is one node)\n",
+               nprocs, o.dp * o.tp * o.pp / nprocs, o.dp * o.tp * o.pp / nprocs,
+               o.dp * o.tp * o.pp / nprocs, o.dp * o.tp * o.pp / nprocs - 1);
     if (o.eval_only)
         printf("evaluating '%s' on the validation split of %s\n", o.load_path,
                o.data_path ? o.data_path : "the synthetic corpus");
     else
-        printf("batch: global %d = dp %d x %d micro-batch%s x %d sequence%s of %d bytes; %d step%s, "
-               "lr %g (warm-up %d, cosine to %g); data: %s\n", o.global_batch, o.dp,
-               o.microbatches, plural(o.microbatches, "es"), o.micro_batch, plural(o.micro_batch, "s"),
-               o.model.seq, o.steps, plural(o.steps, "s"), o.lr, o.warmup, o.min_lr,
-               o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
+        printf("batch: global %d = dp %d x %d micro-batch%s x %d sequence%s of %d bytes; %d "
+               "step%s, "
+               "lr %g (warm-up %d, cosine to %g); data: %s\n",
+               o.global_batch, o.dp, o.microbatches, plural(o.microbatches, "es"), o.micro_batch,
+               plural(o.micro_batch, "s"), o.model.seq, o.steps, plural(o.steps, "s"), o.lr,
+               o.warmup, o.min_lr, o.data_path ? o.data_path : "synthetic order-2 Markov corpus");
     if (measure_costs) {
         /* measured on this thread before the ranks start, so they do not compete for the cores */
         char desc[300];
-        if (measure_layer_costs(&o.model, o.dtype, o.micro_batch, 5, (double *)o.layer_costs,
-                                desc, sizeof desc)) {
+        if (measure_layer_costs(&o.model, o.dtype, o.micro_batch, 5, (double *)o.layer_costs, desc,
+                                sizeof desc)) {
             cli_error("--layer-costs measure: %s", dl_errmsg());
             if (jf)
                 json_close(&jo, 1);
@@ -830,8 +966,8 @@ static int train_main(int argc, char **argv, int nprocs)
     }
     if (o.eval_only) {
         printf("validation loss %.6f over %d windows of %d bytes (window i starts at byte i*%d of "
-               "the validation split)\n", r.final_val_loss, r.eval_windows_used, o.model.seq,
-               o.model.seq);
+               "the validation split)\n",
+               r.final_val_loss, r.eval_windows_used, o.model.seq, o.model.seq);
         if (jf) {
             fprintf(jf, "{\"type\":\"summary\",");
             json_num(jf, "final_val_loss", r.final_val_loss, 1);
@@ -888,8 +1024,8 @@ static int train_main(int argc, char **argv, int nprocs)
             chk.param_diff = compare_params(&o.model, r.params, r1.params, chk.worst_tensor);
             check_ran = 1;
             printf("largest relative difference vs one rank: losses %.3g, parameters %.3g (%s; "
-                   "per tensor max|a-b|/max|b|)\n", chk.loss_diff, chk.param_diff,
-                   chk.worst_tensor);
+                   "per tensor max|a-b|/max|b|)\n",
+                   chk.loss_diff, chk.param_diff, chk.worst_tensor);
         }
         dl_train_result_free(&r1);
     }

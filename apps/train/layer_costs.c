@@ -28,8 +28,7 @@ int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, 
     dl_gpt_part part;
     memset(&part, 0, sizeof part);
     part.nchunks = n;
-    for (int k = 0; k < n; k++)
-        part.first[k] = k, part.count[k] = 1;
+    for (int k = 0; k < n; k++) part.first[k] = k, part.count[k] = 1;
     part.embed = part.head = 1;
     dl_arena *arena = NULL;
     dl_gpt *g = NULL;
@@ -82,21 +81,24 @@ int measure_layer_costs(const dl_gpt_config *cfg, dl_dtype dt, int micro_batch, 
     double med[3] = {0, 0, 0};
     for (int k = 0; k < n; k++)
         med[k] = dl__median(t + (size_t)k * reps, (size_t)reps) / 1e6; /* ms */
-    for (int l = 0; l < L; l++)
-        costs[l] = l == 0 ? med[0] : l == L - 1 ? med[n - 1] : med[1];
+    for (int l = 0; l < L; l++) costs[l] = l == 0 ? med[0] : l == L - 1 ? med[n - 1] : med[1];
     if (desc) {
         char mid[64] = "";
         if (n > 2)
             snprintf(mid, sizeof mid, "a middle layer %.3f ms, ", med[1]);
         if (n == 1)
-            snprintf(desc, desc_len, "the one layer (with the embeddings, the head and the loss) "
-                     "%.3f ms", med[0]);
+            snprintf(desc, desc_len,
+                     "the one layer (with the embeddings, the head and the loss) "
+                     "%.3f ms",
+                     med[0]);
         else
-            snprintf(desc, desc_len, "first layer (with the embeddings) %.3f ms, %slast layer "
-                     "(with the head and loss) %.3f ms", med[0], mid, med[n - 1]);
+            snprintf(desc, desc_len,
+                     "first layer (with the embeddings) %.3f ms, %slast layer "
+                     "(with the head and loss) %.3f ms",
+                     med[0], mid, med[n - 1]);
         size_t k = strlen(desc);
-        snprintf(desc + k, desc_len - k, " per micro-batch of %d (forward + backward, median of %d)",
-                 micro_batch, reps);
+        snprintf(desc + k, desc_len - k,
+                 " per micro-batch of %d (forward + backward, median of %d)", micro_batch, reps);
     }
 out:
     dl_gpt_destroy(g);

@@ -64,16 +64,16 @@ typedef enum dl_ckpt_verify {
 
 /* What a checkpoint file says about itself. */
 typedef struct dl_ckpt_info {
-    int dsize;               /* 4 (F32) or 8 (F64): the file's element size */
+    int dsize; /* 4 (F32) or 8 (F64): the file's element size */
     int ntensors;
-    int64_t header_bytes;    /* N */
-    int64_t data_bytes;      /* length of the data section */
-    int has_config;          /* 1 when __metadata__ holds a parseable "config" */
-    dl_gpt_config cfg;       /* that config (valid when has_config) */
+    int64_t header_bytes; /* N */
+    int64_t data_bytes;   /* length of the data section */
+    int has_config;       /* 1 when __metadata__ holds a parseable "config" */
+    dl_gpt_config cfg;    /* that config (valid when has_config) */
     int has_checksum;
-    uint64_t checksum;       /* the stored FNV-1a 64 of the data section */
-    int checksum_verified;   /* set by dl_ckpt_load_ex: 1 when this rank verified it */
-    int converted;           /* set by dl_ckpt_load_ex: 1 when the file's dtype was converted */
+    uint64_t checksum;     /* the stored FNV-1a 64 of the data section */
+    int checksum_verified; /* set by dl_ckpt_load_ex: 1 when this rank verified it */
+    int converted;         /* set by dl_ckpt_load_ex: 1 when the file's dtype was converted */
 } dl_ckpt_info;
 
 /* Load this rank's slices of every tensor of `l` from `path` into `params` (`dsize` 4 or 8).

@@ -33,11 +33,11 @@ int dl_reduce_scatter(dl_comm *c, const void *sendbuf, void *recvbuf, size_t cou
 int dl_allgather(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                  dl_purpose p);
 /* sendbuf is read at the root only; every rank (the root too) receives into recvbuf. */
-int dl_broadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
-                 int root, dl_purpose p);
+int dl_broadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t, int root,
+                 dl_purpose p);
 /* recvbuf is written at the root only (may be NULL elsewhere). */
-int dl_reduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
-              dl_redop op, int root, dl_purpose p);
+int dl_reduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t, dl_redop op,
+              int root, dl_purpose p);
 /* Rank r sends block j of sendbuf to member j and receives block r of every member into
  * recvbuf (count elements per block). */
 int dl_alltoall(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,

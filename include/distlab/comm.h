@@ -28,7 +28,7 @@ typedef enum dl_purpose {
     DL_PURPOSE_GRADS = 0,
     DL_PURPOSE_PARAMS,
     DL_PURPOSE_ACTIVATIONS,
-    DL_PURPOSE_LOSS,  /* loss, norms and other scalars */
+    DL_PURPOSE_LOSS, /* loss, norms and other scalars */
     DL_PURPOSE_OTHER,
     DL_NPURPOSES
 } dl_purpose;
@@ -41,9 +41,9 @@ typedef enum dl_purpose {
 typedef enum dl_algo {
     DL_ALGO_AUTO = 0,
     DL_ALGO_RING = 1,
-    DL_ALGO_ONESHOT = 2,  /* every rank sends its whole input to every other (small n, small data) */
-    DL_ALGO_RD = 3,       /* recursive doubling (power-of-two sizes) */
-    DL_ALGO_HIER = 4,     /* hierarchical, in a world spanning MPI processes: reduce-scatter inside
+    DL_ALGO_ONESHOT = 2, /* every rank sends its whole input to every other (small n, small data) */
+    DL_ALGO_RD = 3,      /* recursive doubling (power-of-two sizes) */
+    DL_ALGO_HIER = 4,    /* hierarchical, in a world spanning MPI processes: reduce-scatter inside
                            * each process, all-reduce of the shard across processes, all-gather
                            * inside; AUTO picks it for messages above the eager size when every
                            * process holds the same number (>= 2) of the communicator's members */
@@ -57,9 +57,9 @@ const char *dl_dtype_name(dl_dtype t);
 const char *dl_redop_name(dl_redop op);
 const char *dl_purpose_name(dl_purpose p);
 const char *dl_algo_name(dl_algo a);
-int dl_dtype_parse(const char *s, dl_dtype *out);   /* "f32"|"float", "f64"|"double", "bf16" */
-int dl_redop_parse(const char *s, dl_redop *out);   /* "sum", "avg", "max" */
-int dl_algo_parse(const char *s, dl_algo *out);     /* "auto", "ring", "oneshot", "rd" */
+int dl_dtype_parse(const char *s, dl_dtype *out); /* "f32"|"float", "f64"|"double", "bf16" */
+int dl_redop_parse(const char *s, dl_redop *out); /* "sum", "avg", "max" */
+int dl_algo_parse(const char *s, dl_algo *out);   /* "auto", "ring", "oneshot", "rd" */
 
 /* The block of a count-element buffer that rank r of n owns in reduce-scatter / all-gather:
  * the first count % n ranks get one element more. */
@@ -90,8 +90,8 @@ typedef struct dl_comm_stats {
     uint64_t algo_ops[DL_NALGOS]; /* collectives run with each algorithm */
     uint64_t wait_ns, copy_ns;    /* summed over this communicator's links */
     uint64_t sleeps;              /* waits that slept on a futex (this rank's ends of its links) */
-    uint64_t bytes_sent_inter;    /* the part of bytes_sent / bytes_recv (all purposes) that crossed */
-    uint64_t bytes_recv_inter;    /* nodes: processes of an MPI world, the placement's nodes else */
+    uint64_t bytes_sent_inter; /* the part of bytes_sent / bytes_recv (all purposes) that crossed */
+    uint64_t bytes_recv_inter; /* nodes: processes of an MPI world, the placement's nodes else */
 } dl_comm_stats;
 
 /* This rank's counters on c. */
@@ -109,8 +109,8 @@ int dl_recv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, dl_purpos
  * the receiver's (dl_recv_tag; DL_EMISMATCH otherwise): messages between a pair still arrive in
  * posting order, the tag only catches a receiver expecting a different one. dl_send and dl_recv
  * use tag 0. */
-int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag,
-             dl_purpose p, uint64_t *ticket);
+int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p,
+             uint64_t *ticket);
 int dl_send_test(dl_comm *c, int peer, uint64_t ticket, int *done);
 int dl_send_wait(dl_comm *c, int peer, uint64_t ticket);
 int dl_recv_tag(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p);
@@ -122,10 +122,10 @@ void dl_comm_fail(dl_comm *c);
 typedef struct dl_mesh {
     int dp, pp, tp, ep;
     int dp_rank, pp_rank, tp_rank, ep_rank;
-    dl_comm *dp_comm;  /* ranks with the same (pp, tp): gradient all-reduce */
-    dl_comm *pp_comm;  /* ranks with the same (dp, tp): the pipeline, stage order */
-    dl_comm *tp_comm;  /* ranks with the same (pp, dp): tensor parallel group */
-    dl_comm *ep_comm;  /* ep consecutive dp ranks (ep divides dp); NULL when ep == 1 */
+    dl_comm *dp_comm; /* ranks with the same (pp, tp): gradient all-reduce */
+    dl_comm *pp_comm; /* ranks with the same (dp, tp): the pipeline, stage order */
+    dl_comm *tp_comm; /* ranks with the same (pp, dp): tensor parallel group */
+    dl_comm *ep_comm; /* ep consecutive dp ranks (ep divides dp); NULL when ep == 1 */
 } dl_mesh;
 
 /* Collective over `world`; dp * pp * tp must equal its size and ep must divide dp. */

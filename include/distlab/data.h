@@ -96,9 +96,9 @@ extern "C" {
 #define DL_DATA_DEFAULT_MAX ((uint64_t)1 << 30)
 
 typedef struct dl_data_opts {
-    const char *path;        /* NULL or "": the synthetic corpus; else read this file */
-    int seq;                 /* window length (context), >= 1; default 64 */
-    double val_fraction;     /* validation share of the corpus, in (0, 1); default 0.1 */
+    const char *path;    /* NULL or "": the synthetic corpus; else read this file */
+    int seq;             /* window length (context), >= 1; default 64 */
+    double val_fraction; /* validation share of the corpus, in (0, 1); default 0.1 */
     /* the synthetic corpus (ignored for a file) */
     uint64_t seed;           /* default 1 */
     size_t synth_bytes;      /* corpus length; default 4 MiB */

@@ -42,14 +42,14 @@ typedef struct dl_gpt_opts {
     uint64_t seed;          /* parameter initialisation */
     dl_arena *arena;        /* where everything is allocated (params, grads, activations) */
     /* pipeline (zero keeps the whole-model behaviour) */
-    const dl_gpt_part *part;/* pipeline: the part this rank holds (NULL: the whole model) */
-    int act_slots;          /* pipeline: micro-batches whose activations are held at once
+    const dl_gpt_part *part; /* pipeline: the part this rank holds (NULL: the whole model) */
+    int act_slots;           /* pipeline: micro-batches whose activations are held at once
                              * (0 or 1: one) */
     /* ZeRO (all zero: the model holds its whole flat buffers) */
-    int unit_pad;           /* gathered and gradient unit buffers padded to a multiple (dp) */
-    dl_gpt_gather_fn gather;/* non-NULL: no parameter buffer (stage 3); called before each unit's
+    int unit_pad;            /* gathered and gradient unit buffers padded to a multiple (dp) */
+    dl_gpt_gather_fn gather; /* non-NULL: no parameter buffer (stage 3); called before each unit's
                              * forward and again before its backward */
-    dl_gpt_reduce_fn reduce;/* non-NULL: no gradient buffer (stages 2, 3); called after each
+    dl_gpt_reduce_fn reduce; /* non-NULL: no gradient buffer (stages 2, 3); called after each
                              * unit's backward, every micro-batch */
     void *hook_arg;
 } dl_gpt_opts;
@@ -66,9 +66,9 @@ void dl_gpt_destroy(dl_gpt *g);
 
 /* The tensors this rank holds and where (include/distlab/model.h). */
 const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g);
-void *dl_gpt_params(dl_gpt *g);    /* flat, layout order, in the storage type (f32, f64, bf16);
+void *dl_gpt_params(dl_gpt *g); /* flat, layout order, in the storage type (f32, f64, bf16);
                                     * NULL with a gather hook */
-void *dl_gpt_grads(dl_gpt *g);     /* same shape; NULL with a reduce hook */
+void *dl_gpt_grads(dl_gpt *g);  /* same shape; NULL with a reduce hook */
 size_t dl_gpt_numel(const dl_gpt *g);
 void dl_gpt_zero_grads(dl_gpt *g);
 

@@ -36,12 +36,12 @@ extern "C" {
 #endif
 
 typedef struct dl_gpt_config {
-    int vocab;    /* 256 for bytes */
-    int seq;      /* context length T (positions) */
-    int layers;   /* L */
-    int d_model;  /* C */
-    int heads;    /* H; C % H == 0 */
-    int tie;      /* 1: the LM head is wte */
+    int vocab;   /* 256 for bytes */
+    int seq;     /* context length T (positions) */
+    int layers;  /* L */
+    int d_model; /* C */
+    int heads;   /* H; C % H == 0 */
+    int tie;     /* 1: the LM head is wte */
 } dl_gpt_config;
 
 /* torch_gpt.py's benchmark model: V 256, T 128, L 4, C 256, H 4, untied. */
@@ -56,14 +56,14 @@ typedef enum dl_shard_kind {
 
 typedef struct dl_tensor_info {
     char name[48];
-    int ndim;              /* 1 or 2 */
-    int64_t shape[2];      /* global shape (rows, cols); cols = 1 for vectors */
-    int64_t local[2];      /* this rank's shape */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* global shape (rows, cols); cols = 1 for vectors */
+    int64_t local[2]; /* this rank's shape */
     dl_shard_kind shard;
-    size_t offset;         /* start in the rank's flat buffer (elements) */
-    size_t numel;          /* local elements */
-    int layer;             /* block index, -1 outside the blocks */
-    int id;                /* tensor index in the single-rank layout (init key) */
+    size_t offset; /* start in the rank's flat buffer (elements) */
+    size_t numel;  /* local elements */
+    int layer;     /* block index, -1 outside the blocks */
+    int id;        /* tensor index in the single-rank layout (init key) */
 } dl_tensor_info;
 
 /* A pipeline stage's part of the model: chunk c holds layers first[c] .. first[c] + count[c] - 1
@@ -93,8 +93,8 @@ typedef struct dl_gpt_layout {
     int tp, tp_rank;
     int ntensors;
     dl_tensor_info *t;
-    size_t numel;          /* local elements in all */
-    dl_gpt_part part;      /* the pipeline part held (the whole model without pp) */
+    size_t numel;     /* local elements in all */
+    dl_gpt_part part; /* the pipeline part held (the whole model without pp) */
 } dl_gpt_layout;
 
 /* Check a configuration and a tp degree (heads % tp, C % heads, sizes > 0, 4C % tp ...).
@@ -106,8 +106,8 @@ int dl_gpt_config_check(const dl_gpt_config *c, int tp);
 int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_layout **out);
 /* The tensors of one pipeline part only (part NULL: the whole model), in forward order:
  * [wte, wpe], the layers of each chunk, [ln_f, lm_head or the tied wte copy]. */
-int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
-                              const dl_gpt_part *part, dl_gpt_layout **out);
+int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
+                              dl_gpt_layout **out);
 void dl_gpt_layout_destroy(dl_gpt_layout *l);
 /* Index of a tensor by name, or -1. */
 int dl_gpt_find(const dl_gpt_layout *l, const char *name);

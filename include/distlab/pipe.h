@@ -57,21 +57,21 @@ int dl_pipe_create(dl_comm *pp, size_t count, dl_dtype t, dl_arena *arena, dl_pi
 void dl_pipe_destroy(dl_pipe *e);
 
 typedef struct dl_pipe_stats {
-    uint64_t wall_ns;       /* the step on this stage: first action's start to last action's end */
-    uint64_t busy_ns;       /* inside fwd and bwd callbacks */
-    uint64_t recv_ns;       /* waiting for and copying received hand-offs */
-    uint64_t send_ns;       /* staging copies and posting sends (and waiting for staging) */
-    uint64_t opt_ns;        /* inside opt */
-    uint64_t engine_ns;     /* the rest: dispatch and bookkeeping (wall - busy - recv - send -
+    uint64_t wall_ns;      /* the step on this stage: first action's start to last action's end */
+    uint64_t busy_ns;      /* inside fwd and bwd callbacks */
+    uint64_t recv_ns;      /* waiting for and copying received hand-offs */
+    uint64_t send_ns;      /* staging copies and posting sends (and waiting for staging) */
+    uint64_t opt_ns;       /* inside opt */
+    uint64_t engine_ns;    /* the rest: dispatch and bookkeeping (wall - busy - recv - send -
                              * opt - drain) */
-    int actions;            /* actions run */
-    int fwd, bwd;           /* of which forwards, backwards */
-    size_t staging_bytes;   /* staging buffers held (their peak so far) */
-    uint64_t bytes_sent;    /* hand-off bytes this stage sent in the step */
-    uint64_t chan_wait_ns;  /* of the hand-offs' time, waiting on the channels (the channel
+    int actions;           /* actions run */
+    int fwd, bwd;          /* of which forwards, backwards */
+    size_t staging_bytes;  /* staging buffers held (their peak so far) */
+    uint64_t bytes_sent;   /* hand-off bytes this stage sent in the step */
+    uint64_t chan_wait_ns; /* of the hand-offs' time, waiting on the channels (the channel
                              * counters: a peer not there yet), the rest being copies */
-    uint64_t sleeps;        /* waits that slept on a futex rather than spinning or yielding */
-    uint64_t drain_ns;      /* after the last action, waiting for this stage's last sends to be
+    uint64_t sleeps;       /* waits that slept on a futex rather than spinning or yielding */
+    uint64_t drain_ns;     /* after the last action, waiting for this stage's last sends to be
                              * received (a neighbour still busy): waiting, not overhead */
 } dl_pipe_stats;
 

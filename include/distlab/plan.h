@@ -21,15 +21,15 @@ extern "C" {
 
 typedef struct dl_plan_model {
     char name[32];
-    int layers;     /* transformer layers (0: a bare parameter count, no shape) */
-    int hidden;     /* h */
-    int heads;      /* a: attention (query) heads */
-    int kv_heads;   /* key/value heads (= heads without GQA) */
-    int ffn;        /* MLP inner size */
-    int vocab;      /* vocabulary (input embedding; an untied output matrix if gated_mlp) */
-    int seq;        /* default sequence length s */
-    int gated_mlp;  /* 1: SwiGLU (3 MLP matrices, untied output embedding, Llama); 0: GPT (2, tied) */
-    double params;  /* > 0: the parameter count Psi to use (pins a preset to the lecture's
+    int layers;    /* transformer layers (0: a bare parameter count, no shape) */
+    int hidden;    /* h */
+    int heads;     /* a: attention (query) heads */
+    int kv_heads;  /* key/value heads (= heads without GQA) */
+    int ffn;       /* MLP inner size */
+    int vocab;     /* vocabulary (input embedding; an untied output matrix if gated_mlp) */
+    int seq;       /* default sequence length s */
+    int gated_mlp; /* 1: SwiGLU (3 MLP matrices, untied output embedding, Llama); 0: GPT (2, tied) */
+    double params; /* > 0: the parameter count Psi to use (pins a preset to the lecture's
                      * figure); 0: computed from the shape */
 } dl_plan_model;
 
@@ -53,22 +53,23 @@ int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what
 
 typedef struct dl_plan_hw {
     char name[32];
-    double flops;          /* dense BF16 FLOP/s per GPU (peak, or measured GEMM rate) */
-    double mfu;            /* fraction of `flops` a training step achieves (model FLOPs) */
-    double mem_bytes;      /* memory per GPU */
-    double hbm_bw;         /* memory bandwidth, bytes/s */
-    double intra_bw;       /* NVLink: bytes/s per GPU per direction (inside a node) */
-    double inter_bw;       /* InfiniBand: bytes/s per GPU per direction (between nodes) */
-    double intra_lat;      /* seconds per message hop inside a node (alpha; 0 in the presets) */
-    double inter_lat;      /* seconds per message hop between nodes */
+    double flops;     /* dense BF16 FLOP/s per GPU (peak, or measured GEMM rate) */
+    double mfu;       /* fraction of `flops` a training step achieves (model FLOPs) */
+    double mem_bytes; /* memory per GPU */
+    double hbm_bw;    /* memory bandwidth, bytes/s */
+    double intra_bw;  /* NVLink: bytes/s per GPU per direction (inside a node) */
+    double inter_bw;  /* InfiniBand: bytes/s per GPU per direction (between nodes) */
+    double intra_lat; /* seconds per message hop inside a node (alpha; 0 in the presets) */
+    double inter_lat; /* seconds per message hop between nodes */
     int gpus_per_node;
     /* optional profile keys written by `distlab-plan calibrate` (0 = not measured) */
-    int ranks;             /* ranks that ran at once while measuring `flops` (contention included) */
-    double flops_alone;    /* GEMM FLOP/s of one rank running alone */
-    double p2p_bw;         /* point-to-point bytes/s (dl_send / dl_recv, one direction) */
-    double p2p_lat;        /* point-to-point seconds per message */
-    double nongemm_ratio;  /* seconds of non-GEMM work per second of GEMM in a training step */
-    double sync_cost;      /* seconds per blocking collective in a step beyond its bytes (rendezvous of busy ranks) */
+    int ranks;            /* ranks that ran at once while measuring `flops` (contention included) */
+    double flops_alone;   /* GEMM FLOP/s of one rank running alone */
+    double p2p_bw;        /* point-to-point bytes/s (dl_send / dl_recv, one direction) */
+    double p2p_lat;       /* point-to-point seconds per message */
+    double nongemm_ratio; /* seconds of non-GEMM work per second of GEMM in a training step */
+    double
+        sync_cost; /* seconds per blocking collective in a step beyond its bytes (rendezvous of busy ranks) */
     double nongemm_contention; /* non-GEMM time with `ranks` ranks at once / alone */
 } dl_plan_hw;
 
@@ -115,7 +116,8 @@ double dl_plan_ops_per_byte(const dl_plan_hw *hw);
 /* Assumptions                                                                               */
 
 typedef enum dl_plan_link {
-    DL_PLAN_LINK_AUTO = 0, /* NVLink if the group lies inside a node (Megatron rank order), else IB */
+    DL_PLAN_LINK_AUTO =
+        0, /* NVLink if the group lies inside a node (Megatron rank order), else IB */
     DL_PLAN_LINK_INTRA = 1,
     DL_PLAN_LINK_INTER = 2
 } dl_plan_link;
@@ -123,24 +125,24 @@ typedef enum dl_plan_link {
 typedef enum dl_plan_schedule { DL_PLAN_1F1B = 0, DL_PLAN_GPIPE = 1 } dl_plan_schedule;
 
 typedef struct dl_plan_opts {
-    double flops_per_token; /* model FLOPs per token per parameter: 6 (2 forward + 4 backward).
+    double flops_per_token;    /* model FLOPs per token per parameter: 6 (2 forward + 4 backward).
                              * MFU counts model FLOPs, so recomputation hides inside the MFU */
-    double mfu;             /* > 0 overrides the hardware's MFU (the presets carry 0.40) */
-    double weight_bytes;    /* 2: BF16 weights */
-    double grad_bytes;      /* 2: BF16 gradients */
-    double optim_bytes;     /* K = 12: FP32 master weights + Adam m and v */
-    double grad_comm_bytes; /* 2: gradients travel in BF16 */
-    double act_bytes;       /* 2: bytes per stored / sent activation value (BF16) */
-    int recompute;          /* 1: full recomputation, a layer stores only its input (s*b*h) */
-    int seq_parallel;       /* 1: stored activations are split over t (Korthikanti's sequence
+    double mfu;                /* > 0 overrides the hardware's MFU (the presets carry 0.40) */
+    double weight_bytes;       /* 2: BF16 weights */
+    double grad_bytes;         /* 2: BF16 gradients */
+    double optim_bytes;        /* K = 12: FP32 master weights + Adam m and v */
+    double grad_comm_bytes;    /* 2: gradients travel in BF16 */
+    double act_bytes;          /* 2: bytes per stored / sent activation value (BF16) */
+    int recompute;             /* 1: full recomputation, a layer stores only its input (s*b*h) */
+    int seq_parallel;          /* 1: stored activations are split over t (Korthikanti's sequence
                              * parallelism); 0: the layer input is replicated on the t GPUs */
     dl_plan_schedule schedule; /* 1F1B: the first stage holds min(p, m) micro-batches; GPipe m */
-    int tp_allreduces;      /* all-reduces per layer per micro-batch: 4 (2 forward, 2 backward) */
-    int zero_stage;         /* 0..3; the search's default 1 (optimizer states split over d) */
-    dl_plan_link tp_link;   /* INTRA (NVLink) */
-    dl_plan_link pp_link;   /* INTER (InfiniBand) */
-    dl_plan_link dp_link;   /* INTER */
-    double mem_limit;       /* > 0: fit against this instead of the hardware's memory */
+    int tp_allreduces;    /* all-reduces per layer per micro-batch: 4 (2 forward, 2 backward) */
+    int zero_stage;       /* 0..3; the search's default 1 (optimizer states split over d) */
+    dl_plan_link tp_link; /* INTRA (NVLink) */
+    dl_plan_link pp_link; /* INTER (InfiniBand) */
+    dl_plan_link dp_link; /* INTER */
+    double mem_limit;     /* > 0: fit against this instead of the hardware's memory */
 } dl_plan_opts;
 
 /* The defaults written beside each field (BF16 mixed precision, K = 12, 1F1B, ZeRO 1). */
@@ -148,11 +150,11 @@ void dl_plan_opts_init(dl_plan_opts *o);
 
 /* A parallel layout. */
 typedef struct dl_plan_layout {
-    int t, p, d;        /* tensor, pipeline, data parallel sizes */
-    int v;              /* interleaved virtual stages per GPU (1 = plain 1F1B) */
-    int micro_batch;    /* sequences per micro-batch */
-    long global_batch;  /* sequences per step (all of d) */
-    int seq;            /* tokens per sequence (0: the model's) */
+    int t, p, d;       /* tensor, pipeline, data parallel sizes */
+    int v;             /* interleaved virtual stages per GPU (1 = plain 1F1B) */
+    int micro_batch;   /* sequences per micro-batch */
+    long global_batch; /* sequences per step (all of d) */
+    int seq;           /* tokens per sequence (0: the model's) */
 } dl_plan_layout;
 
 /* Check the layout against the model (t divides heads and kv_heads, p <= layers, v >= 1 and
@@ -181,17 +183,17 @@ double dl_plan_act_layer_bytes(const dl_plan_model *m, const dl_plan_opts *o, in
 double dl_plan_state_bytes(double psi, const dl_plan_opts *o, int shards, int stage, int nd);
 
 typedef struct dl_plan_mem {
-    double params;          /* Psi */
+    double params;                /* Psi */
     double weights, grads, optim; /* bytes per GPU */
-    double states;          /* weights + grads + optim */
-    double act_layer;       /* bytes one layer stores per micro-batch on one GPU */
-    int stage_layers;       /* layers on the first stage: ceil(layers / p) */
-    int inflight;           /* micro-batches whose activations the first stage holds */
-    double act;             /* act_layer * stage_layers * inflight */
+    double states;                /* weights + grads + optim */
+    double act_layer;             /* bytes one layer stores per micro-batch on one GPU */
+    int stage_layers;             /* layers on the first stage: ceil(layers / p) */
+    int inflight;                 /* micro-batches whose activations the first stage holds */
+    double act;                   /* act_layer * stage_layers * inflight */
     double total;
-    double capacity;        /* the memory it must fit in */
-    int fits;               /* total <= capacity */
-    int micro_batches;      /* m = global_batch / (d * micro_batch) */
+    double capacity;   /* the memory it must fit in */
+    int fits;          /* total <= capacity */
+    int micro_batches; /* m = global_batch / (d * micro_batch) */
 } dl_plan_mem;
 
 /* Memory per GPU of the first pipeline stage (the fullest) for a layout. A bare parameter count
@@ -216,24 +218,24 @@ void dl_plan_link_of(const dl_plan_hw *hw, const dl_plan_opts *o, const dl_plan_
                      double *bw, double *lat, int *inter);
 
 typedef struct dl_plan_comm_report {
-    double params;          /* Psi */
-    long tokens;            /* tokens per step (all GPUs) */
-    int micro_batches;      /* m */
-    double compute;         /* seconds of compute per step (no bubble) */
+    double params;     /* Psi */
+    long tokens;       /* tokens per step (all GPUs) */
+    int micro_batches; /* m */
+    double compute;    /* seconds of compute per step (no bubble) */
     /* data parallelism: gradient all-reduce of Psi/(t p) parameters over d GPUs */
-    double dp_grad_bytes;   /* gradient bytes each GPU contributes */
-    double dp_sent;         /* bytes each GPU sends per step (ZeRO-3: 3/2 of the all-reduce) */
+    double dp_grad_bytes; /* gradient bytes each GPU contributes */
+    double dp_sent;       /* bytes each GPU sends per step (ZeRO-3: 3/2 of the all-reduce) */
     double dp_time_intra, dp_time_inter;
-    int dp_inter;           /* 1 if the layout's DP link is InfiniBand */
+    int dp_inter; /* 1 if the layout's DP link is InfiniBand */
     /* tensor parallelism, per layer per micro-batch */
-    double tp_msg_bytes;    /* one all-reduce: s*b*h*act_bytes */
-    double tp_layer_sent;   /* bytes each GPU sends per layer: tp_allreduces * 2(t-1)/t * msg */
-    double tp_layer_time;   /* on the TP link */
-    double tp_layer_compute;/* compute of one layer for one micro-batch on one GPU */
-    double tp_step_time;    /* all layers of the stage, all micro-batches */
+    double tp_msg_bytes;     /* one all-reduce: s*b*h*act_bytes */
+    double tp_layer_sent;    /* bytes each GPU sends per layer: tp_allreduces * 2(t-1)/t * msg */
+    double tp_layer_time;    /* on the TP link */
+    double tp_layer_compute; /* compute of one layer for one micro-batch on one GPU */
+    double tp_step_time;     /* all layers of the stage, all micro-batches */
     /* pipeline: activation forward, gradient backward between neighbouring stages */
-    double pp_msg_bytes;    /* s*b*h*act_bytes per micro-batch per direction */
-    double pp_step_time;    /* 2 m messages on the PP link */
+    double pp_msg_bytes; /* s*b*h*act_bytes per micro-batch per direction */
+    double pp_step_time; /* 2 m messages on the PP link */
     /* ZeRO: elements each GPU sends per step, in units of Psi' (N-1)/N: 2 for stages 0-2, 3 */
     double zero_factor[4];
 } dl_plan_comm_report;
@@ -246,16 +248,17 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
 /* ZeRO (Rajbhandari et al. 2020, Figure 1)                                                  */
 
 typedef struct dl_plan_zero_row {
-    int stage;              /* 0 baseline, 1 P_os, 2 P_os+g, 3 P_os+g+p */
-    const char *name;       /* "baseline", "P_os", "P_os+g", "P_os+g+p" */
-    const char *formula;    /* "(2+2+K)Psi", ... */
-    double bytes;           /* per GPU */
-    double comm_factor;     /* per-GPU traffic in units of Psi (N-1)/N: 2, 2, 2, 3 */
+    int stage;           /* 0 baseline, 1 P_os, 2 P_os+g, 3 P_os+g+p */
+    const char *name;    /* "baseline", "P_os", "P_os+g", "P_os+g+p" */
+    const char *formula; /* "(2+2+K)Psi", ... */
+    double bytes;        /* per GPU */
+    double comm_factor;  /* per-GPU traffic in units of Psi (N-1)/N: 2, 2, 2, 3 */
 } dl_plan_zero_row;
 
 /* The four rows for psi parameters, K bytes of optimizer state, nd GPUs (2-byte weights and grads
  * from the paper; opts NULL) or the weight/grad bytes of *o. */
-int dl_plan_zero_table(double psi, double K, int nd, const dl_plan_opts *o, dl_plan_zero_row rows[4]);
+int dl_plan_zero_table(double psi, double K, int nd, const dl_plan_opts *o,
+                       dl_plan_zero_row rows[4]);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Pipeline                                                                                  */
@@ -286,8 +289,8 @@ typedef struct dl_plan_step {
     dl_plan_mem mem;
     int micro_batches;
     double bubble;
-    double compute;   /* compute / (1 - bubble), on the slowest stage (ceil(layers/p) layers) */
-    double tp, pp, dp;/* communication seconds, not overlapped */
+    double compute;    /* compute / (1 - bubble), on the slowest stage (ceil(layers/p) layers) */
+    double tp, pp, dp; /* communication seconds, not overlapped */
     double total;
 } dl_plan_step;
 

@@ -66,7 +66,7 @@ typedef struct dl_sched {
     int stash;      /* asynchronous only: a backward uses the weight version its forward used */
     int *len;       /* len[s]: number of actions of stage s */
     dl_sched_action **act; /* act[s][0 .. len[s]-1] in execution order */
-    int *cap_;      /* private: allocated length of act[s] */
+    int *cap_;             /* private: allocated length of act[s] */
 } dl_sched;
 
 /* ---- generators (each returns a new schedule in *out; free it with dl_sched_free) ---------- */
@@ -132,13 +132,13 @@ void dl_sched_costs_init(dl_sched_costs *c);
 
 typedef struct dl_sched_sim {
     int p;
-    double makespan;    /* end of the last action (the first starts at 0) */
-    double **start;     /* start[s][i], end[s][i]: action i of stage s (aligned with act[s]) */
+    double makespan; /* end of the last action (the first starts at 0) */
+    double **start;  /* start[s][i], end[s][i]: action i of stage s (aligned with act[s]) */
     double **end;
-    double *busy;       /* per stage: time spent in actions */
-    double *bubble;     /* per stage: 1 - busy / makespan */
-    double bubble_total;/* 1 - sum(busy) / (p makespan): the lecture's bubble fraction */
-    int *peak_act;      /* per stage: most (micro-batch, chunk) pairs held at once (forward done,
+    double *busy;        /* per stage: time spent in actions */
+    double *bubble;      /* per stage: 1 - busy / makespan */
+    double bubble_total; /* 1 - sum(busy) / (p makespan): the lecture's bubble fraction */
+    int *peak_act;       /* per stage: most (micro-batch, chunk) pairs held at once (forward done,
                          * backward not yet): GPipe m; 1F1B min(p - s, m), i.e. 4/3/2/1 for p = 4.
                          * Interleaved counts chunk activations (each 1/v of a stage's layers) */
 } dl_sched_sim;
@@ -177,11 +177,11 @@ int dl_sched_side_by_side(const char *left, const char *right, int col, char **o
 typedef struct dl_sched_versions {
     int p, m, v;
     /* per stage s, micro-batch j, chunk c at [(s * m + j) * v + c]: */
-    int *fwd;          /* the stage's weight version (OPTs done on it) when F(j, c) ran */
-    int *bwd;          /* the version B(j, c) uses: fwd with stashing, the current one without */
-    int *gap;          /* updates of the stage's weights between F(j, c) and B(j, c) */
-    int *max_gap;      /* per stage: largest gap; p - s - 1 (0-based s) for async 1F1B, m >= p */
-    int *peak_versions;/* per stage: weight versions held at once (current + stashed); 1 without
+    int *fwd;           /* the stage's weight version (OPTs done on it) when F(j, c) ran */
+    int *bwd;           /* the version B(j, c) uses: fwd with stashing, the current one without */
+    int *gap;           /* updates of the stage's weights between F(j, c) and B(j, c) */
+    int *max_gap;       /* per stage: largest gap; p - s - 1 (0-based s) for async 1F1B, m >= p */
+    int *peak_versions; /* per stage: weight versions held at once (current + stashed); 1 without
                         * stashing */
 } dl_sched_versions;
 

@@ -80,7 +80,8 @@ static inline uint64_t dl_trace_begin(const dl_trace *t) { return t ? dl_now_ns(
 static inline void dl_trace_end(dl_trace *t, int rank, int kind, int step, int mb, int chunk,
                                 uint64_t t0)
 {
-    if (t) dl_trace_add(t, rank, kind, step, mb, chunk, t0, dl_now_ns());
+    if (t)
+        dl_trace_add(t, rank, kind, step, mb, chunk, t0, dl_now_ns());
 }
 
 /* ---- analyses ---------------------------------------------------------------------------- */

@@ -80,28 +80,28 @@ void dl_arena_reset_peaks(dl_arena *a);
 /* ---- the world ------------------------------------------------------------------------------ */
 
 typedef struct dl_world_opts {
-    int nranks;               /* >= 1 (default 2) */
-    const char *topology;     /* synthetic topology string, NULL: DISTLAB_TOPOLOGY or the machine */
-    dl_place_policy policy;   /* default compact */
-    dl_node_kind nodes;       /* default package */
-    int ranks_per_node;       /* for DL_NODE_FIXED */
-    int bind;                 /* pin rank threads (default 1) */
-    uint64_t gpu_mem;         /* arena capacity per rank in bytes, 0 = unlimited (default) */
-    double timeout_s;         /* watchdog timeout (default 60; <= 0 disables) */
-    int wait_mode;            /* -1 auto (default): yield when ranks exceed cores; 0 spin, 1 yield
+    int nranks;             /* >= 1 (default 2) */
+    const char *topology;   /* synthetic topology string, NULL: DISTLAB_TOPOLOGY or the machine */
+    dl_place_policy policy; /* default compact */
+    dl_node_kind nodes;     /* default package */
+    int ranks_per_node;     /* for DL_NODE_FIXED */
+    int bind;               /* pin rank threads (default 1) */
+    uint64_t gpu_mem;       /* arena capacity per rank in bytes, 0 = unlimited (default) */
+    double timeout_s;       /* watchdog timeout (default 60; <= 0 disables) */
+    int wait_mode;          /* -1 auto (default): yield when ranks exceed cores; 0 spin, 1 yield
                                * (then sleep on a futex, either way) */
-    int nslots;               /* slots per channel (default 16) */
-    size_t eager_bytes;       /* eager payload per slot (default 4096) */
-    size_t slice_bytes;       /* collective slice size (default 256 KiB) */
-    FILE *log;                /* where watchdog/flight-recorder reports go (default stderr; NULL: none) */
-    int quiet;                /* 1: don't print the flight recorder (printed for DL_ETIMEOUT and
+    int nslots;             /* slots per channel (default 16) */
+    size_t eager_bytes;     /* eager payload per slot (default 4096) */
+    size_t slice_bytes;     /* collective slice size (default 256 KiB) */
+    FILE *log; /* where watchdog/flight-recorder reports go (default stderr; NULL: none) */
+    int quiet; /* 1: don't print the flight recorder (printed for DL_ETIMEOUT and
                                * DL_EMISMATCH, with the error line) */
-    int mpi;                  /* span the processes of MPI_COMM_WORLD (distlab/mpi.h): -1 auto
+    int mpi;   /* span the processes of MPI_COMM_WORLD (distlab/mpi.h): -1 auto
                                * (default: when dl_mpi_init was called and there are several
                                * processes), 0 never, 1 always. Spanning P processes, nranks is
                                * the whole world (a multiple of P) and process k hosts ranks
                                * k*nranks/P ... (k+1)*nranks/P-1; each process is one node. */
-    size_t mpi_slice_bytes;   /* worlds spanning MPI processes: the slice of communicators whose
+    size_t mpi_slice_bytes; /* worlds spanning MPI processes: the slice of communicators whose
                                * ranks live in several processes (default 128 KiB; 0: slice_bytes) */
 } dl_world_opts;
 
@@ -131,10 +131,10 @@ int dl_world_local(const dl_world *w, int *first, int *count);
 /* --- inside a rank function --- */
 int dl_ctx_rank(const dl_ctx *c);
 int dl_ctx_size(const dl_ctx *c);
-int dl_ctx_node(const dl_ctx *c);        /* node index of this rank */
+int dl_ctx_node(const dl_ctx *c); /* node index of this rank */
 int dl_ctx_nnodes(const dl_ctx *c);
-int dl_ctx_cpu(const dl_ctx *c);         /* cpu this rank reported after pinning (-1: not bound) */
-dl_comm *dl_ctx_comm(dl_ctx *c);         /* the world communicator */
+int dl_ctx_cpu(const dl_ctx *c); /* cpu this rank reported after pinning (-1: not bound) */
+dl_comm *dl_ctx_comm(dl_ctx *c); /* the world communicator */
 dl_arena *dl_ctx_arena(dl_ctx *c);
 dl_world *dl_ctx_world(dl_ctx *c);
 const dl_world_opts *dl_ctx_opts(const dl_ctx *c);

@@ -36,38 +36,32 @@ float dl_bf16_to_f32(uint16_t b) { return dl__bf16_widen(b); }
 /* Two loops per case: in place (out == a, the common in-place collective) and out of place,
  * each with restrict pointers, because a runtime overlap check would send out == a to a
  * scalar fallback (3x slower at in-cache sizes). */
-#define DEF_REDUCE(NAME, T)                                                                      \
-    static void NAME##_oop(T *restrict out, const T *restrict a, const T *restrict b, size_t n,  \
-                           dl_redop op, T d)                                                     \
-    {                                                                                            \
-        if (op == DL_MAX)                                                                        \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = a[i] > b[i] ? a[i] : b[i];                                              \
-        else if (d != (T)1)                                                                      \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = (a[i] + b[i]) / d;                                                      \
-        else                                                                                     \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = a[i] + b[i];                                                            \
-    }                                                                                            \
-    static void NAME##_ip(T *restrict out, const T *restrict b, size_t n, dl_redop op, T d)      \
-    {                                                                                            \
-        if (op == DL_MAX)                                                                        \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = out[i] > b[i] ? out[i] : b[i];                                          \
-        else if (d != (T)1)                                                                      \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = (out[i] + b[i]) / d;                                                    \
-        else                                                                                     \
-            for (size_t i = 0; i < n; i++)                                                       \
-                out[i] = out[i] + b[i];                                                          \
-    }                                                                                            \
-    static void NAME(T *out, const T *a, const T *b, size_t n, dl_redop op, double div)          \
-    {                                                                                            \
-        if (out == a)                                                                            \
-            NAME##_ip(out, b, n, op, (T)div);                                                    \
-        else                                                                                     \
-            NAME##_oop(out, a, b, n, op, (T)div);                                                \
+#define DEF_REDUCE(NAME, T)                                                                        \
+    static void NAME##_oop(T *restrict out, const T *restrict a, const T *restrict b, size_t n,    \
+                           dl_redop op, T d)                                                       \
+    {                                                                                              \
+        if (op == DL_MAX)                                                                          \
+            for (size_t i = 0; i < n; i++) out[i] = a[i] > b[i] ? a[i] : b[i];                     \
+        else if (d != (T)1)                                                                        \
+            for (size_t i = 0; i < n; i++) out[i] = (a[i] + b[i]) / d;                             \
+        else                                                                                       \
+            for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];                                   \
+    }                                                                                              \
+    static void NAME##_ip(T *restrict out, const T *restrict b, size_t n, dl_redop op, T d)        \
+    {                                                                                              \
+        if (op == DL_MAX)                                                                          \
+            for (size_t i = 0; i < n; i++) out[i] = out[i] > b[i] ? out[i] : b[i];                 \
+        else if (d != (T)1)                                                                        \
+            for (size_t i = 0; i < n; i++) out[i] = (out[i] + b[i]) / d;                           \
+        else                                                                                       \
+            for (size_t i = 0; i < n; i++) out[i] = out[i] + b[i];                                 \
+    }                                                                                              \
+    static void NAME(T *out, const T *a, const T *b, size_t n, dl_redop op, double div)            \
+    {                                                                                              \
+        if (out == a)                                                                              \
+            NAME##_ip(out, b, n, op, (T)div);                                                      \
+        else                                                                                       \
+            NAME##_oop(out, a, b, n, op, (T)div);                                                  \
     }
 DEF_REDUCE(reduce_f32, float)
 DEF_REDUCE(reduce_f64, double)
@@ -99,18 +93,15 @@ static void scale_any(dl_dtype t, void *out, const void *in, size_t n, double di
     if (t == DL_F32) {
         float *o = out;
         const float *x = in, d = (float)div;
-        for (size_t i = 0; i < n; i++)
-            o[i] = x[i] / d;
+        for (size_t i = 0; i < n; i++) o[i] = x[i] / d;
     } else if (t == DL_F64) {
         double *o = out;
         const double *x = in;
-        for (size_t i = 0; i < n; i++)
-            o[i] = x[i] / div;
+        for (size_t i = 0; i < n; i++) o[i] = x[i] / div;
     } else {
         uint16_t *o = out;
         const uint16_t *x = in;
-        for (size_t i = 0; i < n; i++)
-            o[i] = dl__bf16_round(dl__bf16_widen(x[i]) / (float)div);
+        for (size_t i = 0; i < n; i++) o[i] = dl__bf16_round(dl__bf16_widen(x[i]) / (float)div);
     }
 }
 
@@ -154,8 +145,7 @@ static void copy_final(void *dst, const void *src, size_t bytes)
         __m128i *d = dst;
         const __m128i *s = src;
         size_t n = bytes / 16;
-        for (size_t i = 0; i < n; i++)
-            _mm_stream_si128(d + i, _mm_loadu_si128(s + i));
+        for (size_t i = 0; i < n; i++) _mm_stream_si128(d + i, _mm_loadu_si128(s + i));
         _mm_sfence();
         memcpy((char *)dst + n * 16, (const char *)src + n * 16, bytes - n * 16);
         return;
@@ -177,7 +167,7 @@ typedef struct call {
 static uint32_t fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t count, int root)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull;
-    uint64_t v[6] = {(uint64_t)op, seq, (uint64_t)t, (uint64_t)rop, (uint64_t)count,
+    uint64_t v[6] = {(uint64_t)op,           seq, (uint64_t)t, (uint64_t)rop, (uint64_t)count,
                      (uint64_t)(int64_t)root};
     for (int i = 0; i < 6; i++) {
         h ^= v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -218,7 +208,8 @@ static int acquire(call *k, dl_link *l, size_t bytes, const void **data)
     if (m.check != k->check || m.bytes != bytes) {
         dl_link_release(l);
         return dl_error(DL_EMISMATCH,
-                        "message from rank %d does not match this call (%zu bytes, expected %zu%s): "
+                        "message from rank %d does not match this call (%zu bytes, expected "
+                        "%zu%s): "
                         "ranks disagree on the operation, count, type, op or root",
                         l->src, m.bytes, bytes, m.check != k->check ? ", different call" : "");
     }
@@ -355,7 +346,8 @@ static int oneshot(call *k, const void *sbuf, void *rbuf, size_t count, dl_dtype
     src[r] = sbuf;
     for (int d = 1; d < n; d++) {
         int from = mod(r - d, n);
-        if ((rc = get_link(k, from, r, &inl[from])) || (rc = acquire(k, inl[from], bytes, &src[from])))
+        if ((rc = get_link(k, from, r, &inl[from])) ||
+            (rc = acquire(k, inl[from], bytes, &src[from])))
             return rc;
     }
     if (n == 2 && op != DL_AVG && t != DL_BF16)
@@ -517,8 +509,7 @@ static int barrier(call *k)
         const void *up;
         if ((rc = get_link(k, r, mod(r + d, n), &o)) || (rc = get_link(k, mod(r - d, n), r, &i)))
             return rc;
-        if ((rc = post(k, o, NULL, 0)) || (rc = acquire(k, i, 0, &up)) ||
-            (rc = dl_link_release(i)))
+        if ((rc = post(k, o, NULL, 0)) || (rc = acquire(k, i, 0, &up)) || (rc = dl_link_release(i)))
             return rc;
     }
     return DL_OK;
@@ -657,8 +648,7 @@ static int hier_views(dl_comm *c, int k, int np, int j, int pi)
     }
     /* inter[] is in order of each process's j-th member; reorder by first appearance */
     int *order = seen; /* reuse: position of each process by first appearance */
-    for (int p = 0; p < w->nprocs; p++)
-        order[p] = -1;
+    for (int p = 0; p < w->nprocs; p++) order[p] = -1;
     int pos = 0;
     for (int m = 0; m < n; m++) {
         int pm = sh->world_ranks[m] / T;
@@ -670,8 +660,7 @@ static int hier_views(dl_comm *c, int k, int np, int j, int pi)
         free(intra), free(inter), free(seen);
         return dl_error(DL_ENOMEM, "hierarchical all-reduce: out of memory");
     }
-    for (int e = 0; e < ne; e++)
-        sorted[order[inter[e] / T]] = inter[e];
+    for (int e = 0; e < ne; e++) sorted[order[inter[e] / T]] = inter[e];
     pthread_mutex_lock(&w->hier_mu);
     if (!sh->hier && !(sh->hier = calloc((size_t)k + 1, sizeof *sh->hier)))
         rc = dl_error(DL_ENOMEM, "hierarchical all-reduce: out of memory");
@@ -682,8 +671,8 @@ static int hier_views(dl_comm *c, int k, int np, int j, int pi)
     pthread_mutex_unlock(&w->hier_mu);
     if (rc == DL_OK && !c->h_intra)
         rc = dl__comm_create(sh->hier[0], j, c->ctx, &c->h_intra);
-    if (rc == DL_OK && !c->h_inter && (rc = dl__comm_create(sh->hier[1 + j], pi, c->ctx,
-                                                            &c->h_inter)) == DL_OK)
+    if (rc == DL_OK && !c->h_inter &&
+        (rc = dl__comm_create(sh->hier[1 + j], pi, c->ctx, &c->h_inter)) == DL_OK)
         c->h_inter->cid = dl__mpi_sub_cid(c->cid, j);
     free(intra), free(inter), free(seen), free(sorted);
     return rc;
@@ -789,8 +778,8 @@ static int run_op(dl_request *q)
             rc = algo == DL_ALGO_HIER
                      ? hierarchical(&k, s, rb, q->count, q->t, q->op, hk, hnp, hj, hpi)
                  : algo == DL_ALGO_ONESHOT ? oneshot(&k, s, rb, q->count, q->t, q->op)
-                 : algo == DL_ALGO_RD    ? recursive_doubling(&k, s, rb, q->count, q->t, q->op)
-                                         : ring(&k, RING_AR, s, rb, q->count, q->t, q->op);
+                 : algo == DL_ALGO_RD      ? recursive_doubling(&k, s, rb, q->count, q->t, q->op)
+                                           : ring(&k, RING_AR, s, rb, q->count, q->t, q->op);
         }
         break;
     case OP_REDUCE_SCATTER:
@@ -844,8 +833,7 @@ static void *progress_main(void *arg)
         dl_topo_bind_self(x->w->topo, x->cpu, &(int){0});
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->head && !p->stop)
-            pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
         if (!p->head)
             break;
         dl_request *q = p->head;
@@ -996,29 +984,37 @@ static int prepare(dl_request *q, int kind, dl_comm *c, const void *sbuf, void *
     /* a null send buffer where none is read: point it at the receive buffer so paths stay simple */
     if (!sbuf)
         sbuf = rbuf;
-    *q = (dl_request){.kind = kind, .c = c, .sbuf = sbuf, .rbuf = rbuf, .count = count, .t = t,
-                      .op = op, .root = root, .p = p};
+    *q = (dl_request){.kind = kind,
+                      .c = c,
+                      .sbuf = sbuf,
+                      .rbuf = rbuf,
+                      .count = count,
+                      .t = t,
+                      .op = op,
+                      .root = root,
+                      .p = p};
     /* counted here, on the rank's thread, in the order the rank starts its collectives */
     if (kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER)
         q->skip = dl__test_skip_reduction(p, &c->ctx->test_reductions);
     return DL_OK;
 }
 
-#define BLOCKING(KIND, C, S, R, N, T, OP, ROOT, P)                   \
-    do {                                                             \
-        dl_request q_;                                               \
-        int rc_ = prepare(&q_, KIND, C, S, R, N, T, OP, ROOT, P);    \
-        return rc_ ? rc_ : submit_blocking(&q_);                     \
+#define BLOCKING(KIND, C, S, R, N, T, OP, ROOT, P)                                                 \
+    do {                                                                                           \
+        dl_request q_;                                                                             \
+        int rc_ = prepare(&q_, KIND, C, S, R, N, T, OP, ROOT, P);                                  \
+        return rc_ ? rc_ : submit_blocking(&q_);                                                   \
     } while (0)
 
-#define ASYNC(KIND, C, S, R, N, T, OP, ROOT, P, REQ)                 \
-    do {                                                             \
-        dl_request q_;                                               \
-        int rc_ = prepare(&q_, KIND, C, S, R, N, T, OP, ROOT, P);    \
-        return rc_ ? rc_ : submit_async(&q_, REQ);                   \
+#define ASYNC(KIND, C, S, R, N, T, OP, ROOT, P, REQ)                                               \
+    do {                                                                                           \
+        dl_request q_;                                                                             \
+        int rc_ = prepare(&q_, KIND, C, S, R, N, T, OP, ROOT, P);                                  \
+        return rc_ ? rc_ : submit_async(&q_, REQ);                                                 \
     } while (0)
 
-int dl_allreduce(dl_comm *c, const void *s, void *r, size_t n, dl_dtype t, dl_redop op, dl_purpose p)
+int dl_allreduce(dl_comm *c, const void *s, void *r, size_t n, dl_dtype t, dl_redop op,
+                 dl_purpose p)
 {
     BLOCKING(OP_ALLREDUCE, c, s, r, n, t, op, -1, p);
 }
@@ -1106,7 +1102,8 @@ static int p2p(dl_comm *c, int send, void *buf, size_t count, dl_dtype t, int pe
         }
     } else {
         const void *up;
-        if ((rc = get_link(&k, peer, r, &l)) == DL_OK && (rc = acquire(&k, l, bytes, &up)) == DL_OK) {
+        if ((rc = get_link(&k, peer, r, &l)) == DL_OK &&
+            (rc = acquire(&k, l, bytes, &up)) == DL_OK) {
             memcpy(buf, up, bytes);
             rc = dl_link_release(l);
         }
@@ -1127,8 +1124,8 @@ int dl_send(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, dl_
     return p2p(c, 1, (void *)buf, count, t, peer, 0, p, NULL);
 }
 
-int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag,
-             dl_purpose p, uint64_t *ticket)
+int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p,
+             uint64_t *ticket)
 {
     uint64_t dummy;
     return p2p(c, 1, (void *)buf, count, t, peer, tag, p, ticket ? ticket : &dummy);

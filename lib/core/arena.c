@@ -23,7 +23,7 @@
 typedef struct block_hdr {
     uint64_t magic;
     dl_arena *owner;
-    size_t bytes;             /* bytes asked: what the stats count */
+    size_t bytes; /* bytes asked: what the stats count */
     dl_mem_category cat;
     struct block_hdr *prev, *next; /* live blocks, so that destroy releases everything */
 } block_hdr;
@@ -37,8 +37,8 @@ struct dl_arena {
     block_hdr *live;
 };
 
-static const char *const category_names[DL_MEM_NCATEGORIES] = {
-    "params", "grads", "optimizer", "activations", "comm", "other"};
+static const char *const category_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "optimizer",
+                                                               "activations", "comm",  "other"};
 
 const char *dl_mem_category_name(dl_mem_category cat)
 {
@@ -197,8 +197,7 @@ void dl_arena_reset_peaks(dl_arena *a)
     if (!a)
         return;
     pthread_mutex_lock(&a->mu);
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-        a->st.peak[c] = a->st.current[c];
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) a->st.peak[c] = a->st.current[c];
     a->st.peak_total = a->st.current_total;
     pthread_mutex_unlock(&a->mu);
 }
@@ -252,10 +251,14 @@ int dl_parse_size(const char *s, uint64_t *out)
 
     unsigned shift = 0;
     switch (*q) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
+    case 'k':
+    case 'K': shift = 10; break;
+    case 'm':
+    case 'M': shift = 20; break;
+    case 'g':
+    case 'G': shift = 30; break;
+    case 't':
+    case 'T': shift = 40; break;
     default: break;
     }
     if (shift) {

@@ -15,15 +15,22 @@
  * The 32-bit-era and SSE2 names sit at the baseline; AMD's Bulldozer family is AVX here (its
  * FMA4 is outside this scale); Excavator and Zen have AVX2 and FMA3, Steamroller not yet.
  * Cooperlake and SapphireRapids add bf16 / AMX for sbgemm only: their sgemm is SkylakeX's. */
-static const struct { const char *name; dl_isa_level level; } KERNELS[] = {
-    {"Katmai", DL_ISA_BASE},       {"Coppermine", DL_ISA_BASE},   {"Northwood", DL_ISA_BASE},
-    {"Banias", DL_ISA_BASE},       {"Athlon", DL_ISA_BASE},       {"Opteron", DL_ISA_BASE},
-    {"Prescott", DL_ISA_SSE3},     {"Atom", DL_ISA_SSE3},         {"Core2", DL_ISA_SSE3},
-    {"Penryn", DL_ISA_SSE3},       {"Dunnington", DL_ISA_SSE3},   {"Nehalem", DL_ISA_SSE3},
-    {"Opteron_SSE3", DL_ISA_SSE3}, {"Barcelona", DL_ISA_SSE3},    {"Nano", DL_ISA_SSE3},
-    {"Bobcat", DL_ISA_SSE3},       {"Sandybridge", DL_ISA_AVX},   {"Bulldozer", DL_ISA_AVX},
-    {"Piledriver", DL_ISA_AVX},    {"Steamroller", DL_ISA_AVX},   {"Haswell", DL_ISA_AVX2},
-    {"Excavator", DL_ISA_AVX2},    {"Zen", DL_ISA_AVX2},          {"SkylakeX", DL_ISA_AVX512},
+static const struct {
+    const char *name;
+    dl_isa_level level;
+} KERNELS[] = {
+    {"Katmai", DL_ISA_BASE},       {"Coppermine", DL_ISA_BASE},
+    {"Northwood", DL_ISA_BASE},    {"Banias", DL_ISA_BASE},
+    {"Athlon", DL_ISA_BASE},       {"Opteron", DL_ISA_BASE},
+    {"Prescott", DL_ISA_SSE3},     {"Atom", DL_ISA_SSE3},
+    {"Core2", DL_ISA_SSE3},        {"Penryn", DL_ISA_SSE3},
+    {"Dunnington", DL_ISA_SSE3},   {"Nehalem", DL_ISA_SSE3},
+    {"Opteron_SSE3", DL_ISA_SSE3}, {"Barcelona", DL_ISA_SSE3},
+    {"Nano", DL_ISA_SSE3},         {"Bobcat", DL_ISA_SSE3},
+    {"Sandybridge", DL_ISA_AVX},   {"Bulldozer", DL_ISA_AVX},
+    {"Piledriver", DL_ISA_AVX},    {"Steamroller", DL_ISA_AVX},
+    {"Haswell", DL_ISA_AVX2},      {"Excavator", DL_ISA_AVX2},
+    {"Zen", DL_ISA_AVX2},          {"SkylakeX", DL_ISA_AVX512},
     {"Cooperlake", DL_ISA_AVX512}, {"SapphireRapids", DL_ISA_AVX512},
 };
 

@@ -21,14 +21,14 @@ typedef enum dl_isa_level {
     DL_ISA_BASE = 0,     /* x86-64 baseline (SSE2), or not an x86-64 CPU */
     DL_ISA_SSE3 = 1,
     DL_ISA_AVX = 2,
-    DL_ISA_AVX2 = 3,     /* AVX2 and FMA3 */
-    DL_ISA_AVX512 = 4    /* AVX-512 F, BW, DQ and VL */
+    DL_ISA_AVX2 = 3,  /* AVX2 and FMA3 */
+    DL_ISA_AVX512 = 4 /* AVX-512 F, BW, DQ and VL */
 } dl_isa_level;
 
 /* What the CPU reports (CPUID) and what the OS saves on a context switch (XCR0 via XGETBV):
  * an instruction set whose registers the OS does not save cannot be used. 1 = present. */
 typedef struct dl_cpu_features {
-    int sse3, avx, avx2, fma;                 /* CPUID leaf 1 / leaf 7 */
+    int sse3, avx, avx2, fma; /* CPUID leaf 1 / leaf 7 */
     int avx512f, avx512bw, avx512dq, avx512vl;
     int os_ymm; /* OSXSAVE set and XCR0 has the SSE and AVX state (bits 1, 2) */
     int os_zmm; /* XCR0 also has the opmask and both ZMM states (bits 5, 6, 7) */

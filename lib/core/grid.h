@@ -9,7 +9,12 @@
 #include <stddef.h>
 #include "core/strbuf.h"
 
-typedef enum dl__grid_kind { DL__GRID_FWD, DL__GRID_BWD, DL__GRID_OPT, DL__GRID_COMM } dl__grid_kind;
+typedef enum dl__grid_kind {
+    DL__GRID_FWD,
+    DL__GRID_BWD,
+    DL__GRID_OPT,
+    DL__GRID_COMM
+} dl__grid_kind;
 
 /* The cell mark of an action of kind k on micro-batch mb. */
 char dl__grid_mark(dl__grid_kind k, int mb);

@@ -29,7 +29,8 @@ void dl__json_fputs(FILE *f, const char *s, dl__json_ctrl ctrl)
     char e[8];
     fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)s; c && *c; c++)
-        if (dl__json_escape(*c, ctrl, e)) fputs(e, f);
+        if (dl__json_escape(*c, ctrl, e))
+            fputs(e, f);
     fputc('"', f);
 }
 

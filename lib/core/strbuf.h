@@ -8,9 +8,9 @@
 #include <stddef.h>
 
 typedef struct dl__strbuf {
-    char *p;        /* NULL until the first byte (then always NUL-terminated) */
-    size_t n, cap;  /* length without the NUL; allocated size */
-    int oom;        /* 1 once an allocation or a size failed */
+    char *p;       /* NULL until the first byte (then always NUL-terminated) */
+    size_t n, cap; /* length without the NUL; allocated size */
+    int oom;       /* 1 once an allocation or a size failed */
 } dl__strbuf;
 
 /* Append len bytes of s. */

@@ -28,9 +28,9 @@ struct dl_topo {
     hwloc_topology_t real; /* this machine: binding always goes through it */
     hwloc_topology_t syn;  /* synthetic topology for planning, or NULL */
     int real_pus;
-    int *real_os;          /* [real_pus] OS index of the real PU with that logical index */
-    int npus;              /* PUs of the planning topology (synthetic if any, else real) */
-    pu_info *pu;           /* [npus] */
+    int *real_os; /* [real_pus] OS index of the real PU with that logical index */
+    int npus;     /* PUs of the planning topology (synthetic if any, else real) */
+    pu_info *pu;  /* [npus] */
     dl_topo_summary sum;
 };
 
@@ -120,22 +120,26 @@ static int check_synthetic(const char *syn)
     const char *p = syn;
     while (*p) {
         while (*p == ' ' || *p == '\t' || *p == '\n') p++;
-        if (!*p) break;
+        if (!*p)
+            break;
         const char *t = p;
         int paren = 0;
         for (; *p && (paren || (*p != ' ' && *p != '\t' && *p != '\n')); p++)
             paren += *p == '(' ? 1 : *p == ')' && paren ? -1 : 0;
         unsigned long long c = level_count(t, (size_t)(p - t));
-        if (c == 0) continue; /* "numa:..." attributes-only tokens and the like: hwloc decides */
+        if (c == 0)
+            continue; /* "numa:..." attributes-only tokens and the like: hwloc decides */
         depth++;
         pus = pus > ULLONG_MAX / c ? ULLONG_MAX : pus * c;
     }
     if (depth > DL_TOPO_MAX_DEPTH)
-        return dl_error(DL_EINVAL, "synthetic topology \"%s\" has %d levels; the cap is %d",
-                        syn, depth, DL_TOPO_MAX_DEPTH);
+        return dl_error(DL_EINVAL, "synthetic topology \"%s\" has %d levels; the cap is %d", syn,
+                        depth, DL_TOPO_MAX_DEPTH);
     if (pus > DL_TOPO_MAX_PUS)
-        return dl_error(DL_EINVAL, "synthetic topology \"%s\" has %llu PUs; the cap is %d "
-                        "(DL_TOPO_MAX_PUS)", syn, pus, DL_TOPO_MAX_PUS);
+        return dl_error(DL_EINVAL,
+                        "synthetic topology \"%s\" has %llu PUs; the cap is %d "
+                        "(DL_TOPO_MAX_PUS)",
+                        syn, pus, DL_TOPO_MAX_PUS);
     return DL_OK;
 }
 
@@ -164,8 +168,7 @@ int dl_topo_load(dl_topo **out, const char *synthetic)
         goto fail;
     }
     if (hwloc_topology_load(t->real) != 0) {
-        rc = dl_error(DL_ESYS, "topo_load: loading this machine's topology: %s",
-                      strerror(errno));
+        rc = dl_error(DL_ESYS, "topo_load: loading this machine's topology: %s", strerror(errno));
         goto fail;
     }
     t->real_pus = hwloc_get_nbobjs_by_type(t->real, HWLOC_OBJ_PU);
@@ -179,8 +182,7 @@ int dl_topo_load(dl_topo **out, const char *synthetic)
         goto fail;
     }
     for (int i = 0; i < t->real_pus; i++)
-        t->real_os[i] =
-            (int)hwloc_get_obj_by_type(t->real, HWLOC_OBJ_PU, (unsigned)i)->os_index;
+        t->real_os[i] = (int)hwloc_get_obj_by_type(t->real, HWLOC_OBJ_PU, (unsigned)i)->os_index;
 
     if (synthetic) {
         if (hwloc_topology_init(&t->syn) != 0) {
@@ -267,8 +269,7 @@ static int pu_key(const pu_info *p, int level, int pu_index)
 
 /* Write the scatter order of PUs idx[0..n) (consecutive in logical order) into out[0..n).
  * tmp is scratch of n ints. Groups are the runs of equal key at `level`. */
-static void scatter_order(const pu_info *pu, const int *idx, int n, int level, int *out,
-                          int *tmp)
+static void scatter_order(const pu_info *pu, const int *idx, int n, int level, int *out, int *tmp)
 {
     if (level >= SCATTER_LEVELS || n <= 1) {
         memcpy(out, idx, (size_t)n * sizeof *idx);
@@ -277,7 +278,8 @@ static void scatter_order(const pu_info *pu, const int *idx, int n, int level, i
     /* Order each group into tmp, remembering where groups start. */
     int ngroups = 0;
     for (int i = 0; i < n; i++)
-        if (i == 0 || pu_key(&pu[idx[i]], level, idx[i]) != pu_key(&pu[idx[i - 1]], level, idx[i - 1]))
+        if (i == 0 ||
+            pu_key(&pu[idx[i]], level, idx[i]) != pu_key(&pu[idx[i - 1]], level, idx[i - 1]))
             ngroups++;
     if (ngroups == 1) {
         scatter_order(pu, idx, n, level + 1, out, tmp);
@@ -294,7 +296,8 @@ static void scatter_order(const pu_info *pu, const int *idx, int n, int level, i
     }
     int g = 0;
     for (int i = 0; i < n; i++)
-        if (i == 0 || pu_key(&pu[idx[i]], level, idx[i]) != pu_key(&pu[idx[i - 1]], level, idx[i - 1]))
+        if (i == 0 ||
+            pu_key(&pu[idx[i]], level, idx[i]) != pu_key(&pu[idx[i - 1]], level, idx[i - 1]))
             start[g++] = i;
     start[ngroups] = n;
     /* Recursively order each group: input idx slice, output tmp slice, scratch out slice. */
@@ -327,8 +330,7 @@ static int densify(const int *raw, int n, int *out)
     int *map = malloc(span * sizeof *map);
     if (!map)
         return -1;
-    for (size_t i = 0; i < span; i++)
-        map[i] = -1;
+    for (size_t i = 0; i < span; i++) map[i] = -1;
     int nn = 0;
     for (int i = 0; i < n; i++) {
         int *m = &map[raw[i] - lo];
@@ -388,8 +390,7 @@ int dl_place(const dl_topo *t, int nranks, dl_place_policy policy, dl_node_kind 
             return dl_error(DL_ENOMEM, "place: out of host memory");
         }
         int *idx = order + npus, *tmp = order + 2 * (size_t)npus;
-        for (int i = 0; i < npus; i++)
-            idx[i] = i;
+        for (int i = 0; i < npus; i++) idx[i] = i;
         scatter_order(t->pu, idx, npus, 0, order, tmp);
     }
 
@@ -441,11 +442,9 @@ int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual)
                         "HWLOC_SYNTHETIC set?); use DISTLAB_TOPOLOGY for planning instead");
     hwloc_obj_t pu = os_pu >= 0 ? hwloc_get_pu_obj_by_os_index(t->real, (unsigned)os_pu) : NULL;
     if (!pu)
-        return dl_error(DL_EINVAL, "bind: no cpu %d on this machine (%d PUs)", os_pu,
-                        t->real_pus);
+        return dl_error(DL_EINVAL, "bind: no cpu %d on this machine (%d PUs)", os_pu, t->real_pus);
     if (hwloc_set_cpubind(t->real, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0)
-        return dl_error(DL_ESYS, "bind: binding this thread to cpu %d: %s", os_pu,
-                        strerror(errno));
+        return dl_error(DL_ESYS, "bind: binding this thread to cpu %d: %s", os_pu, strerror(errno));
     if (actual) {
         /* sched_setaffinity on the calling thread migrates it before returning. */
         *actual = sched_getcpu();
@@ -524,10 +523,7 @@ static void print_bytes(FILE *f, long long b)
         fprintf(f, "%lld B", b);
 }
 
-static const char *plural(int n, const char *one, const char *many)
-{
-    return n == 1 ? one : many;
-}
+static const char *plural(int n, const char *one, const char *many) { return n == 1 ? one : many; }
 
 void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int *actual_cpu)
 {
@@ -552,8 +548,9 @@ void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int 
     fprintf(f, "%d NUMA %s, %d %s\n", s->numas, plural(s->numas, "node", "nodes"), s->packages,
             plural(s->packages, "package", "packages"));
     if (s->synthetic)
-        fprintf(f, "  binding: rank r runs on real PU (r mod %d) of this machine; the synthetic "
-                   "machine only groups ranks\n",
+        fprintf(f,
+                "  binding: rank r runs on real PU (r mod %d) of this machine; the synthetic "
+                "machine only groups ranks\n",
                 t->real_pus);
     if (!p)
         return;
@@ -564,8 +561,9 @@ void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int 
         fprintf(f, "warning: %d ranks on %d PUs: placement wraps (oversubscribed)\n", p->nranks,
                 t->npus);
     else if (p->nranks > t->real_pus)
-        fprintf(f, "warning: %d ranks on %d real PUs of this machine: threads share cpus "
-                   "(oversubscribed)\n",
+        fprintf(f,
+                "warning: %d ranks on %d real PUs of this machine: threads share cpus "
+                "(oversubscribed)\n",
                 p->nranks, t->real_pus);
     if (t->syn) {
         /* Binding follows the synthetic PU index modulo the real PU count (the contract in
@@ -585,8 +583,9 @@ void dl_topo_report(FILE *f, const dl_topo *t, const dl_placement *p, const int 
                 hi = load[i] > hi ? load[i] : hi;
             }
             if (hi - lo > 1)
-                fprintf(f, "warning: binding on this machine is unbalanced: %d to %d ranks per "
-                           "real cpu\n",
+                fprintf(f,
+                        "warning: binding on this machine is unbalanced: %d to %d ranks per "
+                        "real cpu\n",
                         lo, hi);
             free(load);
         }

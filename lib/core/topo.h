@@ -18,10 +18,10 @@ typedef struct dl_topo dl_topo;
 
 typedef struct dl_topo_summary {
     int pus, cores, l3s, numas, packages;
-    int synthetic;            /* 1 if built from a synthetic string */
-    long long l3_bytes;       /* size of the first L3 (0 if none) */
-    long long l2_bytes;       /* size of the first L2 (0 if none) */
-    char desc[256];           /* the synthetic string, or "this machine" */
+    int synthetic;      /* 1 if built from a synthetic string */
+    long long l3_bytes; /* size of the first L3 (0 if none) */
+    long long l2_bytes; /* size of the first L2 (0 if none) */
+    char desc[256];     /* the synthetic string, or "this machine" */
 } dl_topo_summary;
 
 /* Load the topology: the real machine if `synthetic` is NULL or empty; otherwise the synthetic
@@ -42,15 +42,15 @@ int dl_topo_real_pus(const dl_topo *t);
 
 typedef struct dl_placement {
     int nranks;
-    int wrapped;   /* 1 if nranks exceeds the (real or synthetic) PU count and placement wraps */
-    int nnodes;    /* number of distinct nodes used */
-    int *pu;       /* [nranks] logical PU index in the (synthetic or real) topology */
-    int *os_pu;    /* [nranks] OS cpu index on the real machine the rank is bound to */
-    int *core;     /* [nranks] core index */
-    int *l3;       /* [nranks] L3 index (-1 if none) */
-    int *numa;     /* [nranks] NUMA index */
-    int *package;  /* [nranks] package index */
-    int *node;     /* [nranks] node index, 0..nnodes-1 */
+    int wrapped;  /* 1 if nranks exceeds the (real or synthetic) PU count and placement wraps */
+    int nnodes;   /* number of distinct nodes used */
+    int *pu;      /* [nranks] logical PU index in the (synthetic or real) topology */
+    int *os_pu;   /* [nranks] OS cpu index on the real machine the rank is bound to */
+    int *core;    /* [nranks] core index */
+    int *l3;      /* [nranks] L3 index (-1 if none) */
+    int *numa;    /* [nranks] NUMA index */
+    int *package; /* [nranks] package index */
+    int *node;    /* [nranks] node index, 0..nnodes-1 */
 } dl_placement;
 
 /* Place `nranks` ranks. `ranks_per_node` is used only with DL_NODE_FIXED. */

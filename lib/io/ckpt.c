@@ -63,10 +63,7 @@ static void ck_fail(ck_err *e, int st, const char *fmt, ...)
     va_end(ap);
 }
 
-static int ck_return(const ck_err *e)
-{
-    return e->st ? dl_error(e->st, "%s", e->msg) : DL_OK;
-}
+static int ck_return(const ck_err *e) { return e->st ? dl_error(e->st, "%s", e->msg) : DL_OK; }
 
 static void bswap_elems(void *p, size_t n, int dsize)
 {
@@ -102,7 +99,10 @@ static int pio_all(int fd, char *p, size_t n, off_t off, int write)
 }
 
 /* (pwrite only reads the buffer) */
-static int pwrite_all(int fd, const void *buf, size_t n, off_t off) { return pio_all(fd, (char *)buf, n, off, 1); }
+static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
+{
+    return pio_all(fd, (char *)buf, n, off, 1);
+}
 
 static int pread_all(int fd, void *buf, size_t n, off_t off) { return pio_all(fd, buf, n, off, 0); }
 
@@ -115,10 +115,7 @@ static const char *errtext(int e)
     return strerror(e);
 }
 
-static const char *dtype_name(int dsize)
-{
-    return dsize == 8 ? "F64" : "F32";
-}
+static const char *dtype_name(int dsize) { return dsize == 8 ? "F64" : "F32"; }
 
 static void config_string(const dl_gpt_config *c, char *buf, size_t n)
 {
@@ -130,15 +127,13 @@ static int parse_config(const char *s, dl_gpt_config *c)
 {
     int used = -1;
     if (sscanf(s, "layers=%d,d_model=%d,heads=%d,seq=%d,vocab=%d,tie=%d%n", &c->layers, &c->d_model,
-               &c->heads, &c->seq, &c->vocab, &c->tie, &used) != 6 || used < 0 || s[used] != '\0')
+               &c->heads, &c->seq, &c->vocab, &c->tie, &used) != 6 ||
+        used < 0 || s[used] != '\0')
         return -1;
     return 0;
 }
 
-static int64_t global_numel(const dl_tensor_info *t)
-{
-    return t->shape[0] * t->shape[1];
-}
+static int64_t global_numel(const dl_tensor_info *t) { return t->shape[0] * t->shape[1]; }
 
 static void shape_string(int ndim, const int64_t *shape, char *buf, size_t n)
 {
@@ -193,10 +188,10 @@ static int is_tied_copy(const dl_gpt_layout *l, const dl_tensor_info *t)
 /* the header a layout saves                                                                  */
 
 typedef struct ck_plan {
-    char *hdr;           /* N bytes, space padded */
+    char *hdr; /* N bytes, space padded */
     uint64_t N;
-    size_t cksum_pos;    /* where the 16 hex digits of the checksum start in hdr */
-    uint64_t *begin;     /* [ntensors] byte offset of each tensor in the data section */
+    size_t cksum_pos; /* where the 16 hex digits of the checksum start in hdr */
+    uint64_t *begin;  /* [ntensors] byte offset of each tensor in the data section */
     uint64_t data_bytes;
 } ck_plan;
 
@@ -213,7 +208,7 @@ static int plan_build(const dl_gpt_layout *l, int dsize, ck_plan *p)
     p->begin = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof *p->begin);
     if (!p->begin)
         return -1;
-    dl__strbuf s = { 0 };
+    dl__strbuf s = {0};
     const char *dt = dtype_name(dsize);
     uint64_t off = 0;
     dl__sb_printf(&s, "{");
@@ -230,13 +225,14 @@ static int plan_build(const dl_gpt_layout *l, int dsize, ck_plan *p)
     }
     char cfg[160];
     config_string(&l->cfg, cfg, sizeof cfg);
-    dl__sb_printf(&s, "\"__metadata__\":{\"format\":\"" CK_FORMAT "\",\"version\":\"" CK_VERSION "\","
-              "\"config\":\"%s\",\"dtype\":\"%s\",\"checksum_algo\":\"fnv1a64\",\"checksum\":\"",
-              cfg, dt);
+    dl__sb_printf(&s,
+                  "\"__metadata__\":{\"format\":\"" CK_FORMAT "\",\"version\":\"" CK_VERSION "\","
+                  "\"config\":\"%s\",\"dtype\":\"%s\",\"checksum_algo\":\"fnv1a64\",\"checksum\":"
+                  "\"",
+                  cfg, dt);
     size_t pos = s.n;
     dl__sb_printf(&s, "0000000000000000\"}}");
-    while (!s.oom && s.n % 8)
-        dl__sb_add(&s, " ", 1);
+    while (!s.oom && s.n % 8) dl__sb_add(&s, " ", 1);
     if (s.oom) {
         dl__sb_free(&s);
         free(p->begin);
@@ -289,8 +285,8 @@ static int hash_range(int fd, off_t from, uint64_t n, void *buf, uint64_t *out)
 /* 24-bit signature of what every member must agree on (exact in an f32). */
 static float group_sig(const dl_gpt_layout *l, int dsize)
 {
-    int v[8] = { l->cfg.vocab, l->cfg.seq, l->cfg.layers, l->cfg.d_model, l->cfg.heads, l->cfg.tie,
-                 l->tp, dsize };
+    int v[8] = {l->cfg.vocab, l->cfg.seq, l->cfg.layers, l->cfg.d_model,
+                l->cfg.heads, l->cfg.tie, l->tp,         dsize};
     uint64_t h = dl_ckpt_fnv1a64(DL_CKPT_FNV_INIT, v, sizeof v);
     return (float)((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff);
 }
@@ -314,8 +310,10 @@ static int group_failed(ck_err *e, const float *v, const char *path)
 {
     if (v[0] <= 0)
         return 0;
-    ck_fail(e, (int)v[0], "checkpoint save to '%s' failed on rank %d of the group (%s); nothing was "
-            "written there", path, (int)v[1] - 1, dl_strstatus((int)v[0]));
+    ck_fail(e, (int)v[0],
+            "checkpoint save to '%s' failed on rank %d of the group (%s); nothing was "
+            "written there",
+            path, (int)v[1] - 1, dl_strstatus((int)v[0]));
     return 1;
 }
 
@@ -328,8 +326,8 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
     if (!group)
         return dl_error(DL_EINVAL, "checkpoint save to '%s': null group", path ? path : "(null)");
     int me = dl_comm_rank(group);
-    ck_err e = { 0 };
-    ck_plan plan = { 0 };
+    ck_err e = {0};
+    ck_plan plan = {0};
     char tmp[4200] = "";
     int fd = -1, have_tmp = 0, rc;
     void *stage = NULL;
@@ -343,7 +341,8 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
     else if (!l)
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': null layout", path);
     else if (dsize != 4 && dsize != 8)
-        ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': element size %d (expected 4 or 8)", path, dsize);
+        ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': element size %d (expected 4 or 8)", path,
+                dsize);
     else if (!params && l->numel)
         ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': null parameter buffer", path);
     else if (me == 0 && (rc = dl_path_check_output(path, "checkpoint save")))
@@ -369,8 +368,7 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
         } else {
             have_tmp = 1;
             unsigned char len[8];
-            for (int i = 0; i < 8; i++)
-                len[i] = (unsigned char)(plan.N >> (8 * i));
+            for (int i = 0; i < 8; i++) len[i] = (unsigned char)(plan.N >> (8 * i));
             off_t total = (off_t)(8 + plan.N + plan.data_bytes);
             if (pwrite_all(fd, len, 8, 0) || pwrite_all(fd, plan.hdr, plan.N, 8))
                 ck_fail(&e, DL_ESYS, "checkpoint save: writing the header of '%s': %s", tmp,
@@ -405,15 +403,19 @@ int dl_ckpt_save(const char *path, const dl_gpt_layout *l, const void *params, i
     if (group_failed(&e, v, path))
         goto out;
     if (v[2] != -v[3]) {
-        ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': the ranks of the group disagree on the "
-                "model config, tp degree or dtype", path);
+        ck_fail(&e, DL_EINVAL,
+                "checkpoint save to '%s': the ranks of the group disagree on the "
+                "model config, tp degree or dtype",
+                path);
         goto out;
     }
     if (l->tp <= CK_COVER)
         for (int r = 0; r < l->tp; r++)
             if (v[6 + r] != 1.0f) {
-                ck_fail(&e, DL_EINVAL, "checkpoint save to '%s': no writer holds tp rank %d's shard "
-                        "(pass writer = 1 on one member per tp rank)", path, r);
+                ck_fail(&e, DL_EINVAL,
+                        "checkpoint save to '%s': no writer holds tp rank %d's shard "
+                        "(pass writer = 1 on one member per tp rank)",
+                        path, r);
                 goto out;
             }
     pid = (long)v[4] + ((long)v[5] << 12);
@@ -525,7 +527,7 @@ out:
 typedef struct ck_ent {
     char *name;
     char dtype[16];
-    int dsize;           /* 4, 8, or 0 for a dtype distlab does not read */
+    int dsize; /* 4, 8, or 0 for a dtype distlab does not read */
     int ndim;
     int64_t shape[CK_MAXDIM];
     uint64_t begin, end;
@@ -542,8 +544,7 @@ typedef struct ck_hdr {
 
 static void hdr_free(ck_hdr *h)
 {
-    for (int i = 0; i < h->n; i++)
-        free(h->e[i].name);
+    for (int i = 0; i < h->n; i++) free(h->e[i].name);
     free(h->e);
     free(h->format);
     free(h->version);
@@ -572,8 +573,8 @@ static int jfail(jp *p, const char *what)
 
 static void jws(jp *p)
 {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -822,8 +823,7 @@ static int jtensor(jp *p, ck_ent *t)
                 rc = jfail(p, "duplicate \"shape\"");
             } else if (!(rc = juint_array(p, s, CK_MAXDIM, &c))) {
                 t->ndim = c;
-                for (int d = 0; d < c; d++)
-                    t->shape[d] = (int64_t)s[d];
+                for (int d = 0; d < c; d++) t->shape[d] = (int64_t)s[d];
             }
         } else if (!strcmp(key, "data_offsets")) {
             uint64_t o[2];
@@ -850,7 +850,7 @@ static int jtensor(jp *p, ck_ent *t)
             return -1;
     }
     if (!have_dtype || !have_shape || !have_off)
-        return jfail(p, !have_dtype ? "tensor entry without \"dtype\""
+        return jfail(p, !have_dtype   ? "tensor entry without \"dtype\""
                         : !have_shape ? "tensor entry without \"shape\""
                                       : "tensor entry without \"data_offsets\"");
     return 0;
@@ -882,11 +882,11 @@ static int jmetadata(jp *p, ck_hdr *h)
             free(key);
             return -1;
         }
-        char **slot = !strcmp(key, "format") ? &h->format
-                      : !strcmp(key, "version") ? &h->version
-                      : !strcmp(key, "config") ? &h->config
-                      : !strcmp(key, "dtype") ? &h->dtype
-                      : !strcmp(key, "checksum") ? &h->checksum
+        char **slot = !strcmp(key, "format")          ? &h->format
+                      : !strcmp(key, "version")       ? &h->version
+                      : !strcmp(key, "config")        ? &h->config
+                      : !strcmp(key, "dtype")         ? &h->dtype
+                      : !strcmp(key, "checksum")      ? &h->checksum
                       : !strcmp(key, "checksum_algo") ? &h->checksum_algo
                                                       : NULL;
         free(key);
@@ -977,18 +977,22 @@ static int read_header(const char *path, int fd, ck_hdr *h)
     h->file_bytes = (uint64_t)sb.st_size;
     unsigned char len[8];
     if (h->file_bytes < 8 || pread_all(fd, len, 8, 0))
-        return dl_error(DL_EINVAL, "checkpoint '%s' is too short (%" PRIu64 " bytes) to be a "
-                        "safetensors file", path, h->file_bytes);
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s' is too short (%" PRIu64 " bytes) to be a "
+                        "safetensors file",
+                        path, h->file_bytes);
     uint64_t N = 0;
-    for (int i = 7; i >= 0; i--)
-        N = (N << 8) | len[i];
+    for (int i = 7; i >= 0; i--) N = (N << 8) | len[i];
     if (N < 2 || N > CK_MAX_HEADER)
-        return dl_error(DL_EINVAL, "checkpoint '%s': header length %" PRIu64 " is out of range "
-                        "(2 .. %" PRIu64 "): not a safetensors file", path, N, CK_MAX_HEADER);
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s': header length %" PRIu64 " is out of range "
+                        "(2 .. %" PRIu64 "): not a safetensors file",
+                        path, N, CK_MAX_HEADER);
     if (N > h->file_bytes - 8)
-        return dl_error(DL_EINVAL, "checkpoint '%s': header length %" PRIu64 " exceeds the file "
-                        "(%" PRIu64 " bytes): truncated, or not a safetensors file", path, N,
-                        h->file_bytes);
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s': header length %" PRIu64 " exceeds the file "
+                        "(%" PRIu64 " bytes): truncated, or not a safetensors file",
+                        path, N, h->file_bytes);
     h->N = N;
     h->data_bytes = h->file_bytes - 8 - N;
     char *buf = malloc((size_t)N);
@@ -1000,7 +1004,7 @@ static int read_header(const char *path, int fd, ck_hdr *h)
         free(buf);
         return dl_error(DL_ESYS, "checkpoint '%s': reading the header: %s", path, errtext(er));
     }
-    jp p = { buf, (size_t)N, 0, NULL, 0 };
+    jp p = {buf, (size_t)N, 0, NULL, 0};
     if (jheader(&p, h)) {
         char near[40];
         size_t a = p.err_at < p.n ? p.err_at : p.n, k = 0;
@@ -1009,8 +1013,10 @@ static int read_header(const char *path, int fd, ck_hdr *h)
         near[k] = '\0';
         free(buf);
         hdr_free(h);
-        return dl_error(DL_EINVAL, "checkpoint '%s': malformed header at byte %zu of %" PRIu64
-                        ": %s (near \"%s\")", path, a, N, p.err, near);
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s': malformed header at byte %zu of %" PRIu64
+                        ": %s (near \"%s\")",
+                        path, a, N, p.err, near);
     }
     free(buf);
 
@@ -1019,8 +1025,10 @@ static int read_header(const char *path, int fd, ck_hdr *h)
     for (int i = 0; i < h->n; i++) {
         ck_ent *t = &h->e[i];
         if (!t->dsize)
-            return dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' has dtype \"%s\"; distlab "
-                            "reads F32 and F64", path, t->name, t->dtype);
+            return dl_error(DL_EINVAL,
+                            "checkpoint '%s': tensor '%s' has dtype \"%s\"; distlab "
+                            "reads F32 and F64",
+                            path, t->name, t->dtype);
         uint64_t numel = 1;
         for (int d = 0; d < t->ndim; d++) {
             if (t->shape[d] && numel > (UINT64_MAX >> 4) / (uint64_t)t->shape[d])
@@ -1031,25 +1039,27 @@ static int read_header(const char *path, int fd, ck_hdr *h)
         if (t->end < t->begin || t->end - t->begin != numel * (uint64_t)t->dsize) {
             char sh[160];
             shape_string(t->ndim, t->shape, sh, sizeof sh);
-            return dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s': data_offsets [%" PRIu64
-                            ", %" PRIu64 "] do not hold %s x %s (%" PRIu64 " bytes)", path,
-                            t->name, t->begin, t->end, t->dtype, sh, numel * (uint64_t)t->dsize);
+            return dl_error(DL_EINVAL,
+                            "checkpoint '%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                            "] do not hold %s x %s (%" PRIu64 " bytes)",
+                            path, t->name, t->begin, t->end, t->dtype, sh,
+                            numel * (uint64_t)t->dsize);
         }
         if (t->end > maxend)
             maxend = t->end;
     }
     if (maxend > h->data_bytes)
-        return dl_error(DL_EINVAL, "checkpoint '%s' is truncated: the header says the data run "
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s' is truncated: the header says the data run "
                         "to byte %" PRIu64 " of the data section but the file holds %" PRIu64
-                        " data bytes (%" PRIu64 " in all)", path, maxend, h->data_bytes,
-                        h->file_bytes);
+                        " data bytes (%" PRIu64 " in all)",
+                        path, maxend, h->data_bytes, h->file_bytes);
     {
         /* sorted by begin, the tensors must tile [0, data_bytes) */
         int *ord = malloc((h->n > 0 ? (size_t)h->n : 1) * sizeof *ord);
         if (!ord)
             return dl_error(DL_ENOMEM, "checkpoint '%s': out of memory", path);
-        for (int i = 0; i < h->n; i++)
-            ord[i] = i;
+        for (int i = 0; i < h->n; i++) ord[i] = i;
         for (int i = 1; i < h->n; i++) { /* insertion sort: files are written in order */
             int x = ord[i], j = i;
             while (j > 0 && h->e[ord[j - 1]].begin > h->e[x].begin) {
@@ -1063,36 +1073,42 @@ static int read_header(const char *path, int fd, ck_hdr *h)
             const ck_ent *t = &h->e[ord[i]];
             if (t->begin != pos) {
                 free(ord);
-                return dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' starts at data byte %"
-                                PRIu64 ", expected %" PRIu64 " (tensors must tile the data "
-                                "section without gaps or overlaps)", path, t->name, t->begin, pos);
+                return dl_error(DL_EINVAL,
+                                "checkpoint '%s': tensor '%s' starts at data byte %" PRIu64
+                                ", expected %" PRIu64 " (tensors must tile the data "
+                                "section without gaps or overlaps)",
+                                path, t->name, t->begin, pos);
             }
             pos = t->end;
         }
         free(ord);
         if (pos != h->data_bytes)
-            return dl_error(DL_EINVAL, "checkpoint '%s': %" PRIu64 " bytes after the last tensor "
+            return dl_error(DL_EINVAL,
+                            "checkpoint '%s': %" PRIu64 " bytes after the last tensor "
                             "(the data section holds %" PRIu64 ", the tensors %" PRIu64 ")",
                             path, h->data_bytes - pos, h->data_bytes, pos);
     }
 
     /* metadata: strict when the file says it is ours */
     if (h->format && strcmp(h->format, CK_FORMAT))
-        return dl_error(DL_EINVAL, "checkpoint '%s': __metadata__ format is \"%s\", expected \""
-                        CK_FORMAT "\"", path, h->format);
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s': __metadata__ format is \"%s\", expected \"" CK_FORMAT
+                        "\"",
+                        path, h->format);
     if (h->format && (!h->version || strcmp(h->version, CK_VERSION)))
-        return dl_error(DL_EINVAL, "checkpoint '%s': format version \"%s\" is not supported "
-                        "(this library reads version " CK_VERSION ")", path,
-                        h->version ? h->version : "(missing)");
+        return dl_error(DL_EINVAL,
+                        "checkpoint '%s': format version \"%s\" is not supported "
+                        "(this library reads version " CK_VERSION ")",
+                        path, h->version ? h->version : "(missing)");
     if (h->checksum) {
-        int ok = strlen(h->checksum) == 16 && (!h->checksum_algo ||
-                                               !strcmp(h->checksum_algo, "fnv1a64"));
-        for (int i = 0; ok && i < 16; i++)
-            ok = hexval(h->checksum[i]) >= 0;
+        int ok = strlen(h->checksum) == 16 &&
+                 (!h->checksum_algo || !strcmp(h->checksum_algo, "fnv1a64"));
+        for (int i = 0; ok && i < 16; i++) ok = hexval(h->checksum[i]) >= 0;
         if (!ok)
-            return dl_error(DL_EINVAL, "checkpoint '%s': checksum \"%s\" (algorithm %s) is not 16 "
-                            "hex digits of fnv1a64", path, h->checksum,
-                            h->checksum_algo ? h->checksum_algo : "fnv1a64");
+            return dl_error(DL_EINVAL,
+                            "checkpoint '%s': checksum \"%s\" (algorithm %s) is not 16 "
+                            "hex digits of fnv1a64",
+                            path, h->checksum, h->checksum_algo ? h->checksum_algo : "fnv1a64");
     }
     if (h->format) {
         dl_gpt_config c;
@@ -1242,20 +1258,23 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         if (j < 0) {
             char cfg[160];
             config_string(&l->cfg, cfg, sizeof cfg);
-            rc = dl_error(DL_EINVAL, "checkpoint '%s' has no tensor '%s' %s, which this model "
-                          "(%s) needs%s%s", path, t->name, want, cfg,
+            rc = dl_error(DL_EINVAL,
+                          "checkpoint '%s' has no tensor '%s' %s, which this model "
+                          "(%s) needs%s%s",
+                          path, t->name, want, cfg,
                           inf.has_config ? "; the file was saved with " : "",
                           inf.has_config ? h.config : "");
             goto out;
         }
         const ck_ent *e = &h.e[j];
         int same = e->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++)
-            same = e->shape[d] == t->shape[d];
+        for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
         if (!same) {
             shape_string(e->ndim, e->shape, got, sizeof got);
-            rc = dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' has shape %s in the file but "
-                          "%s in this model (the configs differ)", path, t->name, got, want);
+            rc = dl_error(DL_EINVAL,
+                          "checkpoint '%s': tensor '%s' has shape %s in the file but "
+                          "%s in this model (the configs differ)",
+                          path, t->name, got, want);
             goto out;
         }
         h.e[j].used = 1;
@@ -1265,9 +1284,10 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         if (!h.e[i].used) {
             char got[160];
             shape_string(h.e[i].ndim, h.e[i].shape, got, sizeof got);
-            rc = dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' %s is not part of this model "
-                          "(was it saved with more layers or an untied head?)", path, h.e[i].name,
-                          got);
+            rc = dl_error(DL_EINVAL,
+                          "checkpoint '%s': tensor '%s' %s is not part of this model "
+                          "(was it saved with more layers or an untied head?)",
+                          path, h.e[i].name, got);
             goto out;
         }
     if (inf.has_config) {
@@ -1283,8 +1303,8 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
     }
 
     /* checksum of the whole data section */
-    int do_verify = verify == DL_CKPT_VERIFY_ALWAYS ||
-                    (verify == DL_CKPT_VERIFY_AUTO && l->tp_rank == 0);
+    int do_verify =
+        verify == DL_CKPT_VERIFY_ALWAYS || (verify == DL_CKPT_VERIFY_AUTO && l->tp_rank == 0);
     if (do_verify && inf.has_checksum) {
         uint64_t hsh;
         if (hash_range(fd, (off_t)(8 + h.N), h.data_bytes, stage, &hsh)) {
@@ -1292,9 +1312,11 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
             goto out;
         }
         if (hsh != inf.checksum) {
-            rc = dl_error(DL_EINVAL, "checkpoint '%s': checksum mismatch: the data section hashes "
+            rc = dl_error(DL_EINVAL,
+                          "checkpoint '%s': checksum mismatch: the data section hashes "
                           "to %016" PRIx64 " but the header says %016" PRIx64 " (the file is "
-                          "corrupted)", path, hsh, inf.checksum);
+                          "corrupted)",
+                          path, hsh, inf.checksum);
             goto out;
         }
         inf.checksum_verified = 1;
@@ -1302,8 +1324,7 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
 
     /* this rank's slices (of its part; the whole model's tensor ids index `map`) */
     l = part;
-    for (int k = 0; k < l->ntensors; k++)
-        pmap[k] = map[l->t[k].id];
+    for (int k = 0; k < l->ntensors; k++) pmap[k] = map[l->t[k].id];
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         const ck_ent *e = &h.e[pmap[k]];
@@ -1323,9 +1344,10 @@ int dl_ckpt_load_ex(const char *path, const dl_gpt_layout *l, void *params, int 
         size_t bad = first_nonfinite(dst, t->numel, dsize);
         if (bad < t->numel) {
             double v = dsize == 8 ? ((const double *)dst)[bad] : ((const float *)dst)[bad];
-            rc = dl_error(DL_EINVAL, "checkpoint '%s': tensor '%s' holds a non-finite value (%g "
-                          "at element %zu of this rank's part); refusing to load it", path,
-                          t->name, v, bad);
+            rc = dl_error(DL_EINVAL,
+                          "checkpoint '%s': tensor '%s' holds a non-finite value (%g "
+                          "at element %zu of this rank's part); refusing to load it",
+                          path, t->name, v, bad);
             goto out;
         }
     }

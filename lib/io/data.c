@@ -41,7 +41,8 @@ static uint64_t splitmix64(uint64_t x)
 
 void dl_data_opts_init(dl_data_opts *o)
 {
-    if (!o) return;
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->path = NULL;
     o->seq = 64;
@@ -88,10 +89,12 @@ static int check_p(const double *p, int K, char *why, size_t whylen)
 double dl_data_entropy_rate(const double *p, int K)
 {
     char why[128];
-    if (!check_p(p, K, why, sizeof why)) return NAN;
+    if (!check_p(p, K, why, sizeof why))
+        return NAN;
     double h = 0;
     for (int j = 0; j < K; j++)
-        if (p[j] > 0) h -= p[j] * log(p[j]);
+        if (p[j] > 0)
+            h -= p[j] * log(p[j]);
     return h;
 }
 
@@ -99,7 +102,8 @@ int dl_data_markov_offsets(uint64_t seed, int K, unsigned char *off)
 {
     if (K < 1 || K > DL_DATA_MAX_K)
         return dl_error(DL_EINVAL, "data: K = %d branches (need 1 .. %d)", K, DL_DATA_MAX_K);
-    if (!off) return dl_error(DL_EINVAL, "data: null offset buffer");
+    if (!off)
+        return dl_error(DL_EINVAL, "data: null offset buffer");
     uint64_t key = splitmix64(seed ^ KEY_OFFSETS);
     uint64_t n = 0;
     for (int b = 0; b < 256; b++) {
@@ -119,12 +123,16 @@ int dl_data_markov_generate(uint64_t seed, int K, const double *p, long burn_in,
                             unsigned char *out)
 {
     char why[128];
-    if (!check_p(p, K, why, sizeof why)) return dl_error(DL_EINVAL, "data: %s", why);
-    if (burn_in < 0) return dl_error(DL_EINVAL, "data: burn-in %ld < 0", burn_in);
-    if (n > 0 && !out) return dl_error(DL_EINVAL, "data: null output buffer");
+    if (!check_p(p, K, why, sizeof why))
+        return dl_error(DL_EINVAL, "data: %s", why);
+    if (burn_in < 0)
+        return dl_error(DL_EINVAL, "data: burn-in %ld < 0", burn_in);
+    if (n > 0 && !out)
+        return dl_error(DL_EINVAL, "data: null output buffer");
     unsigned char off[256 * DL_DATA_MAX_K];
     int st = dl_data_markov_offsets(seed, K, off);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
 
     /* cumulative thresholds; the last branch with p_j > 0 catches any rounding excess */
     double cum[DL_DATA_MAX_K];
@@ -133,7 +141,8 @@ int dl_data_markov_generate(uint64_t seed, int K, const double *p, long burn_in,
     for (int j = 0; j < K; j++) {
         s += p[j];
         cum[j] = s;
-        if (p[j] > 0) last = j;
+        if (p[j] > 0)
+            last = j;
     }
     cum[last] = 2.0;
 
@@ -145,7 +154,8 @@ int dl_data_markov_generate(uint64_t seed, int K, const double *p, long burn_in,
         int j = 0;
         while (u >= cum[j]) j++;
         unsigned c = off[b * (unsigned)K + (unsigned)j] ^ (a & 1u);
-        if (t >= (uint64_t)burn_in) out[t - (uint64_t)burn_in] = (unsigned char)c;
+        if (t >= (uint64_t)burn_in)
+            out[t - (uint64_t)burn_in] = (unsigned char)c;
         a = b;
         b = c;
     }
@@ -168,7 +178,8 @@ static size_t min_len(int seq, double f)
     size_t w = (size_t)seq + 1;
     double est = (double)w / (1.0 - f) - 2.0;
     size_t n = 2 * w;
-    if (est > (double)n) n = (size_t)est;
+    if (est > (double)n)
+        n = (size_t)est;
     while (n < val_len_of(n, seq, f) + w) n++;
     return n;
 }
@@ -180,7 +191,8 @@ static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t
     *buf = NULL;
     *len = 0;
     int fd, st = dl_path_open_input(path, "data file", &fd);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
@@ -189,9 +201,10 @@ static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t
     }
     if ((uint64_t)sb.st_size > max || (uint64_t)sb.st_size >= SIZE_MAX) {
         close(fd);
-        return dl_error(DL_EINVAL, "data: '%s' is %lld bytes, more than the cap of %llu bytes "
-                        "(max_bytes; distlab-train --data-max)", path, (long long)sb.st_size,
-                        (unsigned long long)max);
+        return dl_error(DL_EINVAL,
+                        "data: '%s' is %lld bytes, more than the cap of %llu bytes "
+                        "(max_bytes; distlab-train --data-max)",
+                        path, (long long)sb.st_size, (unsigned long long)max);
     }
     size_t cap = (size_t)sb.st_size + 1;
     unsigned char *p = malloc(cap);
@@ -202,14 +215,16 @@ static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t
     size_t n = 0;
     while (n < cap) {
         ssize_t r = read(fd, p + n, cap - n);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r < 0) {
             int e = errno;
             free(p);
             close(fd);
             return dl_error(DL_ESYS, "data: cannot read '%s': %s", path, strerror(e));
         }
-        if (r == 0) break;
+        if (r == 0)
+            break;
         n += (size_t)r;
     }
     close(fd);
@@ -225,10 +240,13 @@ static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t
 
 int dl_data_open(const dl_data_opts *o, dl_data **out)
 {
-    if (!out) return dl_error(DL_EINVAL, "data: null output pointer");
+    if (!out)
+        return dl_error(DL_EINVAL, "data: null output pointer");
     *out = NULL;
-    if (!o) return dl_error(DL_EINVAL, "data: null options");
-    if (o->seq < 1) return dl_error(DL_EINVAL, "data: sequence length %d (need >= 1)", o->seq);
+    if (!o)
+        return dl_error(DL_EINVAL, "data: null options");
+    if (o->seq < 1)
+        return dl_error(DL_EINVAL, "data: sequence length %d (need >= 1)", o->seq);
     if (!(o->val_fraction > 0.0 && o->val_fraction < 1.0))
         return dl_error(DL_EINVAL, "data: validation fraction %g (need a value in (0, 1))",
                         o->val_fraction);
@@ -236,15 +254,17 @@ int dl_data_open(const dl_data_opts *o, dl_data **out)
     size_t need = min_len(o->seq, o->val_fraction);
 
     dl_data *d = calloc(1, sizeof *d);
-    if (!d) return dl_error(DL_ENOMEM, "data: no memory");
+    if (!d)
+        return dl_error(DL_ENOMEM, "data: no memory");
     d->seq = o->seq;
     int st;
     if (file) {
         d->floor = NAN;
         snprintf(d->name, sizeof d->name, "%s", o->path);
-        st = read_file(o->path, o->max_bytes ? o->max_bytes : DL_DATA_DEFAULT_MAX, &d->bytes,
-                       &d->n);
-        if (st != DL_OK) goto fail;
+        st =
+            read_file(o->path, o->max_bytes ? o->max_bytes : DL_DATA_DEFAULT_MAX, &d->bytes, &d->n);
+        if (st != DL_OK)
+            goto fail;
         if (d->n == 0) {
             st = dl_error(DL_EINVAL,
                           "data: '%s' is empty; need at least %zu bytes (one training and one "
@@ -265,8 +285,8 @@ int dl_data_open(const dl_data_opts *o, dl_data **out)
         }
         d->synthetic = 1;
         d->floor = dl_data_entropy_rate(o->p, o->K);
-        snprintf(d->name, sizeof d->name, "synthetic(seed=%llu, K=%d)",
-                 (unsigned long long)o->seed, o->K);
+        snprintf(d->name, sizeof d->name, "synthetic(seed=%llu, K=%d)", (unsigned long long)o->seed,
+                 o->K);
         d->n = o->synth_bytes;
         if (d->n < need) {
             st = dl_error(DL_EINVAL,
@@ -281,7 +301,8 @@ int dl_data_open(const dl_data_opts *o, dl_data **out)
             goto fail;
         }
         st = dl_data_markov_generate(o->seed, o->K, o->p, o->burn_in, d->n, d->bytes);
-        if (st != DL_OK) goto fail;
+        if (st != DL_OK)
+            goto fail;
     }
     if (d->n < need) {
         st = dl_error(DL_EINVAL,
@@ -302,7 +323,8 @@ fail:
 
 void dl_data_free(dl_data *d)
 {
-    if (!d) return;
+    if (!d)
+        return;
     free(d->bytes);
     free(d);
 }
@@ -322,10 +344,12 @@ double dl_data_floor(const dl_data *d) { return d ? d->floor : NAN; }
 /* (a * b) mod m without overflow, for a, b < m. */
 static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
 {
-    if (a == 0 || b <= UINT64_MAX / a) return (a * b) % m;
+    if (a == 0 || b <= UINT64_MAX / a)
+        return (a * b) % m;
     uint64_t r = 0;
     while (b) {
-        if (b & 1) r = (r >= m - a) ? r - (m - a) : r + a;
+        if (b & 1)
+            r = (r >= m - a) ? r - (m - a) : r + a;
         a = (a >= m - a) ? a - (m - a) : a + a;
         b >>= 1;
     }
@@ -334,7 +358,8 @@ static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
 
 size_t dl_data_sample_start(const dl_data *d, long i)
 {
-    if (!d || i < 0) return (size_t)-1;
+    if (!d || i < 0)
+        return (size_t)-1;
     uint64_t m = (uint64_t)(d->train_len - (size_t)d->seq);
     return (size_t)mulmod((uint64_t)i % m, (uint64_t)d->seq % m, m);
 }
@@ -349,8 +374,10 @@ static void copy_window(const unsigned char *w, int seq, int *inputs, int *targe
 
 int dl_data_sample(const dl_data *d, long i, int *inputs, int *targets)
 {
-    if (!d || !inputs || !targets) return dl_error(DL_EINVAL, "data: sample: null argument");
-    if (i < 0) return dl_error(DL_EINVAL, "data: sample index %ld < 0", i);
+    if (!d || !inputs || !targets)
+        return dl_error(DL_EINVAL, "data: sample: null argument");
+    if (i < 0)
+        return dl_error(DL_EINVAL, "data: sample index %ld < 0", i);
     copy_window(d->bytes + dl_data_sample_start(d, i), d->seq, inputs, targets);
     return DL_OK;
 }
@@ -358,22 +385,29 @@ int dl_data_sample(const dl_data *d, long i, int *inputs, int *targets)
 int dl_data_batch(const dl_data *d, long step, int G, int dp, int dp_rank, int micro, int mb,
                   int *inputs, int *targets)
 {
-    if (!d || !inputs || !targets) return dl_error(DL_EINVAL, "data: batch: null argument");
-    if (step < 0) return dl_error(DL_EINVAL, "data: batch: step %ld < 0", step);
-    if (G < 1) return dl_error(DL_EINVAL, "data: batch: global batch %d (need >= 1)", G);
-    if (dp < 1) return dl_error(DL_EINVAL, "data: batch: dp = %d (need >= 1)", dp);
+    if (!d || !inputs || !targets)
+        return dl_error(DL_EINVAL, "data: batch: null argument");
+    if (step < 0)
+        return dl_error(DL_EINVAL, "data: batch: step %ld < 0", step);
+    if (G < 1)
+        return dl_error(DL_EINVAL, "data: batch: global batch %d (need >= 1)", G);
+    if (dp < 1)
+        return dl_error(DL_EINVAL, "data: batch: dp = %d (need >= 1)", dp);
     if (dp_rank < 0 || dp_rank >= dp)
         return dl_error(DL_EINVAL, "data: batch: dp rank %d outside [0, %d)", dp_rank, dp);
     if (G % dp != 0)
         return dl_error(DL_EINVAL,
                         "data: batch: global batch %d is not divisible by dp = %d (a multiple "
-                        "of %d would fit)", G, dp, dp);
+                        "of %d would fit)",
+                        G, dp, dp);
     int share = G / dp;
-    if (mb < 1) return dl_error(DL_EINVAL, "data: batch: micro-batch size %d (need >= 1)", mb);
+    if (mb < 1)
+        return dl_error(DL_EINVAL, "data: batch: micro-batch size %d (need >= 1)", mb);
     if (micro < 0 || (long)micro * mb + mb > share)
         return dl_error(DL_EINVAL,
                         "data: batch: micro-batch %d of %d sequences does not fit in the rank's "
-                        "share of %d sequences (G = %d / dp = %d)", micro, mb, share, G, dp);
+                        "share of %d sequences (G = %d / dp = %d)",
+                        micro, mb, share, G, dp);
     if (step > (LONG_MAX - G) / G)
         return dl_error(DL_EINVAL, "data: batch: step %ld x global batch %d overflows", step, G);
     long first = step * G + (long)dp_rank * share + (long)micro * mb;
@@ -386,13 +420,15 @@ int dl_data_batch(const dl_data *d, long step, int G, int dp, int dp_rank, int m
 
 long dl_data_val_windows(const dl_data *d)
 {
-    if (!d) return 0;
+    if (!d)
+        return 0;
     return (long)((d->val_len - 1) / (size_t)d->seq);
 }
 
 int dl_data_val_window(const dl_data *d, long i, int *inputs, int *targets)
 {
-    if (!d || !inputs || !targets) return dl_error(DL_EINVAL, "data: validation: null argument");
+    if (!d || !inputs || !targets)
+        return dl_error(DL_EINVAL, "data: validation: null argument");
     long nval = dl_data_val_windows(d);
     if (i < 0 || i >= nval)
         return dl_error(DL_EINVAL, "data: validation window %ld outside [0, %ld)", i, nval);

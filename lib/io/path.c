@@ -17,12 +17,18 @@
 
 static const char *kind_of(mode_t m)
 {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISLNK(m))
+        return "a symbolic link";
     return "not a regular file";
 }
 
@@ -34,14 +40,17 @@ static int not_regular(const char *what, const char *path, mode_t m)
 
 int dl_path_open_input(const char *path, const char *what, int *fd)
 {
-    if (!fd) return dl_error(DL_EINVAL, "%s: null file descriptor pointer", what);
+    if (!fd)
+        return dl_error(DL_EINVAL, "%s: null file descriptor pointer", what);
     *fd = -1;
-    if (!path || !*path) return dl_error(DL_EINVAL, "%s: empty file name", what);
+    if (!path || !*path)
+        return dl_error(DL_EINVAL, "%s: empty file name", what);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return dl_error(errno == ENOENT || errno == ENOTDIR ? DL_EINVAL : DL_ESYS,
                         "cannot open %s '%s': %s", what, path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return not_regular(what, path, sb.st_mode);
+    if (!S_ISREG(sb.st_mode))
+        return not_regular(what, path, sb.st_mode);
     /* O_NONBLOCK: should the name have become a FIFO since the stat, open() still returns */
     int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (f < 0)
@@ -49,14 +58,15 @@ int dl_path_open_input(const char *path, const char *what, int *fd)
                         path, strerror(errno));
     if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         int e = errno;
-        int st = S_ISREG(sb.st_mode) ? dl_error(DL_ESYS, "%s '%s': fstat: %s", what, path,
-                                                strerror(e))
-                                     : not_regular(what, path, sb.st_mode);
+        int st = S_ISREG(sb.st_mode)
+                     ? dl_error(DL_ESYS, "%s '%s': fstat: %s", what, path, strerror(e))
+                     : not_regular(what, path, sb.st_mode);
         close(f);
         return st;
     }
     int fl = fcntl(f, F_GETFL);
-    if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
     *fd = f;
     return DL_OK;
 }
@@ -70,21 +80,25 @@ static void dir_of(const char *path, char *buf, size_t n)
         return;
     }
     size_t len = (size_t)(slash - path);
-    if (len == 0) len = 1; /* "/x": the root */
-    if (len >= n) len = n - 1;
+    if (len == 0)
+        len = 1; /* "/x": the root */
+    if (len >= n)
+        len = n - 1;
     memcpy(buf, path, len);
     buf[len] = '\0';
 }
 
 int dl_path_check_output(const char *path, const char *what)
 {
-    if (!path || !*path) return dl_error(DL_EINVAL, "%s: empty file name", what);
+    if (!path || !*path)
+        return dl_error(DL_EINVAL, "%s: empty file name", what);
     struct stat sb;
     if (lstat(path, &sb) == 0) {
         if (S_ISLNK(sb.st_mode))
             return dl_error(DL_EINVAL,
                             "%s: '%s' is a symbolic link; refusing to replace it (give the "
-                            "target's path)", what, path);
+                            "target's path)",
+                            what, path);
         if (!S_ISREG(sb.st_mode))
             return dl_error(DL_EINVAL, "%s: '%s' is %s; refusing to replace it", what, path,
                             kind_of(sb.st_mode));
@@ -99,8 +113,7 @@ int dl_path_check_output(const char *path, const char *what)
         return dl_error(DL_ESYS, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return dl_error(DL_ESYS, "%s: cannot write '%s': '%s' is not a directory", what, path,
-                        dir);
+        return dl_error(DL_ESYS, "%s: cannot write '%s': '%s' is not a directory", what, path, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return dl_error(DL_ESYS, "%s: cannot write '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
@@ -120,13 +133,15 @@ static long tmp_pid(const char *name, const char *base, size_t blen)
 
 int dl_path_remove_stale_tmp(const char *path)
 {
-    if (!path || !*path) return 0;
+    if (!path || !*path)
+        return 0;
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t blen = strlen(base);
     DIR *d = opendir(dir);
-    if (!d) return 0;
+    if (!d)
+        return 0;
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {

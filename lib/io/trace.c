@@ -36,15 +36,19 @@ _Static_assert(sizeof(rank_buf) == 64, "rank_buf is one cache line");
 
 int dl_trace_create(int nranks, size_t events_per_rank, dl_trace **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "trace: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "trace: null output");
     *out = NULL;
     if (nranks < 1 || events_per_rank < 1)
-        return dl_error(DL_EINVAL, "trace: need at least one rank and one event per rank (got %d ranks, "
-                        "%zu events)", nranks, events_per_rank);
+        return dl_error(DL_EINVAL,
+                        "trace: need at least one rank and one event per rank (got %d ranks, "
+                        "%zu events)",
+                        nranks, events_per_rank);
     if (events_per_rank > ((size_t)1 << 40) / sizeof(dl_trace_event))
         return dl_error(DL_EINVAL, "trace: %zu events per rank is too many", events_per_rank);
     dl_trace *t = calloc(1, sizeof *t);
-    if (t == NULL) return dl_error(DL_ENOMEM, "trace: out of memory");
+    if (t == NULL)
+        return dl_error(DL_ENOMEM, "trace: out of memory");
     t->nranks = nranks;
     t->v = 1;
     t->cap = events_per_rank;
@@ -74,7 +78,8 @@ int dl_trace_create(int nranks, size_t events_per_rank, dl_trace **out)
 
 void dl_trace_destroy(dl_trace *t)
 {
-    if (t == NULL) return;
+    if (t == NULL)
+        return;
     if (t->r)
         for (int r = 0; r < t->nranks; r++) free(t->r[r].ev);
     free(t->r);
@@ -84,7 +89,8 @@ void dl_trace_destroy(dl_trace *t)
 void dl_trace_add(dl_trace *t, int rank, int kind, int step, int mb, int chunk, uint64_t t0,
                   uint64_t t1)
 {
-    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks) return;
+    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks)
+        return;
     rank_buf *b = &t->r[rank];
     size_t n = b->n;
     if (n >= b->cap) {
@@ -103,19 +109,22 @@ void dl_trace_add(dl_trace *t, int rank, int kind, int step, int mb, int chunk, 
 
 size_t dl_trace_count(const dl_trace *t, int rank)
 {
-    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks) return 0;
+    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks)
+        return 0;
     return t->r[rank].n;
 }
 
 const dl_trace_event *dl_trace_events(const dl_trace *t, int rank)
 {
-    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks) return NULL;
+    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks)
+        return NULL;
     return t->r[rank].ev;
 }
 
 uint64_t dl_trace_dropped(const dl_trace *t, int rank)
 {
-    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks) return 0;
+    if (t == NULL || (unsigned)rank >= (unsigned)t->nranks)
+        return 0;
     return t->r[rank].dropped;
 }
 
@@ -124,7 +133,8 @@ size_t dl_trace_capacity(const dl_trace *t) { return t ? t->cap : 0; }
 
 void dl_trace_clear(dl_trace *t)
 {
-    if (t == NULL) return;
+    if (t == NULL)
+        return;
     for (int r = 0; r < t->nranks; r++) {
         t->r[r].n = 0;
         t->r[r].dropped = 0;
@@ -133,12 +143,13 @@ void dl_trace_clear(dl_trace *t)
 
 void dl_trace_set_chunks(dl_trace *t, int v)
 {
-    if (t) t->v = v > 1 ? v : 1;
+    if (t)
+        t->v = v > 1 ? v : 1;
 }
 
 const char *dl_trace_kind_name(int kind)
 {
-    static const char *const names[DL_TR_NKINDS] = {"fwd", "bwd", "send", "recv-wait",
+    static const char *const names[DL_TR_NKINDS] = {"fwd", "bwd",  "send", "recv-wait",
                                                     "opt", "comm", "step", "other"};
     return kind >= 0 && kind < DL_TR_NKINDS ? names[kind] : "other";
 }
@@ -151,7 +162,8 @@ static const dl_trace_event *find_step(const dl_trace *t, int rank, int step)
 {
     const rank_buf *b = &t->r[rank];
     for (size_t i = 0; i < b->n; i++)
-        if (b->ev[i].kind == DL_TR_STEP && b->ev[i].step == step) return &b->ev[i];
+        if (b->ev[i].kind == DL_TR_STEP && b->ev[i].step == step)
+            return &b->ev[i];
     return NULL;
 }
 
@@ -172,16 +184,20 @@ static size_t merged(const rank_buf *b, unsigned mask, uint64_t w0, uint64_t w1,
     size_t k = 0;
     for (size_t i = 0; i < b->n; i++) {
         const dl_trace_event *e = &b->ev[i];
-        if (e->kind < 0 || e->kind >= DL_TR_NKINDS || !(mask & (1u << e->kind))) continue;
+        if (e->kind < 0 || e->kind >= DL_TR_NKINDS || !(mask & (1u << e->kind)))
+            continue;
         uint64_t a = e->t0 > w0 ? e->t0 : w0, z = e->t1 < w1 ? e->t1 : w1;
-        if (z > a) v[k++] = (iv){a, z};
+        if (z > a)
+            v[k++] = (iv){a, z};
     }
-    if (k < 2) return k;
+    if (k < 2)
+        return k;
     qsort(v, k, sizeof *v, iv_cmp);
     size_t m = 0;
     for (size_t i = 1; i < k; i++) {
         if (v[i].a <= v[m].b) {
-            if (v[i].b > v[m].b) v[m].b = v[i].b;
+            if (v[i].b > v[m].b)
+                v[m].b = v[i].b;
         } else {
             v[++m] = v[i];
         }
@@ -198,10 +214,11 @@ static uint64_t total(const iv *v, size_t k)
 
 static int check_rank(const dl_trace *t, int rank, const char *what)
 {
-    if (t == NULL) return dl_error(DL_EINVAL, "trace %s: null trace", what);
+    if (t == NULL)
+        return dl_error(DL_EINVAL, "trace %s: null trace", what);
     if (rank < 0 || rank >= t->nranks)
-        return dl_error(DL_EINVAL, "trace %s: rank %d out of range (the trace has %d ranks)", what, rank,
-                        t->nranks);
+        return dl_error(DL_EINVAL, "trace %s: rank %d out of range (the trace has %d ranks)", what,
+                        rank, t->nranks);
     return DL_OK;
 }
 
@@ -211,7 +228,8 @@ static int step_window(const dl_trace *t, int rank, int step, const char *what, 
                        uint64_t *w1, iv **v)
 {
     int rc = check_rank(t, rank, what);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     const dl_trace_event *s = find_step(t, rank, step);
     if (s == NULL)
         return dl_error(DL_EINVAL, "trace %s: rank %d has no step event of step %d", what, rank,
@@ -219,7 +237,8 @@ static int step_window(const dl_trace *t, int rank, int step, const char *what, 
     *w0 = s->t0, *w1 = s->t1 > s->t0 ? s->t1 : s->t0;
     size_t n = t->r[rank].n;
     *v = malloc((n ? n : 1) * sizeof **v);
-    if (*v == NULL) return dl_error(DL_ENOMEM, "trace %s: out of memory", what);
+    if (*v == NULL)
+        return dl_error(DL_ENOMEM, "trace %s: out of memory", what);
     return DL_OK;
 }
 
@@ -229,25 +248,32 @@ int dl_trace_bubble(const dl_trace *t, int rank, int step, double *bubble, doubl
     uint64_t w0, w1;
     iv *v;
     int rc = step_window(t, rank, step, "bubble", &w0, &w1, &v);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     const rank_buf *b = &t->r[rank];
     uint64_t busy = total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD), w0, w1, v));
     free(v);
     double wall = (double)(w1 - w0);
-    if (busy_ns) *busy_ns = (double)busy;
-    if (wall_ns) *wall_ns = wall;
-    if (bubble) *bubble = wall > 0 ? 1.0 - (double)busy / wall : 0.0;
+    if (busy_ns)
+        *busy_ns = (double)busy;
+    if (wall_ns)
+        *wall_ns = wall;
+    if (bubble)
+        *bubble = wall > 0 ? 1.0 - (double)busy / wall : 0.0;
     return DL_OK;
 }
 
 int dl_trace_breakdown(const dl_trace *t, int rank, int step, double ns[DL_TR_NKINDS])
 {
     int rc = check_rank(t, rank, "breakdown");
-    if (rc) return rc;
-    if (ns == NULL) return dl_error(DL_EINVAL, "trace breakdown: null output");
+    if (rc)
+        return rc;
+    if (ns == NULL)
+        return dl_error(DL_EINVAL, "trace breakdown: null output");
     uint64_t w0, w1;
     iv *v;
-    if ((rc = step_window(t, rank, step, "breakdown", &w0, &w1, &v))) return rc;
+    if ((rc = step_window(t, rank, step, "breakdown", &w0, &w1, &v)))
+        return rc;
     const rank_buf *b = &t->r[rank];
     for (int k = 0; k < DL_TR_NKINDS; k++) ns[k] = (double)total(v, merged(b, 1u << k, w0, w1, v));
     free(v);
@@ -267,8 +293,10 @@ static void event_name(const dl_trace *t, const dl_trace_event *e, char *buf, si
 {
     if (e->kind == DL_TR_FWD || e->kind == DL_TR_BWD) {
         char c = e->kind == DL_TR_FWD ? 'F' : 'B';
-        if (e->chunk > 0 || t->v > 1) snprintf(buf, cap, "%c%d.%d", c, (int)e->mb, (int)e->chunk);
-        else snprintf(buf, cap, "%c%d", c, (int)e->mb);
+        if (e->chunk > 0 || t->v > 1)
+            snprintf(buf, cap, "%c%d.%d", c, (int)e->mb, (int)e->chunk);
+        else
+            snprintf(buf, cap, "%c%d", c, (int)e->mb);
     } else {
         snprintf(buf, cap, "%s", e->kind == DL_TR_OPT ? "opt" : dl_trace_kind_name(e->kind));
     }
@@ -279,16 +307,20 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
     if (t == NULL || path == NULL || *path == '\0')
         return dl_error(DL_EINVAL, "trace: write chrome: null trace or empty path");
     int st = dl_path_check_output(path, "trace");
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     uint64_t base = UINT64_MAX;
     for (int r = 0; r < t->nranks; r++)
         for (size_t i = 0; i < t->r[r].n; i++)
-            if (t->r[r].ev[i].t0 < base) base = t->r[r].ev[i].t0;
-    if (base == UINT64_MAX) base = 0;
+            if (t->r[r].ev[i].t0 < base)
+                base = t->r[r].ev[i].t0;
+    if (base == UINT64_MAX)
+        base = 0;
 
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
-    if (tmp == NULL) return dl_error(DL_ENOMEM, "trace: write chrome %s: out of memory", path);
+    if (tmp == NULL)
+        return dl_error(DL_ENOMEM, "trace: write chrome %s: out of memory", path);
     snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     dl_path_remove_stale_tmp(path);
     FILE *f = fopen(tmp, "w");
@@ -299,15 +331,22 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
     }
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
     int first = 1;
-    fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"distlab\"}}", f);
+    fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":"
+          "\"distlab\"}}",
+          f);
     first = 0;
     for (int r = 0; r < t->nranks; r++) {
         char nm[32];
         snprintf(nm, sizeof nm, "rank %d", r);
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":", r);
+        fprintf(f,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{"
+                "\"name\":",
+                r);
         dl__json_fputs(f, names && names[r] ? names[r] : nm, DL__JSON_CTRL_U);
-        fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                   "\"args\":{\"sort_index\":%d}}", r, r);
+        fprintf(f,
+                "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                "\"args\":{\"sort_index\":%d}}",
+                r, r);
     }
     for (int r = 0; r < t->nranks; r++) {
         for (size_t i = 0; i < t->r[r].n; i++) {
@@ -317,7 +356,8 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
             uint64_t dur = e->t1 > e->t0 ? e->t1 - e->t0 : 0;
             fputs(first ? "" : ",\n", f);
             first = 0;
-            fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", nm, dl_trace_kind_name(e->kind));
+            fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", nm,
+                    dl_trace_kind_name(e->kind));
             us3(f, e->t0 - base);
             fputs(",\"dur\":", f);
             us3(f, dur);
@@ -327,7 +367,8 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
     }
     fputs("\n]}\n", f);
     int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
+    if (fclose(f) != 0)
+        bad = 1;
     if (bad) {
         int e = errno;
         unlink(tmp);
@@ -374,26 +415,37 @@ static int is_action(const dl_trace_event *e)
 
 int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **out, int *hidden)
 {
-    if (t == NULL || out == NULL) return dl_error(DL_EINVAL, "trace grid: null argument");
+    if (t == NULL || out == NULL)
+        return dl_error(DL_EINVAL, "trace grid: null argument");
     *out = NULL;
-    if (hidden) *hidden = 0;
-    if (unit_ns == 0) return dl_error(DL_EINVAL, "trace grid: the time unit must be > 0 ns");
+    if (hidden)
+        *hidden = 0;
+    if (unit_ns == 0)
+        return dl_error(DL_EINVAL, "trace grid: the time unit must be > 0 ns");
     uint64_t w0 = UINT64_MAX, w1 = 0;
     for (int r = 0; r < t->nranks; r++) {
         const dl_trace_event *s = find_step(t, r, step);
-        if (s == NULL) continue;
-        if (s->t0 < w0) w0 = s->t0;
-        if (s->t1 > w1) w1 = s->t1;
+        if (s == NULL)
+            continue;
+        if (s->t0 < w0)
+            w0 = s->t0;
+        if (s->t1 > w1)
+            w1 = s->t1;
     }
-    if (w0 == UINT64_MAX) return dl_error(DL_EINVAL, "trace grid: no rank has a step event of step %d", step);
-    if (w1 < w0) w1 = w0;
+    if (w0 == UINT64_MAX)
+        return dl_error(DL_EINVAL, "trace grid: no rank has a step event of step %d", step);
+    if (w1 < w0)
+        w1 = w0;
     uint64_t cells = (w1 - w0 + unit_ns - 1) / unit_ns;
     if (cells > 1000000)
-        return dl_error(DL_EINVAL, "trace grid: step %d spans %llu cells of %llu ns (at most 1e6; use a "
-                        "larger unit)", step, (unsigned long long)cells, (unsigned long long)unit_ns);
+        return dl_error(DL_EINVAL,
+                        "trace grid: step %d spans %llu cells of %llu ns (at most 1e6; use a "
+                        "larger unit)",
+                        step, (unsigned long long)cells, (unsigned long long)unit_ns);
     size_t T = (size_t)cells, most = 1;
     for (int r = 0; r < t->nranks; r++)
-        if (t->r[r].n > most) most = t->r[r].n;
+        if (t->r[r].n > most)
+            most = t->r[r].n;
     uint64_t *cov = malloc((T ? T : 1) * sizeof *cov), *best = malloc((T ? T : 1) * sizeof *best);
     const dl_trace_event **who = malloc((T ? T : 1) * sizeof *who);
     iv *v = malloc(most * sizeof *v);
@@ -416,22 +468,27 @@ int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **o
             for (size_t c = (v[i].a - w0) / unit_ns; c < T && w0 + c * unit_ns < v[i].b; c++) {
                 uint64_t ca = w0 + c * unit_ns, cb = ca + unit_ns;
                 uint64_t a = v[i].a > ca ? v[i].a : ca, z = v[i].b < cb ? v[i].b : cb;
-                if (z > a) cov[c] += z - a;
+                if (z > a)
+                    cov[c] += z - a;
             }
         /* which single event covers most of each cell */
         for (size_t i = 0; i < b->n; i++) {
             const dl_trace_event *e = &b->ev[i];
-            if (e->kind < 0 || e->kind >= DL_TR_NKINDS || !(DRAWN & (1u << e->kind))) continue;
+            if (e->kind < 0 || e->kind >= DL_TR_NKINDS || !(DRAWN & (1u << e->kind)))
+                continue;
             uint64_t ea = e->t0 > w0 ? e->t0 : w0, ez = e->t1 < w1 ? e->t1 : w1;
-            if (ez <= ea) continue;
+            if (ez <= ea)
+                continue;
             for (size_t c = (ea - w0) / unit_ns; c < T && w0 + c * unit_ns < ez; c++) {
                 uint64_t ca = w0 + c * unit_ns, cb = ca + unit_ns;
                 uint64_t a = ea > ca ? ea : ca, z = ez < cb ? ez : cb;
-                if (z <= a) continue;
+                if (z <= a)
+                    continue;
                 uint64_t o = z - a;
                 const dl_trace_event *w = who[c];
                 if (w == NULL || o > best[c] ||
-                    (o == best[c] && (e->kind < w->kind || (e->kind == w->kind && e->t0 < w->t0)))) {
+                    (o == best[c] &&
+                     (e->kind < w->kind || (e->kind == w->kind && e->t0 < w->t0)))) {
                     best[c] = o;
                     who[c] = e;
                 }
@@ -468,26 +525,31 @@ done:
 
 static int ev_start_cmp(const void *a, const void *b)
 {
-    const dl_trace_event *x = *(const dl_trace_event *const *)a, *y = *(const dl_trace_event *const *)b;
+    const dl_trace_event *x = *(const dl_trace_event *const *)a,
+                         *y = *(const dl_trace_event *const *)b;
     return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
 }
 
 int dl_trace_actions(const dl_trace *t, int step, char **out)
 {
-    if (t == NULL || out == NULL) return dl_error(DL_EINVAL, "trace actions: null argument");
+    if (t == NULL || out == NULL)
+        return dl_error(DL_EINVAL, "trace actions: null argument");
     *out = NULL;
     size_t most = 1;
     for (int r = 0; r < t->nranks; r++)
-        if (t->r[r].n > most) most = t->r[r].n;
+        if (t->r[r].n > most)
+            most = t->r[r].n;
     const dl_trace_event **e = malloc(most * sizeof *e);
-    if (!e) return dl_error(DL_ENOMEM, "trace actions: out of memory");
+    if (!e)
+        return dl_error(DL_ENOMEM, "trace actions: out of memory");
     int wd = dl__grid_label_width(t->nranks), any = 0;
     dl__strbuf g = {0};
     for (int r = 0; r < t->nranks; r++) {
         const rank_buf *b = &t->r[r];
         size_t k = 0;
         for (size_t i = 0; i < b->n; i++)
-            if (b->ev[i].step == step && is_action(&b->ev[i])) e[k++] = &b->ev[i];
+            if (b->ev[i].step == step && is_action(&b->ev[i]))
+                e[k++] = &b->ev[i];
         qsort(e, k, sizeof *e, ev_start_cmp);
         dl__grid_label(&g, r, wd);
         for (size_t i = 0; i < k; i++) {
@@ -500,7 +562,8 @@ int dl_trace_actions(const dl_trace *t, int step, char **out)
     free(e);
     if (!any && !g.oom) {
         dl__sb_free(&g);
-        return dl_error(DL_EINVAL, "trace actions: no forward, backward or optimizer step in step %d", step);
+        return dl_error(DL_EINVAL,
+                        "trace actions: no forward, backward or optimizer step in step %d", step);
     }
     return dl__sb_finish(&g, out, "trace actions");
 }

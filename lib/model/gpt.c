@@ -12,14 +12,14 @@ struct dl_gpt {
     dl_gpt_layout *lay;
     int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
-    int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
-    size_t N;         /* MB * T: rows of the largest batch */
-    size_t set_elems; /* one layer's activations */
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;    /* L: the layers this rank holds (all chunks) */
+    size_t N;                                  /* MB * T: rows of the largest batch */
+    size_t set_elems;                          /* one layer's activations */
     int k_wte, k_wpe, k_lnf, k_head, *k_layer; /* k_layer[local layer] */
-    int embed, head;  /* holds virtual stage 0's embeddings / the last virtual stage's head */
+    int embed, head; /* holds virtual stage 0's embeddings / the last virtual stage's head */
     int cbeg[DL_GPT_MAX_CHUNKS]; /* local index of each chunk's first layer */
-    int maxc;         /* layers of the largest chunk */
-    int slots;        /* activation slots (micro-batches in flight) */
+    int maxc;                    /* layers of the largest chunk */
+    int slots;                   /* activation slots (micro-batches in flight) */
     void *params, *grads;
     /* per slot: activation sets (maxc of them, or one shared with full recompute), the residual
      * stream (maxc + 1 buffers of N x C), the head's buffers and the tokens */
@@ -109,8 +109,9 @@ static void select_slot(dl_gpt *g, int s, int ch)
     size_t ds = (size_t)g->dsize, N = g->N, C = g->C, V = g->V;
     g->cur_slot = s;
     g->cur_chunk = ch;
-    g->cur_act = (char *)g->act_base +
-                 (g->o.recompute == DL_RECOMPUTE_FULL ? 0 : (size_t)s * g->maxc * g->set_elems * ds);
+    g->cur_act =
+        (char *)g->act_base +
+        (g->o.recompute == DL_RECOMPUTE_FULL ? 0 : (size_t)s * g->maxc * g->set_elems * ds);
     g->xres = (char *)g->xres_base + (size_t)s * (g->maxc + 1) * N * C * ds;
     g->inputs = g->inputs_base + (size_t)s * N;
     g->targets = g->targets_base + (size_t)s * N;
@@ -150,8 +151,7 @@ void dl_gpt_destroy(dl_gpt *g)
 {
     if (!g)
         return;
-    for (int i = 0; i < g->nblocks; i++)
-        dl_arena_free(g->o.arena, g->blocks[i]);
+    for (int i = 0; i < g->nblocks; i++) dl_arena_free(g->o.arena, g->blocks[i]);
     free(g->k_layer);
     free(g->inputs_base);
     free(g->targets_base);
@@ -182,8 +182,8 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->o = *o;
     g->tp = tp;
     g->slots = o->act_slots < 1 ? 1 : o->act_slots;
-    int rc = dl_gpt_layout_create_part(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0,
-                                       o->part, &g->lay);
+    int rc = dl_gpt_layout_create_part(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0, o->part,
+                                       &g->lay);
     if (rc) {
         free(g);
         return rc;
@@ -247,15 +247,13 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     if (g->embed)
         g->ubound[g->nunits++] = 0;
     g->u_layer0 = g->nunits;
-    for (int l = 0; l < g->L; l++)
-        g->ubound[g->nunits++] = g->lay->t[g->k_layer[l]].offset;
+    for (int l = 0; l < g->L; l++) g->ubound[g->nunits++] = g->lay->t[g->k_layer[l]].offset;
     g->u_head = g->head ? g->nunits : -1;
     if (g->head)
         g->ubound[g->nunits++] = g->lay->t[g->k_lnf].offset;
     g->ubound[g->nunits] = g->lay->numel;
     for (int u = 0, k = 0; u <= g->nunits; u++) {
-        while (k < nt && g->lay->t[k].offset < g->ubound[u])
-            k++;
+        while (k < nt && g->lay->t[k].offset < g->ubound[u]) k++;
         g->ufirst[u] = k;
     }
     g->ufirst[g->nunits] = nt;
@@ -268,7 +266,7 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     if (g->keep0 && part->nchunks != 1) {
         dl_gpt_destroy(g);
         return dl_error(DL_EINVAL, "model: tied embeddings and head in different chunks of one "
-                        "stage need f32/f64 parameters without ZeRO-3");
+                                   "stage need f32/f64 parameters without ZeRO-3");
     }
     size_t ds = (size_t)g->dsize, P = g->lay->numel, ss = (size_t)g->ssize;
     /* unit buffers: [0] any unit, [1] the embeddings' unit when kept (tied) */
@@ -373,16 +371,16 @@ static int check_tokens(const dl_gpt *g, const int *toks, size_t n, const char *
 {
     for (size_t i = 0; i < n; i++)
         if (toks[i] < 0 || toks[i] >= g->V)
-            return dl_error(DL_EINVAL, "model forward: %s token out of range at position %zu",
-                            what, i);
+            return dl_error(DL_EINVAL, "model forward: %s token out of range at position %zu", what,
+                            i);
     return DL_OK;
 }
 
 static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
 {
     if (slot < 0 || slot >= g->slots || chunk < 0 || chunk >= g->lay->part.nchunks)
-        return dl_error(DL_EINVAL, "model %s: slot %d / chunk %d outside 0..%d / 0..%d", what,
-                        slot, chunk, g->slots - 1, g->lay->part.nchunks - 1);
+        return dl_error(DL_EINVAL, "model %s: slot %d / chunk %d outside 0..%d / 0..%d", what, slot,
+                        chunk, g->slots - 1, g->lay->part.nchunks - 1);
     return DL_OK;
 }
 
@@ -461,7 +459,7 @@ int dl_gpt_forward(dl_gpt *g, const int *inputs, const int *targets, int B, doub
 {
     if (g->lay->part.nchunks != 1 || !g->embed || !g->head)
         return dl_error(DL_EINVAL, "model forward: this rank holds a pipeline stage; use "
-                        "dl_gpt_stage_forward");
+                                   "dl_gpt_stage_forward");
     return dl_gpt_stage_forward(g, 0, 0, inputs, targets, B, loss);
 }
 
@@ -474,5 +472,6 @@ int dl_gpt_backward(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *arg)
 
 const void *dl_gpt_probs(const dl_gpt *g, int b, int t)
 {
-    return (const char *)g->probs + ((size_t)b * g->T + (size_t)t) * (size_t)g->V * (size_t)g->dsize;
+    return (const char *)g->probs +
+           ((size_t)b * g->T + (size_t)t) * (size_t)g->V * (size_t)g->dsize;
 }

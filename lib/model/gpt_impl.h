@@ -40,7 +40,7 @@ static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
 #define GRAD(k) ((REAL *)g->gw[k])
 /* the residual stream of the current slot; index r is relative to the current chunk's first
  * layer (r = its input, r + 1 its first layer's output, ...) */
-#define XRES(r) ((REAL *)g->xres + (size_t)(r) * g->N * g->C)
+#define XRES(r) ((REAL *)g->xres + (size_t)(r)*g->N * g->C)
 
 /* Megatron's two conjugate operators (lecture §3.3), over the tp group; identities at tp = 1.
  * f sits before a column-parallel layer: identity forward, all-reduce of the input gradient
@@ -52,10 +52,18 @@ static int FN(tp_allreduce_)(dl_gpt *g, REAL *buf, size_t n)
         return DL_OK;
     return dl_allreduce(g->o.tp_comm, buf, buf, n, DT, DL_SUM, DL_PURPOSE_ACTIVATIONS);
 }
-static int FN(f_forward_)(dl_gpt *g, REAL *x, size_t n) { (void)g, (void)x, (void)n; return DL_OK; }
+static int FN(f_forward_)(dl_gpt *g, REAL *x, size_t n)
+{
+    (void)g, (void)x, (void)n;
+    return DL_OK;
+}
 static int FN(f_backward_)(dl_gpt *g, REAL *dx, size_t n) { return FN(tp_allreduce_)(g, dx, n); }
 static int FN(g_forward_)(dl_gpt *g, REAL *y, size_t n) { return FN(tp_allreduce_)(g, y, n); }
-static int FN(g_backward_)(dl_gpt *g, REAL *dy, size_t n) { (void)g, (void)dy, (void)n; return DL_OK; }
+static int FN(g_backward_)(dl_gpt *g, REAL *dy, size_t n)
+{
+    (void)g, (void)dy, (void)n;
+    return DL_OK;
+}
 
 static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
 {
@@ -68,8 +76,8 @@ static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
         return rc;
     /* column-parallel Q/K/V of this rank's heads */
     OP(dl_linear_fwd_)(a.qkv, a.ln1, PARAM(k + 2), PARAM(k + 3), N, C, 3 * Cl);
-    OP(dl_attention_fwd_)(a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, g->T,
-                          g->NHl, g->HS);
+    OP(dl_attention_fwd_)
+    (a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, g->T, g->NHl, g->HS);
     /* row-parallel output projection: partial sums, then g (all-reduce), then the whole bias */
     OP(dl_linear_fwd_)(a.res2, a.atty, PARAM(k + 4), NULL, N, Cl, C);
     if ((rc = FN(g_forward_)(g, a.res2, (size_t)N * C)))
@@ -103,32 +111,33 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     /* MLP: g backward (identity); the whole bias's gradient is the column sum of dx */
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
-    OP(dl_linear_bwd_write_)(dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl,
-                             C);
+    OP(dl_linear_bwd_write_)
+    (dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl, C);
     /* GeLU backward in place (dfchg becomes d(pre-activation)) from the derivative the forward
      * kept in fch, with the first MLP linear's bias gradient summed in the same pass */
     OP(dl_gelu_bwd_deriv_)(dfchg, GRAD(k + 9), a.fch, dfchg, N, Fl);
     OP(dl_linear_bwd_write_)(dln, GRAD(k + 8), NULL, dfchg, a.ln2, PARAM(k + 8), N, C, Fl);
     if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
-    OP(dl_layernorm_bwd_)(dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean,
-                          a.ln2_rstd, N, C);
+    OP(dl_layernorm_bwd_)
+    (dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean, a.ln2_rstd, N, C);
     /* attention */
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
     OP(dl_linear_bwd_write_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
-    OP(dl_attention_bwd_write_)(dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv,
-                                a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, a.att, B, g->T, g->NHl, g->HS);
-    OP(dl_linear_bwd_write_)(dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C,
-                             3 * Cl);
+    OP(dl_attention_bwd_write_)
+    (dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl,
+     3 * Cl, a.att, B, g->T, g->NHl, g->HS);
+    OP(dl_linear_bwd_write_)
+    (dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C, 3 * Cl);
     /* The key bias adds q·b_k to every score of a row, which softmax ignores: its gradient is
      * exactly zero, and what the GEMM leaves there is rounding noise that Adam would amplify to
      * lr-sized steps of random sign (and make layouts differ). Keep the exact zero. */
     memset(GRAD(k + 3) + Cl, 0, sizeof(REAL) * (size_t)Cl);
     if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
-    OP(dl_layernorm_bwd_)(dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean,
-                          a.ln1_rstd, N, C);
+    OP(dl_layernorm_bwd_)
+    (dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean, a.ln1_rstd, N, C);
     return DL_OK;
 }
 
@@ -152,8 +161,8 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
     /* with tied embeddings kept (keep0), unit 0 is still materialised for the head */
     if ((rc = unit_begin(g, g->u_head, 0)))
         return rc;
-    OP(dl_layernorm_fwd_)(g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf),
-                          PARAM(g->k_lnf + 1), N, C);
+    OP(dl_layernorm_fwd_)
+    (g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf), PARAM(g->k_lnf + 1), N, C);
     OP(dl_linear_fwd_)(g->probs, g->lnf, PARAM(g->k_head), NULL, N, C, V);
     double m = OP(dl_crossentropy_fwd_)(g->probs, g->losses, g->probs, targets, N, V);
     if (loss)
@@ -172,11 +181,12 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *
         if ((g->keep0 && (rc = unit_begin(g, 0, 1))) || (rc = unit_begin(g, g->u_head, 1)))
             return rc;
         OP(dl_crossentropy_bwd_)(g->probs, g->probs, g->targets, (REAL)dloss, N, V);
-        OP(dl_linear_bwd_write_)(g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf,
-                                 PARAM(g->k_head), N, C, V);
+        OP(dl_linear_bwd_write_)
+        (g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head), N, C, V);
         memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
-        OP(dl_layernorm_bwd_)(g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(le - lb),
-                              PARAM(g->k_lnf), g->lnf_mean, g->lnf_rstd, N, C);
+        OP(dl_layernorm_bwd_)
+        (g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(le - lb), PARAM(g->k_lnf),
+         g->lnf_mean, g->lnf_rstd, N, C);
         if ((rc = unit_end(g, g->u_head)))
             return rc;
         if (ready && (rc = ready(g->lay->t[g->k_lnf].offset, arg)))

@@ -20,8 +20,10 @@ void dl_gpt_config_default(dl_gpt_config *c)
 int dl_gpt_config_check(const dl_gpt_config *c, int tp)
 {
     if (c->vocab < 1 || c->seq < 1 || c->layers < 1 || c->d_model < 1 || c->heads < 1)
-        return dl_error(DL_EINVAL, "model sizes must be positive (vocab %d, seq %d, layers %d, "
-                        "d-model %d, heads %d)", c->vocab, c->seq, c->layers, c->d_model, c->heads);
+        return dl_error(DL_EINVAL,
+                        "model sizes must be positive (vocab %d, seq %d, layers %d, "
+                        "d-model %d, heads %d)",
+                        c->vocab, c->seq, c->layers, c->d_model, c->heads);
     if (c->d_model % c->heads)
         return dl_error(DL_EINVAL, "d-model %d is not divisible by heads %d (try d-model %d)",
                         c->d_model, c->heads, (c->d_model / c->heads + 1) * c->heads);
@@ -32,8 +34,10 @@ int dl_gpt_config_check(const dl_gpt_config *c, int tp)
         for (int d = 1; d <= c->heads; d++)
             if (c->heads % d == 0 && d <= tp)
                 fit = d;
-        return dl_error(DL_EINVAL, "heads %d are not divisible by tp %d (tp %d fits, or use a "
-                        "head count divisible by %d)", c->heads, tp, fit, tp);
+        return dl_error(DL_EINVAL,
+                        "heads %d are not divisible by tp %d (tp %d fits, or use a "
+                        "head count divisible by %d)",
+                        c->heads, tp, fit, tp);
     }
     return DL_OK;
 }
@@ -41,7 +45,8 @@ int dl_gpt_config_check(const dl_gpt_config *c, int tp)
 int64_t dl_gpt_num_params(const dl_gpt_config *c)
 {
     int64_t V = c->vocab, T = c->seq, C = c->d_model, L = c->layers;
-    int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    int64_t block =
+        2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
     return V * C + T * C + L * block + 2 * C + (c->tie ? 0 : V * C);
 }
 
@@ -90,8 +95,10 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
 {
     memset(out, 0, sizeof *out);
     if (p < 1 || v < 1 || v > DL_GPT_MAX_CHUNKS || stage < 0 || stage >= p)
-        return dl_error(DL_EINVAL, "model part: stage %d of %d with %d chunks is out of range "
-                        "(at most %d chunks)", stage, p, v, DL_GPT_MAX_CHUNKS);
+        return dl_error(DL_EINVAL,
+                        "model part: stage %d of %d with %d chunks is out of range "
+                        "(at most %d chunks)",
+                        stage, p, v, DL_GPT_MAX_CHUNKS);
     if (bounds[0] != 0 || bounds[p * v] != c->layers)
         return dl_error(DL_EINVAL, "model part: layer bounds must run from 0 to %d", c->layers);
     for (int k = 0; k < p * v; k++)
@@ -112,8 +119,8 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
  * ln_f 2 + 12 L and the next, lm_head after them. */
 #define ID_LAYER(i, j) (2 + 12 * (i) + (j))
 
-int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
-                              const dl_gpt_part *part, dl_gpt_layout **out)
+int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
+                              dl_gpt_layout **out)
 {
     *out = NULL;
     int rc = dl_gpt_config_check(c, tp);
@@ -133,9 +140,8 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
     for (int ch = 0; ch < part->nchunks; ch++) {
         if (part->count[ch] < 1 || part->first[ch] < 0 ||
             part->first[ch] + part->count[ch] > c->layers)
-            return dl_error(DL_EINVAL, "model part: chunk %d's layers %d .. %d outside 0 .. %d",
-                            ch, part->first[ch], part->first[ch] + part->count[ch] - 1,
-                            c->layers - 1);
+            return dl_error(DL_EINVAL, "model part: chunk %d's layers %d .. %d outside 0 .. %d", ch,
+                            part->first[ch], part->first[ch] + part->count[ch] - 1, c->layers - 1);
         nl += part->count[ch];
     }
     dl_gpt_layout *l = calloc(1, sizeof *l);
@@ -160,12 +166,18 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank,
         int rows, cols, ndim; /* in units of C (0: 1) */
         dl_shard_kind sh;
     } blk[12] = {
-        {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE}, {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV}, {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
-        {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS}, {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE}, {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS}, {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
-        {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS}, {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE},
+        {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV},
+        {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
+        {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS},
+        {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE},
+        {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
+        {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS},
+        {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
+        {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS},
+        {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
     };
     for (int ch = 0; ch < part->nchunks; ch++)
         for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)

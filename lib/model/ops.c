@@ -107,8 +107,8 @@ static void log_gemm(dl_gemm_shape key)
     key.count = 0;
     for (int i = 0; i < l->n; i++) {
         dl_gemm_shape *s = &l->s[i];
-        if (s->ta == key.ta && s->tb == key.tb && s->M == key.M && s->N == key.N &&
-            s->K == key.K && s->kernel == key.kernel && s->lda == key.lda && s->ldb == key.ldb &&
+        if (s->ta == key.ta && s->tb == key.tb && s->M == key.M && s->N == key.N && s->K == key.K &&
+            s->kernel == key.kernel && s->lda == key.lda && s->ldb == key.ldb &&
             s->ldc == key.ldc && s->zero_beta == key.zero_beta) {
             s->count++;
             return;
@@ -121,7 +121,7 @@ static void log_gemm(dl_gemm_shape key)
         l->dropped++;
 }
 
-#define LOG_GEMM(kern, ta, tb, M, N, K, lda, ldb, ldc, beta)                                      \
+#define LOG_GEMM(kern, ta, tb, M, N, K, lda, ldb, ldc, beta)                                       \
     do {                                                                                           \
         if (gemm_log)                                                                              \
             log_gemm((dl_gemm_shape){ta, tb, M, N, K, 0, kern, lda, ldb, ldc, (beta) == 0});       \
@@ -133,16 +133,16 @@ static inline void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, co
                             int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc)
 {
     LOG_GEMM(DL_GEMM_BLAS, ta, tb, M, N, K, lda, ldb, ldc, beta);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
 }
 
 static inline void gemm_f64(int ta, int tb, int M, int N, int K, double alpha, const double *A,
                             int lda, const double *Bm, int ldb, double beta, double *Cm, int ldc)
 {
     LOG_GEMM(DL_GEMM_BLAS, ta, tb, M, N, K, lda, ldb, ldc, beta);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
 }
 
 /* f32 exp without a call, so that the loops around it vectorise (softmax, cross-entropy, GeLU).
@@ -165,7 +165,10 @@ static inline float exp_f32(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } e = { .i = ((int32_t)n + 127) << 23 };
+    union {
+        int32_t i;
+        float f;
+    } e = {.i = ((int32_t)n + 127) << 23};
     return p * e.f;
 }
 static inline double exp_f64(double x) { return exp(x); }
@@ -283,20 +286,17 @@ double dl_ops_gemm_replay(const dl_gemm_log *log, int dsize, int reps)
 
 void dl_bf16_from_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dl__bf16_round(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = dl__bf16_round(src[i]);
 }
 
 void dl_bf16_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dl__bf16_widen(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = dl__bf16_widen(src[i]);
 }
 
 void dl_bf16_acc_f32(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dl__bf16_round(dl__bf16_widen(dst[i]) + src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = dl__bf16_round(dl__bf16_widen(dst[i]) + src[i]);
 }
 
 void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n)
@@ -345,7 +345,7 @@ void dl_adamw_bf16(float *master, const uint16_t *grad, float *m, float *v, size
 
 static inline real FN(vsum)(const real *x, int n)
 {
-    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    real s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) s[l] += x[i + l];
@@ -357,7 +357,7 @@ static inline real FN(vsum)(const real *x, int n)
 /* Σ (x - m)² */
 static inline real FN(vsumsqdev)(const real *x, real m, int n)
 {
-    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    real s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) {
@@ -371,7 +371,7 @@ static inline real FN(vsumsqdev)(const real *x, real m, int n)
 
 static inline real FN(vdot)(const real *x, const real *y, int n)
 {
-    real s[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    real s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) s[l] += x[i + l] * y[i + l];
@@ -383,7 +383,7 @@ static inline real FN(vdot)(const real *x, const real *y, int n)
 /* 8 partial maxima, so that it vectorises (a max is exact: the same result in any order) */
 static inline real FN(vmax)(const real *x, int n)
 {
-    real s[8] = { x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0] };
+    real s[8] = {x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0]};
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) s[l] = x[i + l] > s[l] ? x[i + l] : s[l];
@@ -414,8 +414,8 @@ void FN(dl_encoder_fwd)(real *out, const int *tokens, const real *wte, const rea
 }
 
 DL_CLONES
-void FN(dl_encoder_bwd)(real *dwte, real *dwpe, const real *dout, const int *tokens, int B,
-                        int T, int C)
+void FN(dl_encoder_bwd)(real *dwte, real *dwpe, const real *dout, const int *tokens, int B, int T,
+                        int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -432,8 +432,8 @@ void FN(dl_encoder_bwd)(real *dwte, real *dwpe, const real *dout, const int *tok
 
 /* not cloned: its AVX-512 clone ran slower (1.05 vs 0.66 ms for 9 calls of 1024 x 256) */
 void FN(dl_layernorm_fwd)(real *restrict out, real *restrict mean, real *restrict rstd,
-                          const real *restrict inp, const real *restrict w,
-                          const real *restrict b, int N, int C)
+                          const real *restrict inp, const real *restrict w, const real *restrict b,
+                          int N, int C)
 {
     for (int n = 0; n < N; n++) {
         const real *x = inp + (size_t)n * C;
@@ -458,7 +458,7 @@ void FN(dl_layernorm_bwd)(real *restrict dinp, real *restrict dw, real *restrict
         real *dx = dinp + (size_t)n * C;
         real m = mean[n], s = rstd[n];
         /* y = w * xhat + b; dL/dx = s * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout */
-        real sg[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, sgx[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        real sg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sgx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int c = 0;
         for (; c + 8 <= C; c += 8)
             for (int l = 0; l < 8; l++) {
@@ -502,8 +502,10 @@ DL_CLONES
 static void FN(linear_bwd)(real *dinp, real beta_inp, real *dW, real *dbias, const real *dout,
                            const real *inp, const real *W, int N, int IC, int OC)
 {
-    if (dinp) FN(gemm)(0, 0, N, IC, OC, (real)1, dout, OC, W, IC, beta_inp, dinp, IC);
-    if (dW) FN(gemm)(1, 0, OC, IC, N, (real)1, dout, OC, inp, IC, (real)1, dW, IC);
+    if (dinp)
+        FN(gemm)(0, 0, N, IC, OC, (real)1, dout, OC, W, IC, beta_inp, dinp, IC);
+    if (dW)
+        FN(gemm)(1, 0, OC, IC, N, (real)1, dout, OC, inp, IC, (real)1, dW, IC);
     if (dbias) {
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * OC;
@@ -520,8 +522,8 @@ void FN(dl_linear_bwd)(real *dinp, real *dW, real *dbias, const real *dout, cons
 
 /* With beta = 0 the GEMM writes dinp: OpenBLAS clears C itself before accumulating (its own
  * pass, so this saves the caller's memset but not the traffic), and 0 + x == x exactly. */
-void FN(dl_linear_bwd_write)(real *dinp, real *dW, real *dbias, const real *dout,
-                             const real *inp, const real *W, int N, int IC, int OC)
+void FN(dl_linear_bwd_write)(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
+                             const real *W, int N, int IC, int OC)
 {
     FN(linear_bwd)(dinp, (real)0, dW, dbias, dout, inp, W, N, IC, OC);
 }
@@ -677,12 +679,12 @@ void FN(dl_residual_bwd)(real *da, real *db, const real *dout, size_t n)
     do {                                                                                           \
         int i = 0;                                                                                 \
         for (; i + RT <= M; i += RT) {                                                             \
-            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                 \
+            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                  \
             real *C = C0 + (size_t)i * ldc + j;                                                    \
             MM_TILE(VT, VL, TA, RT, NV);                                                           \
         }                                                                                          \
         for (; i < M; i++) {                                                                       \
-            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                 \
+            const real *A = A0 + (TA ? (size_t)i : (size_t)i * lda), *B = B0 + j;                  \
             real *C = C0 + (size_t)i * ldc + j;                                                    \
             MM_TILE(VT, VL, TA, 1, NV);                                                            \
         }                                                                                          \
@@ -725,12 +727,16 @@ __attribute__((target("avx512f"))) static void FN(small_mm_512)(MM_ARGS)
     int j = 0;
     if (ta) {
         for (; j + 4 * VL64 <= N;) MM_COLS(FN(v64), VL64, 1, 4, 4);
-        if (j + 2 * VL64 <= N) MM_COLS(FN(v64), VL64, 1, 4, 2);
-        if (j + VL64 <= N) MM_COLS(FN(v64), VL64, 1, 4, 1);
+        if (j + 2 * VL64 <= N)
+            MM_COLS(FN(v64), VL64, 1, 4, 2);
+        if (j + VL64 <= N)
+            MM_COLS(FN(v64), VL64, 1, 4, 1);
     } else {
         for (; j + 4 * VL64 <= N;) MM_COLS(FN(v64), VL64, 0, 4, 4);
-        if (j + 2 * VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 2);
-        if (j + VL64 <= N) MM_COLS(FN(v64), VL64, 0, 4, 1);
+        if (j + 2 * VL64 <= N)
+            MM_COLS(FN(v64), VL64, 0, 4, 2);
+        if (j + VL64 <= N)
+            MM_COLS(FN(v64), VL64, 0, 4, 1);
     }
     MM_TAIL(FN(v64), VL64)
 }
@@ -740,10 +746,12 @@ __attribute__((target("avx2,fma"))) static void FN(small_mm_256)(MM_ARGS)
     int j = 0;
     if (ta) {
         for (; j + 2 * VL32 <= N;) MM_COLS(FN(v32), VL32, 1, 6, 2);
-        if (j + VL32 <= N) MM_COLS(FN(v32), VL32, 1, 6, 1);
+        if (j + VL32 <= N)
+            MM_COLS(FN(v32), VL32, 1, 6, 1);
     } else {
         for (; j + 2 * VL32 <= N;) MM_COLS(FN(v32), VL32, 0, 6, 2);
-        if (j + VL32 <= N) MM_COLS(FN(v32), VL32, 0, 6, 1);
+        if (j + VL32 <= N)
+            MM_COLS(FN(v32), VL32, 0, 6, 1);
     }
     MM_TAIL(FN(v32), VL32)
 }
@@ -811,8 +819,9 @@ static void FN(causal_abt)(real *S, const real *A, int lda, const real *B, int l
     if (kc < 16) { /* a head too wide for the buffer: the GEMMs */
         for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
             int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
-            FN(gemm)(0, 1, i1 - i0, i1, HS, alpha, A + (size_t)i0 * lda, lda, B, ldb, (real)0,
-                     S + (size_t)i0 * T, T);
+            FN(gemm)
+            (0, 1, i1 - i0, i1, HS, alpha, A + (size_t)i0 * lda, lda, B, ldb, (real)0,
+             S + (size_t)i0 * T, T);
         }
         return;
     }
@@ -830,8 +839,9 @@ static void FN(causal_abt)(real *S, const real *A, int lda, const real *B, int l
         for (int i0 = c0 / DL_ATT_BLOCK * DL_ATT_BLOCK; i0 < T; i0 += DL_ATT_BLOCK) {
             int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
             int we = (i1 < c0 + w ? i1 : c0 + w) - c0;
-            FN(small_mm)(0, i1 - i0, we, HS, alpha, A + (size_t)i0 * lda, lda, bt, w, (real)0,
-                         S + (size_t)i0 * T + c0, T);
+            FN(small_mm)
+            (0, i1 - i0, we, HS, alpha, A + (size_t)i0 * lda, lda, bt, w, (real)0,
+             S + (size_t)i0 * T + c0, T);
         }
     }
 }
@@ -864,8 +874,9 @@ void FN(dl_attention_fwd)(real *out, int ldout, real *att, const real *q, const 
             /* O = P V, same row blocks */
             for (int i0 = 0; i0 < T; i0 += DL_ATT_BLOCK) {
                 int i1 = i0 + DL_ATT_BLOCK < T ? i0 + DL_ATT_BLOCK : T;
-                FN(small_mm)(0, i1 - i0, HS, i1, (real)1, P + (size_t)i0 * T, T, vb, ldqkv,
-                             (real)0, ob + (size_t)i0 * ldout, ldout);
+                FN(small_mm)
+                (0, i1 - i0, HS, i1, (real)1, P + (size_t)i0 * T, T, vb, ldqkv, (real)0,
+                 ob + (size_t)i0 * ldout, ldout);
             }
         }
 }
@@ -899,32 +910,35 @@ static void FN(attention_bwd)(real *dq, real *dk, real *dv, real beta, real *scr
                     for (int j = i + 1; j < i1; j++) d[j] = 0;
                 }
                 /* dQ[i0:i1] += scale · dS[i0:i1, 0:i1] K[0:i1] */
-                FN(small_mm)(0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, kb, ldqkv, beta,
-                             dqb + (size_t)i0 * ldqkv, ldqkv);
+                FN(small_mm)
+                (0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, kb, ldqkv, beta,
+                 dqb + (size_t)i0 * ldqkv, ldqkv);
             }
             /* keys/values [j0, j1) receive from query rows [j0, T) only */
             for (int j0 = 0; j0 < T; j0 += DL_ATT_BLOCK) {
                 int j1 = j0 + DL_ATT_BLOCK < T ? j0 + DL_ATT_BLOCK : T;
                 /* dK[j0:j1] += scale · dS[j0:T, j0:j1]ᵀ Q[j0:T] */
-                FN(small_mm)(1, j1 - j0, HS, T - j0, scale, D + (size_t)j0 * T + j0, T,
-                             qb + (size_t)j0 * ldqkv, ldqkv, beta, dkb + (size_t)j0 * ldqkv, ldqkv);
+                FN(small_mm)
+                (1, j1 - j0, HS, T - j0, scale, D + (size_t)j0 * T + j0, T, qb + (size_t)j0 * ldqkv,
+                 ldqkv, beta, dkb + (size_t)j0 * ldqkv, ldqkv);
                 /* dV[j0:j1] += P[j0:T, j0:j1]ᵀ dO[j0:T] */
-                FN(small_mm)(1, j1 - j0, HS, T - j0, (real)1, P + (size_t)j0 * T + j0, T,
-                             dob + (size_t)j0 * ldout, ldout, beta, dvb + (size_t)j0 * ldqkv, ldqkv);
+                FN(small_mm)
+                (1, j1 - j0, HS, T - j0, (real)1, P + (size_t)j0 * T + j0, T,
+                 dob + (size_t)j0 * ldout, ldout, beta, dvb + (size_t)j0 * ldqkv, ldqkv);
             }
         }
 }
 
-void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                          int ldout, const real *q, const real *k, const real *v, int ldqkv,
-                          const real *att, int B, int T, int NH, int HS)
+void FN(dl_attention_bwd)(real *dq, real *dk, real *dv, real *scratch, const real *dout, int ldout,
+                          const real *q, const real *k, const real *v, int ldqkv, const real *att,
+                          int B, int T, int NH, int HS)
 {
     FN(attention_bwd)(dq, dk, dv, (real)1, scratch, dout, ldout, q, k, v, ldqkv, att, B, T, NH, HS);
 }
 
 void FN(dl_attention_bwd_write)(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                                int ldout, const real *q, const real *k, const real *v,
-                                int ldqkv, const real *att, int B, int T, int NH, int HS)
+                                int ldout, const real *q, const real *k, const real *v, int ldqkv,
+                                const real *att, int B, int T, int NH, int HS)
 {
     FN(attention_bwd)(dq, dk, dv, (real)0, scratch, dout, ldout, q, k, v, ldqkv, att, B, T, NH, HS);
 }
@@ -941,13 +955,15 @@ double FN(dl_crossentropy_fwd)(real *probs, real *losses, const real *logits, co
         real *p = probs + (size_t)n * V;
         real mx = FN(vmax)(l, V);
         real lt = l[targets[n]]; /* read before p (which may alias l) is overwritten */
-        if (p != l) memcpy(p, l, (size_t)V * sizeof(real));
+        if (p != l)
+            memcpy(p, l, (size_t)V * sizeof(real));
         real sum = FN(vexp_sum)(p, mx, V);
         real inv = (real)1 / sum;
         for (int j = 0; j < V; j++) p[j] *= inv;
         /* -log softmax[target] = log Σ exp(l - max) + max - l[target], exact for large logits */
         real loss = FN(log)(sum) + mx - lt;
-        if (losses) losses[n] = loss;
+        if (losses)
+            losses[n] = loss;
         total += (double)loss;
     }
     return N > 0 ? total / N : 0.0;
@@ -980,7 +996,8 @@ void FN(dl_adamw)(real *restrict param, const real *restrict grad, real *restric
 {
     /* bias corrections in double (pow of a number close to 1); the arithmetic order is
      * PyTorch's: decay, moments, then param -= step_size * m / (sqrt(v) / sqrt(bc2) + eps) */
-    double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
+    double bc1 = 1.0 - pow((double)beta1, (double)step),
+           bc2 = 1.0 - pow((double)beta2, (double)step);
     const real step_size = (real)((double)lr / bc1);
     const real sqrt_bc2 = (real)sqrt(bc2);
     const real decay = (real)1 - lr * wd, a1 = (real)1 - beta1, a2 = (real)1 - beta2;
@@ -1003,7 +1020,7 @@ void FN(dl_adamw)(real *restrict param, const real *restrict grad, real *restric
 DL_CLONES
 double FN(dl_sumsq)(const real *x, size_t n)
 {
-    double s[4] = { 0, 0, 0, 0 };
+    double s[4] = {0, 0, 0, 0};
     size_t i = 0;
     for (; i + 4 <= n; i += 4)
         for (int l = 0; l < 4; l++) s[l] += (double)x[i + l] * (double)x[i + l];

@@ -53,21 +53,21 @@ extern "C" {
 /* ---- Encoder: token + position embedding ----------------------------------------------------
  * fwd: out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, V); wte (V,C); wpe (>=T,C).
  * bwd: dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t] (a repeated token accumulates). */
-void dl_encoder_fwd_f32(float *out, const int *tokens, const float *wte, const float *wpe,
-                        int B, int T, int C);
-void dl_encoder_fwd_f64(double *out, const int *tokens, const double *wte, const double *wpe,
-                        int B, int T, int C);
-void dl_encoder_bwd_f32(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                        int B, int T, int C);
-void dl_encoder_bwd_f64(double *dwte, double *dwpe, const double *dout, const int *tokens,
-                        int B, int T, int C);
+void dl_encoder_fwd_f32(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                        int T, int C);
+void dl_encoder_fwd_f64(double *out, const int *tokens, const double *wte, const double *wpe, int B,
+                        int T, int C);
+void dl_encoder_bwd_f32(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                        int T, int C);
+void dl_encoder_bwd_f64(double *dwte, double *dwpe, const double *dout, const int *tokens, int B,
+                        int T, int C);
 
 /* ---- LayerNorm over the last dimension, weight and bias, eps DL_LN_EPS ----------------------
  * fwd: inp (N,C) -> out (N,C) = (inp - mean) * rstd * w + b; writes mean (N) and rstd (N) =
  *      1/sqrt(var + eps) (biased variance), which the backward reads (save them, or recompute).
  * bwd: reads dout, inp, w, mean, rstd; dinp (N,C) +=, dw (C) +=, db (C) +=. */
-void dl_layernorm_fwd_f32(float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C);
+void dl_layernorm_fwd_f32(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C);
 void dl_layernorm_fwd_f64(double *out, double *mean, double *rstd, const double *inp,
                           const double *w, const double *b, int N, int C);
 void dl_layernorm_bwd_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -80,10 +80,10 @@ void dl_layernorm_bwd_f64(double *dinp, double *dw, double *db, const double *do
  * fwd: inp (N,IC), W (OC,IC) (layout above), bias (OC) or NULL -> out (N,OC) written.
  * bwd: reads dout (N,OC), inp, W; dinp (N,IC) += dout·W; dW (OC,IC) += doutᵀ·inp;
  *      dbias (OC) += column sums of dout. Any of dinp, dW, dbias may be NULL (not computed). */
-void dl_linear_fwd_f32(float *out, const float *inp, const float *W, const float *bias,
-                       int N, int IC, int OC);
-void dl_linear_fwd_f64(double *out, const double *inp, const double *W, const double *bias,
-                       int N, int IC, int OC);
+void dl_linear_fwd_f32(float *out, const float *inp, const float *W, const float *bias, int N,
+                       int IC, int OC);
+void dl_linear_fwd_f64(double *out, const double *inp, const double *W, const double *bias, int N,
+                       int IC, int OC);
 void dl_linear_bwd_f32(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
                        const float *W, int N, int IC, int OC);
 void dl_linear_bwd_f64(double *dinp, double *dW, double *dbias, const double *dout,
@@ -113,8 +113,8 @@ void dl_gelu_bwd_f64(double *dinp, const double *inp, const double *dout, size_t
  *      Bitwise the results of dl_gelu_bwd into a zeroed dinp followed by that dbias sum. */
 void dl_gelu_fwd_deriv_f32(float *out, float *deriv, const float *inp, size_t n);
 void dl_gelu_fwd_deriv_f64(double *out, double *deriv, const double *inp, size_t n);
-void dl_gelu_bwd_deriv_f32(float *dinp, float *dbias, const float *deriv, const float *dout,
-                           int N, int C);
+void dl_gelu_bwd_deriv_f32(float *dinp, float *dbias, const float *deriv, const float *dout, int N,
+                           int C);
 void dl_gelu_bwd_deriv_f64(double *dinp, double *dbias, const double *deriv, const double *dout,
                            int N, int C);
 
@@ -129,8 +129,8 @@ void dl_residual_bwd_f64(double *da, double *db, const double *dout, size_t n);
  * result of adding the bias to a and then dl_residual_fwd. */
 void dl_residual_bias_fwd_f32(float *out, const float *a, const float *bias, const float *res,
                               int N, int C);
-void dl_residual_bias_fwd_f64(double *out, const double *a, const double *bias,
-                              const double *res, int N, int C);
+void dl_residual_bias_fwd_f64(double *out, const double *a, const double *bias, const double *res,
+                              int N, int C);
 
 /* ---- Causal multi-head self-attention (after the Q/K/V projection, before the output one) ----
  * q, k, v: row (b,t) starts at [(b*T + t)*ldqkv]; head h of that row is the HS elements at
@@ -150,19 +150,17 @@ void dl_attention_fwd_f64(double *out, int ldout, double *att, const double *q, 
 void dl_attention_bwd_f32(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                           int ldout, const float *q, const float *k, const float *v, int ldqkv,
                           const float *att, int B, int T, int NH, int HS);
-void dl_attention_bwd_f64(double *dq, double *dk, double *dv, double *scratch,
-                          const double *dout, int ldout, const double *q, const double *k,
-                          const double *v, int ldqkv, const double *att, int B, int T, int NH,
-                          int HS);
+void dl_attention_bwd_f64(double *dq, double *dk, double *dv, double *scratch, const double *dout,
+                          int ldout, const double *q, const double *k, const double *v, int ldqkv,
+                          const double *att, int B, int T, int NH, int HS);
 /* As dl_attention_bwd, but WRITES dq, dk and dv (every element of the B·T rows' NH heads). */
-void dl_attention_bwd_write_f32(float *dq, float *dk, float *dv, float *scratch,
-                                const float *dout, int ldout, const float *q, const float *k,
-                                const float *v, int ldqkv, const float *att, int B, int T,
-                                int NH, int HS);
+void dl_attention_bwd_write_f32(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                                int ldout, const float *q, const float *k, const float *v,
+                                int ldqkv, const float *att, int B, int T, int NH, int HS);
 void dl_attention_bwd_write_f64(double *dq, double *dk, double *dv, double *scratch,
                                 const double *dout, int ldout, const double *q, const double *k,
-                                const double *v, int ldqkv, const double *att, int B, int T,
-                                int NH, int HS);
+                                const double *v, int ldqkv, const double *att, int B, int T, int NH,
+                                int HS);
 
 /* ---- Softmax + cross-entropy over a vocabulary of V ------------------------------------------
  * fwd: logits (N,V), targets (N) in [0, V) -> probs (N,V) = softmax(logits) written (probs may
@@ -171,14 +169,14 @@ void dl_attention_bwd_write_f64(double *dq, double *dk, double *dv, double *scra
  * bwd: WRITES dlogits (N,V) = (probs - onehot(target)) * dloss (dlogits may alias probs).
  *      dloss is d(total loss)/d(loss of one row): 1/N for the mean over these rows; with
  *      micro-batches or data parallelism, 1 / (rows in the whole global batch). */
-double dl_crossentropy_fwd_f32(float *probs, float *losses, const float *logits,
-                               const int *targets, int N, int V);
+double dl_crossentropy_fwd_f32(float *probs, float *losses, const float *logits, const int *targets,
+                               int N, int V);
 double dl_crossentropy_fwd_f64(double *probs, double *losses, const double *logits,
                                const int *targets, int N, int V);
 void dl_crossentropy_bwd_f32(float *dlogits, const float *probs, const int *targets, float dloss,
                              int N, int V);
-void dl_crossentropy_bwd_f64(double *dlogits, const double *probs, const int *targets,
-                             double dloss, int N, int V);
+void dl_crossentropy_bwd_f64(double *dlogits, const double *probs, const int *targets, double dloss,
+                             int N, int V);
 
 /* ---- AdamW (Loshchilov & Hutter; PyTorch's torch.optim.AdamW) over a flat buffer ------------
  * For each of the n elements, with g = grad * grad_scale (pass the clipping factor, or 1):
@@ -189,8 +187,7 @@ void dl_crossentropy_bwd_f64(double *dlogits, const double *probs, const int *ta
 void dl_adamw_f32(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float wd, float grad_scale, long step);
 void dl_adamw_f64(double *param, const double *grad, double *m, double *v, size_t n, double lr,
-                  double beta1, double beta2, double eps, double wd, double grad_scale,
-                  long step);
+                  double beta1, double beta2, double eps, double wd, double grad_scale, long step);
 
 /* ---- GEMM shape log ------------------------------------------------------------------------
  * While a log is set, every matrix product the calling thread's kernels run is recorded by shape,
@@ -203,13 +200,13 @@ enum { DL_GEMM_BLAS = 0, DL_GEMM_SMALL_AVX2 = 1, DL_GEMM_SMALL_AVX512 = 2 };
 typedef struct dl_gemm_shape {
     int ta, tb, M, N, K; /* row-major C(M,N) = op(A)(M,K) op(B)(K,N) */
     long count;
-    int kernel;          /* DL_GEMM_BLAS (0) or a small-product level */
-    int lda, ldb, ldc;   /* strides; 0: packed (K or M, N or K, N) */
-    int zero_beta;       /* 1: C was written (beta 0), 0: accumulated into (beta 1) */
+    int kernel;        /* DL_GEMM_BLAS (0) or a small-product level */
+    int lda, ldb, ldc; /* strides; 0: packed (K or M, N or K, N) */
+    int zero_beta;     /* 1: C was written (beta 0), 0: accumulated into (beta 1) */
 } dl_gemm_shape;
 typedef struct dl_gemm_log {
     int n;
-    long dropped;        /* calls not recorded (more than DL_GEMM_LOG_MAX shapes) */
+    long dropped; /* calls not recorded (more than DL_GEMM_LOG_MAX shapes) */
     dl_gemm_shape s[DL_GEMM_LOG_MAX];
 } dl_gemm_log;
 /* Start recording this thread's GEMMs into log (zero it first), or stop (NULL). */
@@ -231,10 +228,10 @@ double dl_sumsq_f32(const float *x, size_t n);
 double dl_sumsq_f64(const double *x, size_t n);
 
 /* ---- bf16 mixed precision (bf16 as uint16_t; rounding to nearest even, NaN kept) ----------- */
-void dl_bf16_from_f32(uint16_t *dst, const float *src, size_t n);   /* dst = bf16(src) */
-void dl_bf16_widen(float *dst, const uint16_t *src, size_t n);      /* dst = f32(src), exact */
-void dl_bf16_acc_f32(uint16_t *dst, const float *src, size_t n);    /* dst = bf16(dst + src) */
-void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n);     /* dst = bf16(dst + src) */
+void dl_bf16_from_f32(uint16_t *dst, const float *src, size_t n); /* dst = bf16(src) */
+void dl_bf16_widen(float *dst, const uint16_t *src, size_t n);    /* dst = f32(src), exact */
+void dl_bf16_acc_f32(uint16_t *dst, const float *src, size_t n);  /* dst = bf16(dst + src) */
+void dl_bf16_acc(uint16_t *dst, const uint16_t *src, size_t n);   /* dst = bf16(dst + src) */
 double dl_sumsq_bf16(const uint16_t *x, size_t n);
 /* AdamW on an fp32 master copy from bf16 gradients (each element exactly dl_adamw_f32's
  * arithmetic on the widened gradient), then param = bf16(master) when param is not NULL. */

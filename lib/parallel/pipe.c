@@ -119,8 +119,7 @@ static int staging_get(dl_pipe *e, staging **out)
     if (e->arena)
         rc = dl_arena_alloc(e->arena, DL_MEM_COMM, e->bytes ? e->bytes : 1, &s->buf);
     else if (!(s->buf = malloc(e->bytes ? e->bytes : 1)))
-        rc = dl_error(DL_ENOMEM, "pipeline: out of memory for a %zu-byte staging buffer",
-                      e->bytes);
+        rc = dl_error(DL_ENOMEM, "pipeline: out of memory for a %zu-byte staging buffer", e->bytes);
     if (rc)
         return rc;
     e->nst++;
@@ -273,13 +272,13 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
     if (rc) {
         char prev[768], buf[32];
         snprintf(prev, sizeof prev, "%s", dl_errmsg());
-        const char *an = i < s->len[stage] ? dl_sched_action_str(s, &acts[i], buf, sizeof buf) : "end";
+        const char *an =
+            i < s->len[stage] ? dl_sched_action_str(s, &acts[i], buf, sizeof buf) : "end";
         rc = dl_error(rc, "pipeline stage %d, action %d (%s), %s: %s", stage, i, an, what, prev);
         /* the staging buffers may be lent: make sure nobody reads them before they are reused */
         dl_comm_fail(e->act_comm);
         dl_comm_fail(e->grad_comm);
-        for (int k = 0; k < e->nst; k++)
-            e->st[k].busy = 0;
+        for (int k = 0; k < e->nst; k++) e->st[k].busy = 0;
     }
     return rc;
 }

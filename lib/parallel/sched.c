@@ -22,13 +22,18 @@
 
 int dl_sched_new(int p, int m, int v, dl_sched **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "schedule: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "schedule: null output");
     *out = NULL;
-    if (p < 1) return dl_error(DL_EINVAL, "schedule: need at least 1 stage (p = %d)", p);
-    if (m < 1) return dl_error(DL_EINVAL, "schedule: need at least 1 micro-batch (m = %d)", m);
-    if (v < 1) return dl_error(DL_EINVAL, "schedule: need at least 1 model chunk per stage (v = %d)", v);
+    if (p < 1)
+        return dl_error(DL_EINVAL, "schedule: need at least 1 stage (p = %d)", p);
+    if (m < 1)
+        return dl_error(DL_EINVAL, "schedule: need at least 1 micro-batch (m = %d)", m);
+    if (v < 1)
+        return dl_error(DL_EINVAL, "schedule: need at least 1 model chunk per stage (v = %d)", v);
     dl_sched *s = calloc(1, sizeof *s);
-    if (s == NULL) return dl_error(DL_ENOMEM, "schedule: out of memory");
+    if (s == NULL)
+        return dl_error(DL_ENOMEM, "schedule: out of memory");
     s->kind = DL_SCHED_CUSTOM;
     s->p = p;
     s->m = m;
@@ -48,7 +53,8 @@ int dl_sched_new(int p, int m, int v, dl_sched **out)
 
 void dl_sched_free(dl_sched *s)
 {
-    if (s == NULL) return;
+    if (s == NULL)
+        return;
     if (s->act)
         for (int i = 0; i < s->p; i++) free(s->act[i]);
     free(s->act);
@@ -59,13 +65,15 @@ void dl_sched_free(dl_sched *s)
 
 int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk)
 {
-    if (s == NULL) return dl_error(DL_EINVAL, "schedule: null schedule");
+    if (s == NULL)
+        return dl_error(DL_EINVAL, "schedule: null schedule");
     if (stage < 0 || stage >= s->p)
         return dl_error(DL_EINVAL, "schedule: stage %d out of range 0..%d", stage, s->p - 1);
     if (s->len[stage] == s->cap_[stage]) {
         int nc = s->cap_[stage] ? 2 * s->cap_[stage] : 16;
         dl_sched_action *na = realloc(s->act[stage], (size_t)nc * sizeof *na);
-        if (na == NULL) return dl_error(DL_ENOMEM, "schedule: out of memory");
+        if (na == NULL)
+            return dl_error(DL_ENOMEM, "schedule: out of memory");
         s->act[stage] = na;
         s->cap_[stage] = nc;
     }
@@ -74,32 +82,44 @@ int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk)
     return DL_OK;
 }
 
-static const char *const kind_names[] = {"custom", "naive", "gpipe", "1f1b",
+static const char *const kind_names[] = {"custom",      "naive", "gpipe",   "1f1b",
                                          "interleaved", "async", "terapipe"};
 
 const char *dl_sched_kind_name(dl_sched_kind kind)
 {
     return ((int)kind >= 0 && (int)kind < (int)(sizeof kind_names / sizeof kind_names[0]))
-               ? kind_names[kind] : "?";
+               ? kind_names[kind]
+               : "?";
 }
 
 int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
 {
-    if (name == NULL || kind == NULL) return dl_error(DL_EINVAL, "schedule: null name");
+    if (name == NULL || kind == NULL)
+        return dl_error(DL_EINVAL, "schedule: null name");
     for (int k = DL_SCHED_NAIVE; k <= DL_SCHED_TERAPIPE; k++)
-        if (strcasecmp(name, kind_names[k]) == 0) { *kind = (dl_sched_kind)k; return DL_OK; }
-    if (strcasecmp(name, "pipedream") == 0) { *kind = DL_SCHED_ASYNC; return DL_OK; }
+        if (strcasecmp(name, kind_names[k]) == 0) {
+            *kind = (dl_sched_kind)k;
+            return DL_OK;
+        }
+    if (strcasecmp(name, "pipedream") == 0) {
+        *kind = DL_SCHED_ASYNC;
+        return DL_OK;
+    }
     return dl_error(DL_EINVAL,
-                    "unknown schedule '%s' (naive, gpipe, 1f1b, interleaved, async, terapipe)", name);
+                    "unknown schedule '%s' (naive, gpipe, 1f1b, interleaved, async, terapipe)",
+                    name);
 }
 
 const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, char *buf, size_t cap)
 {
-    if (a->op == DL_SCHED_OPT) snprintf(buf, cap, "OPT");
-    else if (a->op != DL_SCHED_F && a->op != DL_SCHED_B) snprintf(buf, cap, "op %d", a->op);
+    if (a->op == DL_SCHED_OPT)
+        snprintf(buf, cap, "OPT");
+    else if (a->op != DL_SCHED_F && a->op != DL_SCHED_B)
+        snprintf(buf, cap, "op %d", a->op);
     else if (s != NULL && s->v > 1)
         snprintf(buf, cap, "%c%d.%d", a->op == DL_SCHED_F ? 'F' : 'B', a->mb, a->chunk);
-    else snprintf(buf, cap, "%c%d", a->op == DL_SCHED_F ? 'F' : 'B', a->mb);
+    else
+        snprintf(buf, cap, "%c%d", a->op == DL_SCHED_F ? 'F' : 'B', a->mb);
     return buf;
 }
 
@@ -114,7 +134,8 @@ typedef struct gen {
 
 static void emit(gen *g, int stage, int op, int mb, int chunk)
 {
-    if (g->st == DL_OK) g->st = dl_sched_push(g->s, stage, op, mb, chunk);
+    if (g->st == DL_OK)
+        g->st = dl_sched_push(g->s, stage, op, mb, chunk);
 }
 
 static int finish(gen *g, dl_sched **out)
@@ -129,10 +150,12 @@ static int finish(gen *g, dl_sched **out)
 
 static int start(gen *g, dl_sched_kind kind, int p, int m, int v, dl_sched **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "%s schedule: null output", kind_names[kind]);
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "%s schedule: null output", kind_names[kind]);
     *out = NULL;
     g->st = dl_sched_new(p, m, v, &g->s);
-    if (g->st != DL_OK) return g->st;
+    if (g->st != DL_OK)
+        return g->st;
     g->s->kind = kind;
     return DL_OK;
 }
@@ -141,7 +164,8 @@ int dl_sched_gpipe(int p, int m, dl_sched **out)
 {
     gen g;
     int st = start(&g, DL_SCHED_GPIPE, p, m, 1, out);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     for (int s = 0; s < p; s++) {
         for (int j = 0; j < m; j++) emit(&g, s, DL_SCHED_F, j, 0);
         for (int j = 0; j < m; j++) emit(&g, s, DL_SCHED_B, j, 0);
@@ -153,7 +177,8 @@ int dl_sched_gpipe(int p, int m, dl_sched **out)
 int dl_sched_naive(int p, dl_sched **out)
 {
     int st = dl_sched_gpipe(p, 1, out);
-    if (st == DL_OK) (*out)->kind = DL_SCHED_NAIVE;
+    if (st == DL_OK)
+        (*out)->kind = DL_SCHED_NAIVE;
     return st;
 }
 
@@ -163,18 +188,22 @@ static void one_f_one_b(gen *g, int s, int p, int m, int async)
     int w = p - s - 1 < m ? p - s - 1 : m;
     for (int j = 0; j < w; j++) emit(g, s, DL_SCHED_F, j, 0);
     for (int i = 0; i < m; i++) {
-        if (w + i < m) emit(g, s, DL_SCHED_F, w + i, 0);
+        if (w + i < m)
+            emit(g, s, DL_SCHED_F, w + i, 0);
         emit(g, s, DL_SCHED_B, i, 0);
-        if (async) emit(g, s, DL_SCHED_OPT, i, -1);
+        if (async)
+            emit(g, s, DL_SCHED_OPT, i, -1);
     }
-    if (!async) emit(g, s, DL_SCHED_OPT, -1, -1);
+    if (!async)
+        emit(g, s, DL_SCHED_OPT, -1, -1);
 }
 
 int dl_sched_1f1b(int p, int m, dl_sched **out)
 {
     gen g;
     int st = start(&g, DL_SCHED_1F1B, p, m, 1, out);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 0);
     return finish(&g, out);
 }
@@ -183,7 +212,8 @@ int dl_sched_async(int p, int m, int stash, dl_sched **out)
 {
     gen g;
     int st = start(&g, DL_SCHED_ASYNC, p, m, 1, out);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     g.s->flush = 0;
     g.s->stash = stash ? 1 : 0;
     for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1);
@@ -192,30 +222,38 @@ int dl_sched_async(int p, int m, int stash, dl_sched **out)
 
 int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "interleaved schedule: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "interleaved schedule: null output");
     *out = NULL;
     if (p < 1 || m < 1 || v < 1)
-        return dl_error(DL_EINVAL, "interleaved schedule: need p >= 1, m >= 1, v >= 1 (p = %d, m = %d, v = %d)",
+        return dl_error(DL_EINVAL,
+                        "interleaved schedule: need p >= 1, m >= 1, v >= 1 (p = %d, m = %d, v = "
+                        "%d)",
                         p, m, v);
     if (m % p != 0)
         return dl_error(DL_EINVAL,
-                        "interleaved schedule: micro-batches (m = %d) must be a multiple of the stages "
-                        "(p = %d), as Megatron-LM requires: forwards go in groups of p per chunk", m, p);
+                        "interleaved schedule: micro-batches (m = %d) must be a multiple of the "
+                        "stages "
+                        "(p = %d), as Megatron-LM requires: forwards go in groups of p per chunk",
+                        m, p);
     if (v == 1) {
         int st = dl_sched_1f1b(p, m, out);
-        if (st == DL_OK) (*out)->kind = DL_SCHED_INTERLEAVED;
+        if (st == DL_OK)
+            (*out)->kind = DL_SCHED_INTERLEAVED;
         return st;
     }
     gen g;
     int st = start(&g, DL_SCHED_INTERLEAVED, p, m, v, out);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     int total = m * v;
     for (int s = 0; s < p; s++) {
         /* Megatron's warm-up: the chunks of the first group must all be in flight before the
          * last virtual stage returns a backward; 2 (p-s-1) covers the round trip to the end. */
         int w = m == p ? total : 2 * (p - s - 1) + (v - 1) * p;
-        if (w > total) w = total;
-        /* k-th forward / backward of this stage: micro-batch and chunk. */
+        if (w > total)
+            w = total;
+            /* k-th forward / backward of this stage: micro-batch and chunk. */
 #define MB(k) (((k) / (p * v)) * p + (k) % p)
 #define CF(k) (((k) / p) % v)
 #define CB(k) (v - 1 - ((k) / p) % v)
@@ -235,14 +273,18 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
 
 int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "terapipe schedule: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "terapipe schedule: null output");
     *out = NULL;
     if (nseq < 1 || c < 1)
-        return dl_error(DL_EINVAL, "terapipe schedule: need sequences >= 1 and token chunks >= 1 "
-                        "(got %d and %d)", nseq, c);
+        return dl_error(DL_EINVAL,
+                        "terapipe schedule: need sequences >= 1 and token chunks >= 1 "
+                        "(got %d and %d)",
+                        nseq, c);
     gen g;
     int st = start(&g, DL_SCHED_TERAPIPE, p, nseq * c, 1, out);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     g.s->seq_chunks = c;
     for (int s = 0; s < p; s++) {
         for (int j = 0; j < nseq * c; j++) emit(&g, s, DL_SCHED_F, j, 0);
@@ -264,7 +306,7 @@ typedef struct index {
     int *pos; /* [((s * 2 + op) * m + j) * v + c]: action index on stage s, or -1 */
 } index_t;
 
-#define POS(ix, s, op, j, c) ((ix)->pos[((((size_t)(s) * 2 + (op)) * (ix)->m + (j)) * (ix)->v + (c))])
+#define POS(ix, s, op, j, c) ((ix)->pos[((((size_t)(s)*2 + (op)) * (ix)->m + (j)) * (ix)->v + (c))])
 
 static const char *astr(const dl_sched *s, int stage, int i, char *buf, size_t cap)
 {
@@ -276,19 +318,23 @@ static int check_structure(const dl_sched *s, index_t *ix)
 {
     char a[32];
     ix->pos = NULL;
-    if (s == NULL) return dl_error(DL_EINVAL, "schedule: null schedule");
+    if (s == NULL)
+        return dl_error(DL_EINVAL, "schedule: null schedule");
     if (s->p < 1 || s->m < 1 || s->v < 1 || s->seq_chunks < 1 || s->len == NULL || s->act == NULL)
-        return dl_error(DL_EINVAL, "schedule: bad sizes (p = %d, m = %d, v = %d, token chunks = %d)",
-                        s->p, s->m, s->v, s->seq_chunks);
+        return dl_error(DL_EINVAL,
+                        "schedule: bad sizes (p = %d, m = %d, v = %d, token chunks = %d)", s->p,
+                        s->m, s->v, s->seq_chunks);
     if (s->seq_chunks > 1 && s->m % s->seq_chunks != 0)
-        return dl_error(DL_EINVAL, "schedule: %d micro-batches are not whole sequences of %d token chunks",
+        return dl_error(DL_EINVAL,
+                        "schedule: %d micro-batches are not whole sequences of %d token chunks",
                         s->m, s->seq_chunks);
     ix->p = s->p;
     ix->m = s->m;
     ix->v = s->v;
     size_t n = (size_t)s->p * 2 * s->m * s->v;
     ix->pos = malloc(n * sizeof *ix->pos);
-    if (ix->pos == NULL) return dl_error(DL_ENOMEM, "schedule: out of memory");
+    if (ix->pos == NULL)
+        return dl_error(DL_ENOMEM, "schedule: out of memory");
     for (size_t i = 0; i < n; i++) ix->pos[i] = -1;
     int st = DL_OK;
     for (int q = 0; q < s->p && st == DL_OK; q++) {
@@ -298,34 +344,42 @@ static int check_structure(const dl_sched *s, index_t *ix)
             if (x->op == DL_SCHED_OPT) {
                 nopt++;
                 if (s->flush && (nopt > 1 || i != s->len[q] - 1))
-                    st = dl_error(DL_EINVAL, "schedule: stage %d action %d (OPT): a schedule with a flush "
-                                  "has one optimizer step per stage, after all its backwards", q, i);
+                    st = dl_error(DL_EINVAL,
+                                  "schedule: stage %d action %d (OPT): a schedule with a flush "
+                                  "has one optimizer step per stage, after all its backwards",
+                                  q, i);
                 continue;
             }
             if (x->op != DL_SCHED_F && x->op != DL_SCHED_B)
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d: unknown op %d", q, i, x->op);
+                st =
+                    dl_error(DL_EINVAL, "schedule: stage %d action %d: unknown op %d", q, i, x->op);
             else if (x->mb < 0 || x->mb >= s->m)
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): micro-batch %d out of range 0..%d",
-                              q, i, astr(s, q, i, a, sizeof a), x->mb, s->m - 1);
+                st =
+                    dl_error(DL_EINVAL,
+                             "schedule: stage %d action %d (%s): micro-batch %d out of range 0..%d",
+                             q, i, astr(s, q, i, a, sizeof a), x->mb, s->m - 1);
             else if (x->chunk < 0 || x->chunk >= s->v)
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): chunk %d out of range 0..%d",
-                              q, i, astr(s, q, i, a, sizeof a), x->chunk, s->v - 1);
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): chunk %d out of range 0..%d", q,
+                              i, astr(s, q, i, a, sizeof a), x->chunk, s->v - 1);
             else if (POS(ix, q, x->op, x->mb, x->chunk) >= 0)
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): repeats action %d",
-                              q, i, astr(s, q, i, a, sizeof a), POS(ix, q, x->op, x->mb, x->chunk));
+                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): repeats action %d", q,
+                              i, astr(s, q, i, a, sizeof a), POS(ix, q, x->op, x->mb, x->chunk));
             else
                 POS(ix, q, x->op, x->mb, x->chunk) = i;
         }
         if (st == DL_OK && s->flush && nopt == 0)
-            st = dl_error(DL_EINVAL, "schedule: stage %d has no optimizer step (a schedule with a flush "
-                          "ends every stage with one)", q);
+            st = dl_error(DL_EINVAL,
+                          "schedule: stage %d has no optimizer step (a schedule with a flush "
+                          "ends every stage with one)",
+                          q);
         for (int j = 0; j < s->m && st == DL_OK; j++)
             for (int c = 0; c < s->v && st == DL_OK; c++)
                 for (int op = DL_SCHED_F; op <= DL_SCHED_B && st == DL_OK; op++)
                     if (POS(ix, q, op, j, c) < 0) {
                         dl_sched_action y = {op, j, c};
-                        st = dl_error(DL_EINVAL, "schedule: stage %d never runs %s",
-                                      q, dl_sched_action_str(s, &y, a, sizeof a));
+                        st = dl_error(DL_EINVAL, "schedule: stage %d never runs %s", q,
+                                      dl_sched_action_str(s, &y, a, sizeof a));
                     }
     }
     /* Same-stage order, reported at the later of the two actions' positions being the
@@ -333,23 +387,30 @@ static int check_structure(const dl_sched *s, index_t *ix)
     for (int q = 0; q < s->p && st == DL_OK; q++) {
         for (int i = 0; i < s->len[q] && st == DL_OK; i++) {
             const dl_sched_action *x = &s->act[q][i];
-            if (x->op == DL_SCHED_OPT) continue;
+            if (x->op == DL_SCHED_OPT)
+                continue;
             int j = x->mb, c = x->chunk, k = s->seq_chunks;
             char b2[32];
             if (x->op == DL_SCHED_B && POS(ix, q, DL_SCHED_F, j, c) > i) {
                 dl_sched_action y = {DL_SCHED_F, j, c};
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): backward before its forward "
-                              "(%s is action %d on stage %d)", q, i, astr(s, q, i, a, sizeof a),
-                              dl_sched_action_str(s, &y, b2, sizeof b2), POS(ix, q, DL_SCHED_F, j, c), q);
-            } else if (k > 1 && x->op == DL_SCHED_F && j % k != 0 && POS(ix, q, DL_SCHED_F, j - 1, c) > i) {
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
-                              "runs forward before chunk %d", q, i, astr(s, q, i, a, sizeof a),
-                              j % k, j / k, j % k - 1);
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): backward before its forward "
+                              "(%s is action %d on stage %d)",
+                              q, i, astr(s, q, i, a, sizeof a),
+                              dl_sched_action_str(s, &y, b2, sizeof b2),
+                              POS(ix, q, DL_SCHED_F, j, c), q);
+            } else if (k > 1 && x->op == DL_SCHED_F && j % k != 0 &&
+                       POS(ix, q, DL_SCHED_F, j - 1, c) > i) {
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
+                              "runs forward before chunk %d",
+                              q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k - 1);
             } else if (k > 1 && x->op == DL_SCHED_B && j % k != k - 1 &&
                        POS(ix, q, DL_SCHED_B, j + 1, c) > i) {
-                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
-                              "runs backward before chunk %d", q, i, astr(s, q, i, a, sizeof a),
-                              j % k, j / k, j % k + 1);
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
+                              "runs backward before chunk %d",
+                              q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k + 1);
             }
         }
     }
@@ -366,11 +427,27 @@ static int dependency(const dl_sched *s, const index_t *ix, int q, int i, int *d
     const dl_sched_action *x = &s->act[q][i];
     int p = s->p, j = x->mb, c = x->chunk;
     if (x->op == DL_SCHED_F) {
-        if (q > 0) { *ds = q - 1; *di = POS(ix, q - 1, DL_SCHED_F, j, c); return 1; }
-        if (c > 0) { *ds = p - 1; *di = POS(ix, p - 1, DL_SCHED_F, j, c - 1); return 1; }
+        if (q > 0) {
+            *ds = q - 1;
+            *di = POS(ix, q - 1, DL_SCHED_F, j, c);
+            return 1;
+        }
+        if (c > 0) {
+            *ds = p - 1;
+            *di = POS(ix, p - 1, DL_SCHED_F, j, c - 1);
+            return 1;
+        }
     } else if (x->op == DL_SCHED_B) {
-        if (q < p - 1) { *ds = q + 1; *di = POS(ix, q + 1, DL_SCHED_B, j, c); return 1; }
-        if (c < s->v - 1) { *ds = 0; *di = POS(ix, 0, DL_SCHED_B, j, c + 1); return 1; }
+        if (q < p - 1) {
+            *ds = q + 1;
+            *di = POS(ix, q + 1, DL_SCHED_B, j, c);
+            return 1;
+        }
+        if (c < s->v - 1) {
+            *ds = 0;
+            *di = POS(ix, 0, DL_SCHED_B, j, c + 1);
+            return 1;
+        }
     }
     return 0;
 }
@@ -379,7 +456,8 @@ static int dependency(const dl_sched *s, const index_t *ix, int q, int i, int *d
 static void app(char *buf, size_t cap, const char *fmt, ...)
 {
     size_t n = strlen(buf);
-    if (n + 1 >= cap) return;
+    if (n + 1 >= cap)
+        return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf + n, cap - n, fmt, ap);
@@ -401,7 +479,10 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
         if (own)
             for (int q = 0; q < p; q++) {
                 own[q] = malloc((size_t)(s->len[q] ? s->len[q] : 1) * sizeof **own);
-                if (own[q] == NULL) { st = DL_ENOMEM; break; }
+                if (own[q] == NULL) {
+                    st = DL_ENOMEM;
+                    break;
+                }
             }
         done = own;
     }
@@ -420,12 +501,17 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
                 int i = next[q], ds, di;
                 double t = freeat[q];
                 if (dependency(s, ix, q, i, &ds, &di)) {
-                    if (done[ds][di] < 0) break;
-                    if (done[ds][di] > t) t = done[ds][di];
+                    if (done[ds][di] < 0)
+                        break;
+                    if (done[ds][di] > t)
+                        t = done[ds][di];
                 }
                 const dl_sched_action *x = &s->act[q][i];
-                double d = x->op == DL_SCHED_F ? cost->f : x->op == DL_SCHED_B ? cost->b : cost->opt;
-                if (start) start[q][i] = t;
+                double d = x->op == DL_SCHED_F   ? cost->f
+                           : x->op == DL_SCHED_B ? cost->b
+                                                 : cost->opt;
+                if (start)
+                    start[q][i] = t;
                 done[q][i] = t + d;
                 freeat[q] = t + d;
                 next[q]++;
@@ -434,7 +520,8 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
         }
     }
     for (int q = 0; q < p; q++) {
-        if (next[q] >= s->len[q]) continue;
+        if (next[q] >= s->len[q])
+            continue;
         /* Follow "waits for" from the first blocked stage until a stage repeats: that is the
          * cycle (a dependency always exists and is not done, or the stage would have moved). */
         char msg[1024] = "", a[32], b[32];
@@ -442,12 +529,17 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
         int cur = q;
         for (int hops = 0; hops <= p; hops++) {
             int i = next[cur], ds = -1, di = -1;
-            if (seen && seen[cur]) break;
-            if (seen) seen[cur] = 1;
+            if (seen && seen[cur])
+                break;
+            if (seen)
+                seen[cur] = 1;
             dependency(s, ix, cur, i, &ds, &di);
-            if (ds < 0) break;
-            app(msg, sizeof msg, "%sstage %d action %d (%s) waits for %s on stage %d (its action %d)",
-                hops ? "; " : "", cur, i, astr(s, cur, i, a, sizeof a), astr(s, ds, di, b, sizeof b), ds, di);
+            if (ds < 0)
+                break;
+            app(msg, sizeof msg,
+                "%sstage %d action %d (%s) waits for %s on stage %d (its action %d)",
+                hops ? "; " : "", cur, i, astr(s, cur, i, a, sizeof a),
+                astr(s, ds, di, b, sizeof b), ds, di);
             cur = ds;
         }
         free(seen);
@@ -475,7 +567,8 @@ int dl_sched_validate(const dl_sched *s)
 {
     index_t ix;
     int st = check_structure(s, &ix);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     dl_sched_costs c;
     dl_sched_costs_init(&c);
     st = execute(s, &ix, &c, NULL, NULL);
@@ -488,7 +581,8 @@ int dl_sched_validate(const dl_sched *s)
 
 void dl_sched_sim_free(dl_sched_sim *sim)
 {
-    if (sim == NULL) return;
+    if (sim == NULL)
+        return;
     if (sim->start)
         for (int q = 0; q < sim->p; q++) free(sim->start[q]);
     if (sim->end)
@@ -503,17 +597,23 @@ void dl_sched_sim_free(dl_sched_sim *sim)
 
 int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_sim **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "simulate: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "simulate: null output");
     *out = NULL;
     dl_sched_costs c;
-    if (costs) c = *costs;
-    else dl_sched_costs_init(&c);
+    if (costs)
+        c = *costs;
+    else
+        dl_sched_costs_init(&c);
     if (!(c.f >= 0) || !(c.b >= 0) || !(c.opt >= 0) || !isfinite(c.f + c.b + c.opt))
-        return dl_error(DL_EINVAL, "simulate: costs must be non-negative (forward %g, backward %g, optimizer %g)",
+        return dl_error(DL_EINVAL,
+                        "simulate: costs must be non-negative (forward %g, backward %g, optimizer "
+                        "%g)",
                         c.f, c.b, c.opt);
     index_t ix;
     int st = check_structure(s, &ix);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     int p = s->p;
     dl_sched_sim *sim = calloc(1, sizeof *sim);
     if (sim) {
@@ -537,17 +637,21 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
             goto fail;
         }
     }
-    if ((st = execute(s, &ix, &c, sim->start, sim->end)) != DL_OK) goto fail;
+    if ((st = execute(s, &ix, &c, sim->start, sim->end)) != DL_OK)
+        goto fail;
     double busy = 0;
     for (int q = 0; q < p; q++) {
         int held = 0;
         for (int i = 0; i < s->len[q]; i++) {
             const dl_sched_action *x = &s->act[q][i];
-            if (sim->end[q][i] > sim->makespan) sim->makespan = sim->end[q][i];
+            if (sim->end[q][i] > sim->makespan)
+                sim->makespan = sim->end[q][i];
             sim->busy[q] += sim->end[q][i] - sim->start[q][i];
             /* Activations live from a forward to its backward; order alone decides the peak. */
-            if (x->op == DL_SCHED_F && ++held > sim->peak_act[q]) sim->peak_act[q] = held;
-            if (x->op == DL_SCHED_B) held--;
+            if (x->op == DL_SCHED_F && ++held > sim->peak_act[q])
+                sim->peak_act[q] = held;
+            if (x->op == DL_SCHED_B)
+                held--;
         }
         busy += sim->busy[q];
     }
@@ -565,7 +669,8 @@ fail:
 
 double dl_sched_bubble_formula(const dl_sched *s)
 {
-    if (s == NULL) return -1.0;
+    if (s == NULL)
+        return -1.0;
     return dl_plan_bubble(s->p, s->m, s->v);
 }
 
@@ -575,7 +680,9 @@ double dl_sched_bubble_formula(const dl_sched *s)
 /* The grid's mark of an action (a schedule draws no collectives). */
 static char mark(const dl_sched_action *x)
 {
-    dl__grid_kind k = x->op == DL_SCHED_F ? DL__GRID_FWD : x->op == DL_SCHED_B ? DL__GRID_BWD : DL__GRID_OPT;
+    dl__grid_kind k = x->op == DL_SCHED_F   ? DL__GRID_FWD
+                      : x->op == DL_SCHED_B ? DL__GRID_BWD
+                                            : DL__GRID_OPT;
     return dl__grid_mark(k, x->mb);
 }
 
@@ -587,10 +694,12 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
         return dl_error(DL_EINVAL, "grid: null or mismatched schedule and simulation");
     *out = NULL;
     if (!whole(sim->makespan) || sim->makespan > 1e6)
-        return dl_error(DL_EINVAL, "grid: the makespan %g is not a whole number of time units", sim->makespan);
+        return dl_error(DL_EINVAL, "grid: the makespan %g is not a whole number of time units",
+                        sim->makespan);
     int T = (int)floor(sim->makespan + 0.5), p = s->p, wd = dl__grid_label_width(p);
     char *row = malloc((size_t)T + 1);
-    if (row == NULL) return dl_error(DL_ENOMEM, "grid: out of memory");
+    if (row == NULL)
+        return dl_error(DL_ENOMEM, "grid: out of memory");
     dl__strbuf sb = {0};
     for (int q = 0; q < p; q++) {
         memset(row, 0, (size_t)T + 1); /* 0 = idle */
@@ -600,10 +709,13 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
                 char t[32];
                 free(row);
                 dl__sb_free(&sb);
-                return dl_error(DL_EINVAL, "grid: stage %d action %d (%s) runs from %g to %g, not on whole "
-                                "time units (use integer costs)", q, i, astr(s, q, i, t, sizeof t), a, b);
+                return dl_error(DL_EINVAL,
+                                "grid: stage %d action %d (%s) runs from %g to %g, not on whole "
+                                "time units (use integer costs)",
+                                q, i, astr(s, q, i, t, sizeof t), a, b);
             }
-            for (int t = (int)floor(a + 0.5); t < (int)floor(b + 0.5); t++) row[t] = mark(&s->act[q][i]);
+            for (int t = (int)floor(a + 0.5); t < (int)floor(b + 0.5); t++)
+                row[t] = mark(&s->act[q][i]);
         }
         dl__grid_row(&sb, q, wd, row, (size_t)T);
     }
@@ -617,7 +729,8 @@ static void percent(dl__strbuf *sb, double frac)
     char t[32];
     snprintf(t, sizeof t, "%.1f", 100.0 * frac);
     size_t n = strlen(t);
-    if (n > 2 && strcmp(t + n - 2, ".0") == 0) t[n - 2] = '\0';
+    if (n > 2 && strcmp(t + n - 2, ".0") == 0)
+        t[n - 2] = '\0';
     dl__sb_str(sb, t);
     dl__sb_str(sb, "%");
 }
@@ -627,12 +740,13 @@ int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, c
     if (s == NULL || sim == NULL || out == NULL || sim->p != s->p)
         return dl_error(DL_EINVAL, "caption: null or mismatched schedule and simulation");
     *out = NULL;
-    static const char *const names[] = {"custom", "naive", "GPipe", "1F1B", "interleaved 1F1B",
-                                        "async 1F1B", "TeraPipe"};
+    static const char *const names[] = {"custom",           "naive",      "GPipe",   "1F1B",
+                                        "interleaved 1F1B", "async 1F1B", "TeraPipe"};
     dl__strbuf sb = {0};
     dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_TERAPIPE ? names[s->kind] : "?");
     dl__sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
-    if (s->v > 1) dl__sb_printf(&sb, ", %d chunks per stage", s->v);
+    if (s->v > 1)
+        dl__sb_printf(&sb, ", %d chunks per stage", s->v);
     dl__sb_str(&sb, "): bubble ");
     percent(&sb, sim->bubble_total);
     if (with_act) {
@@ -646,7 +760,8 @@ int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, ch
 {
     char *cap = NULL, *grid = NULL;
     int st = dl_sched_caption(s, sim, with_act, &cap);
-    if (st == DL_OK) st = dl_sched_grid(s, sim, &grid);
+    if (st == DL_OK)
+        st = dl_sched_grid(s, sim, &grid);
     if (st == DL_OK) {
         dl__strbuf sb = {0};
         dl__sb_str(&sb, cap);
@@ -662,10 +777,12 @@ int dl_sched_render(const dl_sched *s, const dl_sched_sim *sim, int with_act, ch
 /* East Asian wide ranges (Unicode EastAsianWidth W/F, the blocks this text uses). */
 static int cp_width(unsigned cp)
 {
-    if ((cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0x303E) || (cp >= 0x3041 && cp <= 0x33FF) ||
-        (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xA000 && cp <= 0xA4CF) ||
-        (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) ||
-        (cp >= 0xFF00 && cp <= 0xFF60) || (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x20000 && cp <= 0x3FFFD))
+    if ((cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0x303E) ||
+        (cp >= 0x3041 && cp <= 0x33FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+        (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xA000 && cp <= 0xA4CF) ||
+        (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+        (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+        (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x20000 && cp <= 0x3FFFD))
         return 2;
     return 1;
 }
@@ -678,10 +795,19 @@ static int width_n(const char *u, size_t len)
     while (c < e) {
         unsigned cp;
         int k;
-        if (*c < 0x80) { cp = *c; k = 1; }
-        else if ((*c & 0xE0) == 0xC0) { cp = *c & 0x1F; k = 2; }
-        else if ((*c & 0xF0) == 0xE0) { cp = *c & 0x0F; k = 3; }
-        else { cp = *c & 0x07; k = 4; }
+        if (*c < 0x80) {
+            cp = *c;
+            k = 1;
+        } else if ((*c & 0xE0) == 0xC0) {
+            cp = *c & 0x1F;
+            k = 2;
+        } else if ((*c & 0xF0) == 0xE0) {
+            cp = *c & 0x0F;
+            k = 3;
+        } else {
+            cp = *c & 0x07;
+            k = 4;
+        }
         for (int i = 1; i < k && c + i < e; i++) cp = (cp << 6) | (c[i] & 0x3F);
         c += k;
         w += cp_width(cp);
@@ -697,9 +823,11 @@ static int line_at(const char *text, int i, const char **beg, size_t *len)
     const char *c = text;
     for (; i > 0; i--) {
         c = strchr(c, '\n');
-        if (c == NULL || *++c == '\0') return 0;
+        if (c == NULL || *++c == '\0')
+            return 0;
     }
-    if (*c == '\0') return 0;
+    if (*c == '\0')
+        return 0;
     const char *e = strchr(c, '\n');
     *beg = c;
     *len = e ? (size_t)(e - c) : strlen(c);
@@ -715,14 +843,16 @@ int dl_sched_side_by_side(const char *left, const char *right, int col, char **o
     size_t n;
     if (col <= 0) {
         for (int i = 0; line_at(left, i, &b, &n); i++)
-            if (width_n(b, n) + 2 > col) col = width_n(b, n) + 2;
+            if (width_n(b, n) + 2 > col)
+                col = width_n(b, n) + 2;
     }
     dl__strbuf sb = {0};
     for (int i = 0;; i++) {
         const char *lb = "", *rb = "";
         size_t ln = 0, rn = 0;
         int hl = line_at(left, i, &lb, &ln), hr = line_at(right, i, &rb, &rn);
-        if (!hl && !hr) break;
+        if (!hl && !hr)
+            break;
         dl__sb_add(&sb, lb, ln);
         if (hr) {
             for (int w = width_n(lb, ln); w < col; w++) dl__sb_add(&sb, " ", 1);
@@ -738,7 +868,8 @@ int dl_sched_side_by_side(const char *left, const char *right, int col, char **o
 
 void dl_sched_versions_free(dl_sched_versions *v)
 {
-    if (v == NULL) return;
+    if (v == NULL)
+        return;
     free(v->fwd);
     free(v->bwd);
     free(v->gap);
@@ -749,10 +880,12 @@ void dl_sched_versions_free(dl_sched_versions *v)
 
 int dl_sched_versions_get(const dl_sched *s, dl_sched_versions **out)
 {
-    if (out == NULL) return dl_error(DL_EINVAL, "versions: null output");
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "versions: null output");
     *out = NULL;
     int st = dl_sched_validate(s);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     size_t n = (size_t)s->p * s->m * s->v;
     dl_sched_versions *v = calloc(1, sizeof *v);
     int *live = calloc((size_t)s->m * s->v, sizeof *live); /* 1: forward done, backward not */
@@ -785,7 +918,8 @@ int dl_sched_versions_get(const dl_sched *s, dl_sched_versions **out)
             } else if (x->op == DL_SCHED_B) {
                 v->gap[k] = ver - v->fwd[k];
                 v->bwd[k] = s->stash ? v->fwd[k] : ver;
-                if (v->gap[k] > v->max_gap[q]) v->max_gap[q] = v->gap[k];
+                if (v->gap[k] > v->max_gap[q])
+                    v->max_gap[q] = v->gap[k];
                 live[(size_t)x->mb * s->v + x->chunk] = 0;
             } else {
                 ver++;
@@ -795,13 +929,17 @@ int dl_sched_versions_get(const dl_sched *s, dl_sched_versions **out)
                  * A stage's live forwards are few; a quadratic scan keeps this obvious. */
                 int distinct = 1;
                 for (int a = 0; a < s->m * s->v; a++) {
-                    if (!live[a]) continue;
+                    if (!live[a])
+                        continue;
                     int fv = v->fwd[(size_t)q * s->m * s->v + a], dup = fv == ver;
                     for (int b2 = 0; b2 < a && !dup; b2++)
-                        if (live[b2] && v->fwd[(size_t)q * s->m * s->v + b2] == fv) dup = 1;
-                    if (!dup) distinct++;
+                        if (live[b2] && v->fwd[(size_t)q * s->m * s->v + b2] == fv)
+                            dup = 1;
+                    if (!dup)
+                        distinct++;
                 }
-                if (distinct > v->peak_versions[q]) v->peak_versions[q] = distinct;
+                if (distinct > v->peak_versions[q])
+                    v->peak_versions[q] = distinct;
             }
         }
     }
@@ -819,12 +957,14 @@ int dl_sched_partition(const double *costs, int n, int k, int balanced, int *fir
     double mx;
     int st = balanced ? dl_plan_partition(costs, n, k, first, &mx)
                       : dl_plan_partition_even(costs, n, k, first, &mx);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     if (stage_cost)
         for (int j = 0; j < k; j++) {
             stage_cost[j] = 0;
             for (int i = first[j]; i < first[j + 1]; i++) stage_cost[j] += costs[i];
         }
-    if (max_cost) *max_cost = mx;
+    if (max_cost)
+        *max_cost = mx;
     return DL_OK;
 }

@@ -47,8 +47,8 @@ void dl_zero_pack(const dl_zero_shard *z, const void *full, size_t lo, size_t k,
 {
     size_t ds = (size_t)dsize;
     for (int r = 0; r < z->dp; r++)
-        dl_zero_pack_row(z, r, (const char *)full + ((size_t)r * z->shard + lo) * ds, lo, k,
-                         dsize, packed);
+        dl_zero_pack_row(z, r, (const char *)full + ((size_t)r * z->shard + lo) * ds, lo, k, dsize,
+                         packed);
 }
 
 void dl_zero_unpack(const dl_zero_shard *z, void *full, size_t lo, size_t k, int dsize,

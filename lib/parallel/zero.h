@@ -28,13 +28,13 @@ extern "C" {
 #endif
 
 typedef struct dl_zero_shard {
-    size_t numel;    /* P: elements of the rank's flat buffer */
-    int dp, rank;    /* d and this rank's dp rank */
-    size_t padded;   /* d·S >= P: P rounded up to a multiple of d */
-    size_t padding;  /* padded - P (< d) */
-    size_t shard;    /* S = padded / d: elements each dp rank owns (optimizer state: 2·S) */
-    size_t begin;    /* r·S: where this rank's shard starts */
-    size_t owned;    /* elements of [begin, begin + S) below P: what this rank's optimizer updates */
+    size_t numel;   /* P: elements of the rank's flat buffer */
+    int dp, rank;   /* d and this rank's dp rank */
+    size_t padded;  /* d·S >= P: P rounded up to a multiple of d */
+    size_t padding; /* padded - P (< d) */
+    size_t shard;   /* S = padded / d: elements each dp rank owns (optimizer state: 2·S) */
+    size_t begin;   /* r·S: where this rank's shard starts */
+    size_t owned;   /* elements of [begin, begin + S) below P: what this rank's optimizer updates */
 } dl_zero_shard;
 
 /* numel >= 0, dp >= 1, 0 <= rank < dp. With dp = 1 the one shard is the whole buffer. */
@@ -68,11 +68,11 @@ size_t dl_zero_final_column(const dl_zero_shard *z, size_t first);
  * stage 2-3 gradients, stage 3 parameters) hold its blocks one after another: shard = sum S_u,
  * padded = d x shard = sum of the padded units (Psi padded). With d = 1 the blocks are the units. */
 typedef struct dl_zero_unit {
-    size_t lo, numel;  /* the unit: [lo, lo + numel) of the flat buffer */
-    size_t shard;      /* S_u */
-    size_t begin;      /* lo + r S_u: the flat offset of this rank's block */
-    size_t owned;      /* real elements of the block (those below lo + numel) */
-    size_t sbase;      /* where the block starts in the rank's shard buffers */
+    size_t lo, numel; /* the unit: [lo, lo + numel) of the flat buffer */
+    size_t shard;     /* S_u */
+    size_t begin;     /* lo + r S_u: the flat offset of this rank's block */
+    size_t owned;     /* real elements of the block (those below lo + numel) */
+    size_t sbase;     /* where the block starts in the rank's shard buffers */
 } dl_zero_unit;
 
 typedef struct dl_zero_units {

@@ -44,7 +44,8 @@ const char *dl_plan_model_preset_name(int i)
 
 int dl_plan_model_preset(const char *name, dl_plan_model *m)
 {
-    if (name == NULL || m == NULL) return dl_error(DL_EINVAL, "model preset: null argument");
+    if (name == NULL || m == NULL)
+        return dl_error(DL_EINVAL, "model preset: null argument");
     for (int i = 0; i < N_MODEL_PRESETS; i++) {
         if (strcmp(name, model_presets[i].name) == 0 ||
             (model_presets[i].alias && strcmp(name, model_presets[i].alias) == 0)) {
@@ -75,19 +76,24 @@ static double layer_params(const dl_plan_model *m)
 
 double dl_plan_model_params(const dl_plan_model *m)
 {
-    if (m == NULL) return 0.0;
-    if (m->params > 0) return m->params;
-    if (!dl_plan_model_has_shape(m)) return 0.0;
+    if (m == NULL)
+        return 0.0;
+    if (m->params > 0)
+        return m->params;
+    if (!dl_plan_model_has_shape(m))
+        return 0.0;
     double emb = (double)m->vocab * m->hidden * (m->gated_mlp ? 2.0 : 1.0);
     return m->layers * layer_params(m) + emb;
 }
 
 int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what)
 {
-    if (m == NULL) return dl_error(DL_EINVAL, "model: null");
+    if (m == NULL)
+        return dl_error(DL_EINVAL, "model: null");
     if (!(m->params >= 0) || !isfinite(m->params))
         return dl_error(DL_EINVAL, "model %s: parameter count must be positive", m->name);
-    if (m->seq <= 0) return dl_error(DL_EINVAL, "model %s: sequence length must be positive", m->name);
+    if (m->seq <= 0)
+        return dl_error(DL_EINVAL, "model %s: sequence length must be positive", m->name);
     int any_shape = m->layers || m->hidden || m->heads || m->ffn || m->vocab;
     if (!any_shape) {
         if (need_shape)
@@ -122,9 +128,12 @@ int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what
  * A100: NVLink 3 300 GB/s per direction, HDR 200 Gb/s = 25 GB/s. B200: NVLink 5 900 GB/s per
  * direction, 800 Gb/s = 100 GB/s, 192 GB (the slides' "only 192 GB"). MFU 0.40 is code 01's. */
 static const dl_plan_hw hw_presets[] = {
-    {"a100", 312e12, 0.40, 80e9, 2.039e12, 300e9, 25e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
-    {"h100", 989e12, 0.40, 80e9, 3.35e12, 450e9, 50e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
-    {"b200", 2250e12, 0.40, 192e9, 8e12, 900e9, 100e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {"a100", 312e12, 0.40, 80e9, 2.039e12, 300e9, 25e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0},
+    {"h100", 989e12, 0.40, 80e9, 3.35e12, 450e9, 50e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0},
+    {"b200", 2250e12, 0.40, 192e9, 8e12, 900e9, 100e9, 0.0, 0.0, 8, 0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0},
 };
 #define N_HW_PRESETS ((int)(sizeof hw_presets / sizeof hw_presets[0]))
 
@@ -136,36 +145,42 @@ const char *dl_plan_hw_preset_name(int i)
 static int streq_nocase(const char *a, const char *b)
 {
     for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
     return *a == *b;
 }
 
 int dl_plan_hw_preset(const char *name, dl_plan_hw *hw)
 {
-    if (name == NULL || hw == NULL) return dl_error(DL_EINVAL, "hardware preset: null argument");
+    if (name == NULL || hw == NULL)
+        return dl_error(DL_EINVAL, "hardware preset: null argument");
     for (int i = 0; i < N_HW_PRESETS; i++) {
         if (streq_nocase(name, hw_presets[i].name)) {
             *hw = hw_presets[i];
             return DL_OK;
         }
     }
-    return dl_error(DL_EINVAL, "unknown hardware preset '%s' (presets: a100, h100, b200, or a profile file)",
+    return dl_error(DL_EINVAL,
+                    "unknown hardware preset '%s' (presets: a100, h100, b200, or a profile file)",
                     name);
 }
 
 int dl_plan_hw_check(const dl_plan_hw *hw)
 {
-    if (hw == NULL) return dl_error(DL_EINVAL, "hardware: null");
+    if (hw == NULL)
+        return dl_error(DL_EINVAL, "hardware: null");
     if (!(hw->flops > 0) || !(hw->mem_bytes > 0) || !(hw->intra_bw > 0) || !(hw->inter_bw > 0))
         return dl_error(DL_EINVAL,
-                        "hardware %s: flops, memory, NVLink and InfiniBand bandwidth must be positive",
+                        "hardware %s: flops, memory, NVLink and InfiniBand bandwidth must be "
+                        "positive",
                         hw->name);
     if (!(hw->mfu > 0) || hw->mfu > 1)
         return dl_error(DL_EINVAL, "hardware %s: mfu %g is not in (0, 1]", hw->name, hw->mfu);
     if (hw->gpus_per_node <= 0)
         return dl_error(DL_EINVAL, "hardware %s: GPUs per node must be positive", hw->name);
     if (hw->hbm_bw < 0 || hw->intra_lat < 0 || hw->inter_lat < 0)
-        return dl_error(DL_EINVAL, "hardware %s: bandwidths and latencies cannot be negative", hw->name);
+        return dl_error(DL_EINVAL, "hardware %s: bandwidths and latencies cannot be negative",
+                        hw->name);
     return DL_OK;
 }
 
@@ -174,12 +189,45 @@ double dl_plan_ops_per_byte(const dl_plan_hw *hw)
     return (hw && hw->intra_bw > 0) ? hw->flops / (2.0 * hw->intra_bw) : 0.0;
 }
 
-enum { K_NAME, K_FLOPS, K_MFU, K_MEM, K_HBM, K_INTRA, K_INTER, K_INTRA_LAT, K_INTER_LAT, K_GPN,
-       K_VERSION, K_RANKS, K_FLOPS1, K_P2P_BW, K_P2P_LAT, K_NONGEMM, K_FIXED, K_NGCONT, K_COUNT };
-static const char *const hw_keys[K_COUNT] = {
-    "name", "flops", "mfu", "mem_bytes", "hbm_bw", "intra_bw", "inter_bw", "intra_lat",
-    "inter_lat", "gpus_per_node", "distlab-hw-profile", "ranks", "flops_alone", "p2p_bw",
-    "p2p_lat", "nongemm_ratio", "sync_cost", "nongemm_contention"};
+enum {
+    K_NAME,
+    K_FLOPS,
+    K_MFU,
+    K_MEM,
+    K_HBM,
+    K_INTRA,
+    K_INTER,
+    K_INTRA_LAT,
+    K_INTER_LAT,
+    K_GPN,
+    K_VERSION,
+    K_RANKS,
+    K_FLOPS1,
+    K_P2P_BW,
+    K_P2P_LAT,
+    K_NONGEMM,
+    K_FIXED,
+    K_NGCONT,
+    K_COUNT
+};
+static const char *const hw_keys[K_COUNT] = {"name",
+                                             "flops",
+                                             "mfu",
+                                             "mem_bytes",
+                                             "hbm_bw",
+                                             "intra_bw",
+                                             "inter_bw",
+                                             "intra_lat",
+                                             "inter_lat",
+                                             "gpus_per_node",
+                                             "distlab-hw-profile",
+                                             "ranks",
+                                             "flops_alone",
+                                             "p2p_bw",
+                                             "p2p_lat",
+                                             "nongemm_ratio",
+                                             "sync_cost",
+                                             "nongemm_contention"};
 
 static char *trim(char *s)
 {
@@ -191,8 +239,10 @@ static char *trim(char *s)
 
 int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
 {
-    if (text == NULL || hw == NULL) return dl_error(DL_EINVAL, "hardware profile: null argument");
-    if (origin == NULL) origin = "hardware profile";
+    if (text == NULL || hw == NULL)
+        return dl_error(DL_EINVAL, "hardware profile: null argument");
+    if (origin == NULL)
+        origin = "hardware profile";
     dl_plan_hw h;
     memset(&h, 0, sizeof h);
     h.mfu = 1.0; /* a measured profile's flops is what a step achieves */
@@ -211,20 +261,27 @@ int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
         line[len] = '\0';
         p = nl ? nl + 1 : p + len;
         char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
+        if (hash)
+            *hash = '\0';
         char *s = trim(line);
-        if (*s == '\0') continue;
+        if (*s == '\0')
+            continue;
         char *eq = strchr(s, '=');
-        if (eq == NULL) return dl_error(DL_EINVAL, "%s:%d: expected 'key = value'", origin, lineno);
+        if (eq == NULL)
+            return dl_error(DL_EINVAL, "%s:%d: expected 'key = value'", origin, lineno);
         *eq = '\0';
         char *key = trim(s), *val = trim(eq + 1);
         int k = -1;
         for (int i = 0; i < K_COUNT; i++)
-            if (strcmp(key, hw_keys[i]) == 0) k = i;
-        if (k < 0) return dl_error(DL_EINVAL, "%s:%d: unknown key '%s'", origin, lineno, key);
-        if (seen[k]) return dl_error(DL_EINVAL, "%s:%d: key '%s' given twice", origin, lineno, key);
+            if (strcmp(key, hw_keys[i]) == 0)
+                k = i;
+        if (k < 0)
+            return dl_error(DL_EINVAL, "%s:%d: unknown key '%s'", origin, lineno, key);
+        if (seen[k])
+            return dl_error(DL_EINVAL, "%s:%d: key '%s' given twice", origin, lineno, key);
         seen[k] = 1;
-        if (*val == '\0') return dl_error(DL_EINVAL, "%s:%d: key '%s' has no value", origin, lineno, key);
+        if (*val == '\0')
+            return dl_error(DL_EINVAL, "%s:%d: key '%s' has no value", origin, lineno, key);
         if (k == K_NAME) {
             snprintf(h.name, sizeof h.name, "%s", val);
             continue;
@@ -275,16 +332,19 @@ int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
         if (!seen[required[i]])
             return dl_error(DL_EINVAL, "%s: missing key '%s'", origin, hw_keys[required[i]]);
     int st = dl_plan_hw_check(&h);
-    if (st != DL_OK) return dl_error(st, "%s: %s", origin, dl_errmsg());
+    if (st != DL_OK)
+        return dl_error(st, "%s: %s", origin, dl_errmsg());
     *hw = h;
     return DL_OK;
 }
 
 int dl_plan_hw_load(const char *path, dl_plan_hw *hw)
 {
-    if (path == NULL || hw == NULL) return dl_error(DL_EINVAL, "hardware profile: null argument");
+    if (path == NULL || hw == NULL)
+        return dl_error(DL_EINVAL, "hardware profile: null argument");
     int fd;
-    if (dl_path_open_input(path, "hardware profile", &fd) != DL_OK) return DL_EINVAL;
+    if (dl_path_open_input(path, "hardware profile", &fd) != DL_OK)
+        return DL_EINVAL;
     FILE *f = fdopen(fd, "r");
     if (f == NULL) {
         close(fd);
@@ -317,7 +377,8 @@ int dl_plan_hw_load(const char *path, dl_plan_hw *hw)
 
 int dl_plan_hw_write(FILE *f, const dl_plan_hw *hw)
 {
-    if (f == NULL || hw == NULL) return dl_error(DL_EINVAL, "hardware profile: null argument");
+    if (f == NULL || hw == NULL)
+        return dl_error(DL_EINVAL, "hardware profile: null argument");
     int r = fprintf(f,
                     "# distlab hardware profile (docs/PLANNER.md); bytes, seconds, FLOP/s\n"
                     "distlab-hw-profile = 1\n"
@@ -333,19 +394,25 @@ int dl_plan_hw_write(FILE *f, const dl_plan_hw *hw)
                     "gpus_per_node = %d\n",
                     hw->name, hw->flops, hw->mfu, hw->mem_bytes, hw->hbm_bw, hw->intra_bw,
                     hw->inter_bw, hw->intra_lat, hw->inter_lat, hw->gpus_per_node);
-    if (r >= 0 && hw->ranks > 0) r = fprintf(f, "ranks = %d             # ranks measured at once\n", hw->ranks);
+    if (r >= 0 && hw->ranks > 0)
+        r = fprintf(f, "ranks = %d             # ranks measured at once\n", hw->ranks);
     if (r >= 0 && hw->flops_alone > 0)
         r = fprintf(f, "flops_alone = %.6g    # GEMM FLOP/s of one rank alone\n", hw->flops_alone);
-    if (r >= 0 && hw->p2p_bw > 0) r = fprintf(f, "p2p_bw = %.6g         # bytes/s, dl_send/dl_recv\n", hw->p2p_bw);
-    if (r >= 0 && hw->p2p_lat > 0) r = fprintf(f, "p2p_lat = %.6g        # s per message\n", hw->p2p_lat);
+    if (r >= 0 && hw->p2p_bw > 0)
+        r = fprintf(f, "p2p_bw = %.6g         # bytes/s, dl_send/dl_recv\n", hw->p2p_bw);
+    if (r >= 0 && hw->p2p_lat > 0)
+        r = fprintf(f, "p2p_lat = %.6g        # s per message\n", hw->p2p_lat);
     if (r >= 0 && hw->nongemm_ratio > 0)
-        r = fprintf(f, "nongemm_ratio = %.6g  # non-GEMM s per GEMM s of a training step\n", hw->nongemm_ratio);
+        r = fprintf(f, "nongemm_ratio = %.6g  # non-GEMM s per GEMM s of a training step\n",
+                    hw->nongemm_ratio);
     if (r >= 0 && hw->sync_cost > 0)
-        r = fprintf(f, "sync_cost = %.6g      # s per blocking collective beyond its bytes\n", hw->sync_cost);
+        r = fprintf(f, "sync_cost = %.6g      # s per blocking collective beyond its bytes\n",
+                    hw->sync_cost);
     if (r >= 0 && hw->nongemm_contention > 0)
         r = fprintf(f, "nongemm_contention = %.6g  # non-GEMM time with `ranks` at once / alone\n",
                     hw->nongemm_contention);
-    if (r < 0 || fflush(f) != 0) return dl_error(DL_ESYS, "hardware profile: write failed");
+    if (r < 0 || fflush(f) != 0)
+        return dl_error(DL_ESYS, "hardware profile: write failed");
     return DL_OK;
 }
 
@@ -375,7 +442,8 @@ void dl_plan_opts_init(dl_plan_opts *o)
 
 static int opts_check(const dl_plan_opts *o)
 {
-    if (o == NULL) return dl_error(DL_EINVAL, "planner options: null");
+    if (o == NULL)
+        return dl_error(DL_EINVAL, "planner options: null");
     if (!(o->flops_per_token > 0) || o->mfu < 0 || o->mfu > 1 || o->weight_bytes < 0 ||
         o->grad_bytes < 0 || o->optim_bytes < 0 || o->grad_comm_bytes < 0 || !(o->act_bytes > 0) ||
         o->tp_allreduces < 0 || o->zero_stage < 0 || o->zero_stage > 3 || o->mem_limit < 0)
@@ -392,7 +460,8 @@ static int seq_of(const dl_plan_model *m, const dl_plan_layout *l)
 
 int dl_plan_layout_check(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_layout *l)
 {
-    if (m == NULL || l == NULL) return dl_error(DL_EINVAL, "layout: null argument");
+    if (m == NULL || l == NULL)
+        return dl_error(DL_EINVAL, "layout: null argument");
     if (l->t <= 0 || l->p <= 0 || l->d <= 0 || l->v <= 0 || l->micro_batch <= 0 ||
         l->global_batch <= 0 || l->seq < 0)
         return dl_error(DL_EINVAL,
@@ -407,17 +476,20 @@ int dl_plan_layout_check(const dl_plan_model *m, const dl_plan_hw *hw, const dl_
             return dl_error(DL_EINVAL, "t = %d does not divide the %d key/value heads of %s", l->t,
                             m->kv_heads, m->name);
         if (l->p > m->layers)
-            return dl_error(DL_EINVAL, "p = %d exceeds the %d layers of %s", l->p, m->layers, m->name);
+            return dl_error(DL_EINVAL, "p = %d exceeds the %d layers of %s", l->p, m->layers,
+                            m->name);
         if (l->v > 1 && (long)l->p * l->v > m->layers)
             return dl_error(DL_EINVAL, "p * v = %d exceeds the %d layers of %s", l->p * l->v,
                             m->layers, m->name);
     }
     if (l->global_batch % ((long)l->d * l->micro_batch) != 0)
         return dl_error(DL_EINVAL,
-                        "global batch %ld is not a multiple of d * micro-batch = %d * %d", l->global_batch,
-                        l->d, l->micro_batch);
+                        "global batch %ld is not a multiple of d * micro-batch = %d * %d",
+                        l->global_batch, l->d, l->micro_batch);
     if (hw != NULL && (l->t > hw->gpus_per_node || hw->gpus_per_node % l->t != 0))
-        return dl_error(DL_EINVAL, "t = %d must divide the %d GPUs of a node (tensor parallelism stays inside a node)",
+        return dl_error(DL_EINVAL,
+                        "t = %d must divide the %d GPUs of a node (tensor parallelism stays inside "
+                        "a node)",
                         l->t, hw->gpus_per_node);
     return DL_OK;
 }
@@ -433,18 +505,22 @@ double dl_plan_bytes_per_param(const dl_plan_opts *o)
 double dl_plan_act_layer_bytes(const dl_plan_model *m, const dl_plan_opts *o, int s, int b, int t,
                                int recompute)
 {
-    if (!dl_plan_model_has_shape(m) || s <= 0 || b <= 0 || t <= 0) return 0.0;
+    if (!dl_plan_model_has_shape(m) || s <= 0 || b <= 0 || t <= 0)
+        return 0.0;
     double sbh = (double)s * b * m->hidden, a = m->heads, h = m->hidden;
-    if (recompute) return sbh * o->act_bytes / (o->seq_parallel ? t : 1);
+    if (recompute)
+        return sbh * o->act_bytes / (o->seq_parallel ? t : 1);
     /* Korthikanti et al. 2022, eq. (1)-(3): 34 = 10 replicated + 24 split over t (bytes at
      * 2-byte values, plus 1-byte dropout masks); 5as/h the attention scores and softmax. */
-    if (o->seq_parallel) return sbh * (34.0 + 5.0 * a * s / h) / t;
+    if (o->seq_parallel)
+        return sbh * (34.0 + 5.0 * a * s / h) / t;
     return sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
 
 double dl_plan_state_bytes(double psi, const dl_plan_opts *o, int shards, int stage, int nd)
 {
-    if (o == NULL || !(psi >= 0) || shards <= 0 || nd <= 0 || stage < 0 || stage > 3) return -1.0;
+    if (o == NULL || !(psi >= 0) || shards <= 0 || nd <= 0 || stage < 0 || stage > 3)
+        return -1.0;
     double q = psi / shards, w = o->weight_bytes, g = o->grad_bytes, k = o->optim_bytes;
     switch (stage) {
     case 0: return (w + g + k) * q;
@@ -465,10 +541,14 @@ int dl_plan_memory(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
                    const dl_plan_layout *l, dl_plan_mem *out)
 {
     int st;
-    if (out == NULL) return dl_error(DL_EINVAL, "memory: null output");
-    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK) return st;
-    if ((st = opts_check(o)) != DL_OK) return st;
-    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK) return st;
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "memory: null output");
+    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK)
+        return st;
+    if ((st = opts_check(o)) != DL_OK)
+        return st;
+    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK)
+        return st;
     memset(out, 0, sizeof *out);
     double psi = dl_plan_model_params(m);
     double q = psi / ((double)l->t * l->p);
@@ -495,7 +575,8 @@ int dl_plan_memory(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
 
 long dl_plan_gpus_needed(double bytes, double capacity)
 {
-    if (!(capacity > 0) || !(bytes >= 0)) return -1;
+    if (!(capacity > 0) || !(bytes >= 0))
+        return -1;
     /* Relative slack: 1120e9 / 80e9 must be 14, not 15 after rounding. */
     return (long)ceil(bytes / capacity * (1.0 - 1e-12));
 }
@@ -510,7 +591,8 @@ double dl_plan_allreduce_sent(int n, double bytes)
 
 double dl_plan_allreduce_time(int n, double bytes, double bw, double lat)
 {
-    if (n <= 1 || !(bw > 0)) return 0.0;
+    if (n <= 1 || !(bw > 0))
+        return 0.0;
     return 2.0 * (n - 1) * (lat + bytes / ((double)n * bw));
 }
 
@@ -527,9 +609,12 @@ void dl_plan_link_of(const dl_plan_hw *hw, const dl_plan_opts *o, const dl_plan_
     } else {
         is_inter = k == DL_PLAN_LINK_INTER;
     }
-    if (bw) *bw = is_inter ? hw->inter_bw : hw->intra_bw;
-    if (lat) *lat = is_inter ? hw->inter_lat : hw->intra_lat;
-    if (inter) *inter = is_inter;
+    if (bw)
+        *bw = is_inter ? hw->inter_bw : hw->intra_bw;
+    if (lat)
+        *lat = is_inter ? hw->inter_lat : hw->intra_lat;
+    if (inter)
+        *inter = is_inter;
 }
 
 static double eff_mfu(const dl_plan_hw *hw, const dl_plan_opts *o)
@@ -541,11 +626,16 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
                  const dl_plan_layout *l, dl_plan_comm_report *out)
 {
     int st;
-    if (out == NULL) return dl_error(DL_EINVAL, "comm: null output");
-    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK) return st;
-    if ((st = dl_plan_hw_check(hw)) != DL_OK) return st;
-    if ((st = opts_check(o)) != DL_OK) return st;
-    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK) return st;
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "comm: null output");
+    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK)
+        return st;
+    if ((st = dl_plan_hw_check(hw)) != DL_OK)
+        return st;
+    if ((st = opts_check(o)) != DL_OK)
+        return st;
+    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK)
+        return st;
     memset(out, 0, sizeof *out);
     int s = seq_of(m, l), b = l->micro_batch;
     long n = (long)l->t * l->p * l->d;
@@ -559,8 +649,10 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
     double zf = o->zero_stage >= 3 ? 1.5 : 1.0; /* ZeRO-3: 3 Psi instead of 2 Psi (lecture §5.2) */
     out->dp_grad_bytes = q * o->grad_comm_bytes;
     out->dp_sent = zf * dl_plan_allreduce_sent(l->d, out->dp_grad_bytes);
-    out->dp_time_intra = zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->intra_bw, hw->intra_lat);
-    out->dp_time_inter = zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->inter_bw, hw->inter_lat);
+    out->dp_time_intra =
+        zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->intra_bw, hw->intra_lat);
+    out->dp_time_inter =
+        zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->inter_bw, hw->inter_lat);
     dl_plan_link_of(hw, o, l, 2, NULL, NULL, &out->dp_inter);
     for (int z = 0; z < 4; z++) out->zero_factor[z] = z == 3 ? 3.0 : 2.0;
 
@@ -586,14 +678,18 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
 /* ---------------------------------------------------------------------------------------- */
 /* ZeRO                                                                                      */
 
-int dl_plan_zero_table(double psi, double K, int nd, const dl_plan_opts *o, dl_plan_zero_row rows[4])
+int dl_plan_zero_table(double psi, double K, int nd, const dl_plan_opts *o,
+                       dl_plan_zero_row rows[4])
 {
     if (!(psi > 0) || !(K >= 0) || nd <= 0 || rows == NULL)
-        return dl_error(DL_EINVAL, "zero table: parameters and N_d must be positive, K >= 0 "
-                                   "(got Psi=%g, K=%g, N_d=%d)", psi, K, nd);
+        return dl_error(DL_EINVAL,
+                        "zero table: parameters and N_d must be positive, K >= 0 "
+                        "(got Psi=%g, K=%g, N_d=%d)",
+                        psi, K, nd);
     dl_plan_opts d;
     dl_plan_opts_init(&d);
-    if (o) d = *o;
+    if (o)
+        d = *o;
     d.optim_bytes = K;
     static const char *const names[4] = {"baseline", "P_os", "P_os+g", "P_os+g+p"};
     static const char *const formulas[4] = {"(2+2+K)Psi", "4Psi + K Psi/N_d", "2Psi + (2+K)Psi/N_d",
@@ -613,14 +709,17 @@ int dl_plan_zero_table(double psi, double K, int nd, const dl_plan_opts *o, dl_p
 
 double dl_plan_bubble(int p, long m, int v)
 {
-    if (p <= 0 || m <= 0 || v <= 0) return -1.0;
+    if (p <= 0 || m <= 0 || v <= 0)
+        return -1.0;
     return (double)(p - 1) / ((double)v * m + (p - 1));
 }
 
 long dl_plan_min_microbatches(int p, int v, double target)
 {
-    if (p <= 0 || v <= 0 || !(target > 0) || !(target < 1)) return -1;
-    if (p == 1) return 1;
+    if (p <= 0 || v <= 0 || !(target > 0) || !(target < 1))
+        return -1;
+    if (p == 1)
+        return 1;
     /* Start from the algebraic bound m > (p-1)(1-f)/(f v) and step so that the answer agrees
      * with dl_plan_bubble's own rounding (p = 8, f = 0.1: 63 gives exactly 0.1, so 64). */
     double est = (p - 1) * (1.0 - target) / (target * v);
@@ -632,16 +731,15 @@ long dl_plan_min_microbatches(int p, int v, double target)
 
 long dl_plan_inflight(dl_plan_schedule sch, int p, long m, int s)
 {
-    if (p <= 0 || m <= 0 || s < 1 || s > p) return -1;
-    if (sch == DL_PLAN_GPIPE) return m;
+    if (p <= 0 || m <= 0 || s < 1 || s > p)
+        return -1;
+    if (sch == DL_PLAN_GPIPE)
+        return m;
     long k = p - s + 1;
     return k < m ? k : m;
 }
 
-int dl_plan_staleness(int p, int s)
-{
-    return (p <= 0 || s < 1 || s > p) ? -1 : p - s;
-}
+int dl_plan_staleness(int p, int s) { return (p <= 0 || s < 1 || s > p) ? -1 : p - s; }
 
 int dl_plan_partition(const double *costs, int n, int k, int *first, double *max_cost)
 {
@@ -649,28 +747,37 @@ int dl_plan_partition(const double *costs, int n, int k, int *first, double *max
         return dl_error(DL_EINVAL, "partition: need 1 <= stages (%d) <= layers (%d)", k, n);
     for (int i = 0; i < n; i++)
         if (!(costs[i] >= 0) || !isfinite(costs[i]))
-            return dl_error(DL_EINVAL, "partition: cost of layer %d is not a non-negative number", i);
+            return dl_error(DL_EINVAL, "partition: cost of layer %d is not a non-negative number",
+                            i);
     /* best[j][i]: min over splits of layers 0..i-1 into j stages of the slowest stage;
      * from[j][i]: where the last of those stages starts. */
     size_t cells = (size_t)(k + 1) * (n + 1);
     double *best = malloc(cells * sizeof *best), *pre = malloc((size_t)(n + 1) * sizeof *pre);
     int *from = malloc(cells * sizeof *from);
     if (!best || !pre || !from) {
-        free(best); free(pre); free(from);
+        free(best);
+        free(pre);
+        free(from);
         return dl_error(DL_ENOMEM, "partition: out of memory");
     }
 #define B(j, i) best[(size_t)(j) * (n + 1) + (i)]
 #define F(j, i) from[(size_t)(j) * (n + 1) + (i)]
     pre[0] = 0;
     for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + costs[i];
-    for (int i = 1; i <= n; i++) { B(1, i) = pre[i]; F(1, i) = 0; }
+    for (int i = 1; i <= n; i++) {
+        B(1, i) = pre[i];
+        F(1, i) = 0;
+    }
     for (int j = 2; j <= k; j++) {
         for (int i = j; i <= n; i++) {
             double bv = INFINITY;
             int bf = j - 1;
             for (int x = j - 1; x < i; x++) { /* last stage = layers x .. i-1 */
                 double c = fmax(B(j - 1, x), pre[i] - pre[x]);
-                if (c < bv) { bv = c; bf = x; } /* strict: earliest boundary wins ties */
+                if (c < bv) {
+                    bv = c;
+                    bf = x;
+                } /* strict: earliest boundary wins ties */
             }
             B(j, i) = bv;
             F(j, i) = bf;
@@ -681,10 +788,13 @@ int dl_plan_partition(const double *costs, int n, int k, int *first, double *max
         first[j - 1] = F(j, i);
         i = F(j, i);
     }
-    if (max_cost) *max_cost = B(k, n);
+    if (max_cost)
+        *max_cost = B(k, n);
 #undef B
 #undef F
-    free(best); free(pre); free(from);
+    free(best);
+    free(pre);
+    free(from);
     return DL_OK;
 }
 
@@ -698,9 +808,11 @@ int dl_plan_partition_even(const double *costs, int n, int k, int *first, double
         first[j + 1] = first[j] + n / k + (j < n % k ? 1 : 0);
         double c = 0;
         for (int i = first[j]; i < first[j + 1]; i++) c += costs[i];
-        if (c > mx) mx = c;
+        if (c > mx)
+            mx = c;
     }
-    if (max_cost) *max_cost = mx;
+    if (max_cost)
+        *max_cost = mx;
     return DL_OK;
 }
 
@@ -711,13 +823,17 @@ int dl_plan_step_time(const dl_plan_model *m, const dl_plan_hw *hw, const dl_pla
                       const dl_plan_layout *l, dl_plan_step *out)
 {
     int st;
-    if (out == NULL) return dl_error(DL_EINVAL, "step: null output");
-    if ((st = dl_plan_model_check(m, 1, "the step-time model")) != DL_OK) return st;
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "step: null output");
+    if ((st = dl_plan_model_check(m, 1, "the step-time model")) != DL_OK)
+        return st;
     dl_plan_comm_report c;
-    if ((st = dl_plan_comm(m, hw, o, l, &c)) != DL_OK) return st;
+    if ((st = dl_plan_comm(m, hw, o, l, &c)) != DL_OK)
+        return st;
     memset(out, 0, sizeof *out);
     out->layout = *l;
-    if ((st = dl_plan_memory(m, hw, o, l, &out->mem)) != DL_OK) return st;
+    if ((st = dl_plan_memory(m, hw, o, l, &out->mem)) != DL_OK)
+        return st;
     out->micro_batches = c.micro_batches;
     out->bubble = dl_plan_bubble(l->p, c.micro_batches, l->v);
     /* The pipeline runs at the pace of its slowest stage: ceil(L/p) layers, not L/p. */
@@ -738,9 +854,12 @@ int dl_plan_step_time(const dl_plan_model *m, const dl_plan_hw *hw, const dl_pla
 static int cmp_step(const void *a, const void *b)
 {
     const dl_plan_step *x = a, *y = b;
-    if (x->total != y->total) return x->total < y->total ? -1 : 1;
-    if (x->layout.t != y->layout.t) return x->layout.t - y->layout.t;
-    if (x->layout.p != y->layout.p) return x->layout.p - y->layout.p;
+    if (x->total != y->total)
+        return x->total < y->total ? -1 : 1;
+    if (x->layout.t != y->layout.t)
+        return x->layout.t - y->layout.t;
+    if (x->layout.p != y->layout.p)
+        return x->layout.p - y->layout.p;
     return x->layout.d - y->layout.d;
 }
 
@@ -750,10 +869,14 @@ int dl_plan_search(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
     int st;
     if (n == NULL || base == NULL || (cap > 0 && out == NULL))
         return dl_error(DL_EINVAL, "search: null argument");
-    if ((st = dl_plan_model_check(m, 1, "the 3-D search")) != DL_OK) return st;
-    if ((st = dl_plan_hw_check(hw)) != DL_OK) return st;
-    if ((st = opts_check(o)) != DL_OK) return st;
-    if (gpus <= 0) return dl_error(DL_EINVAL, "search: the GPU count must be positive (got %d)", gpus);
+    if ((st = dl_plan_model_check(m, 1, "the 3-D search")) != DL_OK)
+        return st;
+    if ((st = dl_plan_hw_check(hw)) != DL_OK)
+        return st;
+    if ((st = opts_check(o)) != DL_OK)
+        return st;
+    if (gpus <= 0)
+        return dl_error(DL_EINVAL, "search: the GPU count must be positive (got %d)", gpus);
     if (gpus % hw->gpus_per_node != 0)
         return dl_error(DL_EINVAL, "search: %d GPUs is not a multiple of %d GPUs per node", gpus,
                         hw->gpus_per_node);
@@ -762,24 +885,38 @@ int dl_plan_search(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
     /* Every candidate is collected, then sorted; the count is small (divisor triples). */
     int total = 0, room = 64;
     dl_plan_step *all = malloc((size_t)room * sizeof *all);
-    if (all == NULL) return dl_error(DL_ENOMEM, "search: out of memory");
+    if (all == NULL)
+        return dl_error(DL_ENOMEM, "search: out of memory");
     for (int t = 1; t <= hw->gpus_per_node; t++) {
-        if (hw->gpus_per_node % t || gpus % t || m->heads % t) continue;
-        if (m->kv_heads > 0 && m->kv_heads % t) continue;
+        if (hw->gpus_per_node % t || gpus % t || m->heads % t)
+            continue;
+        if (m->kv_heads > 0 && m->kv_heads % t)
+            continue;
         for (int p = 1; p <= m->layers && p <= gpus / t; p++) {
-            if ((gpus / t) % p) continue;
+            if ((gpus / t) % p)
+                continue;
             int d = gpus / t / p;
-            if (base->global_batch % ((long)d * base->micro_batch)) continue;
-            if (base->v > 1 && (long)p * base->v > m->layers) continue;
+            if (base->global_batch % ((long)d * base->micro_batch))
+                continue;
+            if (base->v > 1 && (long)p * base->v > m->layers)
+                continue;
             dl_plan_layout l = *base;
-            l.t = t; l.p = p; l.d = d;
+            l.t = t;
+            l.p = p;
+            l.d = d;
             if (total == room) {
                 room *= 2;
                 dl_plan_step *bigger = realloc(all, (size_t)room * sizeof *all);
-                if (bigger == NULL) { free(all); return dl_error(DL_ENOMEM, "search: out of memory"); }
+                if (bigger == NULL) {
+                    free(all);
+                    return dl_error(DL_ENOMEM, "search: out of memory");
+                }
                 all = bigger;
             }
-            if ((st = dl_plan_step_time(m, hw, o, &l, &all[total])) != DL_OK) { free(all); return st; }
+            if ((st = dl_plan_step_time(m, hw, o, &l, &all[total])) != DL_OK) {
+                free(all);
+                return st;
+            }
             total++;
         }
     }

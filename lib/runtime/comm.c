@@ -91,14 +91,11 @@ int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared
         return dl_error(DL_ENOMEM, "communicator: out of memory for %d ranks", n);
     }
     memcpy(sh->world_ranks, world_ranks, sizeof(int) * (size_t)n);
-    for (int i = 0; i < n * n; i++)
-        atomic_init(&sh->links[i], NULL);
-    for (int i = 0; i < n; i++)
-        atomic_init(&sh->entered[i], 0);
+    for (int i = 0; i < n * n; i++) atomic_init(&sh->links[i], NULL);
+    for (int i = 0; i < n; i++) atomic_init(&sh->entered[i], 0);
     int nlocal = n;
     if (w->mpi) /* a world spanning processes: each process has its own record for its members */
-        for (int i = 0; i < n; i++)
-            nlocal -= !dl__local(w, world_ranks[i]);
+        for (int i = 0; i < n; i++) nlocal -= !dl__local(w, world_ranks[i]);
     atomic_init(&sh->refs, nlocal);
     sh->uid = w->world_sh ? atomic_fetch_add(&w->next_uid, 1) : 0;
     pthread_mutex_lock(&w->reg_mu);
@@ -116,8 +113,7 @@ void dl__shared_unref(dl_comm_shared *sh)
     if (atomic_fetch_sub(&sh->refs, 1) != 1)
         return;
     pthread_mutex_lock(&sh->w->reg_mu);
-    for (int i = 0; i < sh->n * sh->n; i++)
-        dl_link_destroy(atomic_exchange(&sh->links[i], NULL));
+    for (int i = 0; i < sh->n * sh->n; i++) dl_link_destroy(atomic_exchange(&sh->links[i], NULL));
     pthread_mutex_unlock(&sh->w->reg_mu);
 }
 
@@ -190,7 +186,10 @@ int dl_comm_world_rank(const dl_comm *c, int r)
     return r >= 0 && r < c->sh->n ? c->sh->world_ranks[r] : -1;
 }
 dl_ctx *dl_comm_ctx(dl_comm *c) { return c->ctx; }
-void dl_comm_set_algo(dl_comm *c, dl_algo a) { c->algo = (unsigned)a < DL_NALGOS ? a : DL_ALGO_AUTO; }
+void dl_comm_set_algo(dl_comm *c, dl_algo a)
+{
+    c->algo = (unsigned)a < DL_NALGOS ? a : DL_ALGO_AUTO;
+}
 dl_algo dl_comm_get_algo(const dl_comm *c) { return c->algo; }
 dl_algo dl_comm_last_algo(const dl_comm *c) { return c->last_algo; }
 
@@ -348,8 +347,9 @@ int dl_mesh_create(dl_comm *world, int dp, int pp, int tp, int ep, dl_mesh *out)
     if (rc == DL_OK)
         rc = dl_comm_split(world, out->dp_rank * tp + out->tp_rank, out->pp_rank, &out->pp_comm);
     if (rc == DL_OK && ep > 1)
-        rc = dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * (dp / ep) + out->dp_rank / ep,
-                           out->ep_rank, &out->ep_comm);
+        rc =
+            dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * (dp / ep) + out->dp_rank / ep,
+                          out->ep_rank, &out->ep_comm);
     if (rc != DL_OK) {
         /* a split fails when a peer aborted the world meanwhile: free what was made (the frees'
          * barriers return at once then), keeping the split's message */

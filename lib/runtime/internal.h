@@ -31,11 +31,11 @@ const char *dl__opname(int op);
  * got (for the watchdog's "never arrived"). */
 typedef struct dl_comm_shared {
     int n;
-    int *world_ranks;           /* [n] */
-    uint64_t uid;               /* 0 = world */
-    _Atomic(dl_link *) *links;  /* [n * n], src * n + dst, created on first use */
-    atomic_ullong *entered;     /* [n] highest sequence number each member started */
-    atomic_int refs;            /* members that have not freed it yet */
+    int *world_ranks;          /* [n] */
+    uint64_t uid;              /* 0 = world */
+    _Atomic(dl_link *) *links; /* [n * n], src * n + dst, created on first use */
+    atomic_ullong *entered;    /* [n] highest sequence number each member started */
+    atomic_int refs;           /* members that have not freed it yet */
     dl_world *w;
     struct dl_comm_shared *next; /* world's registry (for abort wake-ups) */
     /* MPI worlds, hierarchical all-reduce: [0] this process's members, [1 + j] the j-th member
@@ -48,12 +48,12 @@ struct dl_comm {
     dl_comm_shared *sh;
     int rank;
     dl_ctx *ctx;
-    uint64_t seq;               /* operations started (the same on every member) */
+    uint64_t seq; /* operations started (the same on every member) */
     dl_algo algo, last_algo;
     dl_comm_stats st;
-    uint64_t cid;               /* MPI worlds: the communicator's id in MPI tags (0 = world) */
+    uint64_t cid; /* MPI worlds: the communicator's id in MPI tags (0 = world) */
     struct dl_comm *h_intra, *h_inter; /* hierarchical all-reduce: this member's views */
-    void *scratch;              /* rank's scratch buffer for reduce / reduce-scatter partials */
+    void *scratch; /* rank's scratch buffer for reduce / reduce-scatter partials */
     size_t scratch_bytes;
 };
 
@@ -95,7 +95,7 @@ typedef struct dl_progress {
     pthread_cond_t cv;      /* new work or stop */
     pthread_cond_t done_cv; /* a request completed */
     dl_request *head, *tail;
-    atomic_int pending;     /* requests queued or running */
+    atomic_int pending; /* requests queued or running */
     int stop;
 } dl_progress;
 
@@ -176,12 +176,12 @@ int dl__scratch(dl_comm *c, size_t bytes, void **out);
 void dl__progress_stop(dl_ctx *ctx);
 
 /* mpi.c: worlds spanning MPI processes (stubs returning errors without MPI) */
-int dl__mpi_want(const dl_world_opts *o);            /* 1: this world spans processes */
-int dl__mpi_world_begin(dl_world *w);                /* sets mpi, nprocs, proc, lo, hi */
-void dl__mpi_world_end(dl_world *w);                 /* stops listening for other processes' errors */
-void dl__mpi_world_free(dl_world *w);                /* after the links: the world's MPI state */
+int dl__mpi_want(const dl_world_opts *o); /* 1: this world spans processes */
+int dl__mpi_world_begin(dl_world *w);     /* sets mpi, nprocs, proc, lo, hi */
+void dl__mpi_world_end(dl_world *w);      /* stops listening for other processes' errors */
+void dl__mpi_world_free(dl_world *w);     /* after the links: the world's MPI state */
 void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg); /* tell the others */
-uint64_t dl__mpi_new_cid(dl_world *w);               /* a communicator id unique in the job */
+uint64_t dl__mpi_new_cid(dl_world *w); /* a communicator id unique in the job */
 static inline uint64_t dl__mpi_sub_cid(uint64_t cid, int j) { return cid + 1 + (uint64_t)j; }
 int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
 

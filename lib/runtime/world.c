@@ -36,8 +36,8 @@ void dl_world_opts_init(dl_world_opts *o)
 }
 
 static const char *opnames[OP_NCODES] = {
-    "none", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
-    "alltoall", "barrier", "send", "recv", "split",
+    "none",     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+    "alltoall", "barrier",   "send",           "recv",      "split",
 };
 
 const char *dl__opname(int op) { return op >= 0 && op < OP_NCODES ? opnames[op] : "?"; }
@@ -182,7 +182,7 @@ static void watchdog_check(dl_world *w)
                  "%s%s",
                  r, (double)(now - t0) / 1e9, dl__opname(op), (unsigned long long)seq,
                  (unsigned long long)sh->uid, sh->n,
-                 nmiss ? "ranks that never arrived: "
+                 nmiss    ? "ranks that never arrived: "
                  : w->mpi ? "every rank of this process arrived (a peer stopped sending)"
                           : "every rank arrived (a peer stopped sending)",
                  missing);
@@ -249,8 +249,8 @@ static void *rank_main(void *p)
         char prefix[32];
         int plen = snprintf(prefix, sizeof prefix, "rank %d: ", x->rank);
         /* messages that already name the rank (the arena's) are not prefixed twice */
-        snprintf(x->errmsg, sizeof x->errmsg, "%s%s", strncmp(m, prefix, (size_t)plen) ? prefix : "",
-                 m[0] ? m : dl_strstatus(rc));
+        snprintf(x->errmsg, sizeof x->errmsg, "%s%s",
+                 strncmp(m, prefix, (size_t)plen) ? prefix : "", m[0] ? m : dl_strstatus(rc));
         dl__world_fail(w, x->rank, rc, x->errmsg);
     }
     return NULL;
@@ -266,13 +266,12 @@ static void flight_dump(const dl_ctx *x, FILE *f, uint64_t t_base)
         double ts = (double)(e->t_start - t_base) / 1e6;
         if (e->status < 0)
             fprintf(f, "    %-14s #%-6llu comm %llu count %zu  started %.3f ms, NOT FINISHED\n",
-                    dl__opname(e->op), (unsigned long long)e->seq,
-                    (unsigned long long)e->comm_uid, e->count, ts);
+                    dl__opname(e->op), (unsigned long long)e->seq, (unsigned long long)e->comm_uid,
+                    e->count, ts);
         else
             fprintf(f, "    %-14s #%-6llu comm %llu count %zu  started %.3f ms, took %.3f ms: %s\n",
-                    dl__opname(e->op), (unsigned long long)e->seq,
-                    (unsigned long long)e->comm_uid, e->count, ts,
-                    (double)(e->t_end - e->t_start) / 1e6, dl_strstatus(e->status));
+                    dl__opname(e->op), (unsigned long long)e->seq, (unsigned long long)e->comm_uid,
+                    e->count, ts, (double)(e->t_end - e->t_start) / 1e6, dl_strstatus(e->status));
     }
 }
 
@@ -290,8 +289,7 @@ static int place_processes(dl_world *w)
     if (rc)
         return rc;
     dl_placement *p = w->place;
-    for (int r = 0; r < w->n; r++)
-        p->node[r] = r / T;
+    for (int r = 0; r < w->n; r++) p->node[r] = r / T;
     for (int t = 0; t < T; t++) {
         int g = w->lo + t, l = h * T + t;
         p->pu[g] = loc->pu[l];
@@ -313,13 +311,13 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     if (!o || !fn)
         return dl_error(DL_EINVAL, "dl_world_run: null options or rank function");
     if (o->nranks < 1 || o->nranks > 4096)
-        return dl_error(DL_EINVAL, "dl_world_run: invalid rank count %d (need 1..4096)",
-                        o->nranks);
+        return dl_error(DL_EINVAL, "dl_world_run: invalid rank count %d (need 1..4096)", o->nranks);
     if (o->nslots < 2 || (o->nslots & (o->nslots - 1)))
         return dl_error(DL_EINVAL, "dl_world_run: slots per channel %d is not a power of two >= 2",
                         o->nslots);
     if (o->slice_bytes < 64)
-        return dl_error(DL_EINVAL, "dl_world_run: slice size %zu too small (>= 64)", o->slice_bytes);
+        return dl_error(DL_EINVAL, "dl_world_run: slice size %zu too small (>= 64)",
+                        o->slice_bytes);
     if (o->wait_mode < -1 || o->wait_mode > DL_WAIT_YIELD)
         return dl_error(DL_EINVAL, "dl_world_run: unknown wait mode %d", o->wait_mode);
 
@@ -352,8 +350,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         dl_world_destroy(w);
         return dl_error(rc, "dl_world_run: %s", msg);
     }
-    w->oversub = (w->mpi ? (w->hi - w->lo) * dl_mpi_host_size() : w->n) >
-                 dl_topo_real_pus(w->topo);
+    w->oversub = (w->mpi ? (w->hi - w->lo) * dl_mpi_host_size() : w->n) > dl_topo_real_pus(w->topo);
     int mode = o->wait_mode >= 0 ? o->wait_mode : (w->oversub ? DL_WAIT_YIELD : DL_WAIT_SPIN);
 
     w->ctxs = calloc((size_t)w->n, sizeof *w->ctxs);
@@ -366,8 +363,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         dl_world_destroy(w);
         return dl_error(DL_ENOMEM, "dl_world_run: out of memory for %d ranks", o->nranks);
     }
-    for (int r = 0; r < w->n; r++)
-        all[r] = r;
+    for (int r = 0; r < w->n; r++) all[r] = r;
     rc = dl__shared_create(w, w->n, all, &w->world_sh);
     free(all);
     for (int r = 0; rc == DL_OK && r < w->n; r++) {
@@ -408,8 +404,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         }
         started++;
     }
-    for (int r = w->lo; r < w->lo + started; r++)
-        pthread_join(w->threads[r], NULL);
+    for (int r = w->lo; r < w->lo + started; r++) pthread_join(w->threads[r], NULL);
     dl__mpi_world_end(w);
     if (wd_on) {
         pthread_mutex_lock(&w->wd_mu);
@@ -436,8 +431,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
                 base = 0;
             fprintf(log, "distlab: flight recorder (times from the first operation)%s:\n",
                     w->mpi ? " of this process's ranks" : "");
-            for (int r = w->lo; r < w->hi; r++)
-                flight_dump(&w->ctxs[r], log, base);
+            for (int r = w->lo; r < w->hi; r++) flight_dump(&w->ctxs[r], log, base);
             fflush(log);
         }
         return dl_error(w->err_status, "%s", w->err_msg);
@@ -484,8 +478,7 @@ void dl_world_destroy(dl_world *w)
     dl_comm_shared *sh = w->registry;
     while (sh) {
         dl_comm_shared *next = sh->next;
-        for (int i = 0; i < sh->n * sh->n; i++)
-            dl_link_destroy(atomic_load(&sh->links[i]));
+        for (int i = 0; i < sh->n * sh->n; i++) dl_link_destroy(atomic_load(&sh->links[i]));
         free(sh->links);
         free(sh->hier);
         free(sh->entered);

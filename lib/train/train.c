@@ -60,8 +60,10 @@ static int pp_resolve(dl_train_opts *o)
     int k = o->schedule;
     if (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
         k != DL_SCHED_ASYNC && k != DL_SCHED_NAIVE)
-        return dl_error(DL_EINVAL, "schedule %s cannot train: use gpipe, 1f1b, interleaved or "
-                        "async", dl_sched_kind_name((dl_sched_kind)k));
+        return dl_error(DL_EINVAL,
+                        "schedule %s cannot train: use gpipe, 1f1b, interleaved or "
+                        "async",
+                        dl_sched_kind_name((dl_sched_kind)k));
     if (k == DL_SCHED_NAIVE && m != 1)
         return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
     if (k != DL_SCHED_INTERLEAVED && o->virtual_stages > 1)
@@ -78,11 +80,15 @@ static int pp_resolve(dl_train_opts *o)
         if (p < 2)
             return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
         if (L % (p * v))
-            return dl_error(DL_EINVAL, "interleaving: layers %d are not divisible by pp %d x "
-                            "virtual stages %d", L, p, v);
+            return dl_error(DL_EINVAL,
+                            "interleaving: layers %d are not divisible by pp %d x "
+                            "virtual stages %d",
+                            L, p, v);
         if (m % p)
-            return dl_error(DL_EINVAL, "interleaving: micro-batches %d must be a multiple of pp "
-                            "%d (try --microbatches %d)", m, p, (m / p + 1) * p);
+            return dl_error(DL_EINVAL,
+                            "interleaving: micro-batches %d must be a multiple of pp "
+                            "%d (try --microbatches %d)",
+                            m, p, (m / p + 1) * p);
     }
     if (o->weight_stashing && k != DL_SCHED_ASYNC)
         return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
@@ -90,7 +96,7 @@ static int pp_resolve(dl_train_opts *o)
         return DL_OK;
     if (k == DL_SCHED_ASYNC && (o->zero || o->model.tie))
         return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
-                        "not combine with ZeRO or tied embeddings");
+                                   "not combine with ZeRO or tied embeddings");
     if (o->model.tie && o->zero)
         return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
     return DL_OK;
@@ -117,22 +123,30 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
     int given = (G > 0) + (mb > 0) + (m > 0);
     if (given == 3) {
         if (G != d * m * mb)
-            return dl_error(DL_EINVAL, "global batch %d != dp %d x microbatches %d x micro-batch "
-                            "%d = %d: give any two of them", G, d, m, mb, d * m * mb);
+            return dl_error(DL_EINVAL,
+                            "global batch %d != dp %d x microbatches %d x micro-batch "
+                            "%d = %d: give any two of them",
+                            G, d, m, mb, d * m * mb);
     } else if (G > 0 && mb > 0) {
         if (G % (d * mb))
-            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d x micro-batch %d "
-                            "(try --global-batch %d)", G, d, mb, (G / (d * mb) + 1) * d * mb);
+            return dl_error(DL_EINVAL,
+                            "global batch %d is not divisible by dp %d x micro-batch %d "
+                            "(try --global-batch %d)",
+                            G, d, mb, (G / (d * mb) + 1) * d * mb);
         m = G / (d * mb);
     } else if (G > 0 && m > 0) {
         if (G % (d * m))
-            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d x microbatches "
-                            "%d (try --global-batch %d)", G, d, m, (G / (d * m) + 1) * d * m);
+            return dl_error(DL_EINVAL,
+                            "global batch %d is not divisible by dp %d x microbatches "
+                            "%d (try --global-batch %d)",
+                            G, d, m, (G / (d * m) + 1) * d * m);
         mb = G / (d * m);
     } else if (G > 0) {
         if (G % d)
-            return dl_error(DL_EINVAL, "global batch %d is not divisible by dp %d (try "
-                            "--global-batch %d)", G, d, (G / d + 1) * d);
+            return dl_error(DL_EINVAL,
+                            "global batch %d is not divisible by dp %d (try "
+                            "--global-batch %d)",
+                            G, d, (G / d + 1) * d);
         m = 1;
         mb = G / d;
     } else {
@@ -146,9 +160,11 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
     o->global_batch = d * m * mb;
     if (o->steps < 0 || (o->steps == 0 && !o->eval_only))
         return dl_error(DL_EINVAL, "steps must be >= 1 (got %d)", o->steps);
-    if (o->trace_first < 0 || o->trace_last < o->trace_first || (o->trace_first == 0) != (o->trace_last == 0) ||
+    if (o->trace_first < 0 || o->trace_last < o->trace_first ||
+        (o->trace_first == 0) != (o->trace_last == 0) ||
         (!o->eval_only && o->trace_last > o->steps))
-        return dl_error(DL_EINVAL, "traced steps %d..%d: want 1 <= first <= last <= steps %d (or 0, 0: all)",
+        return dl_error(DL_EINVAL,
+                        "traced steps %d..%d: want 1 <= first <= last <= steps %d (or 0, 0: all)",
                         o->trace_first, o->trace_last, o->steps);
     if (!(o->lr > 0) || o->min_lr < 0 || o->warmup < 0)
         return dl_error(DL_EINVAL, "learning rate must be > 0, min-lr >= 0, warm-up >= 0");
@@ -177,22 +193,22 @@ typedef struct run {
     dl_train_result *res;
     dl_data *data;
     int nranks;
-    double *step_ms;   /* [steps * nranks] */
-    double *loss;      /* [steps] */
-    double *val;       /* [steps] */
-    double *norm;      /* [steps] */
-    double *lr;        /* [steps] */
-    int *skip;         /* [steps] skipped: non-finite gradient */
+    double *step_ms; /* [steps * nranks] */
+    double *loss;    /* [steps] */
+    double *val;     /* [steps] */
+    double *norm;    /* [steps] */
+    double *lr;      /* [steps] */
+    int *skip;       /* [steps] skipped: non-finite gradient */
     int steps_done;
     atomic_int *finished; /* [steps] ranks of this process that finished the step */
     int local_ranks;      /* ranks of this process */
     int emitted;          /* steps handed to o->on_step */
-    dl_gemm_log *gemm;  /* rank 0's GEMMs of one step (the second: the first warms up) */
-    dl_trace *trace;    /* NULL unless a trace or timeline was asked for */
+    dl_gemm_log *gemm;    /* rank 0's GEMMs of one step (the second: the first warms up) */
+    dl_trace *trace;      /* NULL unless a trace or timeline was asked for */
     /* pipeline: per step and rank */
     double *pp_busy, *pp_wall, *pp_engine;
     int *pp_gap, *pp_slots;
-    uint64_t pp_bytes;  /* rank 0, all steps */
+    uint64_t pp_bytes;        /* rank 0, all steps */
     int trace_done, trace_rc; /* the trace file and timeline written (rank 0), its status */
 } run;
 
@@ -201,43 +217,43 @@ typedef struct rank_state {
     dl_ctx *ctx;
     dl_mesh mesh;
     dl_gpt *g;
-    void *m, *v;            /* AdamW state */
+    void *m, *v; /* AdamW state */
     size_t numel;
     int dsize;
     dl_dtype dt;
     /* bucketed gradient all-reduce */
-    size_t launched;        /* gradients at [launched, numel) have been handed to the dp reduce */
+    size_t launched; /* gradients at [launched, numel) have been handed to the dp reduce */
     size_t bucket_elems;
     dl_request *req[512];
     int nreq;
-    uint64_t eval_tp_bytes;   /* bytes sent by evaluations (excluded from per-step figures) */
+    uint64_t eval_tp_bytes; /* bytes sent by evaluations (excluded from per-step figures) */
     uint64_t eval_loss_bytes;
     /* ZeRO (stage 0 when off or dp == 1; see docs/ARCHITECTURE.md, "The trainer") */
     int stage;
-    dl_zero_units zu;       /* per-unit shards (stage 0: d = 1, the blocks are the units) */
-    dl_dtype ct;            /* the compute type: f32 for bf16 mixed precision */
+    dl_zero_units zu; /* per-unit shards (stage 0: d = 1, the blocks are the units) */
+    dl_dtype ct;      /* the compute type: f32 for bf16 mixed precision */
     int csize, bf16;
-    char *master;           /* bf16: fp32 master weights of the shard (optimizer category) */
-    char *gshard;           /* stages 2-3: the reduced gradient of the shard */
-    char *pshard;           /* stage 3: the parameters of the shard */
-    char *stg;              /* one padded unit in the storage type (comm), when needed */
-    int next_unit;          /* stage 1: units >= next_unit are reduce-scattered (this step) */
-    dl_zero_units zr;       /* bf16 at stage 0 with dp > 1: the units cut into dp blocks, each
+    char *master;              /* bf16: fp32 master weights of the shard (optimizer category) */
+    char *gshard;              /* stages 2-3: the reduced gradient of the shard */
+    char *pshard;              /* stage 3: the parameters of the shard */
+    char *stg;                 /* one padded unit in the storage type (comm), when needed */
+    int next_unit;             /* stage 1: units >= next_unit are reduce-scattered (this step) */
+    dl_zero_units zr;          /* bf16 at stage 0 with dp > 1: the units cut into dp blocks, each
                              * all-reduced as reduce-scatter + all-gather (ZeRO's order) */
     uint64_t eval_param_bytes; /* stage 3: gathers of evaluations (not training traffic) */
-    int skipped;            /* steps skipped for a non-finite gradient */
+    int skipped;               /* steps skipped for a non-finite gradient */
     /* pipeline (pp > 1) */
     int pp_on;
     dl_pipe *eng;
     dl_sched *sched;
     int pp_p, pp_v, pp_stage, step;
-    dl_trace *tr;           /* R->trace during the traced steps (trace_first..trace_last), else NULL */
+    dl_trace *tr; /* R->trace during the traced steps (trace_first..trace_last), else NULL */
     int nslots, *slot_of, *free_slot, nfree;
-    int *pin, *ptg;         /* a micro-batch's tokens */
+    int *pin, *ptg; /* a micro-batch's tokens */
     double loss_sum;
     int version, adam_t, max_gap, *fwd_version;
-    char *stash;            /* weight stashing: one parameter copy per slot */
-    void *tie_buf;          /* tied embeddings: the other end's wte gradient */
+    char *stash;   /* weight stashing: one parameter copy per slot */
+    void *tie_buf; /* tied embeddings: the other end's wte gradient */
 } rank_state;
 
 static int launch_bucket(rank_state *s, size_t first)
@@ -340,11 +356,9 @@ static int zero_reduce_hook(void *arg, int u, void *grad)
     if (s->bf16)
         dl_bf16_acc((uint16_t *)dst, (const uint16_t *)mine, z->owned);
     else if (s->dsize == 8)
-        for (size_t i = 0; i < z->owned; i++)
-            ((double *)dst)[i] += ((const double *)mine)[i];
+        for (size_t i = 0; i < z->owned; i++) ((double *)dst)[i] += ((const double *)mine)[i];
     else
-        for (size_t i = 0; i < z->owned; i++)
-            ((float *)dst)[i] += ((const float *)mine)[i];
+        for (size_t i = 0; i < z->owned; i++) ((float *)dst)[i] += ((const float *)mine)[i];
     return DL_OK;
 }
 
@@ -404,8 +418,9 @@ static int zero_export(rank_state *s, int which, void *out)
     size_t es = s->bf16 ? 4 : (size_t)s->dsize, ss = (size_t)s->dsize;
     int widen = s->bf16 && which == 1;
     if (!s->stage) {
-        const void *src = which ? dl_gpt_grads(s->g) : s->bf16 ? (void *)s->master
-                                                                : dl_gpt_params(s->g);
+        const void *src = which     ? dl_gpt_grads(s->g)
+                          : s->bf16 ? (void *)s->master
+                                    : dl_gpt_params(s->g);
         if (widen)
             dl_bf16_widen(out, src, s->numel);
         else
@@ -419,8 +434,7 @@ static int zero_export(rank_state *s, int which, void *out)
     int rc = blk && all ? DL_OK : dl_error(DL_ENOMEM, "export: out of memory");
     for (int u = 0; rc == DL_OK && u < s->zu.n; u++) {
         const dl_zero_unit *z = &s->zu.u[u];
-        const char *src = which ? zgrad(s, u)
-                          : s->bf16 ? s->master + z->sbase * 4 : zparam(s, u);
+        const char *src = which ? zgrad(s, u) : s->bf16 ? s->master + z->sbase * 4 : zparam(s, u);
         memcpy(blk, src, z->owned * bs);
         memset(blk + z->owned * bs, 0, (z->shard - z->owned) * bs);
         if ((rc = dl_allgather(s->mesh.dp_comm, blk, all, d * z->shard, t, DL_PURPOSE_OTHER)))
@@ -517,7 +531,7 @@ static int grad_norm(rank_state *s, double *norm)
             if (a >= b)
                 continue;
             const char *p = gr + (a - lo) * (size_t)s->dsize;
-            sq += s->bf16        ? dl_sumsq_bf16((const uint16_t *)p, b - a)
+            sq += s->bf16         ? dl_sumsq_bf16((const uint16_t *)p, b - a)
                   : s->dsize == 8 ? dl_sumsq_f64((const double *)p, b - a)
                                   : dl_sumsq_f32((const float *)p, b - a);
         }
@@ -550,8 +564,10 @@ static int pp_take_slot(rank_state *s, int mb, int ch, int *slot)
     int *so = &s->slot_of[mb * s->pp_v + ch];
     if (*so < 0) {
         if (s->nfree == 0)
-            return dl_error(DL_EINVAL, "pipeline: no free activation slot for micro-batch %d "
-                            "(the schedule holds at most %d)", mb, s->nslots);
+            return dl_error(DL_EINVAL,
+                            "pipeline: no free activation slot for micro-batch %d "
+                            "(the schedule holds at most %d)",
+                            mb, s->nslots);
         *so = s->free_slot[--s->nfree];
     }
     *slot = *so;
@@ -576,16 +592,16 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
         return rc;
     int first = s->pp_stage == 0 && ch == 0, last = s->pp_stage == s->pp_p - 1 && ch == s->pp_v - 1;
     int G = o->global_batch, mbs = o->micro_batch;
-    if ((first || last) && (rc = dl_data_batch(s->R->data, s->step - 1, G, o->dp,
-                                               s->mesh.dp_rank, mb, mbs, s->pin, s->ptg)))
+    if ((first || last) && (rc = dl_data_batch(s->R->data, s->step - 1, G, o->dp, s->mesh.dp_rank,
+                                               mb, mbs, s->pin, s->ptg)))
         return rc;
     if (s->stash)
         memcpy(s->stash + (size_t)slot * s->numel * s->dsize, dl_gpt_params(s->g),
                s->numel * s->dsize);
     s->fwd_version[mb * s->pp_v + ch] = s->version;
     double loss = 0;
-    if ((rc = dl_gpt_stage_forward(s->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL,
-                                   mbs, &loss)))
+    if ((rc = dl_gpt_stage_forward(s->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL, mbs,
+                                   &loss)))
         return rc;
     if (last)
         s->loss_sum += loss * mbs / G;
@@ -615,8 +631,8 @@ static int pp_bwd(void *arg, int mb, int ch, const void **din)
     int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
     if (used - fv > s->max_gap)
         s->max_gap = used - fv;
-    void *prev = s->stash ? dl_gpt_use_params(s->g, s->stash + (size_t)slot * s->numel * s->dsize)
-                          : NULL;
+    void *prev =
+        s->stash ? dl_gpt_use_params(s->g, s->stash + (size_t)slot * s->numel * s->dsize) : NULL;
     rc = dl_gpt_stage_backward(s->g, slot, ch, dloss, NULL, NULL);
     if (s->stash)
         dl_gpt_use_params(s->g, prev);
@@ -666,8 +682,7 @@ static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
     double *c = malloc(sizeof(double) * (size_t)L);
     if (!c)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
-    for (int i = 0; i < L; i++)
-        c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
+    for (int i = 0; i < L; i++) c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
     int rc = dl_sched_partition(c, L, k, o->layer_costs != NULL, bounds, NULL, NULL);
     free(c);
     return rc;
@@ -716,10 +731,8 @@ static int pp_setup(rank_state *s, dl_gpt_part *part)
     s->ptg = malloc(sizeof(int) * (size_t)o->micro_batch * T);
     if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
-    for (int i = 0; i < m * s->pp_v; i++)
-        s->slot_of[i] = -1;
-    for (int i = 0; i < s->nslots; i++)
-        s->free_slot[i] = s->nslots - 1 - i;
+    for (int i = 0; i < m * s->pp_v; i++) s->slot_of[i] = -1;
+    for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
     return dl_pipe_create(s->mesh.pp_comm, (size_t)o->micro_batch * T * o->model.d_model, s->ct,
                           dl_ctx_arena(s->ctx), &s->eng);
@@ -756,11 +769,9 @@ static int pp_tie_sync(rank_state *s)
     if (s->bf16)
         dl_bf16_acc((uint16_t *)g, s->tie_buf, t->numel);
     else if (s->dsize == 8)
-        for (size_t i = 0; i < t->numel; i++)
-            ((double *)g)[i] += ((const double *)s->tie_buf)[i];
+        for (size_t i = 0; i < t->numel; i++) ((double *)g)[i] += ((const double *)s->tie_buf)[i];
     else
-        for (size_t i = 0; i < t->numel; i++)
-            ((float *)g)[i] += ((const float *)s->tie_buf)[i];
+        for (size_t i = 0; i < t->numel; i++) ((float *)g)[i] += ((const float *)s->tie_buf)[i];
     return DL_OK;
 }
 
@@ -872,8 +883,7 @@ static int sample_text(rank_state *s)
         return dl_error(DL_ENOMEM, "sampling: out of memory");
     }
     int len = T < 16 ? T : 16; /* prompt: the start of the validation split */
-    for (int i = 0; i < len; i++)
-        ctx[i] = val[i];
+    for (int i = 0; i < len; i++) ctx[i] = val[i];
     uint64_t st = o->seed * 0x9E3779B97F4A7C15ull + 12345;
     int rc = DL_OK;
     for (int i = 0; i < n && rc == DL_OK; i++) {
@@ -920,8 +930,8 @@ static int sample_text(rank_state *s)
 static int dump_step(rank_state *s, const void *grads, int es)
 {
     const dl_train_opts *o = s->R->o;
-    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(s->g), grads, es,
-                          dl_ctx_comm(s->ctx), s->mesh.dp_rank == 0);
+    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(s->g), grads, es, dl_ctx_comm(s->ctx),
+                          s->mesh.dp_rank == 0);
     if (rc || dl_ctx_rank(s->ctx) != 0)
         return rc;
     char path[4096];
@@ -967,8 +977,7 @@ static int share_rank_stats(rank_state *s, dl_comm *world, const uint64_t *peak)
     if (!all)
         return dl_error(DL_ENOMEM, "training: out of memory sharing the ranks' figures");
     mine = all + per * (size_t)rank;
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-        mine[c] = (double)peak[c];
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) mine[c] = (double)peak[c];
     for (int i = 0; i < S; i++) {
         size_t at = (size_t)i * n + rank;
         double *v = mine + DL_MEM_NCATEGORIES + 5 * (size_t)i;
@@ -1014,17 +1023,15 @@ static int adam_update(rank_state *s, double scale, double lr, int t)
                           (float *)s->v + sb, nw, (float)lr, (float)o->beta1, (float)o->beta2,
                           (float)o->eps, (float)o->weight_decay, (float)scale, t, (uint16_t *)pw);
         else if (s->dsize == 8)
-            dl_adamw_f64((double *)pw, (const double *)gw, (double *)s->m + sb,
-                         (double *)s->v + sb, nw, lr, o->beta1, o->beta2, o->eps,
-                         o->weight_decay, scale, t);
+            dl_adamw_f64((double *)pw, (const double *)gw, (double *)s->m + sb, (double *)s->v + sb,
+                         nw, lr, o->beta1, o->beta2, o->eps, o->weight_decay, scale, t);
         else
-            dl_adamw_f32((float *)pw, (const float *)gw, (float *)s->m + sb, (float *)s->v + sb,
-                         nw, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+            dl_adamw_f32((float *)pw, (const float *)gw, (float *)s->m + sb, (float *)s->v + sb, nw,
+                         (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                          (float)o->weight_decay, (float)scale, t);
     }
     if (s->stage == 1 || s->stage == 2)
-        for (int u = 0; rc == DL_OK && u < s->zu.n; u++)
-            rc = zero_ag_unit(s, u);
+        for (int u = 0; rc == DL_OK && u < s->zu.n; u++) rc = zero_ag_unit(s, u);
     return rc;
 }
 
@@ -1060,8 +1067,7 @@ static void fill_step(const run *R, int i, dl_train_step *st)
 {
     const dl_train_opts *o = R->o;
     double mx = 0;
-    for (int r = 0; r < R->nranks; r++)
-        mx = fmax(mx, R->step_ms[(size_t)i * R->nranks + r]);
+    for (int r = 0; r < R->nranks; r++) mx = fmax(mx, R->step_ms[(size_t)i * R->nranks + r]);
     st->step = i + 1;
     st->loss = R->loss[i];
     st->val_loss = R->val[i];
@@ -1120,20 +1126,19 @@ static void log_progress(rank_state *s, const run *R, int step, int last, double
     for (int i = 0; i < 3; i++) {
         dl_comm_stats st;
         dl_comm_get_stats(c[i], &st);
-        for (int p = 0; p < DL_NPURPOSES; p++)
-            sent += st.bytes_sent[p];
+        for (int p = 0; p < DL_NPURPOSES; p++) sent += st.bytes_sent[p];
     }
     double ms = 0;
-    for (int k = last; k < step; k++)
-        ms += R->step_ms[(size_t)k * R->nranks];
+    for (int k = last; k < step; k++) ms += R->step_ms[(size_t)k * R->nranks];
     int n = step - last;
     char vbuf[32] = "     -";
     if (!isnan(val))
         snprintf(vbuf, sizeof vbuf, "%6.4f", val);
-    fprintf(o->log, "step %5d/%d | loss %6.4f | val %s | %8.0f tok/s | %7.1f ms/step | "
-            "%7.2f MB sent/rank\n", step, o->steps, loss, vbuf,
-            (double)o->global_batch * o->model.seq * n / (ms / 1e3), ms / n,
-            (double)sent / 1e6 / step);
+    fprintf(o->log,
+            "step %5d/%d | loss %6.4f | val %s | %8.0f tok/s | %7.1f ms/step | "
+            "%7.2f MB sent/rank\n",
+            step, o->steps, loss, vbuf, (double)o->global_batch * o->model.seq * n / (ms / 1e3),
+            ms / n, (double)sent / 1e6 / step);
     fflush(o->log);
 }
 
@@ -1152,10 +1157,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
     dl_comm_set_algo(s->mesh.dp_comm, o->algo);
     dl_comm_set_algo(s->mesh.tp_comm, o->algo);
     dl_comm_set_algo(s->mesh.pp_comm, o->algo);
-    s->dt = o->dtype;                           /* storage of parameters and gradients */
+    s->dt = o->dtype; /* storage of parameters and gradients */
     s->dsize = (int)dl_dtype_size(o->dtype);
     s->bf16 = o->dtype == DL_BF16;
-    s->ct = s->bf16 ? DL_F32 : o->dtype;        /* activations and arithmetic */
+    s->ct = s->bf16 ? DL_F32 : o->dtype; /* activations and arithmetic */
     s->csize = (int)dl_dtype_size(s->ct);
     /* ZeRO: with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
     s->stage = o->dp > 1 && !o->eval_only ? o->zero : 0;
@@ -1163,13 +1168,20 @@ static int train_rank(dl_ctx *ctx, void *arg)
     s->pp_on = o->pp > 1;
     if (s->pp_on && (rc = pp_setup(s, &part)))
         goto out;
-    dl_gpt_opts go = {.cfg = o->model, .dtype = o->dtype, .micro_batch = o->micro_batch,
-                      .tp = o->tp, .tp_comm = o->tp > 1 ? s->mesh.tp_comm : NULL,
-                      .recompute = o->recompute, .seed = o->seed, .arena = dl_ctx_arena(ctx),
-                      .part = s->pp_on ? &part : NULL, .act_slots = s->pp_on ? s->nslots : 1,
+    dl_gpt_opts go = {.cfg = o->model,
+                      .dtype = o->dtype,
+                      .micro_batch = o->micro_batch,
+                      .tp = o->tp,
+                      .tp_comm = o->tp > 1 ? s->mesh.tp_comm : NULL,
+                      .recompute = o->recompute,
+                      .seed = o->seed,
+                      .arena = dl_ctx_arena(ctx),
+                      .part = s->pp_on ? &part : NULL,
+                      .act_slots = s->pp_on ? s->nslots : 1,
                       .unit_pad = s->stage ? o->dp : 1,
                       .gather = s->stage == 3 ? zero_gather_hook : NULL,
-                      .reduce = s->stage >= 2 ? zero_reduce_hook : NULL, .hook_arg = s};
+                      .reduce = s->stage >= 2 ? zero_reduce_hook : NULL,
+                      .hook_arg = s};
     if ((rc = dl_gpt_create(&go, &s->g)))
         goto out;
     s->numel = dl_gpt_numel(s->g);
@@ -1180,8 +1192,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
             rc = dl_error(DL_ENOMEM, "training: out of memory");
             goto out;
         }
-        for (int u = 0; u <= nu; u++)
-            bounds[u] = dl_gpt_unit_offset(s->g, u);
+        for (int u = 0; u <= nu; u++) bounds[u] = dl_gpt_unit_offset(s->g, u);
         rc = dl_zero_units_init(&s->zu, bounds, nu, s->stage ? o->dp : 1,
                                 s->stage ? s->mesh.dp_rank : 0);
         if (rc == DL_OK && s->bf16 && !s->stage && o->dp > 1 && !o->eval_only)
@@ -1241,9 +1252,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
         free(full);
         if (rc)
             goto out;
-    } else if (o->load_path &&
-               (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g), dl_gpt_params(s->g),
-                                  s->dsize))) {
+    } else if (o->load_path && (rc = dl_ckpt_load(o->load_path, dl_gpt_get_layout(s->g),
+                                                  dl_gpt_params(s->g), s->dsize))) {
         goto out;
     }
     test_perturb(s, rank);
@@ -1275,7 +1285,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
             dl_ops_gemm_log(R->gemm);
         uint64_t t0 = dl_now_ns();
         s->step = step;
-        s->tr = !o->trace_first || (step >= o->trace_first && step <= o->trace_last) ? R->trace : NULL;
+        s->tr =
+            !o->trace_first || (step >= o->trace_first && step <= o->trace_last) ? R->trace : NULL;
         dl_gpt_zero_grads(s->g);
         if (s->gshard)
             memset(s->gshard, 0, s->zu.shard * (size_t)s->dsize);
@@ -1311,8 +1322,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 double dloss = 1.0 / ((double)G * T);
                 if (step == o->nan_step && micro == 0 && s->mesh.dp_rank == 0)
                     dloss = NAN; /* test hook: a non-finite gradient on one rank */
-                if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb,
-                                        in, tg)) ||
+                if ((rc = dl_data_batch(R->data, step - 1, G, o->dp, s->mesh.dp_rank, micro, mb, in,
+                                        tg)) ||
                     (rc = dl_gpt_forward(s->g, in, tg, mb, &loss)) ||
                     ((f1 = dl_now_ns()),
                      (rc = dl_gpt_backward(s->g, dloss, last ? grad_ready : NULL, s))))
@@ -1335,8 +1346,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
                               DL_PURPOSE_LOSS);
         /* a non-finite loss does not recover (a non-finite gradient alone skips the step): stop */
         if (rc == DL_OK && !isfinite(loss_sum))
-            rc = dl_error(DL_EINVAL, "training: step %d: the loss is %g, not finite; stopping (the "
-                          "model diverged: try a lower learning rate)", step, loss_sum);
+            rc = dl_error(DL_EINVAL,
+                          "training: step %d: the loss is %g, not finite; stopping (the "
+                          "model diverged: try a lower learning rate)",
+                          step, loss_sum);
         /* the gradient reduction's wait (and whatever of it did not overlap) and the loss */
         dl_trace_add(s->tr, rank, DL_TR_COMM, step, -1, 0, c0, dl_now_ns());
         /* async: every update happened inside the pipeline */
@@ -1390,9 +1403,11 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 break;
             dl_comm_get_stats(s->mesh.tp_comm, &b1);
             dl_comm_get_stats(s->mesh.dp_comm, &d1);
-            s->eval_tp_bytes += b1.bytes_sent[DL_PURPOSE_ACTIVATIONS] - b0.bytes_sent[DL_PURPOSE_ACTIVATIONS];
+            s->eval_tp_bytes +=
+                b1.bytes_sent[DL_PURPOSE_ACTIVATIONS] - b0.bytes_sent[DL_PURPOSE_ACTIVATIONS];
             s->eval_loss_bytes += d1.bytes_sent[DL_PURPOSE_LOSS] - d0.bytes_sent[DL_PURPOSE_LOSS];
-            s->eval_param_bytes += d1.bytes_sent[DL_PURPOSE_PARAMS] - d0.bytes_sent[DL_PURPOSE_PARAMS];
+            s->eval_param_bytes +=
+                d1.bytes_sent[DL_PURPOSE_PARAMS] - d0.bytes_sent[DL_PURPOSE_PARAMS];
         }
         if (rank == 0) {
             R->loss[step - 1] = loss_sum;
@@ -1404,7 +1419,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
             if (dl_mpi_size() <= 1 && (rc = emit_steps(R, 0)))
                 break;
             res->eval_windows_used = used ? used : res->eval_windows_used;
-            if (o->log && o->log_every > 0 && (step % o->log_every == 0 || step == 1 || step == o->steps)) {
+            if (o->log && o->log_every > 0 &&
+                (step % o->log_every == 0 || step == 1 || step == o->steps)) {
                 log_progress(s, R, step, last_logged, loss_sum, val);
                 last_logged = step;
             }
@@ -1440,9 +1456,10 @@ static int train_rank(dl_ctx *ctx, void *arg)
         res->skipped_steps = s->skipped;
         res->tp_act_bytes_per_step =
             (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - s->eval_tp_bytes) / n;
-        res->loss_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_LOSS] +
-                                            b.bytes_sent[DL_PURPOSE_LOSS] +
-                                            w.bytes_sent[DL_PURPOSE_LOSS] - s->eval_loss_bytes) / n;
+        res->loss_bytes_per_step =
+            (double)(a.bytes_sent[DL_PURPOSE_LOSS] + b.bytes_sent[DL_PURPOSE_LOSS] +
+                     w.bytes_sent[DL_PURPOSE_LOSS] - s->eval_loss_bytes) /
+            n;
         res->grad_bytes = (uint64_t)s->numel * (uint64_t)s->dsize;
     }
 finish:
@@ -1547,15 +1564,15 @@ static void pp_summary(const dl_train_opts *o, const run *R, dl_train_result *re
     for (int i = 0; i < k; i++)
         for (int r = 0; r < n; r++)
             x[(size_t)i * n + r] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
-    res->pp_engine_us = dl__median(x, (size_t)(k * n)); /* sorted x: the 90th percentile is an index */
+    res->pp_engine_us =
+        dl__median(x, (size_t)(k * n)); /* sorted x: the 90th percentile is an index */
     res->pp_engine_p90_us = k * n > 0 ? x[(size_t)((k * n - 1) * 0.9 + 0.5)] : NAN;
     res->pp_bytes_per_step = (double)R->pp_bytes / S;
     free(x);
     dl_sched *sc = NULL;
     dl_sched_sim *sim = NULL;
     if (pp_make_sched(o, &sc) == DL_OK && dl_sched_simulate(sc, NULL, &sim) == DL_OK)
-        for (int st = 0; st < p; st++)
-            res->pp_slots[st] = sim->peak_act[st];
+        for (int st = 0; st < p; st++) res->pp_slots[st] = sim->peak_act[st];
     dl_sched_sim_free(sim);
     dl_sched_free(sc);
 }
@@ -1612,8 +1629,10 @@ static char *trace_timeline(const dl_trace *t, int step, int nranks)
                                 : "every forward and backward of every stage fills a cell",
                          grid, legend);
         if (list && k > 0 && (size_t)k < n)
-            snprintf(out + k, n - (size_t)k, "%d action(s) hidden by merged cells; every stage's "
-                     "actions in start order:\n%s", hidden, list);
+            snprintf(out + k, n - (size_t)k,
+                     "%d action(s) hidden by merged cells; every stage's "
+                     "actions in start order:\n%s",
+                     hidden, list);
     }
     free(grid);
     free(list);
@@ -1656,7 +1675,8 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         res->grads = calloc((size_t)res->nparams, sizeof(double));
     res->pp = o.pp;
     res->pp_v = o.virtual_stages;
-    res->pp_bubble_theory = (double)(o.pp - 1) / ((double)o.virtual_stages * o.microbatches + o.pp - 1);
+    res->pp_bubble_theory =
+        (double)(o.pp - 1) / ((double)o.virtual_stages * o.microbatches + o.pp - 1);
     size_t sn = (size_t)(steps + 1) * (size_t)n;
     R.pp_busy = calloc(sn, sizeof(double));
     R.pp_wall = calloc(sn, sizeof(double));
@@ -1670,14 +1690,15 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     if (o.trace)
         R.trace = o.trace;
     else if ((o.trace_path || o.timeline) &&
-        (rc = dl_trace_create(n, (size_t)(traced + 1) * ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
-                              &R.trace)))
+             (rc = dl_trace_create(n,
+                                   (size_t)(traced + 1) *
+                                       ((size_t)o.microbatches * o.virtual_stages * 6 + 16),
+                                   &R.trace)))
         goto done;
     if (!res->peak || !R.step_ms || !R.loss || !R.val || !R.norm || !R.lr || !R.skip ||
-        !R.finished || !R.pp_busy ||
-        !R.pp_wall || !R.pp_engine || !R.pp_gap || !res->pp_bounds || !res->pp_bubble ||
-        !res->pp_slots || !res->pp_max_gap ||
-        (o.want_params && !res->params) || (o.want_grads && !res->grads)) {
+        !R.finished || !R.pp_busy || !R.pp_wall || !R.pp_engine || !R.pp_gap || !res->pp_bounds ||
+        !res->pp_bubble || !res->pp_slots || !res->pp_max_gap || (o.want_params && !res->params) ||
+        (o.want_grads && !res->grads)) {
         rc = dl_error(DL_ENOMEM, "training: out of memory");
         goto done;
     }

@@ -193,8 +193,8 @@ static int chan_release(dl_link *l)
 {
     chan *c = (chan *)l;
     if (c->c_tail == c->c_acq)
-        return dl_error(DL_EINVAL, "channel %d->%d: release without an acquired message",
-                        l->src, l->dst);
+        return dl_error(DL_EINVAL, "channel %d->%d: release without an acquired message", l->src,
+                        l->dst);
     c->c_tail++;
     atomic_store(&c->tail, c->c_tail); /* seq_cst: ordered before the sleep-flag load */
     if (atomic_load(&c->tail_sleep))
@@ -208,7 +208,7 @@ static int chan_flush(dl_link *l, const dl_waiter *w)
 {
     chan *c = (chan *)l;
     int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns,
-                            &l->stats.send_sleeps);
+                        &l->stats.send_sleeps);
     if (rc == DL_OK)
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
     return rc;
@@ -228,8 +228,10 @@ static int chan_drain(dl_link *l)
         if ((int32_t)(t - need) >= 0)
             return DL_OK;
         if (dl_now_ns() - t0 > 30ull * 1000000000ull)
-            return dl_error(DL_ETIMEOUT, "channel %d->%d: receiver still reading a lent buffer "
-                            "30 s after an abort", l->src, l->dst);
+            return dl_error(DL_ETIMEOUT,
+                            "channel %d->%d: receiver still reading a lent buffer "
+                            "30 s after an abort",
+                            l->src, l->dst);
         sched_yield();
     }
 }
@@ -247,8 +249,10 @@ static int chan_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
 {
     chan *c = (chan *)l;
     if (n > l->stats.msgs_sent)
-        return dl_error(DL_EINVAL, "channel %d->%d: waiting for %llu released messages of %llu "
-                        "posted", l->src, l->dst, (unsigned long long)n,
+        return dl_error(DL_EINVAL,
+                        "channel %d->%d: waiting for %llu released messages of %llu "
+                        "posted",
+                        l->src, l->dst, (unsigned long long)n,
                         (unsigned long long)l->stats.msgs_sent);
     if (chan_released(l) >= n)
         return DL_OK;
@@ -260,8 +264,7 @@ static int chan_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
 static void chan_wake(dl_link *l)
 {
     chan *c = (chan *)l;
-    for (uint32_t i = 0; i < c->nslots; i++)
-        futex_wake(&c->hdr[i].seq);
+    for (uint32_t i = 0; i < c->nslots; i++) futex_wake(&c->hdr[i].seq);
     futex_wake(&c->tail);
 }
 
@@ -289,8 +292,8 @@ int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_byt
 {
     *out = NULL;
     if (nslots < 2 || (nslots & (nslots - 1)))
-        return dl_error(DL_EINVAL, "channel %d->%d: slot count %d is not a power of two >= 2",
-                        src, dst, nslots);
+        return dl_error(DL_EINVAL, "channel %d->%d: slot count %d is not a power of two >= 2", src,
+                        dst, nslots);
     chan *c;
     if (posix_memalign((void **)&c, 64, sizeof *c))
         return dl_error(DL_ENOMEM, "channel %d->%d: out of memory", src, dst);
@@ -309,8 +312,7 @@ int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_byt
         return dl_error(DL_ENOMEM, "channel %d->%d: out of memory for %d slots", src, dst, nslots);
     }
     memset(c->hdr, 0, sizeof(slot_hdr) * (size_t)nslots);
-    for (int i = 0; i < nslots; i++)
-        atomic_init(&c->hdr[i].seq, 0);
+    for (int i = 0; i < nslots; i++) atomic_init(&c->hdr[i].seq, 0);
     atomic_init(&c->tail, 0);
     atomic_init(&c->acq_pub, 0);
     atomic_init(&c->head_sleep, 0);

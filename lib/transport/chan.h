@@ -34,22 +34,22 @@ extern "C" {
 #define DL_CHAN_INLINE 40
 
 typedef enum dl_wait_mode {
-    DL_WAIT_SPIN = 0,  /* spin with pause, then futex (ranks fit the cores) */
-    DL_WAIT_YIELD = 1  /* sched_yield, then futex (ranks exceed the cores) */
+    DL_WAIT_SPIN = 0, /* spin with pause, then futex (ranks fit the cores) */
+    DL_WAIT_YIELD = 1 /* sched_yield, then futex (ranks exceed the cores) */
 } dl_wait_mode;
 
 /* How a rank waits: shared by all the links a rank's thread uses. */
 typedef struct dl_waiter {
     dl_wait_mode mode;
-    int spins;               /* pause iterations (SPIN) or yields (YIELD) before sleeping */
-    atomic_int *abort_flag;  /* non-zero: leave every wait with DL_EABORT (may be NULL) */
+    int spins;              /* pause iterations (SPIN) or yields (YIELD) before sleeping */
+    atomic_int *abort_flag; /* non-zero: leave every wait with DL_EABORT (may be NULL) */
 } dl_waiter;
 
 /* One message as seen by either end. */
 typedef struct dl_msg {
-    const void *data;  /* sender: bytes to send; receiver: where they can be read */
+    const void *data; /* sender: bytes to send; receiver: where they can be read */
     size_t bytes;
-    uint32_t check;    /* caller's fingerprint (collective, sequence, type); compared by receivers */
+    uint32_t check; /* caller's fingerprint (collective, sequence, type); compared by receivers */
 } dl_msg;
 
 typedef struct dl_link_stats {
@@ -97,12 +97,21 @@ struct dl_link {
     int src, dst;        /* world ranks */
 };
 
-static inline int dl_link_post(dl_link *l, const dl_msg *m, const dl_waiter *w) { return l->ops->post(l, m, w); }
-static inline int dl_link_acquire(dl_link *l, dl_msg *m, const dl_waiter *w) { return l->ops->acquire(l, m, w); }
+static inline int dl_link_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
+{
+    return l->ops->post(l, m, w);
+}
+static inline int dl_link_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
+{
+    return l->ops->acquire(l, m, w);
+}
 static inline int dl_link_release(dl_link *l) { return l->ops->release(l); }
 static inline int dl_link_flush(dl_link *l, const dl_waiter *w) { return l->ops->flush(l, w); }
 static inline uint64_t dl_link_released(dl_link *l) { return l->ops->released(l); }
-static inline int dl_link_wait_released(dl_link *l, uint64_t n, const dl_waiter *w) { return l->ops->wait_released(l, n, w); }
+static inline int dl_link_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
+{
+    return l->ops->wait_released(l, n, w);
+}
 
 /* Create a shared-memory channel link from world rank `src` to `dst` with `nslots` slots (a power
  * of two, >= 2) of `eager_bytes` payload each (0: inline or rendezvous only). */

@@ -96,8 +96,8 @@ int dl_mpi_host_size(void) { return g.active ? g.host_size : 1; }
 
 static const char *level_name(int l)
 {
-    return l == MPI_THREAD_SINGLE     ? "MPI_THREAD_SINGLE"
-           : l == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+    return l == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+           : l == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
            : l == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
                                         : "MPI_THREAD_MULTIPLE";
 }
@@ -119,8 +119,10 @@ int dl_mpi_init(int *argc, char ***argv)
         if (g.owns)
             MPI_Finalize();
         g.owns = 0;
-        return dl_error(DL_ESYS, "dl_mpi_init: this MPI provides %s; distlab's rank threads call MPI "
-                        "concurrently and need MPI_THREAD_MULTIPLE", level_name(provided));
+        return dl_error(DL_ESYS,
+                        "dl_mpi_init: this MPI provides %s; distlab's rank threads call MPI "
+                        "concurrently and need MPI_THREAD_MULTIPLE",
+                        level_name(provided));
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &g.base);
     MPI_Comm_set_errhandler(g.base, MPI_ERRORS_RETURN);
@@ -255,8 +257,8 @@ static void *ctl_main(void *arg)
     dl_mpi_world *mw = arg;
     MPI_Request rq;
     MPI_Status st;
-    if (MPI_Irecv(mw->notice_in, NOTICE_BYTES, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTICE, mw->comm, &rq) !=
-        MPI_SUCCESS)
+    if (MPI_Irecv(mw->notice_in, NOTICE_BYTES, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTICE, mw->comm,
+                  &rq) != MPI_SUCCESS)
         return NULL;
     while (!atomic_load(&mw->ctl_stop)) {
         int flag = 0;
@@ -290,8 +292,10 @@ int dl__mpi_world_begin(dl_world *w)
         return dl_error(DL_EINVAL, "world: spanning MPI processes needs dl_mpi_init() first");
     int P = g.size;
     if (w->n % P)
-        return dl_error(DL_EINVAL, "world: %d ranks do not divide over %d MPI processes (the world "
-                        "is processes x threads per process)", w->n, P);
+        return dl_error(DL_EINVAL,
+                        "world: %d ranks do not divide over %d MPI processes (the world "
+                        "is processes x threads per process)",
+                        w->n, P);
     int T = w->n / P;
     dl_mpi_world *mw = calloc(1, sizeof *mw);
     MPI_Request *oq = calloc((size_t)P, sizeof *oq);
@@ -300,8 +304,7 @@ int dl__mpi_world_begin(dl_world *w)
         free(oq);
         return dl_error(DL_ENOMEM, "world: out of memory");
     }
-    for (int i = 0; i < P; i++)
-        oq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < P; i++) oq[i] = MPI_REQUEST_NULL;
     mw->out_req = oq;
     mw->w = w;
     mw->T = T;
@@ -313,8 +316,10 @@ int dl__mpi_world_begin(dl_world *w)
     if (mw->cid_max < 1) {
         free(oq);
         free(mw);
-        return dl_error(DL_EINVAL, "world: %d threads per process do not fit this MPI's tag space "
-                        "(MPI_TAG_UB %ld)", T, g.tag_ub);
+        return dl_error(DL_EINVAL,
+                        "world: %d threads per process do not fit this MPI's tag space "
+                        "(MPI_TAG_UB %ld)",
+                        T, g.tag_ub);
     }
     /* every process creates the world's communicator; a process that never comes is a hang
      * the watchdog's timeout bounds */
@@ -329,8 +334,10 @@ int dl__mpi_world_begin(dl_world *w)
     int rc = poll_req(&rq, MPI_STATUS_IGNORE, &wt, 0, limit, NULL, NULL);
     if (rc) {
         /* the request cannot be cancelled: leak it with the state it writes into */
-        return dl_error(DL_ETIMEOUT, "world: not every MPI process started the world within %.1f s "
-                        "(each process must run the same sequence of worlds)", w->opts.timeout_s);
+        return dl_error(DL_ETIMEOUT,
+                        "world: not every MPI process started the world within %.1f s "
+                        "(each process must run the same sequence of worlds)",
+                        w->opts.timeout_s);
     }
     MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
     w->mpi = mw;
@@ -413,8 +420,8 @@ typedef struct sslot {
 } sslot;
 
 typedef struct rslot {
-    unsigned char *buf;  /* HDR + eager */
-    unsigned char *big;  /* large payloads */
+    unsigned char *buf; /* HDR + eager */
+    unsigned char *big; /* large payloads */
     size_t big_cap;
 } rslot;
 
@@ -429,7 +436,7 @@ typedef struct mlink {
     uint64_t s_head, s_done;
     rslot *r;
     uint64_t r_acq, r_rel;
-    int pre_on;         /* a receive for message r_acq's header is already posted (pre_rq) */
+    int pre_on; /* a receive for message r_acq's header is already posted (pre_rq) */
     MPI_Request pre_rq;
     int broken; /* a receive was abandoned: its buffers may still be written, never free them */
 } mlink;
@@ -520,8 +527,8 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
         return dl_error(DL_EABORT, "MPI link %d->%d: unusable after an aborted receive", l->src,
                         l->dst);
     if (ml->r_acq - ml->r_rel == ml->nslots)
-        return dl_error(DL_EINVAL, "MPI link %d->%d: more than %u messages acquired", l->src, l->dst,
-                        ml->nslots);
+        return dl_error(DL_EINVAL, "MPI link %d->%d: more than %u messages acquired", l->src,
+                        l->dst, ml->nslots);
     rslot *r = &ml->r[ml->r_acq % ml->nslots];
     MPI_Request rq;
     MPI_Status st;
@@ -620,11 +627,13 @@ static int ml_drain(dl_link *l)
         if (s->req[1] == MPI_REQUEST_NULL)
             continue;
         uint64_t spent = dl_now_ns() - t0, limit = 1000000000ull;
-        if (spent >= limit || poll_req(&s->req[1], MPI_STATUS_IGNORE, NULL, 0, limit - spent, NULL,
-                                       NULL) != DL_OK) {
+        if (spent >= limit ||
+            poll_req(&s->req[1], MPI_STATUS_IGNORE, NULL, 0, limit - spent, NULL, NULL) != DL_OK) {
             MPI_Request_free(&s->req[1]);
-            rc = dl_error(DL_ETIMEOUT, "MPI link %d->%d: a lent payload was not received after an "
-                          "abort", l->src, l->dst);
+            rc = dl_error(DL_ETIMEOUT,
+                          "MPI link %d->%d: a lent payload was not received after an "
+                          "abort",
+                          l->src, l->dst);
         }
     }
     return rc;
@@ -653,9 +662,10 @@ static int ml_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
 {
     mlink *ml = (mlink *)l;
     if (n > ml->s_head)
-        return dl_error(DL_EINVAL, "MPI link %d->%d: waiting for %llu released messages of %llu "
-                        "posted", l->src, l->dst, (unsigned long long)n,
-                        (unsigned long long)ml->s_head);
+        return dl_error(DL_EINVAL,
+                        "MPI link %d->%d: waiting for %llu released messages of %llu "
+                        "posted",
+                        l->src, l->dst, (unsigned long long)n, (unsigned long long)ml->s_head);
     while (ml->s_done < n) {
         int rc = slot_complete(ml, &ml->s[ml->s_done % ml->nslots], w, 1, 0);
         if (rc)
@@ -684,8 +694,7 @@ static void ml_destroy(dl_link *l)
                     MPI_Request_free(&ml->s[i].req[k]);
                     leak = 1;
                 }
-        for (uint32_t i = 0; i < ml->nslots && !leak; i++)
-            free(ml->s[i].buf);
+        for (uint32_t i = 0; i < ml->nslots && !leak; i++) free(ml->s[i].buf);
         free(ml->s);
     } else if (ml->r) {
         if (ml->pre_on) { /* the next header's receive, posted ahead: withdraw it */
@@ -721,9 +730,10 @@ int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **o
     if (!mw)
         return dl_error(DL_EINVAL, "link %d->%d: not an MPI world", src, dst);
     if (cid > mw->cid_max)
-        return dl_error(DL_EINVAL, "link %d->%d: communicator id %llu exceeds what this MPI's tags "
-                        "can carry (%llu communicators with %d threads per process)", src, dst,
-                        (unsigned long long)cid, (unsigned long long)mw->cid_max, mw->T);
+        return dl_error(DL_EINVAL,
+                        "link %d->%d: communicator id %llu exceeds what this MPI's tags "
+                        "can carry (%llu communicators with %d threads per process)",
+                        src, dst, (unsigned long long)cid, (unsigned long long)mw->cid_max, mw->T);
     int T = mw->T;
     mlink *ml = calloc(1, sizeof *ml);
     if (!ml)
@@ -735,7 +745,8 @@ int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **o
     ml->abort_flag = &w->abort_flag;
     ml->sender = dl__local(w, src);
     ml->peer = ml->sender ? dst / T : src / T;
-    ml->tag = (int)(1 + (cid * (uint64_t)T + (uint64_t)(src % T)) * (uint64_t)T + (uint64_t)(dst % T));
+    ml->tag =
+        (int)(1 + (cid * (uint64_t)T + (uint64_t)(src % T)) * (uint64_t)T + (uint64_t)(dst % T));
     ml->nslots = (uint32_t)w->opts.nslots;
     ml->eager = w->opts.eager_bytes;
     size_t sb = (HDR + ml->eager + 4095) & ~(size_t)4095;

@@ -46,7 +46,8 @@ START_TEST(bytes_and_traffic_bf16)
     o.nranks = 4;
     const uint64_t P = 1636, S = 409;
     const uint64_t want_bytes[4] = {16 * P, 4 * P + 12 * S, 2 * P + 14 * S, 16 * S};
-    const uint64_t want_sent[4] = {2 * 3 * S, 2 * 3 * S, 2 * 3 * S, 3 * 3 * S}; /* elements per step */
+    const uint64_t want_sent[4] = {2 * 3 * S, 2 * 3 * S, 2 * 3 * S,
+                                   3 * 3 * S}; /* elements per step */
     for (int s = 0; s < 4; s++) {
         o.stage = s;
         run_ok(&o, &v[s]);
@@ -88,11 +89,10 @@ START_TEST(f32_matches_single_rank)
             run_ok(&o, &r);
             double d = zm_maxdiff(&r, &ref48);
             ck_assert_msg(d <= 1e-6, "f32 stage %d on %d ranks: %g", s, n, d);
-            ck_assert_uint_eq(zm_state_bytes(&r, 0),
-                              s == 0   ? 20 * r.L.ppad
-                              : s == 1 ? 8 * r.L.ppad + 12 * r.L.shard
-                              : s == 2 ? 4 * r.L.ppad + 16 * r.L.shard
-                                       : 20 * r.L.shard);
+            ck_assert_uint_eq(zm_state_bytes(&r, 0), s == 0   ? 20 * r.L.ppad
+                                                     : s == 1 ? 8 * r.L.ppad + 12 * r.L.shard
+                                                     : s == 2 ? 4 * r.L.ppad + 16 * r.L.shard
+                                                              : 20 * r.L.shard);
             zm_result_free(&r);
             zm_result_free(&ref48);
         }

@@ -22,12 +22,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static float *p;
     if (!l) {
         dl_gpt_config c = {16, 4, 1, 8, 2, 0}; /* vocab, seq, layers, d_model, heads, tie */
-        if (dl_gpt_layout_create(&c, 1, 0, &l) != DL_OK) abort();
+        if (dl_gpt_layout_create(&c, 1, 0, &l) != DL_OK)
+            abort();
         p = malloc(l->numel * sizeof *p);
-        if (!p) abort();
+        if (!p)
+            abort();
     }
     int fd = memfd_create("fuzz-ckpt", 0);
-    if (fd < 0) return 0;
+    if (fd < 0)
+        return 0;
     if (size && write(fd, data, size) != (ssize_t)size) {
         close(fd);
         return 0;
@@ -37,11 +40,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dl_ckpt_info info;
     if (dl_ckpt_inspect(path, &info) == DL_OK) {
         for (int v = 0; v < 2; v++) {
-            int st = dl_ckpt_load_ex(path, l, p, 4, v ? DL_CKPT_VERIFY_ALWAYS : DL_CKPT_VERIFY_NEVER,
-                                     NULL);
-            if (st != DL_OK && !strstr(dl_errmsg(), path)) abort();
+            int st = dl_ckpt_load_ex(path, l, p, 4,
+                                     v ? DL_CKPT_VERIFY_ALWAYS : DL_CKPT_VERIFY_NEVER, NULL);
+            if (st != DL_OK && !strstr(dl_errmsg(), path))
+                abort();
             for (size_t i = 0; st == DL_OK && i < l->numel; i++)
-                if (!isfinite(p[i])) abort();
+                if (!isfinite(p[i]))
+                    abort();
         }
     } else if (!strstr(dl_errmsg(), path)) {
         abort();

@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size > 64) return 0;
+    if (size > 64)
+        return 0;
     char s[80], k[82];
     memcpy(s, data, size);
     s[size] = '\0';
@@ -25,14 +26,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int over = 0;
         for (size_t i = 0; i < nd; i++) {
             unsigned d = (unsigned)(s[i] - '0');
-            if (ref > (UINT64_MAX - d) / 10) over = 1;
+            if (ref > (UINT64_MAX - d) / 10)
+                over = 1;
             ref = ref * 10 + d;
         }
-        if (over ? st == DL_OK : (st != DL_OK || v != ref)) abort();
+        if (over ? st == DL_OK : (st != DL_OK || v != ref))
+            abort();
         snprintf(k, sizeof k, "%sK", s);
         int sk = dl_parse_size(k, &w);
-        if (!over && ref <= UINT64_MAX >> 10 && (sk != DL_OK || w != ref << 10)) abort();
-        if (!over && ref > UINT64_MAX >> 10 && sk == DL_OK) abort();
+        if (!over && ref <= UINT64_MAX >> 10 && (sk != DL_OK || w != ref << 10))
+            abort();
+        if (!over && ref > UINT64_MAX >> 10 && sk == DL_OK)
+            abort();
     }
     return 0;
 }

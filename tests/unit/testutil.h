@@ -80,7 +80,8 @@ static inline uint16_t tu_f32_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -147,10 +148,7 @@ static inline double tu_value_keyed(dl_dtype t, uint64_t key, uint64_t idx)
     }
 }
 
-static inline size_t tu_tsize(dl_dtype t)
-{
-    return t == DL_F64 ? 8 : t == DL_F32 ? 4 : 2;
-}
+static inline size_t tu_tsize(dl_dtype t) { return t == DL_F64 ? 8 : t == DL_F32 ? 4 : 2; }
 
 /* Read element i of a buffer of type t as a double. */
 static inline double tu_get(dl_dtype t, const void *p, size_t i)
@@ -169,7 +167,8 @@ static inline double tu_get(dl_dtype t, const void *p, size_t i)
 static inline void *tu_alloc(size_t bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return NULL;
+    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
+        return NULL;
     return p;
 }
 
@@ -182,7 +181,7 @@ static inline double tu_now_s(void)
 
 static inline void tu_sleep_ms(int ms)
 {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
@@ -217,7 +216,8 @@ static inline int tu_has_int_token(const char *s, long v)
     for (const char *p = s; (p = strstr(p, buf)) != NULL; p++) {
         int before = (p == s) || !isdigit((unsigned char)p[-1]);
         int after = !isdigit((unsigned char)p[L]);
-        if (before && after) return 1;
+        if (before && after)
+            return 1;
     }
     return 0;
 }
@@ -371,8 +371,10 @@ static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result 
         }
     }
     double lr1 = b->steps[0].lr, eps = o->eps, lrmax = 0, cap = 0;
-    double sa = o->clip > 0 && a->steps[0].grad_norm > o->clip ? o->clip / a->steps[0].grad_norm : 1;
-    double sb = o->clip > 0 && b->steps[0].grad_norm > o->clip ? o->clip / b->steps[0].grad_norm : 1;
+    double sa =
+        o->clip > 0 && a->steps[0].grad_norm > o->clip ? o->clip / a->steps[0].grad_norm : 1;
+    double sb =
+        o->clip > 0 && b->steps[0].grad_norm > o->clip ? o->clip / b->steps[0].grad_norm : 1;
     for (int t = 0; t < T; t++) {
         lrmax = fmax(lrmax, b->steps[t].lr);
         cap += b->steps[t].lr * fmin(2 * sqrt(t + 1.0), 2 * gtol * tu_eq_gscale(o, b, t) / eps);
@@ -389,15 +391,17 @@ static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result 
         }
         worst = fmax(worst, T == 1 ? (d - pred) / slack : d / (pred + slack));
         if (!(d <= pred + slack)) {
-            snprintf(why, wn, "after %d step%s: parameter %zu is %.17g vs %.17g, %.3g apart > bound "
-                     "%.3g (Adam's %.3g + rounding %.3g)", T, T > 1 ? "s" : "", i, a->params[i],
-                     b->params[i], d, pred + slack, pred, slack);
+            snprintf(why, wn,
+                     "after %d step%s: parameter %zu is %.17g vs %.17g, %.3g apart > bound "
+                     "%.3g (Adam's %.3g + rounding %.3g)",
+                     T, T > 1 ? "s" : "", i, a->params[i], b->params[i], d, pred + slack, pred,
+                     slack);
             return 0;
         }
     }
     /* one step: how much of the rounding allowance the worst element used beyond Adam's share */
-    tu_eq_verbose(T == 1 ? "step 1 parameters (beyond Adam)" : "final parameters (of bound)",
-                  worst, 1);
+    tu_eq_verbose(T == 1 ? "step 1 parameters (beyond Adam)" : "final parameters (of bound)", worst,
+                  1);
     return 1;
 }
 
@@ -449,7 +453,8 @@ static inline size_t tu_rank0_index(const dl_gpt_config *c, int tp, const char *
  * every token) times 1 + 1e-6 (f64) or 1 + 1e-3 (f32). */
 static inline dl__test_hook tu_perturb_hook(const dl_train_opts *o)
 {
-    dl__test_hook h = {.perturb_rel = o->dtype == DL_F64 ? 1e-6 : 1e-3, .perturb_rank = 0,
+    dl__test_hook h = {.perturb_rel = o->dtype == DL_F64 ? 1e-6 : 1e-3,
+                       .perturb_rank = 0,
                        .perturb_index = tu_rank0_index(&o->model, o->tp, "h.0.ln_1.weight", 0)};
     return h;
 }

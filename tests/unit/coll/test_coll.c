@@ -66,20 +66,22 @@ static void efail(errs *e, const char *fmt, ...)
     }
 }
 
-#define ASSERT_NO_ERRS(e) \
-    ck_assert_msg((e).n == 0, "%d failure(s); first: %s", (e).n, (e).first)
+#define ASSERT_NO_ERRS(e) ck_assert_msg((e).n == 0, "%d failure(s); first: %s", (e).n, (e).first)
 
 /* ------------------------------------------------------------------------------------------ */
 /* cases                                                                                        */
 
 enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_NKINDS };
-static const char *kind_name[K_NKINDS] = { "allreduce", "reduce_scatter", "allgather",
-                                           "broadcast", "reduce", "alltoall" };
+static const char *kind_name[K_NKINDS] = {"allreduce", "reduce_scatter", "allgather",
+                                          "broadcast", "reduce",         "alltoall"};
 static const char *tname(dl_dtype t) { return t == DL_F32 ? "f32" : t == DL_F64 ? "f64" : "bf16"; }
 static const char *oname(dl_redop o) { return o == DL_SUM ? "sum" : o == DL_AVG ? "avg" : "max"; }
 static const char *aname(dl_algo a)
 {
-    return a == DL_ALGO_RING ? "ring" : a == DL_ALGO_AUTO ? "auto" : a == DL_ALGO_ONESHOT ? "oneshot" : "rd";
+    return a == DL_ALGO_RING      ? "ring"
+           : a == DL_ALGO_AUTO    ? "auto"
+           : a == DL_ALGO_ONESHOT ? "oneshot"
+                                  : "rd";
 }
 
 typedef struct ccase {
@@ -95,7 +97,7 @@ typedef struct ccase {
     unsigned char *out[NMAX]; /* output buffer (with GUARD bytes of FILLB after it) */
     size_t out_elems[NMAX];   /* elements in out[r] before the guard */
     int status[NMAX];
-    int send_changed[NMAX];   /* out-of-place: the send buffer was modified */
+    int send_changed[NMAX]; /* out-of-place: the send buffer was modified */
     int last_algo[NMAX];
     dl_comm_stats stats[NMAX];
 } ccase;
@@ -180,15 +182,18 @@ static void batch_free(batch *b)
 static void *make_input(dl_dtype t, size_t n, uint64_t seed, int rank, uint64_t first)
 {
     void *p = tu_alloc(n * tu_tsize(t));
-    if (p) tu_fill(t, p, n, seed, rank, first);
+    if (p)
+        tu_fill(t, p, n, seed, rank, first);
     return p;
 }
 
 /* 1 if p differs from the generated input. */
-static int input_changed(dl_dtype t, const void *p, size_t n, uint64_t seed, int rank, uint64_t first)
+static int input_changed(dl_dtype t, const void *p, size_t n, uint64_t seed, int rank,
+                         uint64_t first)
 {
     void *q = make_input(t, n, seed, rank, first);
-    if (!q) return 1;
+    if (!q)
+        return 1;
     int d = memcmp(p, q, n * tu_tsize(t)) != 0;
     free(q);
     return d;
@@ -203,8 +208,8 @@ static int run_case(dl_comm *c, ccase *tc)
     size_t off, len;
     dl_block(count, n, r, &off, &len);
 
-    void *send = NULL;            /* own send buffer (out-of-place) */
-    size_t send_n = 0;            /* its elements */
+    void *send = NULL; /* own send buffer (out-of-place) */
+    size_t send_n = 0; /* its elements */
     uint64_t send_seed = tc->seed, send_first = 0;
     const void *sbuf = NULL;
     void *rbuf = NULL;
@@ -239,7 +244,8 @@ static int run_case(dl_comm *c, ccase *tc)
         break;
     case K_BROADCAST:
         if (tc->inplace) {
-            if (r == tc->root) tu_fill(t, out, count, tc->seed, r, 0);
+            if (r == tc->root)
+                tu_fill(t, out, count, tc->seed, r, 0);
             sbuf = out;
             rbuf = out;
         } else {
@@ -264,13 +270,16 @@ static int run_case(dl_comm *c, ccase *tc)
         }
         break;
     }
-    if (send_n && !send) return dl_error(DL_ENOMEM, "test: out of host memory");
+    if (send_n && !send)
+        return dl_error(DL_ENOMEM, "test: out of host memory");
 
     dl_comm_reset_stats(c);
     int st;
     switch (tc->kind) {
     case K_ALLREDUCE: st = dl_allreduce(c, sbuf, rbuf, count, t, tc->op, tc->purpose); break;
-    case K_REDUCE_SCATTER: st = dl_reduce_scatter(c, sbuf, rbuf, count, t, tc->op, tc->purpose); break;
+    case K_REDUCE_SCATTER:
+        st = dl_reduce_scatter(c, sbuf, rbuf, count, t, tc->op, tc->purpose);
+        break;
     case K_ALLGATHER: st = dl_allgather(c, sbuf, rbuf, count, t, tc->purpose); break;
     case K_BROADCAST: st = dl_broadcast(c, sbuf, rbuf, count, t, tc->root, tc->purpose); break;
     case K_REDUCE: st = dl_reduce(c, sbuf, rbuf, count, t, tc->op, tc->root, tc->purpose); break;
@@ -308,13 +317,16 @@ static void batch_run(batch *b)
 {
     dl_world_opts o;
     tu_world_opts(&o, b->n);
-    if (b->slice_bytes) o.slice_bytes = b->slice_bytes;
-    if (b->nslots) o.nslots = b->nslots;
+    if (b->slice_bytes)
+        o.slice_bytes = b->slice_bytes;
+    if (b->nslots)
+        o.nslots = b->nslots;
     int st = dl_world_run(&o, batch_rank, b);
     if (st != DL_OK) {
         int fr = -1;
         for (int r = 0; r < b->n; r++)
-            if (b->fail_case[r] >= 0 && (fr < 0 || b->cases[b->fail_case[r]].status[r] != DL_EABORT))
+            if (b->fail_case[r] >= 0 &&
+                (fr < 0 || b->cases[b->fail_case[r]].status[r] != DL_EABORT))
                 fr = r;
         const ccase *c = fr >= 0 ? &b->cases[b->fail_case[fr]] : NULL;
         ck_abort_msg("world n=%d algo=%s failed: %s (%s); first failing rank %d in case %s %s %s "
@@ -347,7 +359,8 @@ static void ref_reduce(dl_dtype t, dl_redop op, uint64_t seed, int n, size_t cou
         for (size_t i = 0; i < count; i++) {
             double v = tu_value_keyed(t, key, i);
             if (op == DL_MAX) {
-                if (v > ref[i]) ref[i] = v;
+                if (v > ref[i])
+                    ref[i] = v;
             } else {
                 ref[i] += v;
                 S[i] += fabs(v);
@@ -359,9 +372,8 @@ static void ref_reduce(dl_dtype t, dl_redop op, uint64_t seed, int n, size_t cou
 }
 
 /* Check `len` elements of got (elements ref[first..first+len)). Returns failures. */
-static int check_reduced(errs *e, const char *what, dl_dtype t, dl_redop op, int n,
-                         const void *got, size_t first, size_t len, const long double *ref,
-                         const double *S)
+static int check_reduced(errs *e, const char *what, dl_dtype t, dl_redop op, int n, const void *got,
+                         size_t first, size_t len, const long double *ref, const double *S)
 {
     int bad = 0;
     double eps = eps_of(t);
@@ -370,17 +382,18 @@ static int check_reduced(errs *e, const char *what, dl_dtype t, dl_redop op, int
         long double want = ref[first + i];
         if (op == DL_MAX) {
             if (!((long double)g == want)) {
-                if (!bad) efail(e, "%s: element %zu = %.17g, want max %.17Lg (exact)", what, first + i, g, want);
+                if (!bad)
+                    efail(e, "%s: element %zu = %.17g, want max %.17Lg (exact)", what, first + i, g,
+                          want);
                 bad++;
             }
         } else {
-            double bound = op == DL_SUM ? n * eps * S[first + i]
-                                        : (n + 2) * eps * S[first + i] / n;
+            double bound = op == DL_SUM ? n * eps * S[first + i] : (n + 2) * eps * S[first + i] / n;
             long double err = fabsl((long double)g - want);
             if (!(err <= bound)) {
                 if (!bad)
                     efail(e, "%s: element %zu = %.17g, want %.17Lg +- %.3g (err %.3Lg)", what,
-                         first + i, g, want, bound, err);
+                          first + i, g, want, bound, err);
                 bad++;
             }
         }
@@ -391,7 +404,8 @@ static int check_reduced(errs *e, const char *what, dl_dtype t, dl_redop op, int
 static int guard_ok(const unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (p[i] != FILLB) return 0;
+        if (p[i] != FILLB)
+            return 0;
     return 1;
 }
 
@@ -399,7 +413,8 @@ static int guard_ok(const unsigned char *p, size_t n)
 static uint64_t ring_elems_sent(const ccase *c, int n, int r)
 {
     size_t off, len;
-    if (n == 1) return 0;
+    if (n == 1)
+        return 0;
     switch (c->kind) {
     case K_REDUCE_SCATTER: dl_block(c->count, n, r, &off, &len); return c->count - len;
     case K_ALLGATHER: dl_block(c->count, n, (r + 1) % n, &off, &len); return c->count - len;
@@ -416,7 +431,8 @@ static uint64_t ring_elems_sent(const ccase *c, int n, int r)
 static uint64_t ring_allreduce_bytes(size_t count, int n, int r, int c, size_t es)
 {
     size_t o1, l1, o2, l2;
-    if (n == 1) return 0;
+    if (n == 1)
+        return 0;
     dl_block(count, n, (r + c) % n, &o1, &l1);
     dl_block(count, n, (r + c + 1) % n, &o2, &l2);
     return (uint64_t)(2 * count - l1 - l2) * es;
@@ -425,38 +441,41 @@ static uint64_t ring_allreduce_bytes(size_t count, int n, int r, int c, size_t e
 static void check_bytes(errs *e, const char *what, const ccase *c, int n)
 {
     const size_t es = tu_tsize(c->t);
-    uint64_t sent[NMAX], tot_sent[DL_NPURPOSES] = { 0 }, tot_recv[DL_NPURPOSES] = { 0 };
+    uint64_t sent[NMAX], tot_sent[DL_NPURPOSES] = {0}, tot_recv[DL_NPURPOSES] = {0};
     for (int r = 0; r < n; r++) {
         for (int p = 0; p < DL_NPURPOSES; p++) {
             tot_sent[p] += c->stats[r].bytes_sent[p];
             tot_recv[p] += c->stats[r].bytes_recv[p];
             if (p != (int)c->purpose && (c->stats[r].bytes_sent[p] || c->stats[r].bytes_recv[p]))
-                efail(e, "%s: rank %d counted %llu/%llu bytes sent/recv under purpose %s, expected "
-                     "everything under %s", what, r, (unsigned long long)c->stats[r].bytes_sent[p],
-                     (unsigned long long)c->stats[r].bytes_recv[p],
-                     dl_purpose_name((dl_purpose)p), dl_purpose_name(c->purpose));
+                efail(e,
+                      "%s: rank %d counted %llu/%llu bytes sent/recv under purpose %s, expected "
+                      "everything under %s",
+                      what, r, (unsigned long long)c->stats[r].bytes_sent[p],
+                      (unsigned long long)c->stats[r].bytes_recv[p], dl_purpose_name((dl_purpose)p),
+                      dl_purpose_name(c->purpose));
         }
         sent[r] = c->stats[r].bytes_sent[c->purpose];
     }
     for (int p = 0; p < DL_NPURPOSES; p++)
         if (tot_sent[p] != tot_recv[p])
             efail(e, "%s: purpose %d: ranks sent %llu bytes in total but received %llu", what, p,
-                 (unsigned long long)tot_sent[p], (unsigned long long)tot_recv[p]);
+                  (unsigned long long)tot_sent[p], (unsigned long long)tot_recv[p]);
 
     if (c->kind != K_ALLREDUCE) {
         for (int r = 0; r < n; r++) {
             uint64_t want = ring_elems_sent(c, n, r) * es;
             if (sent[r] != want)
                 efail(e, "%s: ring: rank %d sent %llu bytes, expected %llu", what, r,
-                     (unsigned long long)sent[r], (unsigned long long)want);
+                      (unsigned long long)sent[r], (unsigned long long)want);
         }
         if (c->kind == K_REDUCE_SCATTER || c->kind == K_ALLGATHER) {
             /* (n-1)/n S within the remainder: |sent - (n-1)/n S| < 1 element */
             double S = (double)c->count * es;
             for (int r = 0; r < n; r++)
                 if (fabs((double)sent[r] - (n - 1) * S / n) >= (double)es)
-                    efail(e, "%s: rank %d sent %llu bytes, not (n-1)/n*S = %.1f within the remainder",
-                         what, r, (unsigned long long)sent[r], (n - 1) * S / n);
+                    efail(e,
+                          "%s: rank %d sent %llu bytes, not (n-1)/n*S = %.1f within the remainder",
+                          what, r, (unsigned long long)sent[r], (n - 1) * S / n);
         }
         return;
     }
@@ -467,31 +486,36 @@ static void check_bytes(errs *e, const char *what, const ccase *c, int n)
     for (int r = 0; r < n; r++) {
         total += sent[r];
         if (fabs((double)sent[r] - 2.0 * (n - 1) * S / n) >= 2.0 * es)
-            efail(e, "%s: rank %d sent %llu bytes, not 2(n-1)/n*S = %.1f within the remainder", what,
-                 r, (unsigned long long)sent[r], 2.0 * (n - 1) * S / n);
+            efail(e, "%s: rank %d sent %llu bytes, not 2(n-1)/n*S = %.1f within the remainder",
+                  what, r, (unsigned long long)sent[r], 2.0 * (n - 1) * S / n);
     }
     if (total != 2ull * (uint64_t)(n - 1) * count * es)
         efail(e, "%s: ranks sent %llu bytes in total, expected 2(n-1)S = %llu", what,
-             (unsigned long long)total, (unsigned long long)(2ull * (uint64_t)(n - 1) * count * es));
+              (unsigned long long)total,
+              (unsigned long long)(2ull * (uint64_t)(n - 1) * count * es));
     /* the exact ring schedule: rank r skips chunk (r+1) mod n in the reduce-scatter and chunk
      * (r+2) mod n in the all-gather */
     int exact = 1;
     for (int r = 0; r < n; r++)
-        if (sent[r] != ring_allreduce_bytes(count, n, r, 1, es)) exact = 0;
+        if (sent[r] != ring_allreduce_bytes(count, n, r, 1, es))
+            exact = 0;
     if (!exact) {
         int found = -1; /* for the message: a consistent but shifted ownership? */
         for (int sh = 0; sh < n && found < 0; sh++) {
             int ok = 1;
             for (int r = 0; r < n && ok; r++)
-                if (sent[r] != ring_allreduce_bytes(count, n, r, sh, es)) ok = 0;
-            if (ok) found = sh;
+                if (sent[r] != ring_allreduce_bytes(count, n, r, sh, es))
+                    ok = 0;
+            if (ok)
+                found = sh;
         }
         for (int r = 0; r < n; r++)
             if (sent[r] != ring_allreduce_bytes(count, n, r, 1, es)) {
-                efail(e, "%s: ring: rank %d sent %llu bytes, the ring schedule gives %llu%s", what, r,
-                      (unsigned long long)sent[r],
+                efail(e, "%s: ring: rank %d sent %llu bytes, the ring schedule gives %llu%s", what,
+                      r, (unsigned long long)sent[r],
                       (unsigned long long)ring_allreduce_bytes(count, n, r, 1, es),
-                      found >= 0 ? " (the counts fit a ring whose chunk ownership is shifted)" : "");
+                      found >= 0 ? " (the counts fit a ring whose chunk ownership is shifted)"
+                                 : "");
                 break;
             }
     }
@@ -529,8 +553,10 @@ static void verify_case(errs *e, const batch *b, const ccase *c, int check_byte_
     case_label(what, sizeof what, b, c);
 
     for (int r = 0; r < n; r++) {
-        if (c->status[r] != DL_OK) efail(e, "%s: rank %d status %s", what, r, dl_strstatus(c->status[r]));
-        if (c->send_changed[r]) efail(e, "%s: rank %d: out-of-place send buffer was modified", what, r);
+        if (c->status[r] != DL_OK)
+            efail(e, "%s: rank %d status %s", what, r, dl_strstatus(c->status[r]));
+        if (c->send_changed[r])
+            efail(e, "%s: rank %d: out-of-place send buffer was modified", what, r);
         if (!guard_ok(c->out[r] + c->out_elems[r] * es, GUARD))
             efail(e, "%s: rank %d: bytes written past the end of the receive buffer", what, r);
     }
@@ -575,8 +601,9 @@ static void verify_case(errs *e, const batch *b, const ccase *c, int check_byte_
             ck_assert_ptr_nonnull(want);
             for (int r = 0; r < n; r++)
                 if (memcmp(c->out[r] + off * es, want, len * es) != 0)
-                    efail(e, "%s: rank %d: block %d (offset %zu, %zu elements) is not rank %d's input",
-                         what, r, j, off, len, j);
+                    efail(e,
+                          "%s: rank %d: block %d (offset %zu, %zu elements) is not rank %d's input",
+                          what, r, j, off, len, j);
             free(want);
         }
         break;
@@ -611,19 +638,23 @@ static void verify_case(errs *e, const batch *b, const ccase *c, int check_byte_
             if (b->algo == DL_ALGO_RING && a != DL_ALGO_RING)
                 efail(e, "%s: rank %d: dl_comm_last_algo = %d, expected ring", what, r, a);
             if (a <= DL_ALGO_AUTO || a >= DL_NALGOS)
-                efail(e, "%s: rank %d: dl_comm_last_algo = %d is not a concrete algorithm", what, r, a);
+                efail(e, "%s: rank %d: dl_comm_last_algo = %d is not a concrete algorithm", what, r,
+                      a);
             if (a != c->last_algo[0])
-                efail(e, "%s: ranks disagree on the algorithm that ran (%d vs %d)", what, a, c->last_algo[0]);
+                efail(e, "%s: ranks disagree on the algorithm that ran (%d vs %d)", what, a,
+                      c->last_algo[0]);
         }
     }
-    if (check_byte_counts) check_bytes(e, what, c, n);
+    if (check_byte_counts)
+        check_bytes(e, what, c, n);
 }
 
 static void verify_batch(errs *e, const batch *b)
 {
     for (int r = 0; r < b->n; r++)
         if (b->get_algo[r] != (int)b->algo)
-            efail(e, "rank %d: dl_comm_get_algo = %d after dl_comm_set_algo(%d)", r, b->get_algo[r], b->algo);
+            efail(e, "rank %d: dl_comm_get_algo = %d after dl_comm_set_algo(%d)", r, b->get_algo[r],
+                  b->algo);
     for (int i = 0; i < b->ncases; i++) verify_case(e, b, &b->cases[i], b->algo == DL_ALGO_RING);
 }
 
@@ -657,7 +688,7 @@ static void run_twice(int n, dl_algo algo, size_t slice_bytes, int nslots, build
     a.nslots = nslots;
     build(&a, arg);
     batch_run(&a);
-    errs e = { 0 };
+    errs e = {0};
     verify_batch(&e, &a);
     ASSERT_NO_ERRS(e);
     if (rerun) {
@@ -676,8 +707,8 @@ static void run_twice(int n, dl_algo algo, size_t slice_bytes, int nslots, build
 /* ------------------------------------------------------------------------------------------ */
 /* the matrix: every type, op, count, in-place or not, for one collective, n and algorithm      */
 
-static const int full_ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 16 };
-static const int small_ns[] = { 1, 2, 3, 4 };
+static const int full_ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+static const int small_ns[] = {1, 2, 3, 4};
 #define NFULL ((int)(sizeof full_ns / sizeof full_ns[0]))
 #define NSMALL ((int)(sizeof small_ns / sizeof small_ns[0]))
 
@@ -687,13 +718,15 @@ static int ns_at(int i) { return DL_TEST_SMALL ? small_ns[i] : full_ns[i]; }
 static int counts_for(int kind, int n, size_t *out)
 {
     size_t mid = DL_TEST_SMALL ? 5003 : 70001; /* 70001 f64 = 547 KiB: several 256 KiB slices */
-    if (kind == K_ALLTOALL) mid = (DL_TEST_SMALL ? 2003 : 20011) / (size_t)n;
-    size_t cand[] = { 0, 1, 7, (size_t)(n - 1), (size_t)n, (size_t)(3 * n + 1), 1000, mid };
+    if (kind == K_ALLTOALL)
+        mid = (DL_TEST_SMALL ? 2003 : 20011) / (size_t)n;
+    size_t cand[] = {0, 1, 7, (size_t)(n - 1), (size_t)n, (size_t)(3 * n + 1), 1000, mid};
     int k = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
         int dup = 0;
         for (int j = 0; j < k; j++) dup |= out[j] == cand[i];
-        if (!dup) out[k++] = cand[i];
+        if (!dup)
+            out[k++] = cand[i];
     }
     return k;
 }
@@ -708,7 +741,7 @@ static void build_matrix(batch *b, const void *argp)
     const int n = b->n, kind = m->kind;
     const int has_op = kind == K_ALLREDUCE || kind == K_REDUCE_SCATTER || kind == K_REDUCE;
     const int has_root = kind == K_BROADCAST || kind == K_REDUCE;
-    int roots[3] = { 0, n - 1, n / 2 };
+    int roots[3] = {0, n - 1, n / 2};
     size_t counts[16];
     int nc = counts_for(kind, n, counts);
     int idx = 0;
@@ -730,7 +763,7 @@ static void matrix_test(int kind, int i)
 {
     int n = ns_at(i / 2);
     dl_algo algo = i % 2 ? DL_ALGO_AUTO : DL_ALGO_RING;
-    matrix_arg m = { kind };
+    matrix_arg m = {kind};
     run_twice(n, algo, algo == DL_ALGO_RING ? 16384 : 0, algo == DL_ALGO_RING ? 4 : 0, build_matrix,
               &m, 1);
 }
@@ -761,35 +794,35 @@ typedef struct bigspec {
 } bigspec;
 
 static const bigspec big_full[] = {
-    { K_ALLREDUCE, 2, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 1 },
-    { K_ALLREDUCE, 3, DL_F32, DL_SUM, 1, 0, DL_ALGO_AUTO, 1 },
-    { K_ALLREDUCE, 5, DL_F32, DL_SUM, 0, 0, DL_ALGO_AUTO, 0 },
-    { K_ALLREDUCE, 8, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
-    { K_ALLREDUCE, 16, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0 },
-    { K_ALLREDUCE, 4, DL_F64, DL_AVG, 0, 0, DL_ALGO_RING, 0 },
-    { K_ALLREDUCE, 1, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
-    { K_ALLREDUCE, 6, DL_F64, DL_SUM, 0, 0, DL_ALGO_RING, 0 },
-    { K_ALLREDUCE, 3, DL_BF16, DL_SUM, 1, 0, DL_ALGO_AUTO, 0 },
-    { K_ALLREDUCE, 7, DL_F32, DL_MAX, 0, 0, DL_ALGO_AUTO, 0 },
-    { K_REDUCE_SCATTER, 5, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
-    { K_REDUCE_SCATTER, 4, DL_BF16, DL_AVG, 0, 0, DL_ALGO_AUTO, 0 },
-    { K_ALLGATHER, 3, DL_F64, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
-    { K_ALLGATHER, 6, DL_F32, DL_SUM, 0, 0, DL_ALGO_AUTO, 0 },
-    { K_BROADCAST, 4, DL_BF16, DL_SUM, 0, 3, DL_ALGO_RING, 0 },
-    { K_BROADCAST, 5, DL_F32, DL_SUM, 1, 2, DL_ALGO_AUTO, 0 },
-    { K_REDUCE, 6, DL_F32, DL_AVG, 0, 2, DL_ALGO_RING, 0 },
-    { K_REDUCE, 3, DL_F64, DL_MAX, 1, 1, DL_ALGO_AUTO, 0 },
-    { K_ALLTOALL, 2, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0 },
-    { K_ALLTOALL, 3, DL_BF16, DL_SUM, 1, 0, DL_ALGO_AUTO, 0 },
+    {K_ALLREDUCE, 2, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 1},
+    {K_ALLREDUCE, 3, DL_F32, DL_SUM, 1, 0, DL_ALGO_AUTO, 1},
+    {K_ALLREDUCE, 5, DL_F32, DL_SUM, 0, 0, DL_ALGO_AUTO, 0},
+    {K_ALLREDUCE, 8, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0},
+    {K_ALLREDUCE, 16, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0},
+    {K_ALLREDUCE, 4, DL_F64, DL_AVG, 0, 0, DL_ALGO_RING, 0},
+    {K_ALLREDUCE, 1, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0},
+    {K_ALLREDUCE, 6, DL_F64, DL_SUM, 0, 0, DL_ALGO_RING, 0},
+    {K_ALLREDUCE, 3, DL_BF16, DL_SUM, 1, 0, DL_ALGO_AUTO, 0},
+    {K_ALLREDUCE, 7, DL_F32, DL_MAX, 0, 0, DL_ALGO_AUTO, 0},
+    {K_REDUCE_SCATTER, 5, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0},
+    {K_REDUCE_SCATTER, 4, DL_BF16, DL_AVG, 0, 0, DL_ALGO_AUTO, 0},
+    {K_ALLGATHER, 3, DL_F64, DL_SUM, 1, 0, DL_ALGO_RING, 0},
+    {K_ALLGATHER, 6, DL_F32, DL_SUM, 0, 0, DL_ALGO_AUTO, 0},
+    {K_BROADCAST, 4, DL_BF16, DL_SUM, 0, 3, DL_ALGO_RING, 0},
+    {K_BROADCAST, 5, DL_F32, DL_SUM, 1, 2, DL_ALGO_AUTO, 0},
+    {K_REDUCE, 6, DL_F32, DL_AVG, 0, 2, DL_ALGO_RING, 0},
+    {K_REDUCE, 3, DL_F64, DL_MAX, 1, 1, DL_ALGO_AUTO, 0},
+    {K_ALLTOALL, 2, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0},
+    {K_ALLTOALL, 3, DL_BF16, DL_SUM, 1, 0, DL_ALGO_AUTO, 0},
 };
 static const bigspec big_small[] = {
-    { K_ALLREDUCE, 3, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 1 },
-    { K_ALLREDUCE, 4, DL_BF16, DL_AVG, 1, 0, DL_ALGO_AUTO, 0 },
-    { K_REDUCE_SCATTER, 3, DL_F64, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
-    { K_ALLGATHER, 3, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0 },
-    { K_BROADCAST, 3, DL_F32, DL_SUM, 0, 2, DL_ALGO_RING, 0 },
-    { K_REDUCE, 3, DL_F32, DL_MAX, 0, 1, DL_ALGO_RING, 0 },
-    { K_ALLTOALL, 2, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0 },
+    {K_ALLREDUCE, 3, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 1},
+    {K_ALLREDUCE, 4, DL_BF16, DL_AVG, 1, 0, DL_ALGO_AUTO, 0},
+    {K_REDUCE_SCATTER, 3, DL_F64, DL_SUM, 1, 0, DL_ALGO_RING, 0},
+    {K_ALLGATHER, 3, DL_F32, DL_SUM, 0, 0, DL_ALGO_RING, 0},
+    {K_BROADCAST, 3, DL_F32, DL_SUM, 0, 2, DL_ALGO_RING, 0},
+    {K_REDUCE, 3, DL_F32, DL_MAX, 0, 1, DL_ALGO_RING, 0},
+    {K_ALLTOALL, 2, DL_F32, DL_SUM, 1, 0, DL_ALGO_RING, 0},
 };
 #define NBIG_FULL ((int)(sizeof big_full / sizeof big_full[0]))
 #define NBIG_SMALL ((int)(sizeof big_small / sizeof big_small[0]))
@@ -812,8 +845,13 @@ static void build_one(batch *b, const void *argp)
 START_TEST(t_big)
 {
     const bigspec *s = DL_TEST_SMALL ? &big_small[_i] : &big_full[_i];
-    one_arg a = { s->kind, s->t, s->op, DL_TEST_SMALL ? 100003 : BIG_COUNT, s->inplace, s->root,
-                  0xB16B16ull + (uint64_t)_i };
+    one_arg a = {s->kind,
+                 s->t,
+                 s->op,
+                 DL_TEST_SMALL ? 100003 : BIG_COUNT,
+                 s->inplace,
+                 s->root,
+                 0xB16B16ull + (uint64_t)_i};
     run_twice(s->n, s->algo, 0, 0, build_one, &a, s->rerun);
 }
 END_TEST
@@ -822,7 +860,7 @@ END_TEST
 START_TEST(t_16ranks_1mib)
 {
     dl_algo algo = _i ? DL_ALGO_AUTO : DL_ALGO_RING;
-    one_arg a = { K_ALLREDUCE, DL_F32, DL_SUM, (1u << 20) / 4, 0, 0, 0x16161616ull + (uint64_t)_i };
+    one_arg a = {K_ALLREDUCE, DL_F32, DL_SUM, (1u << 20) / 4, 0, 0, 0x16161616ull + (uint64_t)_i};
     run_twice(16, algo, 0, 0, build_one, &a, 1);
 }
 END_TEST
@@ -836,18 +874,23 @@ START_TEST(t_bf16_convert)
     uint32_t first_bad = 0;
     for (uint64_t i = 0; i < 2000000; i++) {
         uint32_t u = (uint32_t)tu_rand_u64(77, 0, i);
-        if (i < 65536) u = ((uint32_t)i << 16) | 0x8000u; /* exact ties for every bf16 value */
+        if (i < 65536)
+            u = ((uint32_t)i << 16) | 0x8000u; /* exact ties for every bf16 value */
         float f;
         memcpy(&f, &u, 4);
         uint16_t got = dl_f32_to_bf16(f), want = tu_f32_to_bf16(f);
         if (isnan(f)) {
-            if (!isnan(dl_bf16_to_f32(got))) bad++;
+            if (!isnan(dl_bf16_to_f32(got)))
+                bad++;
         } else if (got != want) {
-            if (!bad) first_bad = u;
+            if (!bad)
+                first_bad = u;
             bad++;
         }
     }
-    ck_assert_msg(bad == 0, "dl_f32_to_bf16: %d mismatches with round-to-nearest-even, first input bits 0x%08x",
+    ck_assert_msg(bad == 0,
+                  "dl_f32_to_bf16: %d mismatches with round-to-nearest-even, first input bits "
+                  "0x%08x",
                   bad, first_bad);
     for (uint32_t b = 0; b < 65536; b++) {
         float f = dl_bf16_to_f32((uint16_t)b);
@@ -863,8 +906,8 @@ END_TEST
 
 typedef struct barrier_arg {
     int rounds;
-    atomic_int *arrived;   /* [rounds] */
-    atomic_int errors;     /* a rank left barrier k before everyone arrived */
+    atomic_int *arrived; /* [rounds] */
+    atomic_int errors;   /* a rank left barrier k before everyone arrived */
     int status[NMAX];
 } barrier_arg;
 
@@ -874,14 +917,16 @@ static int barrier_rank(dl_ctx *ctx, void *argp)
     int r = dl_ctx_rank(ctx), n = dl_ctx_size(ctx);
     for (int k = 0; k < a->rounds; k++) {
         /* a different rank is late in each round */
-        if (r == k % n) tu_sleep_ms(k < 4 ? 20 : 1);
+        if (r == k % n)
+            tu_sleep_ms(k < 4 ? 20 : 1);
         atomic_fetch_add(&a->arrived[k], 1);
         int st = dl_barrier(dl_ctx_comm(ctx));
         if (st != DL_OK) {
             a->status[r] = st;
             return st;
         }
-        if (atomic_load(&a->arrived[k]) != n) atomic_fetch_add(&a->errors, 1);
+        if (atomic_load(&a->arrived[k]) != n)
+            atomic_fetch_add(&a->errors, 1);
     }
     a->status[r] = DL_OK;
     return DL_OK;
@@ -898,8 +943,9 @@ START_TEST(t_barrier)
     atomic_init(&a.errors, 0);
     int st = tu_run_world(n, barrier_rank, &a);
     ck_assert_msg(st == DL_OK, "n=%d: %s: %s", n, dl_strstatus(st), dl_errmsg());
-    ck_assert_msg(atomic_load(&a.errors) == 0, "n=%d: %d rank-rounds left a barrier before all ranks arrived",
-                  n, atomic_load(&a.errors));
+    ck_assert_msg(atomic_load(&a.errors) == 0,
+                  "n=%d: %d rank-rounds left a barrier before all ranks arrived", n,
+                  atomic_load(&a.errors));
     for (int k = 0; k < a.rounds; k++) ck_assert_int_eq(atomic_load(&a.arrived[k]), n);
     free(a.arrived);
 }
@@ -908,12 +954,13 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* send / recv: every rank sends to r+1 and receives from r-1, sizes 1 element .. 1 MiB          */
 
-static const size_t sr_counts[] = { 1, 7, 10, 11, 1024, 1025, 65537, 262144 };
+static const size_t sr_counts[] = {1, 7, 10, 11, 1024, 1025, 65537, 262144};
 #define NSR ((int)(sizeof sr_counts / sizeof sr_counts[0]))
 
 typedef struct sr_arg {
     int n;
-    unsigned char *got[NMAX][NSR]; /* received by rank r, message k (f32 for k even, bf16 odd, f64 k%3==0) */
+    unsigned char
+        *got[NMAX][NSR]; /* received by rank r, message k (f32 for k even, bf16 odd, f64 k%3==0) */
     int status[NMAX];
     uint64_t sent_bytes[NMAX][NSR], recv_bytes[NMAX][NSR];
     uint64_t other_purpose[NMAX];
@@ -932,16 +979,19 @@ static int sr_rank(dl_ctx *ctx, void *argp)
         dl_dtype t = sr_type(k);
         size_t cnt = sr_counts[k];
         void *buf = make_input(t, cnt, sr_seed(k), r, 0);
-        if (!buf) return dl_error(DL_ENOMEM, "test: no memory");
+        if (!buf)
+            return dl_error(DL_ENOMEM, "test: no memory");
         dl_comm_reset_stats(c);
         int st;
         /* even ranks send first, odd ranks receive first: no cycle of blocked senders */
         if (r % 2 == 0) {
             st = dl_send(c, buf, cnt, t, to, DL_PURPOSE_ACTIVATIONS);
-            if (st == DL_OK) st = dl_recv(c, a->got[r][k], cnt, t, from, DL_PURPOSE_ACTIVATIONS);
+            if (st == DL_OK)
+                st = dl_recv(c, a->got[r][k], cnt, t, from, DL_PURPOSE_ACTIVATIONS);
         } else {
             st = dl_recv(c, a->got[r][k], cnt, t, from, DL_PURPOSE_ACTIVATIONS);
-            if (st == DL_OK) st = dl_send(c, buf, cnt, t, to, DL_PURPOSE_ACTIVATIONS);
+            if (st == DL_OK)
+                st = dl_send(c, buf, cnt, t, to, DL_PURPOSE_ACTIVATIONS);
         }
         free(buf);
         dl_comm_stats s;
@@ -949,7 +999,8 @@ static int sr_rank(dl_ctx *ctx, void *argp)
         a->sent_bytes[r][k] = s.bytes_sent[DL_PURPOSE_ACTIVATIONS];
         a->recv_bytes[r][k] = s.bytes_recv[DL_PURPOSE_ACTIVATIONS];
         for (int p = 0; p < DL_NPURPOSES; p++)
-            if (p != DL_PURPOSE_ACTIVATIONS) a->other_purpose[r] += s.bytes_sent[p] + s.bytes_recv[p];
+            if (p != DL_PURPOSE_ACTIVATIONS)
+                a->other_purpose[r] += s.bytes_sent[p] + s.bytes_recv[p];
         if (st != DL_OK) {
             a->status[r] = st;
             return st;
@@ -960,7 +1011,7 @@ static int sr_rank(dl_ctx *ctx, void *argp)
 
 START_TEST(t_sendrecv)
 {
-    static const int nss[] = { 2, 3, 5, 8 };
+    static const int nss[] = {2, 3, 5, 8};
     int n = nss[_i];
     sr_arg *a = calloc(1, sizeof *a);
     a->n = n;
@@ -980,10 +1031,12 @@ START_TEST(t_sendrecv)
                           sr_counts[k], tname(t), from);
             free(want);
             if (n > 1) {
-                ck_assert_msg(a->sent_bytes[r][k] == bytes, "rank %d message %d: %llu bytes sent counted, expected %zu",
-                              r, k, (unsigned long long)a->sent_bytes[r][k], bytes);
-                ck_assert_msg(a->recv_bytes[r][k] == bytes, "rank %d message %d: %llu bytes received counted, expected %zu",
-                              r, k, (unsigned long long)a->recv_bytes[r][k], bytes);
+                ck_assert_msg(a->sent_bytes[r][k] == bytes,
+                              "rank %d message %d: %llu bytes sent counted, expected %zu", r, k,
+                              (unsigned long long)a->sent_bytes[r][k], bytes);
+                ck_assert_msg(a->recv_bytes[r][k] == bytes,
+                              "rank %d message %d: %llu bytes received counted, expected %zu", r, k,
+                              (unsigned long long)a->recv_bytes[r][k], bytes);
             }
         }
         for (int k = 0; k < NSR; k++) free(a->got[r][k]);
@@ -1000,25 +1053,25 @@ END_TEST
 
 typedef struct nb_arg {
     int n;
-    float *blocking[NMAX], *nonblocking[NMAX];    /* A: iallreduce + wait vs allreduce */
+    float *blocking[NMAX], *nonblocking[NMAX]; /* A: iallreduce + wait vs allreduce */
     float *multi_ar[NMAX], *multi_rs[NMAX], *multi_ag[NMAX], *multi_bc[NMAX]; /* B */
-    int multi_done_early[NMAX][3];                /* B: dl_test after waiting the last one */
-    float *polled[NMAX];                          /* C */
+    int multi_done_early[NMAX][3]; /* B: dl_test after waiting the last one */
+    float *polled[NMAX];           /* C */
     long polls[NMAX];
     int poll_done[NMAX];
-    float *pend_nb[NMAX], *pend_b[NMAX];          /* D: blocking call while a request is pending */
+    float *pend_nb[NMAX], *pend_b[NMAX]; /* D: blocking call while a request is pending */
     int status[NMAX];
     char where[NMAX][64];
 } nb_arg;
 
-#define NBCHK(expr, label)                                          \
-    do {                                                            \
-        int st_ = (expr);                                           \
-        if (st_ != DL_OK) {                                         \
-            a->status[r] = st_;                                     \
-            snprintf(a->where[r], sizeof a->where[r], "%s", label); \
-            return st_;                                             \
-        }                                                           \
+#define NBCHK(expr, label)                                                                         \
+    do {                                                                                           \
+        int st_ = (expr);                                                                          \
+        if (st_ != DL_OK) {                                                                        \
+            a->status[r] = st_;                                                                    \
+            snprintf(a->where[r], sizeof a->where[r], "%s", label);                                \
+            return st_;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static int nb_rank(dl_ctx *ctx, void *argp)
@@ -1031,21 +1084,29 @@ static int nb_rank(dl_ctx *ctx, void *argp)
     float *x = make_input(DL_F32, NB_COUNT, NB_SEED, r, 0);
     float *x2 = make_input(DL_F32, NB_COUNT, NB_SEED + 1, r, 0);
     float *x3 = make_input(DL_F32, NB_COUNT, NB_SEED + 2, r, 0);
-    if (!x || !x2 || !x3) return dl_error(DL_ENOMEM, "test: no memory");
+    if (!x || !x2 || !x3)
+        return dl_error(DL_ENOMEM, "test: no memory");
 
     /* A */
     dl_request *req = NULL;
-    NBCHK(dl_iallreduce(c, x, a->nonblocking[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req), "A: iallreduce");
+    NBCHK(dl_iallreduce(c, x, a->nonblocking[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req),
+          "A: iallreduce");
     NBCHK(dl_wait(req), "A: wait");
-    NBCHK(dl_allreduce(c, x, a->blocking[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS), "A: allreduce");
+    NBCHK(dl_allreduce(c, x, a->blocking[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS),
+          "A: allreduce");
 
     /* B: four outstanding requests; wait for the last, the others must be complete */
-    dl_request *q[4] = { NULL, NULL, NULL, NULL };
-    NBCHK(dl_iallreduce(c, x, a->multi_ar[r], NB_COUNT, DL_F32, DL_MAX, DL_PURPOSE_GRADS, &q[0]), "B: iallreduce");
-    NBCHK(dl_ireduce_scatter(c, x2, a->multi_rs[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &q[1]), "B: ireduce_scatter");
-    NBCHK(dl_iallgather(c, x3 + off, a->multi_ag[r], NB_COUNT, DL_F32, DL_PURPOSE_PARAMS, &q[2]), "B: iallgather");
+    dl_request *q[4] = {NULL, NULL, NULL, NULL};
+    NBCHK(dl_iallreduce(c, x, a->multi_ar[r], NB_COUNT, DL_F32, DL_MAX, DL_PURPOSE_GRADS, &q[0]),
+          "B: iallreduce");
+    NBCHK(dl_ireduce_scatter(c, x2, a->multi_rs[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS,
+                             &q[1]),
+          "B: ireduce_scatter");
+    NBCHK(dl_iallgather(c, x3 + off, a->multi_ag[r], NB_COUNT, DL_F32, DL_PURPOSE_PARAMS, &q[2]),
+          "B: iallgather");
     /* the broadcast root sends its x; others pass x too (ignored) */
-    NBCHK(dl_ibroadcast(c, x, a->multi_bc[r], NB_COUNT, DL_F32, n - 1, DL_PURPOSE_PARAMS, &q[3]), "B: ibroadcast");
+    NBCHK(dl_ibroadcast(c, x, a->multi_bc[r], NB_COUNT, DL_F32, n - 1, DL_PURPOSE_PARAMS, &q[3]),
+          "B: ibroadcast");
     NBCHK(dl_wait(q[3]), "B: wait last");
     for (int k = 0; k < 3; k++) {
         int done = 0;
@@ -1055,20 +1116,24 @@ static int nb_rank(dl_ctx *ctx, void *argp)
     for (int k = 0; k < 3; k++) NBCHK(dl_wait(q[k]), "B: wait");
 
     /* C: poll with dl_test until done */
-    NBCHK(dl_iallreduce(c, x2, a->polled[r], NB_COUNT, DL_F32, DL_AVG, DL_PURPOSE_GRADS, &req), "C: iallreduce");
+    NBCHK(dl_iallreduce(c, x2, a->polled[r], NB_COUNT, DL_F32, DL_AVG, DL_PURPOSE_GRADS, &req),
+          "C: iallreduce");
     double t0 = tu_now_s();
     int done = 0;
     while (!done && tu_now_s() - t0 < 60) {
         NBCHK(dl_test(req, &done), "C: test");
         a->polls[r]++;
-        if (!done) sched_yield();
+        if (!done)
+            sched_yield();
     }
     a->poll_done[r] = done;
     NBCHK(dl_wait(req), "C: wait");
 
     /* D: a blocking call made while a request is pending runs after it */
-    NBCHK(dl_iallreduce(c, x3, a->pend_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req), "D: iallreduce");
-    NBCHK(dl_allreduce(c, x3, a->pend_b[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS), "D: allreduce");
+    NBCHK(dl_iallreduce(c, x3, a->pend_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req),
+          "D: iallreduce");
+    NBCHK(dl_allreduce(c, x3, a->pend_b[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS),
+          "D: allreduce");
     NBCHK(dl_wait(req), "D: wait");
     NBCHK(dl_wait(NULL), "wait(NULL)");
 
@@ -1093,12 +1158,12 @@ static void check_f32_reduced(errs *e, const char *what, dl_redop op, int n, con
 
 START_TEST(t_nonblocking)
 {
-    static const int nss[] = { 2, 3, 4, 1 };
+    static const int nss[] = {2, 3, 4, 1};
     int n = nss[_i];
     nb_arg *a = calloc(1, sizeof *a);
     a->n = n;
-    float **bufs[] = { a->blocking, a->nonblocking, a->multi_ar, a->multi_rs, a->multi_ag,
-                       a->multi_bc, a->polled, a->pend_nb, a->pend_b };
+    float **bufs[] = {a->blocking, a->nonblocking, a->multi_ar, a->multi_rs, a->multi_ag,
+                      a->multi_bc, a->polled,      a->pend_nb,  a->pend_b};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         for (int r = 0; r < n; r++) {
             bufs[k][r] = tu_alloc(NB_COUNT * sizeof(float));
@@ -1107,10 +1172,12 @@ START_TEST(t_nonblocking)
     int st = tu_run_world(n, nb_rank, a);
     int fr = 0;
     for (int r = 0; r < n; r++)
-        if (a->status[r] != DL_OK) fr = r;
-    ck_assert_msg(st == DL_OK, "n=%d: %s: %s (rank %d at %s)", n, dl_strstatus(st), dl_errmsg(), fr, a->where[fr]);
+        if (a->status[r] != DL_OK)
+            fr = r;
+    ck_assert_msg(st == DL_OK, "n=%d: %s: %s (rank %d at %s)", n, dl_strstatus(st), dl_errmsg(), fr,
+                  a->where[fr]);
 
-    errs e = { 0 };
+    errs e = {0};
     for (int r = 0; r < n; r++) {
         char w[100];
         snprintf(w, sizeof w, "A: iallreduce+wait rank %d", r);
@@ -1137,10 +1204,13 @@ START_TEST(t_nonblocking)
         free(want);
         for (int k = 0; k < 3; k++)
             if (!a->multi_done_early[r][k])
-                efail(&e, "B: rank %d: request %d not complete after request 3 completed (requests "
-                     "must complete in the order started)", r, k);
+                efail(&e,
+                      "B: rank %d: request %d not complete after request 3 completed (requests "
+                      "must complete in the order started)",
+                      r, k);
         snprintf(w, sizeof w, "C: polled iallreduce avg rank %d", r);
-        if (!a->poll_done[r]) efail(&e, "C: rank %d: dl_test never reported done (%ld polls)", r, a->polls[r]);
+        if (!a->poll_done[r])
+            efail(&e, "C: rank %d: dl_test never reported done (%ld polls)", r, a->polls[r]);
         check_f32_reduced(&e, w, DL_AVG, n, a->polled[r], NB_SEED + 1, 0, NB_COUNT);
         snprintf(w, sizeof w, "D: pending iallreduce rank %d", r);
         check_f32_reduced(&e, w, DL_SUM, n, a->pend_nb[r], NB_SEED + 2, 0, NB_COUNT);
@@ -1164,7 +1234,7 @@ END_TEST
 #define ABORT_ITERS 2000
 
 typedef struct abort_arg {
-    int fail_after;  /* the failing rank does this many all-reduces first */
+    int fail_after; /* the failing rank does this many all-reduces first */
     dl_algo algo;
     int first_bad[NMAX];
     int bad_status[NMAX];
@@ -1180,7 +1250,8 @@ static int abort_rank(dl_ctx *ctx, void *argp)
     float *x = make_input(DL_F32, count, 5, r, 0);
     float *y = tu_alloc(count * sizeof(float));
     a->first_bad[r] = -1;
-    if (!x || !y) return dl_error(DL_ENOMEM, "test: no memory");
+    if (!x || !y)
+        return dl_error(DL_ENOMEM, "test: no memory");
     for (int k = 0; k < ABORT_ITERS; k++) {
         if (r == ABORT_RANK && k == a->fail_after) {
             free(x);
@@ -1206,7 +1277,7 @@ static int abort_rank(dl_ctx *ctx, void *argp)
  * still reading a returned rank's buffer (rendezvous) shows up as a crash. */
 START_TEST(t_abort)
 {
-    static const int after[] = { 0, 3, 0, 3 };
+    static const int after[] = {0, 3, 0, 3};
     for (int rep = 0; rep < 3; rep++) {
         abort_arg a;
         memset(&a, 0, sizeof a);
@@ -1225,27 +1296,37 @@ START_TEST(t_abort)
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dl_errmsg());
         int erank = w ? dl_world_error_rank(w) : -2;
-        if (w) dl_world_destroy(w);
-        if (logf) fclose(logf);
-        ck_assert_msg(st == DL_EUSER, "world returned %s (%s), expected the failing rank's DL_EUSER",
+        if (w)
+            dl_world_destroy(w);
+        if (logf)
+            fclose(logf);
+        ck_assert_msg(st == DL_EUSER,
+                      "world returned %s (%s), expected the failing rank's DL_EUSER",
                       dl_strstatus(st), msg);
-        ck_assert_msg(strstr(msg, "deliberate failure") != NULL, "errmsg lacks the rank's message: \"%s\"", msg);
+        ck_assert_msg(strstr(msg, "deliberate failure") != NULL,
+                      "errmsg lacks the rank's message: \"%s\"", msg);
         ck_assert_msg(strcasestr(msg, "rank") != NULL && tu_has_int_token(msg, ABORT_RANK),
                       "errmsg does not name rank %d: \"%s\"", ABORT_RANK, msg);
-        ck_assert_msg(erank == ABORT_RANK, "dl_world_error_rank = %d, expected %d", erank, ABORT_RANK);
+        ck_assert_msg(erank == ABORT_RANK, "dl_world_error_rank = %d, expected %d", erank,
+                      ABORT_RANK);
         for (int r = 0; r < ABORT_N; r++) {
-            if (r == ABORT_RANK) continue;
+            if (r == ABORT_RANK)
+                continue;
             /* rank 2 finished all-reduce k-1 only after everyone entered it, so every other rank
              * fails in k-1 (it may see the abort before its last message arrives) or in k (it
              * cannot complete without rank 2) */
             ck_assert_msg(a.first_bad[r] == a.fail_after ||
                               (a.fail_after > 0 && a.first_bad[r] == a.fail_after - 1),
                           "rank %d: first failing all-reduce %d, expected %d (no all-reduce can "
-                          "complete without rank %d)", r, a.first_bad[r], a.fail_after, ABORT_RANK);
-            ck_assert_msg(a.bad_status[r] == DL_EABORT, "rank %d returned %s, expected DL_EABORT", r,
-                          dl_strstatus(a.bad_status[r]));
+                          "complete without rank %d)",
+                          r, a.first_bad[r], a.fail_after, ABORT_RANK);
+            ck_assert_msg(a.bad_status[r] == DL_EABORT, "rank %d returned %s, expected DL_EABORT",
+                          r, dl_strstatus(a.bad_status[r]));
         }
-        ck_assert_msg(dt < 10.0, "abort took %.1f s (watchdog 60 s): the others must leave their waits at once", dt);
+        ck_assert_msg(dt < 10.0,
+                      "abort took %.1f s (watchdog 60 s): the others must leave their waits at "
+                      "once",
+                      dt);
     }
 }
 END_TEST
@@ -1305,12 +1386,16 @@ START_TEST(t_watchdog)
     double dt = tu_now_s() - t0;
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", dl_errmsg());
-    if (logf) fclose(logf);
-    ck_assert_msg(st == DL_ETIMEOUT, "world returned %s (%s), expected DL_ETIMEOUT", dl_strstatus(st), msg);
-    ck_assert_msg(strstr(msg, "allreduce") != NULL, "errmsg does not name the stuck operation: \"%s\"", msg);
-    ck_assert_msg(strstr(msg, "never arrived") != NULL, "errmsg does not say who never arrived: \"%s\"", msg);
-    ck_assert_msg(tu_has_int_token(msg, WD_STUCK),
-                  "errmsg does not name rank %d: \"%s\"", WD_STUCK, msg);
+    if (logf)
+        fclose(logf);
+    ck_assert_msg(st == DL_ETIMEOUT, "world returned %s (%s), expected DL_ETIMEOUT",
+                  dl_strstatus(st), msg);
+    ck_assert_msg(strstr(msg, "allreduce") != NULL,
+                  "errmsg does not name the stuck operation: \"%s\"", msg);
+    ck_assert_msg(strstr(msg, "never arrived") != NULL,
+                  "errmsg does not say who never arrived: \"%s\"", msg);
+    ck_assert_msg(tu_has_int_token(msg, WD_STUCK), "errmsg does not name rank %d: \"%s\"", WD_STUCK,
+                  msg);
     ck_assert_msg(a.saw_abort, "the stuck rank never saw dl_ctx_aborted()");
     for (int r = 0; r < WD_N; r++)
         if (r != WD_STUCK)
@@ -1335,14 +1420,15 @@ static int count_rank(dl_ctx *ctx, void *arg)
 
 START_TEST(t_bad_nranks)
 {
-    static const int bad[] = { 0, -1, -100 };
+    static const int bad[] = {0, -1, -100};
     for (int i = 0; i < 3; i++) {
         atomic_store(&calls, 0);
         dl_world_opts o;
         tu_world_opts(&o, bad[i]);
         o.quiet = 1;
         int st = dl_world_run(&o, count_rank, NULL);
-        ck_assert_msg(st == DL_EINVAL, "nranks %d: %s, expected DL_EINVAL", bad[i], dl_strstatus(st));
+        ck_assert_msg(st == DL_EINVAL, "nranks %d: %s, expected DL_EINVAL", bad[i],
+                      dl_strstatus(st));
         ck_assert_msg(strlen(dl_errmsg()) > 0, "nranks %d: no error message", bad[i]);
         ck_assert_int_eq(atomic_load(&calls), 0);
     }
@@ -1350,23 +1436,66 @@ START_TEST(t_bad_nranks)
 END_TEST
 
 enum {
-    B_AR_NULL_SEND, B_AR_NULL_RECV, B_RS_NULL_SEND, B_RS_NULL_RECV, B_AG_NULL_SEND, B_AG_NULL_RECV,
-    B_BC_NULL_RECV, B_RD_NULL_SEND, B_RD_ROOT_NULL_RECV, B_A2A_NULL_SEND, B_A2A_NULL_RECV,
-    B_AR_DTYPE, B_AR_OP, B_AR_NDTYPES, B_RS_OP, B_AG_DTYPE, B_BC_DTYPE, B_RD_OP, B_A2A_DTYPE,
-    B_BC_ROOT_HIGH, B_BC_ROOT_NEG, B_RD_ROOT_HIGH, B_RD_ROOT_NEG, B_AR_PURPOSE,
-    B_IAR_NULL, B_SEND_NULL, B_RECV_NULL, B_SEND_PEER, B_RECV_PEER, B_NCHECKS
+    B_AR_NULL_SEND,
+    B_AR_NULL_RECV,
+    B_RS_NULL_SEND,
+    B_RS_NULL_RECV,
+    B_AG_NULL_SEND,
+    B_AG_NULL_RECV,
+    B_BC_NULL_RECV,
+    B_RD_NULL_SEND,
+    B_RD_ROOT_NULL_RECV,
+    B_A2A_NULL_SEND,
+    B_A2A_NULL_RECV,
+    B_AR_DTYPE,
+    B_AR_OP,
+    B_AR_NDTYPES,
+    B_RS_OP,
+    B_AG_DTYPE,
+    B_BC_DTYPE,
+    B_RD_OP,
+    B_A2A_DTYPE,
+    B_BC_ROOT_HIGH,
+    B_BC_ROOT_NEG,
+    B_RD_ROOT_HIGH,
+    B_RD_ROOT_NEG,
+    B_AR_PURPOSE,
+    B_IAR_NULL,
+    B_SEND_NULL,
+    B_RECV_NULL,
+    B_SEND_PEER,
+    B_RECV_PEER,
+    B_NCHECKS
 };
-static const char *bad_name[B_NCHECKS] = {
-    "allreduce NULL sendbuf", "allreduce NULL recvbuf", "reduce_scatter NULL sendbuf",
-    "reduce_scatter NULL recvbuf", "allgather NULL sendbuf", "allgather NULL recvbuf",
-    "broadcast NULL recvbuf", "reduce NULL sendbuf", "reduce NULL recvbuf at the root",
-    "alltoall NULL sendbuf", "alltoall NULL recvbuf", "allreduce dtype 99", "allreduce op 99",
-    "allreduce dtype DL_NDTYPES", "reduce_scatter op DL_NREDOPS", "allgather dtype 99",
-    "broadcast dtype 99", "reduce op 99", "alltoall dtype 99", "broadcast root n",
-    "broadcast root -1", "reduce root n", "reduce root -7", "allreduce purpose 99",
-    "iallreduce NULL sendbuf", "send NULL buffer", "recv NULL buffer", "send to peer n",
-    "recv from peer -1"
-};
+static const char *bad_name[B_NCHECKS] = {"allreduce NULL sendbuf",
+                                          "allreduce NULL recvbuf",
+                                          "reduce_scatter NULL sendbuf",
+                                          "reduce_scatter NULL recvbuf",
+                                          "allgather NULL sendbuf",
+                                          "allgather NULL recvbuf",
+                                          "broadcast NULL recvbuf",
+                                          "reduce NULL sendbuf",
+                                          "reduce NULL recvbuf at the root",
+                                          "alltoall NULL sendbuf",
+                                          "alltoall NULL recvbuf",
+                                          "allreduce dtype 99",
+                                          "allreduce op 99",
+                                          "allreduce dtype DL_NDTYPES",
+                                          "reduce_scatter op DL_NREDOPS",
+                                          "allgather dtype 99",
+                                          "broadcast dtype 99",
+                                          "reduce op 99",
+                                          "alltoall dtype 99",
+                                          "broadcast root n",
+                                          "broadcast root -1",
+                                          "reduce root n",
+                                          "reduce root -7",
+                                          "allreduce purpose 99",
+                                          "iallreduce NULL sendbuf",
+                                          "send NULL buffer",
+                                          "recv NULL buffer",
+                                          "send to peer n",
+                                          "recv from peer -1"};
 
 typedef struct bad_arg {
     int st[NMAX][B_NCHECKS];
@@ -1393,8 +1522,8 @@ static int bad_rank(dl_ctx *ctx, void *argp)
     s[B_RD_NULL_SEND] = dl_reduce(c, NULL, y, cnt, DL_F32, DL_SUM, 0, DL_PURPOSE_GRADS);
     /* recvbuf may be NULL off the root only. With n > 1 the other ranks would legitimately
      * wait for the failed root, so this check runs on one rank only. */
-    s[B_RD_ROOT_NULL_RECV] = n == 1 ? dl_reduce(c, x, NULL, cnt, DL_F32, DL_SUM, 0, DL_PURPOSE_GRADS)
-                                    : DL_EINVAL;
+    s[B_RD_ROOT_NULL_RECV] =
+        n == 1 ? dl_reduce(c, x, NULL, cnt, DL_F32, DL_SUM, 0, DL_PURPOSE_GRADS) : DL_EINVAL;
     s[B_A2A_NULL_SEND] = dl_alltoall(c, NULL, y, 2, DL_F32, DL_PURPOSE_GRADS);
     s[B_A2A_NULL_RECV] = dl_alltoall(c, x, NULL, 2, DL_F32, DL_PURPOSE_GRADS);
     s[B_AR_DTYPE] = dl_allreduce(c, x, y, cnt, (dl_dtype)99, DL_SUM, DL_PURPOSE_GRADS);
@@ -1413,7 +1542,8 @@ static int bad_rank(dl_ctx *ctx, void *argp)
     {
         dl_request *req = NULL;
         int st = dl_iallreduce(c, NULL, y, cnt, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req);
-        if (st == DL_OK) st = dl_wait(req); /* the error may come with the completion */
+        if (st == DL_OK)
+            st = dl_wait(req); /* the error may come with the completion */
         s[B_IAR_NULL] = st;
     }
     s[B_SEND_NULL] = dl_send(c, NULL, 3, DL_F32, (r + 1) % n, DL_PURPOSE_OTHER);
@@ -1427,7 +1557,7 @@ static int bad_rank(dl_ctx *ctx, void *argp)
 
 START_TEST(t_bad_args)
 {
-    static const int nss[] = { 3, 1 };
+    static const int nss[] = {3, 1};
     int n = nss[_i];
     bad_arg *a = calloc(1, sizeof *a);
     dl_world_opts o;
@@ -1437,21 +1567,22 @@ START_TEST(t_bad_args)
     int st = dl_world_run(&o, bad_rank, a);
     double dt = tu_now_s() - t0;
     ck_assert_msg(st == DL_OK, "n=%d: %s: %s", n, dl_strstatus(st), dl_errmsg());
-    errs e = { 0 };
+    errs e = {0};
     for (int r = 0; r < n; r++)
         for (int k = 0; k < B_NCHECKS; k++)
             if (a->st[r][k] != DL_EINVAL)
                 efail(&e, "n=%d rank %d: %s returned %s, expected DL_EINVAL", n, r, bad_name[k],
-                     dl_strstatus(a->st[r][k]));
+                      dl_strstatus(a->st[r][k]));
     for (int r = 0; r < n; r++) {
         if (a->after_status[r] != DL_OK)
             efail(&e, "rank %d: a valid allreduce after the rejected calls returned %s", r,
-                 dl_strstatus(a->after_status[r]));
+                  dl_strstatus(a->after_status[r]));
         else
             for (int i = 0; i < 8; i++)
                 if (a->after[r][i] != (float)(n * (n + 1) / 2))
-                    efail(&e, "rank %d: allreduce after the rejected calls: element %d = %g, want %d",
-                         r, i, a->after[r][i], n * (n + 1) / 2);
+                    efail(&e,
+                          "rank %d: allreduce after the rejected calls: element %d = %g, want %d",
+                          r, i, a->after[r][i], n * (n + 1) / 2);
     }
     free(a);
     ASSERT_NO_ERRS(e);
@@ -1470,8 +1601,8 @@ static const struct {
     dl_algo algo;
     int what; /* 0: counts 10 vs 20; 1: f32 vs f64 */
 } mm_cases[] = {
-    { 4, DL_ALGO_RING, 0 }, { 4, DL_ALGO_AUTO, 0 }, { 2, DL_ALGO_AUTO, 0 },
-    { 3, DL_ALGO_RING, 1 }, { 8, DL_ALGO_RING, 0 },
+    {4, DL_ALGO_RING, 0}, {4, DL_ALGO_AUTO, 0}, {2, DL_ALGO_AUTO, 0},
+    {3, DL_ALGO_RING, 1}, {8, DL_ALGO_RING, 0},
 };
 
 static int mm_rank(dl_ctx *ctx, void *argp)
@@ -1484,8 +1615,10 @@ static int mm_rank(dl_ctx *ctx, void *argp)
     for (int i = 0; i < 40; i++) x[i] = r + i;
     size_t count = 20;
     dl_dtype t = DL_F32;
-    if (mm_cases[a->variant].what == 0 && r == 0) count = 10;
-    if (mm_cases[a->variant].what == 1 && r == 0) t = DL_F64;
+    if (mm_cases[a->variant].what == 0 && r == 0)
+        count = 10;
+    if (mm_cases[a->variant].what == 1 && r == 0)
+        t = DL_F64;
     int st = dl_allreduce(c, x, y, count, t, DL_SUM, DL_PURPOSE_GRADS);
     a->status[r] = st;
     return st;
@@ -1507,9 +1640,11 @@ START_TEST(t_mismatch)
     double dt = tu_now_s() - t0;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dl_errmsg());
-    if (logf) fclose(logf);
+    if (logf)
+        fclose(logf);
     ck_assert_msg(st == DL_EMISMATCH || st == DL_EABORT,
-                  "n=%d algo=%s %s mismatch: world returned %s (%s), expected DL_EMISMATCH or DL_EABORT",
+                  "n=%d algo=%s %s mismatch: world returned %s (%s), expected DL_EMISMATCH or "
+                  "DL_EABORT",
                   mm_cases[_i].n, aname(mm_cases[_i].algo), mm_cases[_i].what ? "dtype" : "count",
                   dl_strstatus(st), msg);
     ck_assert_msg(dt < 15, "mismatch detection took %.1f s", dt);
@@ -1553,7 +1688,8 @@ static Suite *coll_suite(void)
     tcase_add_loop_test(tc, t_watchdog, 0, DL_TEST_SMALL ? 1 : 2);
     tcase_add_test(tc, t_bad_nranks);
     tcase_add_loop_test(tc, t_bad_args, 0, 2);
-    tcase_add_loop_test(tc, t_mismatch, 0, DL_TEST_SMALL ? 2 : (int)(sizeof mm_cases / sizeof mm_cases[0]));
+    tcase_add_loop_test(tc, t_mismatch, 0,
+                        DL_TEST_SMALL ? 2 : (int)(sizeof mm_cases / sizeof mm_cases[0]));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -36,15 +36,20 @@ static double val(int q, size_t i) { return (double)((q * 7 + (long)(i % 1000003
 
 static void put(void *b, dl_dtype t, size_t i, double v)
 {
-    if (t == DL_F32) ((float *)b)[i] = (float)v;
-    else if (t == DL_F64) ((double *)b)[i] = v;
-    else ((uint16_t *)b)[i] = dl_f32_to_bf16((float)v);
+    if (t == DL_F32)
+        ((float *)b)[i] = (float)v;
+    else if (t == DL_F64)
+        ((double *)b)[i] = v;
+    else
+        ((uint16_t *)b)[i] = dl_f32_to_bf16((float)v);
 }
 
 static double get(const void *b, dl_dtype t, size_t i)
 {
-    if (t == DL_F32) return ((const float *)b)[i];
-    if (t == DL_F64) return ((const double *)b)[i];
+    if (t == DL_F32)
+        return ((const float *)b)[i];
+    if (t == DL_F64)
+        return ((const double *)b)[i];
     return dl_bf16_to_f32(((const uint16_t *)b)[i]);
 }
 
@@ -52,11 +57,12 @@ static double get(const void *b, dl_dtype t, size_t i)
 static double red(const int *wr, int n, size_t i, dl_dtype t, dl_redop op)
 {
     double acc = val(wr[0], i);
-    for (int k = 1; k < n; k++)
-        acc = op == DL_MAX ? fmax(acc, val(wr[k], i)) : acc + val(wr[k], i);
+    for (int k = 1; k < n; k++) acc = op == DL_MAX ? fmax(acc, val(wr[k], i)) : acc + val(wr[k], i);
     if (op == DL_AVG) {
-        if (t == DL_F32) return (float)acc / (float)n;
-        if (t == DL_BF16) return dl_bf16_to_f32(dl_f32_to_bf16((float)acc / (float)n));
+        if (t == DL_F32)
+            return (float)acc / (float)n;
+        if (t == DL_BF16)
+            return dl_bf16_to_f32(dl_f32_to_bf16((float)acc / (float)n));
         return acc / n;
     }
     return acc;
@@ -98,8 +104,7 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
 {
     int n = dl_comm_size(c), r = dl_comm_rank(c), rc;
     int wr[MAXR];
-    for (int k = 0; k < n; k++)
-        wr[k] = dl_comm_world_rank(c, k);
+    for (int k = 0; k < n; k++) wr[k] = dl_comm_world_rank(c, k);
     size_t big = small_tier ? 70001 : 300001;
     size_t counts[] = {0, 1, 5, 1001, big};
     int ncounts = 5;
@@ -111,7 +116,8 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
             void *s = xalloc(count * es), *d = xalloc(count * es);
             for (int op = 0; op < DL_NREDOPS; op++) {
                 for (int a = 0; a < DL_NALGOS; a++) {
-                    if (count == big && a != DL_ALGO_AUTO && a != DL_ALGO_RING) continue;
+                    if (count == big && a != DL_ALGO_AUTO && a != DL_ALGO_RING)
+                        continue;
                     for (int inplace = 0; inplace < 2; inplace++) {
                         dl_comm_set_algo(c, (dl_algo)a);
                         for (size_t i = 0; i < count; i++) put(s, (dl_dtype)t, i, val(wr[r], i));
@@ -124,7 +130,8 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
                                  dl_dtype_name((dl_dtype)t), dl_redop_name((dl_redop)op), count,
                                  dl_algo_name(dl_comm_last_algo(c)), inplace ? " in place" : "");
                         for (size_t i = 0; i < count; i++)
-                            expect(wrank, what, out, (dl_dtype)t, i, red(wr, n, i, (dl_dtype)t, (dl_redop)op));
+                            expect(wrank, what, out, (dl_dtype)t, i,
+                                   red(wr, n, i, (dl_dtype)t, (dl_redop)op));
                     }
                 }
                 dl_comm_set_algo(c, DL_ALGO_AUTO);
@@ -132,22 +139,26 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
                 size_t off, len;
                 dl_block(count, n, r, &off, &len);
                 for (size_t i = 0; i < count; i++) put(s, (dl_dtype)t, i, val(wr[r], i));
-                if ((rc = dl_reduce_scatter(c, s, d, count, (dl_dtype)t, (dl_redop)op, DL_PURPOSE_OTHER)))
+                if ((rc = dl_reduce_scatter(c, s, d, count, (dl_dtype)t, (dl_redop)op,
+                                            DL_PURPOSE_OTHER)))
                     return rc;
                 snprintf(what, sizeof what, "%s reduce_scatter %s %s n=%zu", name,
                          dl_dtype_name((dl_dtype)t), dl_redop_name((dl_redop)op), count);
                 for (size_t i = 0; i < len; i++)
-                    expect(wrank, what, d, (dl_dtype)t, i, red(wr, n, off + i, (dl_dtype)t, (dl_redop)op));
+                    expect(wrank, what, d, (dl_dtype)t, i,
+                           red(wr, n, off + i, (dl_dtype)t, (dl_redop)op));
                 /* reduce to root 0 and n-1 */
-                for (int root = 0; root < n; root += n > 1 ? n - 1 : 1) {
+                for (int root = 0; root<n; root += n> 1 ? n - 1 : 1) {
                     for (size_t i = 0; i < count; i++) put(s, (dl_dtype)t, i, val(wr[r], i));
-                    if ((rc = dl_reduce(c, s, d, count, (dl_dtype)t, (dl_redop)op, root, DL_PURPOSE_OTHER)))
+                    if ((rc = dl_reduce(c, s, d, count, (dl_dtype)t, (dl_redop)op, root,
+                                        DL_PURPOSE_OTHER)))
                         return rc;
                     snprintf(what, sizeof what, "%s reduce %s %s n=%zu root %d", name,
                              dl_dtype_name((dl_dtype)t), dl_redop_name((dl_redop)op), count, root);
                     if (r == root)
                         for (size_t i = 0; i < count; i++)
-                            expect(wrank, what, d, (dl_dtype)t, i, red(wr, n, i, (dl_dtype)t, (dl_redop)op));
+                            expect(wrank, what, d, (dl_dtype)t, i,
+                                   red(wr, n, i, (dl_dtype)t, (dl_redop)op));
                 }
             }
             /* all-gather: block k from member k */
@@ -156,14 +167,15 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
             for (size_t i = 0; i < len; i++) put(s, (dl_dtype)t, i, val(wr[r], off + i));
             if ((rc = dl_allgather(c, s, d, count, (dl_dtype)t, DL_PURPOSE_OTHER)))
                 return rc;
-            snprintf(what, sizeof what, "%s allgather %s n=%zu", name, dl_dtype_name((dl_dtype)t), count);
+            snprintf(what, sizeof what, "%s allgather %s n=%zu", name, dl_dtype_name((dl_dtype)t),
+                     count);
             for (int k = 0; k < n; k++) {
                 dl_block(count, n, k, &off, &len);
                 for (size_t i = 0; i < len; i++)
                     expect(wrank, what, d, (dl_dtype)t, off + i, val(wr[k], off + i));
             }
             /* broadcast from 0 and n-1 */
-            for (int root = 0; root < n; root += n > 1 ? n - 1 : 1) {
+            for (int root = 0; root<n; root += n> 1 ? n - 1 : 1) {
                 for (size_t i = 0; i < count; i++) put(s, (dl_dtype)t, i, val(wr[r], i));
                 if ((rc = dl_broadcast(c, s, d, count, (dl_dtype)t, root, DL_PURPOSE_OTHER)))
                     return rc;
@@ -200,8 +212,7 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
                     return rc;
             }
             snprintf(what, sizeof what, "%s send/recv f64 n=%zu", name, per);
-            for (size_t i = 0; i < per; i++)
-                expect(wrank, what, d, DL_F64, i, val(wr[from], i));
+            for (size_t i = 0; i < per; i++) expect(wrank, what, d, DL_F64, i, val(wr[from], i));
         }
         free(s);
         free(d);
@@ -220,12 +231,13 @@ static int coll_rank(dl_ctx *x, void *arg)
         return rc;
     /* a split that reverses the order and mixes processes */
     dl_comm *half;
-    if ((rc = dl_comm_split(w, wrank % 2, -wrank, &half)) || (rc = test_comm(half, wrank, "split")) ||
-        (rc = dl_comm_free(half)))
+    if ((rc = dl_comm_split(w, wrank % 2, -wrank, &half)) ||
+        (rc = test_comm(half, wrank, "split")) || (rc = dl_comm_free(half)))
         return rc;
     /* meshes: every tp dividing n, dp the rest */
     for (int tp = 1; tp <= n; tp++) {
-        if (n % tp) continue;
+        if (n % tp)
+            continue;
         dl_mesh m;
         if ((rc = dl_mesh_create(w, n / tp, 1, tp, 1, &m)))
             return rc;
@@ -297,8 +309,9 @@ int main(int argc, char **argv)
                 first = R[r].first;
         }
         printf("process %d of %d (%d threads): %s; %ld hierarchical all-reduces; %ld checks, %ld "
-               "wrong%s%s\n", me, P, T, rc ? dl_errmsg() : "ok", hier, checks, bad,
-               first ? "; first: " : "", first ? first : "");
+               "wrong%s%s\n",
+               me, P, T, rc ? dl_errmsg() : "ok", hier, checks, bad, first ? "; first: " : "",
+               first ? first : "");
         status = rc || bad || checks == 0;
     } else {
         int mode = !strcmp(argv[1], "hang") ? 2 : 1;
@@ -306,8 +319,8 @@ int main(int argc, char **argv)
         o.quiet = 1;
         int rc = dl_world_run(&o, fail_rank, &mode);
         double dt = MPI_Wtime() - t0;
-        printf("process %d of %d: world returned %s after %.2f s: %s\n", me, P, dl_strstatus(rc), dt,
-               dl_errmsg());
+        printf("process %d of %d: world returned %s after %.2f s: %s\n", me, P, dl_strstatus(rc),
+               dt, dl_errmsg());
         fflush(stdout);
         const char *want = mode == 1 ? "deliberate failure" : "watchdog";
         status = !(rc && strstr(dl_errmsg(), want) && dt < 20);

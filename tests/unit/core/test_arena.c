@@ -177,8 +177,7 @@ END_TEST
 
 static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
 {
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(seed * 131u + i * 7u);
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 131u + i * 7u);
 }
 
 static int check_pattern(const unsigned char *p, size_t n, unsigned seed)
@@ -282,7 +281,7 @@ enum { NTHREADS = 4, ITERS = 300, KEEP = 5 };
 typedef struct worker {
     dl_arena *a;
     int id;
-    int failures;          /* alloc errors or corrupted patterns seen */
+    int failures;                            /* alloc errors or corrupted patterns seen */
     uint64_t live_bytes[DL_MEM_NCATEGORIES]; /* what this thread leaves allocated */
     int live_count;
     void *live[KEEP];
@@ -339,8 +338,7 @@ START_TEST(test_threads_consistent)
         w[i].id = i;
         ck_assert_int_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
     }
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(th[i], NULL);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
 
     uint64_t expect[DL_MEM_NCATEGORIES] = {0}, total = 0;
     for (int i = 0; i < NTHREADS; i++) {
@@ -352,21 +350,18 @@ START_TEST(test_threads_consistent)
     }
     dl_arena_stats st;
     dl_arena_get_stats(a, &st);
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-        ck_assert_uint_eq(st.current[c], expect[c]);
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) ck_assert_uint_eq(st.current[c], expect[c]);
     ck_assert_uint_eq(st.current_total, total);
     ck_assert_uint_eq(st.allocations, (uint64_t)NTHREADS * ITERS);
     /* Each thread alone holds at most KEEP blocks, the largest KEEP of its sizes. */
     uint64_t bound = 0;
     for (int i = 0; i < NTHREADS; i++)
-        for (int k = 0; k < KEEP; k++)
-            bound += worker_size(i, ITERS - 1 - k);
+        for (int k = 0; k < KEEP; k++) bound += worker_size(i, ITERS - 1 - k);
     ck_assert_uint_le(st.peak_total, bound);
     ck_assert_uint_ge(st.peak_total, total);
 
     for (int i = 0; i < NTHREADS; i++)
-        for (int s = 0; s < KEEP; s++)
-            dl_arena_free(a, w[i].live[s]);
+        for (int s = 0; s < KEEP; s++) dl_arena_free(a, w[i].live[s]);
     expect_current(a, 0, 0, 0, 0, 0, 0);
     dl_arena_destroy(a);
 }
@@ -421,8 +416,7 @@ START_TEST(test_threads_capacity)
     ck_assert_uint_eq(st.peak_total, 100000);
     ck_assert_uint_eq(st.allocations, 10);
     for (int i = 0; i < NTHREADS; i++)
-        for (int k = 0; k < r[i].ok; k++)
-            dl_arena_free(a, r[i].got[k]);
+        for (int k = 0; k < r[i].ok; k++) dl_arena_free(a, r[i].got[k]);
     expect_current(a, 0, 0, 0, 0, 0, 0);
     dl_arena_destroy(a);
 }
@@ -451,7 +445,7 @@ START_TEST(test_parse_size_good)
         {"1.5g", 1610612736ULL},
         {"0.5k", 512},
         {"1.25M", 1310720ULL},
-        {"1.1K", 1126},           /* 1126.4 rounds down */
+        {"1.1K", 1126}, /* 1126.4 rounds down */
         {"1T", 1099511627776ULL},
         {"100B", 100},
         {"100b", 100},
@@ -473,16 +467,27 @@ END_TEST
 START_TEST(test_parse_size_bad)
 {
     static const char *const bad[] = {
-        "", "abc", "-1", "-1k", "+1", " 1", "1 ", "1 M", "12x", "1.2.3", "M", "k", ".", ".5k",
-        "1.", "1.k", "1.5", "0x10", "1iB", "1KiBB", "1Ki", "1kbb", "1E", "1P", "5e3",
-        "18446744073709551616", "16777216T", "99999999999999999999999", "1e",
+        "",          "abc",
+        "-1",        "-1k",
+        "+1",        " 1",
+        "1 ",        "1 M",
+        "12x",       "1.2.3",
+        "M",         "k",
+        ".",         ".5k",
+        "1.",        "1.k",
+        "1.5",       "0x10",
+        "1iB",       "1KiBB",
+        "1Ki",       "1kbb",
+        "1E",        "1P",
+        "5e3",       "18446744073709551616",
+        "16777216T", "99999999999999999999999",
+        "1e",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 777;
         dl_error_clear();
         int rc = dl_parse_size(bad[i], &v);
-        ck_assert_msg(rc == DL_EINVAL, "\"%s\" accepted as %llu", bad[i],
-                      (unsigned long long)v);
+        ck_assert_msg(rc == DL_EINVAL, "\"%s\" accepted as %llu", bad[i], (unsigned long long)v);
         ck_assert_uint_eq(v, 777);
         ck_assert_msg(dl_errmsg()[0] != '\0', "\"%s\": no message", bad[i]);
     }

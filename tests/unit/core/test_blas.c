@@ -18,23 +18,39 @@ static const dl_cpu_features AVX = {.sse3 = 1, .avx = 1, .os_ymm = 1};
 static const dl_cpu_features AVX_NO_OS = {.sse3 = 1, .avx = 1};
 static const dl_cpu_features AVX2_NO_FMA = {.sse3 = 1, .avx = 1, .avx2 = 1, .os_ymm = 1};
 static const dl_cpu_features AVX2 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1, .os_ymm = 1};
-static const dl_cpu_features AVX512 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1, .avx512f = 1,
-                                       .avx512bw = 1, .avx512dq = 1, .avx512vl = 1,
-                                       .os_ymm = 1, .os_zmm = 1};
+static const dl_cpu_features AVX512 = {.sse3 = 1,
+                                       .avx = 1,
+                                       .avx2 = 1,
+                                       .fma = 1,
+                                       .avx512f = 1,
+                                       .avx512bw = 1,
+                                       .avx512dq = 1,
+                                       .avx512vl = 1,
+                                       .os_ymm = 1,
+                                       .os_zmm = 1};
 /* the same CPU under an OS that saves only the YMM state */
-static const dl_cpu_features AVX512_NO_OS = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1,
-                                             .avx512f = 1, .avx512bw = 1, .avx512dq = 1,
-                                             .avx512vl = 1, .os_ymm = 1};
+static const dl_cpu_features AVX512_NO_OS = {.sse3 = 1,
+                                             .avx = 1,
+                                             .avx2 = 1,
+                                             .fma = 1,
+                                             .avx512f = 1,
+                                             .avx512bw = 1,
+                                             .avx512dq = 1,
+                                             .avx512vl = 1,
+                                             .os_ymm = 1};
 /* Knights Landing: AVX-512 F without BW / DQ / VL */
-static const dl_cpu_features AVX512F_ONLY = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1,
-                                             .avx512f = 1, .os_ymm = 1, .os_zmm = 1};
+static const dl_cpu_features AVX512F_ONLY =
+    {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1, .avx512f = 1, .os_ymm = 1, .os_zmm = 1};
 
 START_TEST(cpu_levels)
 {
-    static const struct { const dl_cpu_features *f; dl_isa_level l; } T[] = {
-        {&NONE, DL_ISA_BASE},         {&SSE3, DL_ISA_SSE3},        {&AVX, DL_ISA_AVX},
-        {&AVX_NO_OS, DL_ISA_SSE3},    {&AVX2_NO_FMA, DL_ISA_AVX},  {&AVX2, DL_ISA_AVX2},
-        {&AVX512, DL_ISA_AVX512},     {&AVX512_NO_OS, DL_ISA_AVX2}, {&AVX512F_ONLY, DL_ISA_AVX2},
+    static const struct {
+        const dl_cpu_features *f;
+        dl_isa_level l;
+    } T[] = {
+        {&NONE, DL_ISA_BASE},      {&SSE3, DL_ISA_SSE3},         {&AVX, DL_ISA_AVX},
+        {&AVX_NO_OS, DL_ISA_SSE3}, {&AVX2_NO_FMA, DL_ISA_AVX},   {&AVX2, DL_ISA_AVX2},
+        {&AVX512, DL_ISA_AVX512},  {&AVX512_NO_OS, DL_ISA_AVX2}, {&AVX512F_ONLY, DL_ISA_AVX2},
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         ck_assert_msg(dl_cpu_isa_level(T[i].f) == T[i].l, "case %zu: level %s, expected %s", i,
@@ -51,17 +67,36 @@ END_TEST
 
 START_TEST(kernel_levels)
 {
-    static const struct { const char *name; dl_isa_level l; } T[] = {
-        {"Prescott", DL_ISA_SSE3},   {"prescott", DL_ISA_SSE3},     {"Core2", DL_ISA_SSE3},
-        {"Nehalem", DL_ISA_SSE3},    {"Barcelona", DL_ISA_SSE3},    {"Bobcat", DL_ISA_SSE3},
-        {"Atom", DL_ISA_SSE3},       {"Opteron_SSE3", DL_ISA_SSE3}, {"Opteron", DL_ISA_BASE},
-        {"Athlon", DL_ISA_BASE},     {"Sandybridge", DL_ISA_AVX},   {"Bulldozer", DL_ISA_AVX},
-        {"Piledriver", DL_ISA_AVX},  {"Steamroller", DL_ISA_AVX},   {"Haswell", DL_ISA_AVX2},
-        {"HASWELL", DL_ISA_AVX2},    {"Zen", DL_ISA_AVX2},          {"Excavator", DL_ISA_AVX2},
-        {"SkylakeX", DL_ISA_AVX512}, {"Cooperlake", DL_ISA_AVX512},
+    static const struct {
+        const char *name;
+        dl_isa_level l;
+    } T[] = {
+        {"Prescott", DL_ISA_SSE3},
+        {"prescott", DL_ISA_SSE3},
+        {"Core2", DL_ISA_SSE3},
+        {"Nehalem", DL_ISA_SSE3},
+        {"Barcelona", DL_ISA_SSE3},
+        {"Bobcat", DL_ISA_SSE3},
+        {"Atom", DL_ISA_SSE3},
+        {"Opteron_SSE3", DL_ISA_SSE3},
+        {"Opteron", DL_ISA_BASE},
+        {"Athlon", DL_ISA_BASE},
+        {"Sandybridge", DL_ISA_AVX},
+        {"Bulldozer", DL_ISA_AVX},
+        {"Piledriver", DL_ISA_AVX},
+        {"Steamroller", DL_ISA_AVX},
+        {"Haswell", DL_ISA_AVX2},
+        {"HASWELL", DL_ISA_AVX2},
+        {"Zen", DL_ISA_AVX2},
+        {"Excavator", DL_ISA_AVX2},
+        {"SkylakeX", DL_ISA_AVX512},
+        {"Cooperlake", DL_ISA_AVX512},
         {"SapphireRapids", DL_ISA_AVX512},
-        {"armv8", DL_ISA_UNKNOWN},   {"Unknown", DL_ISA_UNKNOWN},   {"", DL_ISA_UNKNOWN},
-        {"Haswell2", DL_ISA_UNKNOWN}, {NULL, DL_ISA_UNKNOWN},
+        {"armv8", DL_ISA_UNKNOWN},
+        {"Unknown", DL_ISA_UNKNOWN},
+        {"", DL_ISA_UNKNOWN},
+        {"Haswell2", DL_ISA_UNKNOWN},
+        {NULL, DL_ISA_UNKNOWN},
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         ck_assert_msg(dl_blas_kernel_level(T[i].name) == T[i].l, "'%s': level %s, expected %s",
@@ -73,13 +108,17 @@ END_TEST
 
 START_TEST(coretype_decision)
 {
-    static const struct { const char *loaded; const dl_cpu_features *cpu; const char *want; } T[] = {
+    static const struct {
+        const char *loaded;
+        const dl_cpu_features *cpu;
+        const char *want;
+    } T[] = {
         /* OpenBLAS 0.3.21 does not know the CPU: generic Prescott on AVX-512 / AVX2 / AVX */
         {"Prescott", &AVX512, "SkylakeX"},
         {"Prescott", &AVX2, "Haswell"},
         {"Prescott", &AVX, "Sandybridge"},
         {"prescott", &AVX512, "SkylakeX"},
-        {"Prescott", &AVX512_NO_OS, "Haswell"},  /* the OS does not save ZMM */
+        {"Prescott", &AVX512_NO_OS, "Haswell"}, /* the OS does not save ZMM */
         {"Prescott", &AVX512F_ONLY, "Haswell"},
         {"Nehalem", &AVX2, "Haswell"},
         {"Sandybridge", &AVX2, "Haswell"},
@@ -127,8 +166,10 @@ START_TEST(detect_this_cpu)
     dl_isa_level l = dl_cpu_isa_level(&f), ref = DL_ISA_BASE;
 #if defined(__GNUC__) && defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse3")) ref = DL_ISA_SSE3;
-    if (ref == DL_ISA_SSE3 && __builtin_cpu_supports("avx")) ref = DL_ISA_AVX;
+    if (__builtin_cpu_supports("sse3"))
+        ref = DL_ISA_SSE3;
+    if (ref == DL_ISA_SSE3 && __builtin_cpu_supports("avx"))
+        ref = DL_ISA_AVX;
     if (ref == DL_ISA_AVX && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         ref = DL_ISA_AVX2;
     if (ref == DL_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&

@@ -21,8 +21,7 @@ static dl_topo *load(const char *syn)
     return t;
 }
 
-static dl_placement *place(const dl_topo *t, int n, dl_place_policy pol, dl_node_kind nk,
-                           int rpn)
+static dl_placement *place(const dl_topo *t, int n, dl_place_policy pol, dl_node_kind nk, int rpn)
 {
     dl_placement *p = NULL;
     int rc = dl_place(t, n, pol, nk, rpn, &p);
@@ -131,14 +130,12 @@ START_TEST(test_compact_nodes)
 
     p = place(t, 16, DL_PLACE_COMPACT, DL_NODE_L3, 0);
     ck_assert_int_eq(p->nnodes, 4);
-    for (int r = 0; r < 16; r++)
-        ck_assert_int_eq(p->node[r], r / 4);
+    for (int r = 0; r < 16; r++) ck_assert_int_eq(p->node[r], r / 4);
     dl_placement_destroy(p);
 
     p = place(t, 16, DL_PLACE_COMPACT, DL_NODE_NUMA, 0);
     ck_assert_int_eq(p->nnodes, 1);
-    for (int r = 0; r < 16; r++)
-        ck_assert_int_eq(p->node[r], 0);
+    for (int r = 0; r < 16; r++) ck_assert_int_eq(p->node[r], 0);
     dl_placement_destroy(p);
     dl_topo_destroy(t);
 }
@@ -162,12 +159,10 @@ START_TEST(test_numa_nodes)
     /* Scatter goes package, then NUMA node, then L3: 4 ranks on 4 NUMA nodes. */
     p = place(t, 4, DL_PLACE_SCATTER, DL_NODE_NUMA, 0);
     static const int expect_pu[4] = {0, 16, 8, 24};
-    for (int r = 0; r < 4; r++)
-        ck_assert_int_eq(p->pu[r], expect_pu[r]);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(p->pu[r], expect_pu[r]);
     ck_assert_int_eq(p->nnodes, 4);
     static const int expect_node[4] = {0, 1, 2, 3}; /* renumbered in order of appearance */
-    for (int r = 0; r < 4; r++)
-        ck_assert_int_eq(p->node[r], expect_node[r]);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(p->node[r], expect_node[r]);
     ck_assert_int_eq(p->numa[1], 2);
     ck_assert_int_eq(p->numa[2], 1);
     dl_placement_destroy(p);
@@ -186,13 +181,11 @@ START_TEST(test_scatter)
         l3_seen[p->l3[r]]++;
         pkg_seen[p->package[r]]++;
     }
-    for (int i = 0; i < 4; i++)
-        ck_assert_int_eq(l3_seen[i], 1);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(l3_seen[i], 1);
     ck_assert_int_eq(pkg_seen[0], 2);
     ck_assert_int_eq(pkg_seen[1], 2);
     /* Consecutive ranks in different packages. */
-    for (int r = 1; r < 4; r++)
-        ck_assert_int_ne(p->package[r], p->package[r - 1]);
+    for (int r = 1; r < 4; r++) ck_assert_int_ne(p->package[r], p->package[r - 1]);
     ck_assert_int_eq(p->nnodes, 4);
     ck_assert_int_eq(p->wrapped, 0);
     dl_placement_destroy(p);
@@ -204,7 +197,8 @@ START_TEST(test_scatter)
         ck_assert_int_eq(p->pu[r], order[r]);
         ck_assert_int_eq(p->package[r], order[r] / 8);
         ck_assert_int_eq(p->node[r], r % 2);
-        ck_assert_int_eq(p->os_pu[r], real_os_of_logical(r, NULL)); /* synthetic: bound by rank order */
+        ck_assert_int_eq(p->os_pu[r],
+                         real_os_of_logical(r, NULL)); /* synthetic: bound by rank order */
     }
     dl_placement_destroy(p);
     dl_topo_destroy(t);
@@ -227,8 +221,7 @@ START_TEST(test_scatter_smt)
     t = load("pack:2 core:3 pu:1");
     p = place(t, 6, DL_PLACE_SCATTER, DL_NODE_PACKAGE, 0);
     static const int pu2[6] = {0, 3, 1, 4, 2, 5};
-    for (int r = 0; r < 6; r++)
-        ck_assert_int_eq(p->pu[r], pu2[r]);
+    for (int r = 0; r < 6; r++) ck_assert_int_eq(p->pu[r], pu2[r]);
     dl_placement_destroy(p);
     dl_topo_destroy(t);
 }
@@ -249,8 +242,7 @@ START_TEST(test_wrap)
     p = place(t, 20, DL_PLACE_SCATTER, DL_NODE_PACKAGE, 0);
     ck_assert_int_eq(p->wrapped, 1);
     static const int head[4] = {0, 8, 4, 12};
-    for (int r = 16; r < 20; r++)
-        ck_assert_int_eq(p->pu[r], head[r - 16]);
+    for (int r = 16; r < 20; r++) ck_assert_int_eq(p->pu[r], head[r - 16]);
     dl_placement_destroy(p);
 
     p = place(t, 16, DL_PLACE_COMPACT, DL_NODE_PACKAGE, 0);
@@ -265,8 +257,7 @@ START_TEST(test_fixed_nodes)
     dl_topo *t = load(SYN16);
     dl_placement *p = place(t, 7, DL_PLACE_COMPACT, DL_NODE_FIXED, 3);
     static const int node[7] = {0, 0, 0, 1, 1, 1, 2};
-    for (int r = 0; r < 7; r++)
-        ck_assert_int_eq(p->node[r], node[r]);
+    for (int r = 0; r < 7; r++) ck_assert_int_eq(p->node[r], node[r]);
     ck_assert_int_eq(p->nnodes, 3);
     dl_placement_destroy(p);
 
@@ -341,8 +332,7 @@ START_TEST(test_bind_each_real_pu)
     memset(&j, 0, sizeof j);
     j.t = t;
     j.n = real < 256 ? real : 256;
-    for (int i = 0; i < j.n; i++)
-        j.os[i] = p->os_pu[i];
+    for (int i = 0; i < j.n; i++) j.os[i] = p->os_pu[i];
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, bind_main, &j), 0);
     pthread_join(th, NULL);
@@ -465,7 +455,8 @@ static int count_table_rows(const char *text, int *first_rank_ok)
     for (const char *line = text; line && *line;) {
         int v[8], consumed = 0;
         if (sscanf(line, "%d %d %d %d %d %d %d %d%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7], &consumed) == 8 && consumed > 0) {
+                   &v[6], &v[7], &consumed) == 8 &&
+            consumed > 0) {
             if (v[0] != rows)
                 *first_rank_ok = 0;
             rows++;
@@ -511,11 +502,10 @@ START_TEST(test_report_synthetic)
 
     p = place(t, 20, DL_PLACE_COMPACT, DL_NODE_PACKAGE, 0);
     int actual[20];
-    for (int r = 0; r < 20; r++)
-        actual[r] = p->os_pu[r];
+    for (int r = 0; r < 20; r++) actual[r] = p->os_pu[r];
     txt = report_text(t, p, actual);
-    ck_assert_msg(strstr(txt, "20 ranks on 16 PUs: placement wraps (oversubscribed)") != NULL,
-                  "%s", txt);
+    ck_assert_msg(strstr(txt, "20 ranks on 16 PUs: placement wraps (oversubscribed)") != NULL, "%s",
+                  txt);
     ck_assert_msg(strstr(txt, "actual") != NULL, "%s", txt);
     ck_assert_int_eq(count_table_rows(txt, &ok), 20);
     ck_assert(ok);

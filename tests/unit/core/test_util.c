@@ -30,7 +30,9 @@ static float f32_of(uint32_t u)
 static double bf16_value(uint32_t b)
 {
     int sign = (b >> 15) & 1, e = (b >> 7) & 0xff, frac = b & 0x7f;
-    double v = e == 0xff ? INFINITY : e == 0 ? ldexp(frac, -126 - 7) : ldexp(128 + frac, e - 127 - 7);
+    double v = e == 0xff ? INFINITY
+               : e == 0  ? ldexp(frac, -126 - 7)
+                         : ldexp(128 + frac, e - 127 - 7);
     return sign ? -v : v;
 }
 
@@ -41,10 +43,12 @@ static uint16_t ref_round(uint32_t u)
 {
     double x = f32_of(u);
     uint32_t lo = u >> 16, hi = lo + 1;
-    if ((lo & 0x7fff) == 0x7f80) return (uint16_t)lo; /* infinity stays */
+    if ((lo & 0x7fff) == 0x7f80)
+        return (uint16_t)lo; /* infinity stays */
     double dlo = fabs(x - bf16_value(lo));
     double dhi = (hi & 0x7fff) == 0x7f80 ? ldexp(1, 128) - fabs(x) : fabs(bf16_value(hi) - x);
-    if (dlo != dhi) return (uint16_t)(dlo < dhi ? lo : hi);
+    if (dlo != dhi)
+        return (uint16_t)(dlo < dhi ? lo : hi);
     return (uint16_t)(lo & 1 ? hi : lo);
 }
 
@@ -66,7 +70,8 @@ START_TEST(test_bf16_round_reference)
             cases++;
             if (is_nan_pattern(u)) {
                 /* still a NaN, quiet, sign and the top of the payload kept */
-                ck_assert_msg((got & 0x7f80) == 0x7f80 && (got & 0x40), "NaN 0x%08x -> 0x%04x", u, got);
+                ck_assert_msg((got & 0x7f80) == 0x7f80 && (got & 0x40), "NaN 0x%08x -> 0x%04x", u,
+                              got);
                 ck_assert_uint_eq(got & 0xffbf, (u >> 16) & 0xffbf);
                 continue;
             }
@@ -238,8 +243,10 @@ START_TEST(test_json_escaping)
 {
     /* quote, backslash, control characters, UTF-8 (U+00E9, U+00B7) and DEL passed through */
     const char *in = "a\"b\\c\n\t\x01\x1f \xC3\xA9\xC2\xB7\x7f/";
-    expect_json(in, DL__JSON_CTRL_U, "\"a\\\"b\\\\c\\u000a\\u0009\\u0001\\u001f \xC3\xA9\xC2\xB7\x7f/\"");
-    expect_json(in, DL__JSON_CTRL_NL, "\"a\\\"b\\\\c\\n\\u0009\\u0001\\u001f \xC3\xA9\xC2\xB7\x7f/\"");
+    expect_json(in, DL__JSON_CTRL_U,
+                "\"a\\\"b\\\\c\\u000a\\u0009\\u0001\\u001f \xC3\xA9\xC2\xB7\x7f/\"");
+    expect_json(in, DL__JSON_CTRL_NL,
+                "\"a\\\"b\\\\c\\n\\u0009\\u0001\\u001f \xC3\xA9\xC2\xB7\x7f/\"");
     expect_json(in, DL__JSON_CTRL_DROP, "\"a\\\"b\\\\c \xC3\xA9\xC2\xB7\x7f/\"");
     expect_json("", DL__JSON_CTRL_U, "\"\"");
     expect_json(NULL, DL__JSON_CTRL_U, "\"\"");
@@ -247,9 +254,13 @@ START_TEST(test_json_escaping)
     for (int c = 1; c < 256; c++) {
         char e[8], want[8];
         size_t n = dl__json_escape((unsigned char)c, DL__JSON_CTRL_U, e);
-        if (c == '"' || c == '\\') snprintf(want, sizeof want, "\\%c", c);
-        else if (c < 0x20) snprintf(want, sizeof want, "\\u00%c%c", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
-        else snprintf(want, sizeof want, "%c", c);
+        if (c == '"' || c == '\\')
+            snprintf(want, sizeof want, "\\%c", c);
+        else if (c < 0x20)
+            snprintf(want, sizeof want, "\\u00%c%c", "0123456789abcdef"[c >> 4],
+                     "0123456789abcdef"[c & 15]);
+        else
+            snprintf(want, sizeof want, "%c", c);
         ck_assert_str_eq(e, want);
         ck_assert_uint_eq(n, strlen(want));
         n = dl__json_escape((unsigned char)c, DL__JSON_CTRL_DROP, e);
@@ -307,7 +318,8 @@ START_TEST(test_grid)
     dl__grid_label(&b, 2, 2);
     char *s = NULL;
     ck_assert_int_eq(dl__sb_finish(&b, &s, "grid"), DL_OK);
-    ck_assert_str_eq(s, "GPU 1  0\xC2\xB7" "a*\nGPU 10  0\xC2\xB7\nGPU 3  ");
+    ck_assert_str_eq(s, "GPU 1  0\xC2\xB7"
+                        "a*\nGPU 10  0\xC2\xB7\nGPU 3  ");
     free(s);
 }
 END_TEST

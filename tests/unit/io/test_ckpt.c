@@ -51,7 +51,8 @@ static void mk_dir(void)
 static void rm_dir(void)
 {
     DIR *d = opendir(g_dir);
-    if (!d) return;
+    if (!d)
+        return;
     struct dirent *e;
     char p[600];
     while ((e = readdir(d)))
@@ -67,11 +68,13 @@ static void rm_dir(void)
 static int count_tmp(void)
 {
     DIR *d = opendir(g_dir);
-    if (!d) return -1;
+    if (!d)
+        return -1;
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) n++;
+        if (strstr(e->d_name, ".tmp."))
+            n++;
     closedir(d);
     return n;
 }
@@ -84,7 +87,8 @@ static void in_dir(char *out, size_t n, const char *name)
 static unsigned char *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -134,7 +138,7 @@ static void put_le64(unsigned char *b, uint64_t v)
 
 static dl_gpt_config cfg_make(int vocab, int seq, int layers, int d_model, int heads, int tie)
 {
-    dl_gpt_config c = { vocab, seq, layers, d_model, heads, tie };
+    dl_gpt_config c = {vocab, seq, layers, d_model, heads, tie};
     return c;
 }
 
@@ -143,13 +147,15 @@ static dl_gpt_config cfg_make(int vocab, int seq, int layers, int d_model, int h
 static void *expected_params(const dl_gpt_layout *l, int fds, int ds, uint64_t seed)
 {
     void *out = tu_alloc(l->numel * (size_t)ds);
-    if (!out) abort();
+    if (!out)
+        abort();
     if (fds == ds) {
         dl_gpt_init(l, out, ds, seed);
         return out;
     }
     void *tmp = tu_alloc(l->numel * (size_t)fds);
-    if (!tmp) abort();
+    if (!tmp)
+        abort();
     dl_gpt_init(l, tmp, fds, seed);
     for (size_t i = 0; i < l->numel; i++) {
         if (ds == 4)
@@ -169,10 +175,10 @@ typedef struct save_job {
     int tp, dp, dsize;
     uint64_t seed;
     char path[512];
-    int group_mode;  /* 0: world comm; 1: the mesh's tp comm, dp replica 0 only */
-    int writer_mode; /* 0: dp_rank 0 writes; 1: world rank 0 only; 2: every rank */
+    int group_mode;                   /* 0: world comm; 1: the mesh's tp comm, dp replica 0 only */
+    int writer_mode;                  /* 0: dp_rank 0 writes; 1: world rank 0 only; 2: every rank */
     int bad_dsize_rank, odd_cfg_rank; /* -1 or a world rank that passes dsize 2 / seq + 1 */
-    double poison;   /* not 0: world rank 0 saves this value at element 3 of its tensor 1 */
+    double poison; /* not 0: world rank 0 saves this value at element 3 of its tensor 1 */
     int status[NMAX];
     char msg[NMAX][MSG];
     double secs;
@@ -197,22 +203,28 @@ static int save_rank(dl_ctx *ctx, void *arg)
     save_job *j = arg;
     int w = dl_ctx_rank(ctx), tp_rank = w % j->tp, dp_rank = w / j->tp;
     dl_gpt_config cfg = j->cfg;
-    if (w == j->odd_cfg_rank) cfg.seq++;
+    if (w == j->odd_cfg_rank)
+        cfg.seq++;
     dl_gpt_layout *l;
     int rc = dl_gpt_layout_create(&cfg, j->tp, tp_rank, &l);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     void *p = tu_alloc(l->numel * (size_t)j->dsize);
-    if (!p) return dl_error(DL_ENOMEM, "test: no memory");
+    if (!p)
+        return dl_error(DL_ENOMEM, "test: no memory");
     dl_gpt_init(l, p, j->dsize, j->seed);
     if (j->poison != 0 && w == 0) {
         size_t at = l->t[1].offset + 3;
-        if (j->dsize == 8) ((double *)p)[at] = j->poison;
-        else ((float *)p)[at] = (float)j->poison;
+        if (j->dsize == 8)
+            ((double *)p)[at] = j->poison;
+        else
+            ((float *)p)[at] = (float)j->poison;
     }
     dl_mesh m;
     dl_comm *g = dl_ctx_comm(ctx);
     if (j->group_mode == 1) {
-        if ((rc = dl_mesh_create(dl_ctx_comm(ctx), j->dp, 1, j->tp, 1, &m))) return rc;
+        if ((rc = dl_mesh_create(dl_ctx_comm(ctx), j->dp, 1, j->tp, 1, &m)))
+            return rc;
         g = m.tp_comm;
     }
     int writer = j->writer_mode == 0 ? dp_rank == 0 : j->writer_mode == 1 ? w == 0 : 1;
@@ -224,8 +236,10 @@ static int save_rank(dl_ctx *ctx, void *arg)
     } else {
         j->status[w] = DL_OK;
     }
-    if (w == 0) j->secs = tu_now_s() - t0;
-    if (j->group_mode == 1) dl_mesh_destroy(&m);
+    if (w == 0)
+        j->secs = tu_now_s() - t0;
+    if (j->group_mode == 1)
+        dl_mesh_destroy(&m);
     free(p);
     dl_gpt_layout_destroy(l);
     return DL_OK; /* statuses are asserted by the test thread */
@@ -263,18 +277,20 @@ static int load_rank(dl_ctx *ctx, void *arg)
     int r = dl_ctx_rank(ctx);
     dl_gpt_layout *l;
     int rc = dl_gpt_layout_create(&j->cfg, j->tp, r, &l);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     size_t bytes = l->numel * (size_t)j->dsize;
     unsigned char *p = tu_alloc(bytes);
-    if (!p) return dl_error(DL_ENOMEM, "test: no memory");
+    if (!p)
+        return dl_error(DL_ENOMEM, "test: no memory");
     memset(p, 0xff, bytes); /* NaN everywhere: an element the loader misses cannot match */
     j->status[r] = dl_ckpt_load_ex(j->path, l, p, j->dsize, j->verify, &j->info[r]);
     snprintf(j->msg[r], MSG, "%s", j->status[r] ? dl_errmsg() : "");
     if (!j->status[r]) {
         unsigned char *e = expected_params(l, j->file_dsize, j->dsize, j->seed);
         for (size_t i = 0; i < l->numel; i++)
-            j->wrong[r] += memcmp(p + i * (size_t)j->dsize, e + i * (size_t)j->dsize,
-                                  (size_t)j->dsize) != 0;
+            j->wrong[r] +=
+                memcmp(p + i * (size_t)j->dsize, e + i * (size_t)j->dsize, (size_t)j->dsize) != 0;
         free(e);
     }
     free(p);
@@ -288,8 +304,8 @@ static void run_load(load_job *j)
     ck_assert_msg(st == DL_OK, "load world: %s: %s", dl_strstatus(st), dl_errmsg());
 }
 
-static void load_and_compare(const char *path, dl_gpt_config cfg, int tp, int file_dsize,
-                             int dsize, uint64_t seed)
+static void load_and_compare(const char *path, dl_gpt_config cfg, int tp, int file_dsize, int dsize,
+                             uint64_t seed)
 {
     load_job *j = calloc(1, sizeof *j);
     ck_assert(j != NULL);
@@ -304,9 +320,10 @@ static void load_and_compare(const char *path, dl_gpt_config cfg, int tp, int fi
     for (int r = 0; r < tp; r++) {
         ck_assert_msg(j->status[r] == DL_OK, "load tp %d rank %d (f%d from f%d): %s: %s", tp, r,
                       8 * dsize, 8 * file_dsize, dl_strstatus(j->status[r]), j->msg[r]);
-        ck_assert_msg(j->wrong[r] == 0, "load tp %d rank %d (f%d from f%d): %ld elements differ "
-                      "from dl_gpt_init of this layout", tp, r, 8 * dsize, 8 * file_dsize,
-                      j->wrong[r]);
+        ck_assert_msg(j->wrong[r] == 0,
+                      "load tp %d rank %d (f%d from f%d): %ld elements differ "
+                      "from dl_gpt_init of this layout",
+                      tp, r, 8 * dsize, 8 * file_dsize, j->wrong[r]);
         ck_assert_int_eq(j->info[r].checksum_verified, r == 0);
         ck_assert_int_eq(j->info[r].converted, file_dsize != dsize);
         ck_assert_int_eq(j->info[r].dsize, file_dsize);
@@ -388,7 +405,8 @@ static void check_file(const char *path, dl_gpt_config cfg, int ds, uint64_t see
         }
         e += n;
         if (*e == ',') {
-            if (sscanf(e, ",%lld%n", &s1, &n) != 1) break;
+            if (sscanf(e, ",%lld%n", &s1, &n) != 1)
+                break;
             e += n;
         }
         if (sscanf(e, "],\"data_offsets\":[%llu,%llu]}", &b, &en) != 2) {
@@ -406,8 +424,10 @@ static void check_file(const char *path, dl_gpt_config cfg, int ds, uint64_t see
         }
         uint64_t bytes = (uint64_t)(t->shape[0] * t->shape[1]) * (uint64_t)ds;
         if (b != pos || en != pos + bytes) {
-            snprintf(why, nwhy, "%s: data_offsets [%llu, %llu], expected [%" PRIu64 ", %" PRIu64
-                     "] (contiguous, layout order)", t->name, b, en, pos, pos + bytes);
+            snprintf(why, nwhy,
+                     "%s: data_offsets [%llu, %llu], expected [%" PRIu64 ", %" PRIu64
+                     "] (contiguous, layout order)",
+                     t->name, b, en, pos, pos + bytes);
             goto out;
         }
         if (memcmp(data + b, (char *)ref + t->offset * (size_t)ds, bytes)) {
@@ -422,8 +442,9 @@ static void check_file(const char *path, dl_gpt_config cfg, int ds, uint64_t see
     }
     const char *m = find_key(hdr, "__metadata__");
     char cfgs[160], want[160];
-    snprintf(cfgs, sizeof cfgs, "\"config\":\"layers=%d,d_model=%d,heads=%d,seq=%d,vocab=%d,tie=%d\"",
-             cfg.layers, cfg.d_model, cfg.heads, cfg.seq, cfg.vocab, cfg.tie);
+    snprintf(cfgs, sizeof cfgs,
+             "\"config\":\"layers=%d,d_model=%d,heads=%d,seq=%d,vocab=%d,tie=%d\"", cfg.layers,
+             cfg.d_model, cfg.heads, cfg.seq, cfg.vocab, cfg.tie);
     snprintf(want, sizeof want, "\"checksum\":\"%016" PRIx64 "\"", fnv(data, pos));
     if (!m || !strstr(m, "\"format\":\"distlab-gpt\"") || !strstr(m, "\"version\":\"1\"") ||
         !strstr(m, cfgs) || !strstr(m, ds == 8 ? "\"dtype\":\"F64\"" : "\"dtype\":\"F32\"")) {
@@ -454,10 +475,12 @@ static void python_check(const char *path, dl_gpt_config cfg)
     const char *src = getenv("srcdir");
     char script[1024], cmd[2600];
     snprintf(script, sizeof script, "%s/tests/ckpt_check.py", src ? src : "..");
-    if (access(script, R_OK) || system("python3 -c '' >/dev/null 2>&1")) return; /* skipped */
-    snprintf(cmd, sizeof cmd, "python3 '%s' '%s' --config 'layers=%d,d_model=%d,heads=%d,seq=%d,"
-             "vocab=%d,tie=%d' >/dev/null", script, path, cfg.layers, cfg.d_model, cfg.heads,
-             cfg.seq, cfg.vocab, cfg.tie);
+    if (access(script, R_OK) || system("python3 -c '' >/dev/null 2>&1"))
+        return; /* skipped */
+    snprintf(cmd, sizeof cmd,
+             "python3 '%s' '%s' --config 'layers=%d,d_model=%d,heads=%d,seq=%d,"
+             "vocab=%d,tie=%d' >/dev/null",
+             script, path, cfg.layers, cfg.d_model, cfg.heads, cfg.seq, cfg.vocab, cfg.tie);
     int rc = system(cmd);
     ck_assert_msg(rc != -1 && WIFEXITED(rc) && (WEXITSTATUS(rc) == 0 || WEXITSTATUS(rc) == 77),
                   "%s failed (status %d)", cmd, rc);
@@ -472,11 +495,11 @@ typedef struct rt_case {
 } rt_case;
 
 static const rt_case rt_cases[] = {
-    { 4, 2, 1, 0, 0, { 1, 4, 2 } },  /* tp 2 -> tp 1, 4, 2 */
-    { 8, 4, 1, 0, 0, { 1, 2, 8 } },  /* tp 4 (8 heads) -> tp 1, 2, 8 */
-    { 4, 2, 2, 0, 0, { 1, 4, 0 } },  /* dp 2 x tp 2, world group, dp replica 1 does not write */
-    { 4, 2, 2, 1, 1, { 1, 2, 0 } },  /* dp 2 x tp 2, tp group of replica 0, tied head */
-    { 4, 1, 1, 0, 0, { 2, 4, 0 } },  /* tp 1 -> tp 2, 4 */
+    {4, 2, 1, 0, 0, {1, 4, 2}}, /* tp 2 -> tp 1, 4, 2 */
+    {8, 4, 1, 0, 0, {1, 2, 8}}, /* tp 4 (8 heads) -> tp 1, 2, 8 */
+    {4, 2, 2, 0, 0, {1, 4, 0}}, /* dp 2 x tp 2, world group, dp replica 1 does not write */
+    {4, 2, 2, 1, 1, {1, 2, 0}}, /* dp 2 x tp 2, tp group of replica 0, tied head */
+    {4, 1, 1, 0, 0, {2, 4, 0}}, /* tp 1 -> tp 2, 4 */
 };
 #define NRT ((int)(sizeof rt_cases / sizeof rt_cases[0]))
 
@@ -507,7 +530,8 @@ START_TEST(t_roundtrip)
     ck_assert_int_eq(info.ntensors, 2 + 12 * cfg.layers + 2 + !cfg.tie);
     ck_assert_int_eq(info.header_bytes % 8, 0);
     ck_assert_int_eq(info.data_bytes, dl_gpt_num_params(&cfg) * ds);
-    if (_i == 0) python_check(j->path, cfg);
+    if (_i == 0)
+        python_check(j->path, cfg);
     free(j);
     rm_dir();
 }
@@ -537,10 +561,7 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* corrupt and mismatched files                                                                 */
 
-static dl_gpt_config small_cfg(void)
-{
-    return cfg_make(40, 8, 2, 16, 4, 0);
-}
+static dl_gpt_config small_cfg(void) { return cfg_make(40, 8, 2, 16, 4, 0); }
 
 /* Load `path` on the test thread with a tp 1 (or tp_rank 1 of 2) layout; expect failure with
  * every needle in the message. */
@@ -664,7 +685,8 @@ START_TEST(t_corrupt)
     }
     rewrite_header(j->path, p, "\"shape\":[40,", "\"shape\":[-40,");
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "malformed header", "integer", NULL);
-    rewrite_header(j->path, p, "\"dtype\":\"F32\",\"shape\"", "\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\"");
+    rewrite_header(j->path, p, "\"dtype\":\"F32\",\"shape\"",
+                   "\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\"");
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "malformed header", "duplicate", NULL);
     rewrite_header(j->path, p, "\"version\":\"1\"", "\"version\":1");
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "malformed header", "strings", NULL);
@@ -672,7 +694,8 @@ START_TEST(t_corrupt)
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "malformed header", "unknown key", NULL);
 
     /* unsupported dtype; inconsistent data_offsets; foreign format; bad checksum field */
-    rewrite_header(j->path, p, "\"dtype\":\"F32\",\"shape\":[40,16]", "\"dtype\":\"BF16\",\"shape\":[40,16]");
+    rewrite_header(j->path, p, "\"dtype\":\"F32\",\"shape\":[40,16]",
+                   "\"dtype\":\"BF16\",\"shape\":[40,16]");
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "wte.weight", "BF16", NULL);
     rewrite_header(j->path, p, "\"shape\":[8,16]", "\"shape\":[9,16]");
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER, "wpe.weight", "data_offsets", NULL);
@@ -692,7 +715,7 @@ START_TEST(t_corrupt)
     }
     expect_load_fail(p, cfg, 1, 0, DL_CKPT_VERIFY_ALWAYS, "checksum mismatch", NULL, NULL);
     expect_load_fail(p, cfg, 2, 0, DL_CKPT_VERIFY_AUTO, "checksum mismatch", NULL, NULL);
-    ck_assert_int_eq(load_ok(p, cfg, 2, 1, DL_CKPT_VERIFY_AUTO), DL_OK);   /* tp_rank 1: no check */
+    ck_assert_int_eq(load_ok(p, cfg, 2, 1, DL_CKPT_VERIFY_AUTO), DL_OK); /* tp_rank 1: no check */
     ck_assert_int_eq(load_ok(p, cfg, 1, 0, DL_CKPT_VERIFY_NEVER), DL_OK);
     {
         dl_gpt_layout *l;
@@ -791,12 +814,12 @@ static void assert_all_failed(const save_job *j, int nranks, int want, const cha
         if (want >= 0)
             ck_assert_msg(j->status[r] == want, "rank %d: %s (%s), expected %s", r,
                           dl_strstatus(j->status[r]), j->msg[r], dl_strstatus(want));
-        ck_assert_msg(strstr(j->msg[r], j->path) != NULL, "rank %d message does not name the file: %s",
-                      r, j->msg[r]);
+        ck_assert_msg(strstr(j->msg[r], j->path) != NULL,
+                      "rank %d message does not name the file: %s", r, j->msg[r]);
     }
     if (needle0)
-        ck_assert_msg(strstr(j->msg[0], needle0) != NULL, "rank 0 message lacks \"%s\": %s", needle0,
-                      j->msg[0]);
+        ck_assert_msg(strstr(j->msg[0], needle0) != NULL, "rank 0 message lacks \"%s\": %s",
+                      needle0, j->msg[0]);
     ck_assert_msg(j->secs < 30, "the failing save took %.1f s", j->secs);
     ck_assert_msg(count_tmp() == 0, "a temporary file was left in %s", g_dir);
 }

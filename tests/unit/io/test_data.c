@@ -159,7 +159,8 @@ static void chain_step(const unsigned char *off, const double *x, double *y)
 {
     memset(y, 0, 65536 * sizeof *y);
     for (unsigned ab = 0; ab < 65536; ab++) {
-        if (x[ab] == 0) continue;
+        if (x[ab] == 0)
+            continue;
         unsigned a = ab >> 8, b = ab & 255u;
         for (int j = 0; j < 4; j++) y[b << 8 | (off[b * 4 + j] ^ (a & 1u))] += P_DEFAULT[j] * x[ab];
     }
@@ -218,8 +219,10 @@ START_TEST(test_stationary_exact)
         sum += pi[i];
         if (pi[i] > 1e-15) {
             support++;
-            if (pi[i] < pmin) pmin = pi[i];
-            if (pi[i] > pmax) pmax = pi[i];
+            if (pi[i] < pmin)
+                pmin = pi[i];
+            if (pi[i] > pmax)
+                pmax = pi[i];
         }
     }
     /* the byte marginal and the best bigram loss H(c | b) under pi (at most H(p) + ln 2) */
@@ -230,14 +233,17 @@ START_TEST(test_stationary_exact)
         for (unsigned c = 0; c < 256; c++) pb += pi[b << 8 | c];
         for (unsigned a = 0; a < 256; a++) {
             double w = pi[a << 8 | b];
-            if (w == 0) continue;
+            if (w == 0)
+                continue;
             for (int j = 0; j < 4; j++) pbc[off[b * 4 + j] ^ (a & 1u)] += w * P_DEFAULT[j];
         }
         double pb_in = 0;
         for (unsigned c = 0; c < 256; c++) pb_in += pbc[c];
-        if (pb > 1e-15) bytes_seen++;
+        if (pb > 1e-15)
+            bytes_seen++;
         for (unsigned c = 0; c < 256; c++)
-            if (pbc[c] > 0) hcb -= pbc[c] * log(pbc[c] / pb_in);
+            if (pbc[c] > 0)
+                hcb -= pbc[c] * log(pbc[c] / pb_in);
     }
     fprintf(stderr,
             "test_data: stationary distribution (seed 1): %d power steps from uniform (last L1 "
@@ -264,11 +270,14 @@ START_TEST(test_stationary_exact)
                 hr -= row[c] * log(row[c]);
             }
         BAD(bad, nz == 4);
-        if (fabs(hr - h) > worst) worst = fabs(hr - h);
+        if (fabs(hr - h) > worst)
+            worst = fabs(hr - h);
         rate += pi[ab] * hr;
     }
-    fprintf(stderr, "test_data: entropy rate under pi %.15f, H(p) %.15f nats (max row |H - H(p)| "
-            "%.1e)\n", rate, h, worst);
+    fprintf(stderr,
+            "test_data: entropy rate under pi %.15f, H(p) %.15f nats (max row |H - H(p)| "
+            "%.1e)\n",
+            rate, h, worst);
     ck_assert_msg(bad == 0, "%ld states without 4 distinct successors", bad);
     ck_assert_msg(worst < 1e-15, "a row's entropy differs from H(p) by %.3e", worst);
     ck_assert_msg(fabs(rate - h) < 1e-12, "entropy rate under pi %.17g vs H(p) %.17g", rate, h);
@@ -300,7 +309,8 @@ START_TEST(test_stationary_stream)
     long cells = 0, outside = 0, zero_pi = 0;
     for (unsigned x = 0; x < 65536; x++) {
         double e = (double)N * pi[x];
-        if (pi[x] < 1e-15) zero_pi += cnt[x];
+        if (pi[x] < 1e-15)
+            zero_pi += cnt[x];
         if (e >= 5) {
             double dv = (double)cnt[x] - e;
             chi2 += dv * dv / e;
@@ -374,7 +384,8 @@ static int open_on_rank(dl_ctx *ctx, void *argp)
     o.synth_bytes = a->n;
     dl_data *d = NULL;
     int st = dl_data_open(&o, &d);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     const unsigned char *b = dl_data_bytes(d);
     for (size_t i = 0; i < dl_data_len(d); i++) h = (h ^ b[i]) * 1099511628211ull;
@@ -427,7 +438,8 @@ static void write_file(const char *path, size_t n)
 /* Remove this test's directory (each Check test runs in its own process). */
 static void tmp_cleanup(void)
 {
-    if (tmpdir[0]) rmdir(tmpdir);
+    if (tmpdir[0])
+        rmdir(tmpdir);
     tmpdir[0] = '\0';
 }
 
@@ -525,7 +537,8 @@ START_TEST(test_samples)
     ck_assert_uint_eq(dl_data_sample_start(d, 0), 0);
     ck_assert_uint_eq(dl_data_sample_start(d, 3), 48);
     /* any index is well defined */
-    ck_assert_uint_eq(dl_data_sample_start(d, 0x7FFFFFFFFFFFFFFFL), ref_start(tl, 16, 0x7FFFFFFFFFFFFFFFL));
+    ck_assert_uint_eq(dl_data_sample_start(d, 0x7FFFFFFFFFFFFFFFL),
+                      ref_start(tl, 16, 0x7FFFFFFFFFFFFFFFL));
     ck_assert_uint_eq(dl_data_sample_start(d, -1), (size_t)-1);
     ck_assert_int_eq(dl_data_sample(d, -1, in, tg), DL_EINVAL);
     ck_assert_int_eq(dl_data_sample(d, 0, NULL, tg), DL_EINVAL);
@@ -546,9 +559,9 @@ START_TEST(test_batch_union)
     size_t tl = dl_data_train_len(d);
     const unsigned char *B = dl_data_bytes(d);
     static const int layouts[][3] = {/* G, dp, mb */
-                                     {1, 1, 1},  {8, 1, 8},  {8, 2, 2},  {8, 4, 1}, {8, 8, 1},
-                                     {12, 3, 2}, {12, 4, 3}, {12, 2, 6}, {24, 6, 2}, {16, 16, 1},
-                                     {60, 5, 4}};
+                                     {1, 1, 1},  {8, 1, 8},   {8, 2, 2},  {8, 4, 1},
+                                     {8, 8, 1},  {12, 3, 2},  {12, 4, 3}, {12, 2, 6},
+                                     {24, 6, 2}, {16, 16, 1}, {60, 5, 4}};
     int *ref_in = malloc(60 * seq * sizeof(int)), *ref_tg = malloc(60 * seq * sizeof(int));
     int *in = malloc(60 * seq * sizeof(int)), *tg = malloc(60 * seq * sizeof(int));
     ck_assert(ref_in && ref_tg && in && tg);
@@ -580,18 +593,18 @@ START_TEST(test_batch_union)
             ck_assert_int_eq(filled, G);
             ck_assert_msg(memcmp(in, ref_in, (size_t)G * seq * sizeof(int)) == 0 &&
                               memcmp(tg, ref_tg, (size_t)G * seq * sizeof(int)) == 0,
-                          "G %d dp %d mb %d step %ld: union differs from the single-rank batch",
-                          G, dp, mb, k);
+                          "G %d dp %d mb %d step %ld: union differs from the single-rank batch", G,
+                          dp, mb, k);
         }
     }
     /* errors */
     ck_assert_int_eq(dl_data_batch(d, 0, 10, 4, 0, 0, 1, in, tg), DL_EINVAL); /* 10 % 4 */
     ck_assert(strstr(dl_errmsg(), "divisible") != NULL);
-    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 2, 0, 1, in, tg), DL_EINVAL);  /* rank >= dp */
+    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 2, 0, 1, in, tg), DL_EINVAL); /* rank >= dp */
     ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, -1, 0, 1, in, tg), DL_EINVAL);
-    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 2, 2, in, tg), DL_EINVAL);  /* past the share */
+    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 2, 2, in, tg), DL_EINVAL); /* past the share */
     ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 1, 2, in, tg), DL_OK);
-    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 0, 5, in, tg), DL_EINVAL);  /* mb > share */
+    ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 0, 5, in, tg), DL_EINVAL); /* mb > share */
     ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, 0, 0, in, tg), DL_EINVAL);
     ck_assert_int_eq(dl_data_batch(d, 0, 8, 2, 1, -1, 1, in, tg), DL_EINVAL);
     ck_assert_int_eq(dl_data_batch(d, -1, 8, 2, 1, 0, 1, in, tg), DL_EINVAL);

@@ -15,7 +15,7 @@
 #include "../testutil.h"
 #include "distlab/trace.h"
 
-#define ck_near(x, want, tol)                                                                    \
+#define ck_near(x, want, tol)                                                                      \
     ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.12g, want %.12g +- %g", #x, \
                   (double)(x), (double)(want), (double)(tol))
 
@@ -33,15 +33,15 @@ START_TEST(t_bubble_hand)
     dl_trace *t = mk(2, 64);
     /* rank 0, step 3 over [1000, 11000) */
     dl_trace_add(t, 0, DL_TR_STEP, 3, -1, 0, 1000, 11000);
-    dl_trace_add(t, 0, DL_TR_FWD, 3, 0, 0, 0, 2000);       /* starts before the step: 1000 inside */
-    dl_trace_add(t, 0, DL_TR_FWD, 3, 1, 0, 3000, 5000);    /* overlaps the next backward: */
-    dl_trace_add(t, 0, DL_TR_BWD, 3, 0, 0, 4000, 7000);    /* union [3000, 7000) = 4000 */
-    dl_trace_add(t, 0, DL_TR_SEND, 3, 1, 0, 7000, 9000);   /* not compute */
-    dl_trace_add(t, 0, DL_TR_COMM, 3, -1, 0, 8000, 8500);  /* comm union [8000, 9000) */
+    dl_trace_add(t, 0, DL_TR_FWD, 3, 0, 0, 0, 2000);      /* starts before the step: 1000 inside */
+    dl_trace_add(t, 0, DL_TR_FWD, 3, 1, 0, 3000, 5000);   /* overlaps the next backward: */
+    dl_trace_add(t, 0, DL_TR_BWD, 3, 0, 0, 4000, 7000);   /* union [3000, 7000) = 4000 */
+    dl_trace_add(t, 0, DL_TR_SEND, 3, 1, 0, 7000, 9000);  /* not compute */
+    dl_trace_add(t, 0, DL_TR_COMM, 3, -1, 0, 8000, 8500); /* comm union [8000, 9000) */
     dl_trace_add(t, 0, DL_TR_COMM, 3, -1, 0, 8200, 9000);
-    dl_trace_add(t, 0, DL_TR_BWD, 3, 1, 0, 10000, 12000);  /* ends after the step: 1000 inside */
-    dl_trace_add(t, 0, DL_TR_FWD, 4, 0, 0, 12000, 13000);  /* outside */
-    dl_trace_add(t, 1, DL_TR_FWD, 3, 0, 0, 1000, 11000);   /* another rank's */
+    dl_trace_add(t, 0, DL_TR_BWD, 3, 1, 0, 10000, 12000); /* ends after the step: 1000 inside */
+    dl_trace_add(t, 0, DL_TR_FWD, 4, 0, 0, 12000, 13000); /* outside */
+    dl_trace_add(t, 1, DL_TR_FWD, 3, 0, 0, 1000, 11000);  /* another rank's */
     /* busy = 1000 + 4000 + 1000 = 6000 of 10000 */
     double bub = -1, busy = -1, wall = -1;
     ck_assert_int_eq(dl_trace_bubble(t, 0, 3, &bub, &busy, &wall), DL_OK);
@@ -52,8 +52,8 @@ START_TEST(t_bubble_hand)
 
     double ns[DL_TR_NKINDS];
     ck_assert_int_eq(dl_trace_breakdown(t, 0, 3, ns), DL_OK);
-    ck_assert(ns[DL_TR_FWD] == 3000.0);      /* 1000 + 2000 */
-    ck_assert(ns[DL_TR_BWD] == 4000.0);      /* 3000 + 1000 */
+    ck_assert(ns[DL_TR_FWD] == 3000.0); /* 1000 + 2000 */
+    ck_assert(ns[DL_TR_BWD] == 4000.0); /* 3000 + 1000 */
     ck_assert(ns[DL_TR_SEND] == 2000.0);
     ck_assert(ns[DL_TR_RECV_WAIT] == 0.0);
     ck_assert(ns[DL_TR_OPT] == 0.0);
@@ -63,7 +63,8 @@ START_TEST(t_bubble_hand)
 
     /* no step event: rank 1, or step 4 */
     ck_assert_int_eq(dl_trace_bubble(t, 1, 3, &bub, NULL, NULL), DL_EINVAL);
-    ck_assert_msg(strstr(dl_errmsg(), "rank 1") && strstr(dl_errmsg(), "step 3"), "%s", dl_errmsg());
+    ck_assert_msg(strstr(dl_errmsg(), "rank 1") && strstr(dl_errmsg(), "step 3"), "%s",
+                  dl_errmsg());
     ck_assert_int_eq(dl_trace_bubble(t, 0, 4, &bub, NULL, NULL), DL_EINVAL);
     ck_assert_int_eq(dl_trace_breakdown(t, 0, 4, ns), DL_EINVAL);
     ck_assert_int_eq(dl_trace_bubble(t, 2, 3, &bub, NULL, NULL), DL_EINVAL);
@@ -81,22 +82,26 @@ START_TEST(t_bubble_random)
     for (int round = 0; round < rounds; round++) {
         dl_trace *t = mk(1, 256);
         uint64_t base = 1000000 + (uint64_t)round;
-        uint64_t s0 = 500 + tu_rand_u64(7, round, 0) % 500, s1 = s0 + 1000 + tu_rand_u64(7, round, 1) % 2000;
+        uint64_t s0 = 500 + tu_rand_u64(7, round, 0) % 500,
+                 s1 = s0 + 1000 + tu_rand_u64(7, round, 1) % 2000;
         dl_trace_add(t, 0, DL_TR_STEP, round, -1, 0, base + s0, base + s1);
         memset(bits, 0, sizeof bits);
         memset(comp, 0, sizeof comp);
         int nev = 1 + (int)(tu_rand_u64(7, round, 2) % 60);
         for (int i = 0; i < nev; i++) {
             int kind = (int)(tu_rand_u64(7, round, 10 + 3 * (uint64_t)i) % DL_TR_NKINDS);
-            if (kind == DL_TR_STEP) kind = DL_TR_OTHER;
+            if (kind == DL_TR_STEP)
+                kind = DL_TR_OTHER;
             uint64_t a = tu_rand_u64(7, round, 11 + 3 * (uint64_t)i) % W;
             uint64_t len = tu_rand_u64(7, round, 12 + 3 * (uint64_t)i) % 700;
             uint64_t b = a + len > W ? W : a + len;
             dl_trace_add(t, 0, kind, round, i, 0, base + a, base + b);
             for (uint64_t x = a; x < b; x++) {
-                if (x < s0 || x >= s1) continue;
+                if (x < s0 || x >= s1)
+                    continue;
                 bits[kind][x] = 1;
-                if (kind == DL_TR_FWD || kind == DL_TR_BWD) comp[x] = 1;
+                if (kind == DL_TR_FWD || kind == DL_TR_BWD)
+                    comp[x] = 1;
             }
         }
         double want_busy = 0, want[DL_TR_NKINDS] = {0};
@@ -112,7 +117,8 @@ START_TEST(t_bubble_random)
         ck_near(bub, 1.0 - want_busy / (double)(s1 - s0), 1e-15);
         ck_assert_int_eq(dl_trace_breakdown(t, 0, round, ns), DL_OK);
         for (int k = 0; k < DL_TR_NKINDS; k++)
-            ck_assert_msg(ns[k] == want[k], "round %d kind %d: %g, want %g", round, k, ns[k], want[k]);
+            ck_assert_msg(ns[k] == want[k], "round %d kind %d: %g, want %g", round, k, ns[k],
+                          want[k]);
         dl_trace_destroy(t);
     }
 }
@@ -125,29 +131,34 @@ START_TEST(t_grid_hand)
     dl_trace *t = mk(2, 64);
     /* unit 10 ns; the window is [100, 200) (rank 0's step), cells 0..9 */
     dl_trace_add(t, 0, DL_TR_STEP, 0, -1, 0, 100, 200);
-    dl_trace_add(t, 0, DL_TR_FWD, 0, 0, 0, 100, 130);    /* cells 0-2 */
-    dl_trace_add(t, 0, DL_TR_BWD, 0, 0, 0, 150, 185);    /* cells 5-7, and half of 8: ties idle, wins */
+    dl_trace_add(t, 0, DL_TR_FWD, 0, 0, 0, 100, 130); /* cells 0-2 */
+    dl_trace_add(t, 0, DL_TR_BWD, 0, 0, 0, 150,
+                 185); /* cells 5-7, and half of 8: ties idle, wins */
     dl_trace_add(t, 1, DL_TR_STEP, 0, -1, 0, 100, 190);
-    dl_trace_add(t, 1, DL_TR_FWD, 0, 1, 0, 104, 116);    /* 6 of cell 0, 6 of cell 1 */
-    dl_trace_add(t, 1, DL_TR_FWD, 0, 2, 0, 121, 124);    /* 3 of cell 2: idle covers most */
-    dl_trace_add(t, 1, DL_TR_COMM, 0, -1, 0, 130, 160);  /* cells 3-5 */
-    dl_trace_add(t, 1, DL_TR_OPT, 0, -1, 0, 160, 166);   /* 6 of cell 6 */
-    dl_trace_add(t, 1, DL_TR_SEND, 0, 1, 0, 166, 170);   /* not drawn */
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 1, 0, 104, 116);       /* 6 of cell 0, 6 of cell 1 */
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 2, 0, 121, 124);       /* 3 of cell 2: idle covers most */
+    dl_trace_add(t, 1, DL_TR_COMM, 0, -1, 0, 130, 160);     /* cells 3-5 */
+    dl_trace_add(t, 1, DL_TR_OPT, 0, -1, 0, 160, 166);      /* 6 of cell 6 */
+    dl_trace_add(t, 1, DL_TR_SEND, 0, 1, 0, 166, 170);      /* not drawn */
     dl_trace_add(t, 1, DL_TR_RECV_WAIT, 0, 1, 0, 170, 190); /* not drawn: waiting is idle */
-    dl_trace_add(t, 1, DL_TR_BWD, 0, 3, 0, 195, 200);    /* cell 9: a tie with F3, */
-    dl_trace_add(t, 1, DL_TR_FWD, 0, 3, 0, 190, 195);    /* which the lower kind wins */
-    dl_trace_add(t, 1, DL_TR_FWD, 1, 4, 0, 200, 230);    /* after the window */
+    dl_trace_add(t, 1, DL_TR_BWD, 0, 3, 0, 195, 200);       /* cell 9: a tie with F3, */
+    dl_trace_add(t, 1, DL_TR_FWD, 0, 3, 0, 190, 195);       /* which the lower kind wins */
+    dl_trace_add(t, 1, DL_TR_FWD, 1, 4, 0, 200, 230);       /* after the window */
     char *g = NULL;
     ck_assert_msg(dl_trace_grid(t, 0, 10, &g) == DL_OK, "grid: %s", dl_errmsg());
-    const char *want = "GPU 1  000\xC2\xB7\xC2\xB7" "aaaa\xC2\xB7\n"
-                       "GPU 2  11\xC2\xB7===*\xC2\xB7\xC2\xB7" "3\n";
+    const char *want = "GPU 1  000\xC2\xB7\xC2\xB7"
+                       "aaaa\xC2\xB7\n"
+                       "GPU 2  11\xC2\xB7===*\xC2\xB7\xC2\xB7"
+                       "3\n";
     ck_assert_msg(strcmp(g, want) == 0, "got\n%s\nwant\n%s", g, want);
     free(g);
 
     /* a unit of 30 ns: 4 cells ([100,130) [130,160) [160,190) [190,200)) */
     ck_assert_int_eq(dl_trace_grid(t, 0, 30, &g), DL_OK);
-    want = "GPU 1  0\xC2\xB7" "a\xC2\xB7\n" /* [130,160): B 10 of 30; [160,190): B 25 of 30 */
-           "GPU 2  \xC2\xB7=\xC2\xB7" "3\n"; /* [100,130): F1 12 + F2 3 = 15 covered, best 12 < idle 15 */
+    want = "GPU 1  0\xC2\xB7"
+           "a\xC2\xB7\n" /* [130,160): B 10 of 30; [160,190): B 25 of 30 */
+           "GPU 2  \xC2\xB7=\xC2\xB7"
+           "3\n"; /* [100,130): F1 12 + F2 3 = 15 covered, best 12 < idle 15 */
     ck_assert_msg(strcmp(g, want) == 0, "got\n%s\nwant\n%s", g, want);
     free(g);
 
@@ -216,11 +227,15 @@ static void check_against_sched(dl_sched *s, const char *what)
     dl_trace *t = mk(s->p, 1024);
     dl_trace_set_chunks(t, s->v);
     for (int q = 0; q < s->p; q++) {
-        dl_trace_add(t, q, DL_TR_STEP, 7, -1, -1, base, base + (uint64_t)llround(sim->makespan) * ms);
+        dl_trace_add(t, q, DL_TR_STEP, 7, -1, -1, base,
+                     base + (uint64_t)llround(sim->makespan) * ms);
         for (int i = 0; i < s->len[q]; i++) {
             const dl_sched_action *a = &s->act[q][i];
-            int kind = a->op == DL_SCHED_F ? DL_TR_FWD : a->op == DL_SCHED_B ? DL_TR_BWD : DL_TR_OPT;
-            dl_trace_add(t, q, kind, 7, a->mb, a->chunk, base + (uint64_t)llround(sim->start[q][i]) * ms,
+            int kind = a->op == DL_SCHED_F   ? DL_TR_FWD
+                       : a->op == DL_SCHED_B ? DL_TR_BWD
+                                             : DL_TR_OPT;
+            dl_trace_add(t, q, kind, 7, a->mb, a->chunk,
+                         base + (uint64_t)llround(sim->start[q][i]) * ms,
                          base + (uint64_t)llround(sim->end[q][i]) * ms);
         }
     }
@@ -266,8 +281,9 @@ START_TEST(t_grid_vs_sched)
     for (int q = 0; q < 4; q++) {
         dl_trace_add(t, q, DL_TR_STEP, 0, -1, -1, 0, (uint64_t)llround(sim->makespan) * 1000);
         for (int i = 0; i < s->len[q]; i++)
-            dl_trace_add(t, q, s->act[q][i].op == DL_SCHED_F ? DL_TR_FWD : DL_TR_BWD, 0, s->act[q][i].mb, 0,
-                         (uint64_t)llround(sim->start[q][i]) * 1000, (uint64_t)llround(sim->end[q][i]) * 1000);
+            dl_trace_add(t, q, s->act[q][i].op == DL_SCHED_F ? DL_TR_FWD : DL_TR_BWD, 0,
+                         s->act[q][i].mb, 0, (uint64_t)llround(sim->start[q][i]) * 1000,
+                         (uint64_t)llround(sim->end[q][i]) * 1000);
     }
     char *g = NULL;
     ck_assert_int_eq(dl_trace_grid(t, 0, 1000, &g), DL_OK);
@@ -287,7 +303,8 @@ END_TEST
 static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -296,7 +313,8 @@ static char *slurp(const char *path)
         free(b);
         b = NULL;
     }
-    if (b) b[n] = 0;
+    if (b)
+        b[n] = 0;
     fclose(f);
     return b;
 }
@@ -314,16 +332,24 @@ static int balanced(const char *s)
     int sq = 0, cu = 0, in = 0;
     for (const char *p = s; *p; p++) {
         if (in) {
-            if (*p == '\\' && p[1]) p++;
-            else if (*p == '"') in = 0;
+            if (*p == '\\' && p[1])
+                p++;
+            else if (*p == '"')
+                in = 0;
             continue;
         }
-        if (*p == '"') in = 1;
-        else if (*p == '[') sq++;
-        else if (*p == ']') sq--;
-        else if (*p == '{') cu++;
-        else if (*p == '}') cu--;
-        if (sq < 0 || cu < 0) return 0;
+        if (*p == '"')
+            in = 1;
+        else if (*p == '[')
+            sq++;
+        else if (*p == ']')
+            sq--;
+        else if (*p == '{')
+            cu++;
+        else if (*p == '}')
+            cu--;
+        if (sq < 0 || cu < 0)
+            return 0;
     }
     return sq == 0 && cu == 0 && !in;
 }
@@ -337,9 +363,10 @@ START_TEST(t_chrome)
     dl_trace *t = mk(3, 64);
     const uint64_t base = 5000000000ull;
     dl_trace_add(t, 0, DL_TR_STEP, 1, -1, -1, base, base + 9000000);
-    dl_trace_add(t, 0, DL_TR_FWD, 1, 3, 0, base + 1234567, base + 2234568); /* ts 1234.567 dur 1000.001 */
+    dl_trace_add(t, 0, DL_TR_FWD, 1, 3, 0, base + 1234567,
+                 base + 2234568); /* ts 1234.567 dur 1000.001 */
     dl_trace_add(t, 0, DL_TR_BWD, 1, 3, 0, base + 3000000, base + 5000000);
-    dl_trace_add(t, 1, DL_TR_FWD, 1, 2, 1, base + 10, base + 20);           /* chunk 1: "F2.1" */
+    dl_trace_add(t, 1, DL_TR_FWD, 1, 2, 1, base + 10, base + 20); /* chunk 1: "F2.1" */
     dl_trace_add(t, 1, DL_TR_SEND, 1, 2, 1, base + 20, base + 21);
     dl_trace_add(t, 1, DL_TR_RECV_WAIT, 1, 2, 1, base + 21, base + 30);
     dl_trace_add(t, 2, DL_TR_OPT, 1, -1, -1, base + 40, base + 50);
@@ -354,11 +381,13 @@ START_TEST(t_chrome)
     ck_assert_ptr_nonnull(strstr(j, "\"traceEvents\":["));
     ck_assert_int_eq(count_of(j, "\"ph\":\"X\""), (int)nev);
     ck_assert_int_eq(count_of(j, "\"thread_name\""), 3);
-    ck_assert_ptr_nonnull(strstr(j, "\"name\":\"F3\",\"cat\":\"fwd\",\"ph\":\"X\",\"ts\":1234.567,\"dur\":1000.001,"
-                                    "\"pid\":0,\"tid\":0,\"args\":{\"step\":1,\"mb\":3,\"chunk\":0}}"));
+    ck_assert_ptr_nonnull(
+        strstr(j, "\"name\":\"F3\",\"cat\":\"fwd\",\"ph\":\"X\",\"ts\":1234.567,\"dur\":1000.001,"
+                  "\"pid\":0,\"tid\":0,\"args\":{\"step\":1,\"mb\":3,\"chunk\":0}}"));
     ck_assert_ptr_nonnull(strstr(j, "\"name\":\"B3\""));
     ck_assert_ptr_nonnull(strstr(j, "\"name\":\"F2.1\""));
-    ck_assert_ptr_nonnull(strstr(j, "\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0.000,\"dur\":9000.000"));
+    ck_assert_ptr_nonnull(
+        strstr(j, "\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0.000,\"dur\":9000.000"));
     ck_assert_ptr_nonnull(strstr(j, "\"name\":\"send\""));
     ck_assert_ptr_nonnull(strstr(j, "\"name\":\"recv-wait\""));
     ck_assert_ptr_nonnull(strstr(j, "\"name\":\"opt\""));
@@ -383,8 +412,10 @@ START_TEST(t_chrome)
         snprintf(cmd, sizeof cmd,
                  "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
                  "x=[e for e in d[\"traceEvents\"] if e[\"ph\"]==\"X\"]; "
-                 "assert len(x)==%zu, len(x); assert all(e[\"dur\"]>=0 and e[\"pid\"]==0 for e in x); "
-                 "assert x[1][\"ts\"]==1234.567' '%s'", nev, path);
+                 "assert len(x)==%zu, len(x); assert all(e[\"dur\"]>=0 and e[\"pid\"]==0 for e in "
+                 "x); "
+                 "assert x[1][\"ts\"]==1234.567' '%s'",
+                 nev, path);
         ck_assert_msg(system(cmd) == 0, "python3 json check failed on %s", path);
     }
     /* only the file remains: the temporary was renamed */
@@ -409,7 +440,8 @@ START_TEST(t_dropped)
     dl_trace *t = mk(2, 5);
     ck_assert_int_eq(dl_trace_nranks(t), 2);
     ck_assert_uint_eq(dl_trace_capacity(t), 5);
-    for (int i = 0; i < 8; i++) dl_trace_add(t, 1, DL_TR_FWD, 0, i, 0, (uint64_t)i, (uint64_t)i + 1);
+    for (int i = 0; i < 8; i++)
+        dl_trace_add(t, 1, DL_TR_FWD, 0, i, 0, (uint64_t)i, (uint64_t)i + 1);
     ck_assert_uint_eq(dl_trace_count(t, 1), 5);
     ck_assert_uint_eq(dl_trace_dropped(t, 1), 3);
     ck_assert_uint_eq(dl_trace_count(t, 0), 0);
@@ -495,9 +527,11 @@ START_TEST(t_threads)
         ck_assert_msg(ok, "rank %d: events out of order or overwritten", r);
         /* buffers never share a cache line */
         for (int q = 0; q < NT; q++) {
-            if (q == r) continue;
+            if (q == r)
+                continue;
             uintptr_t a0 = (uintptr_t)e, a1 = (a0 + (size_t)n * sizeof *e + 63) & ~(uintptr_t)63;
-            uintptr_t b0 = (uintptr_t)dl_trace_events(t, q), b1 = (b0 + (size_t)n * sizeof *e + 63) & ~(uintptr_t)63;
+            uintptr_t b0 = (uintptr_t)dl_trace_events(t, q),
+                      b1 = (b0 + (size_t)n * sizeof *e + 63) & ~(uintptr_t)63;
             ck_assert(a1 <= b0 || b1 <= a0);
         }
         ck_assert_uint_eq((uintptr_t)e % 64, 0);

@@ -29,7 +29,7 @@ typedef struct {
     double perturb; /* negative control: rank 0's first h.0.ln_1 gain times 1 + perturb */
     /* outputs (global layout, f64) */
     double loss;
-    double *grads;     /* [numel of the unsharded model] */
+    double *grads; /* [numel of the unsharded model] */
     uint64_t tp_ops_fwd, tp_ops_bwd;
     int status[8];
 } run_t;
@@ -39,8 +39,13 @@ static int rank_fn(dl_ctx *x, void *arg)
 {
     run_t *r = arg;
     int rank = dl_ctx_rank(x);
-    dl_gpt_opts o = {.cfg = r->cfg, .dtype = DL_F64, .micro_batch = B, .tp = r->tp,
-                     .tp_comm = r->tp > 1 ? dl_ctx_comm(x) : NULL, .recompute = r->rc, .seed = 42,
+    dl_gpt_opts o = {.cfg = r->cfg,
+                     .dtype = DL_F64,
+                     .micro_batch = B,
+                     .tp = r->tp,
+                     .tp_comm = r->tp > 1 ? dl_ctx_comm(x) : NULL,
+                     .recompute = r->rc,
+                     .seed = 42,
                      .arena = dl_ctx_arena(x)};
     dl_gpt *g;
     int rc = dl_gpt_create(&o, &g);
@@ -164,8 +169,10 @@ static int tp_matches(int tp, int heads, dl__test_hook *hook, double perturb)
     double w = tu_worst_tensor_rel(&c, par.grads, one.grads, NULL);
     ok = ok && w <= gtol;
     if (!hook && !perturb) {
-        ck_assert_msg(ok, "tp %d: loss %.17g vs %.17g (bound %.3g), gradients differ by %.3g "
-                      "(bound %.3g)", tp, par.loss, one.loss, R, w, gtol);
+        ck_assert_msg(ok,
+                      "tp %d: loss %.17g vs %.17g (bound %.3g), gradients differ by %.3g "
+                      "(bound %.3g)",
+                      tp, par.loss, one.loss, R, w, gtol);
         /* exactly 2 all-reduces per layer forward and 2 backward */
         ck_assert_uint_eq(par.tp_ops_fwd, 2u * (unsigned)c.layers);
         ck_assert_uint_eq(par.tp_ops_bwd, 2u * (unsigned)c.layers);
@@ -196,7 +203,8 @@ END_TEST
 START_TEST(recompute_same)
 {
     dl_gpt_config c = tiny();
-    run_t a = {.cfg = c, .tp = 2, .rc = DL_RECOMPUTE_NONE}, b = {.cfg = c, .tp = 2, .rc = DL_RECOMPUTE_FULL};
+    run_t a = {.cfg = c, .tp = 2, .rc = DL_RECOMPUTE_NONE},
+          b = {.cfg = c, .tp = 2, .rc = DL_RECOMPUTE_FULL};
     run(&a);
     run(&b);
     ck_assert(a.loss == b.loss);

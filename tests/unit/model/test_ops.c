@@ -48,10 +48,12 @@ static void *xalloc(size_t bytes)
     if (p && g_nptrs == g_cap) {
         size_t cap = g_cap ? 2 * g_cap : 256;
         void **np = realloc(g_ptrs, cap * sizeof(void *));
-        if (np) g_ptrs = np, g_cap = cap;
+        if (np)
+            g_ptrs = np, g_cap = cap;
     }
     int ok = p && g_nptrs < g_cap;
-    if (ok) g_ptrs[g_nptrs++] = p;
+    if (ok)
+        g_ptrs[g_nptrs++] = p;
     pthread_mutex_unlock(&g_mu);
     if (!ok) {
         fprintf(stderr, "test_ops: out of memory\n");
@@ -145,7 +147,8 @@ static double fd_err(loss_fn f, void *ctx, double *x, const double *ga, size_t n
 {
     double amax = 0, nmax = 0, emax = 0;
     for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(ga[i]));
-    if (step == 0) step = 1;
+    if (step == 0)
+        step = 1;
     for (size_t i = 0; i < n; i = (i + step < n || i == n - 1) ? i + step : n - 1) {
         double x0 = x[i];
         x[i] = x0 + FD_H;
@@ -156,7 +159,8 @@ static double fd_err(loss_fn f, void *ctx, double *x, const double *ga, size_t n
         double gn = (lp - lm) / (2 * FD_H);
         nmax = fmax(nmax, fabs(gn));
         emax = fmax(emax, fabs(gn - ga[i]));
-        if (i == n - 1) break;
+        if (i == n - 1)
+            break;
     }
     double d = fmax(amax, nmax);
     return d > 0 ? emax / d : 0.0;
@@ -165,26 +169,28 @@ static double fd_err(loss_fn f, void *ctx, double *x, const double *ga, size_t n
 /* DISTLAB_TEST_VERBOSE=1 prints every measured error. */
 static void report(const char *what, const char *name, double e)
 {
-    if (getenv("DISTLAB_TEST_VERBOSE")) printf("  %-8s %-28s %.3g\n", what, name, e);
+    if (getenv("DISTLAB_TEST_VERBOSE"))
+        printf("  %-8s %-28s %.3g\n", what, name, e);
 }
 
-#define CHECK_FD(name, err)                                                                      \
-    do {                                                                                         \
-        double e_ = (err);                                                                       \
-        report("fd", name, e_);                                                                  \
-        ck_assert_msg(e_ <= FD_TOL, "%s: finite-difference error %.3g > %.1g", name, e_, FD_TOL); \
+#define CHECK_FD(name, err)                                                                        \
+    do {                                                                                           \
+        double e_ = (err);                                                                         \
+        report("fd", name, e_);                                                                    \
+        ck_assert_msg(e_ <= FD_TOL, "%s: finite-difference error %.3g > %.1g", name, e_, FD_TOL);  \
     } while (0)
 
-#define CHECK_AGREE(name, err)                                                                   \
-    do {                                                                                         \
-        double e_ = (err);                                                                       \
-        report("f32/f64", name, e_);                                                             \
-        ck_assert_msg(e_ <= AGREE_TOL, "%s: f32 vs f64 %.3g > %.1g", name, e_, AGREE_TOL);       \
+#define CHECK_AGREE(name, err)                                                                     \
+    do {                                                                                           \
+        double e_ = (err);                                                                         \
+        report("f32/f64", name, e_);                                                               \
+        ck_assert_msg(e_ <= AGREE_TOL, "%s: f32 vs f64 %.3g > %.1g", name, e_, AGREE_TOL);         \
     } while (0)
 
 static size_t fd_step(size_t n, size_t samples)
 {
-    if (DL_TEST_SMALL) samples = samples / 3 + 1;
+    if (DL_TEST_SMALL)
+        samples = samples / 3 + 1;
     return n / samples > 0 ? n / samples : 1;
 }
 
@@ -250,7 +256,7 @@ static double ln_loss(void *p)
 START_TEST(t_fd_layernorm)
 {
     /* C = 19: two 8-wide partial-sum blocks and a tail; C = 5: tail only */
-    int Cs[2] = { 19, 5 };
+    int Cs[2] = {19, 5};
     ln_ctx c;
     c.N = 6, c.C = Cs[_i];
     size_t n = (size_t)c.N * c.C;
@@ -309,7 +315,8 @@ START_TEST(t_fd_linear)
     for (int n = 0; n < c.N; n++)
         for (int o = 0; o < c.OC; o++) {
             long double s = with_bias ? c.bias[o] : 0;
-            for (int i = 0; i < c.IC; i++) s += (long double)c.inp[n * c.IC + i] * c.W[o * c.IC + i];
+            for (int i = 0; i < c.IC; i++)
+                s += (long double)c.inp[n * c.IC + i] * c.W[o * c.IC + i];
             ck_assert(fabs(c.out[n * c.OC + o] - (double)s) <= 1e-14 * (1 + fabs((double)s)));
         }
     double *dinp = drand(ni, -1, 1), *dW = drand(nw, -1, 1), *db = drand(c.OC, -1, 1);
@@ -318,7 +325,8 @@ START_TEST(t_fd_linear)
     sub(dinp, g0, ni), sub(dW, g0w, nw), sub(db, g0b, c.OC);
     CHECK_FD("linear inp", fd_err(lin_loss, &c, c.inp, dinp, ni, 1));
     CHECK_FD("linear W", fd_err(lin_loss, &c, c.W, dW, nw, 1));
-    if (with_bias) CHECK_FD("linear bias", fd_err(lin_loss, &c, c.bias, db, c.OC, 1));
+    if (with_bias)
+        CHECK_FD("linear bias", fd_err(lin_loss, &c, c.bias, db, c.OC, 1));
     else
         for (int o = 0; o < c.OC; o++) ck_assert(db[o] == 0.0); /* NULL dbias: untouched */
     /* NULL dinp and dW are skipped */
@@ -341,14 +349,16 @@ typedef struct ew_ctx {
 static double ew_loss(void *p)
 {
     ew_ctx *c = p;
-    if (c->op == 0) dl_gelu_fwd_f64(c->out, c->a, c->n);
-    else dl_residual_fwd_f64(c->out, c->a, c->b, c->n);
+    if (c->op == 0)
+        dl_gelu_fwd_f64(c->out, c->a, c->n);
+    else
+        dl_residual_fwd_f64(c->out, c->a, c->b, c->n);
     return dotR(c->out, c->R, c->n);
 }
 
 START_TEST(t_fd_gelu)
 {
-    ew_ctx c = { .n = 67, .op = 0 };
+    ew_ctx c = {.n = 67, .op = 0};
     c.a = drand(c.n, -5, 5), c.R = drand(c.n, -1, 1), c.out = dalloc(c.n);
     double *d = drand(c.n, -1, 1), *g0 = dcopy(d, c.n);
     dl_gelu_bwd_f64(d, c.a, c.R, c.n);
@@ -359,7 +369,7 @@ END_TEST
 
 START_TEST(t_fd_residual)
 {
-    ew_ctx c = { .n = 29, .op = 1 };
+    ew_ctx c = {.n = 29, .op = 1};
     c.a = drand(c.n, -1, 1), c.b = drand(c.n, -1, 1), c.R = drand(c.n, -1, 1);
     c.out = dalloc(c.n);
     double *da = drand(c.n, -1, 1), *db = drand(c.n, -1, 1);
@@ -391,7 +401,8 @@ static double att_loss(void *p)
                          3 * c->C, c->B, c->T, c->NH, c->HS);
     long double s = 0;
     for (int r = 0; r < c->B * c->T; r++)
-        for (int j = 0; j < c->C; j++) s += (long double)c->out[r * c->ldout + j] * c->R[r * c->ldout + j];
+        for (int j = 0; j < c->C; j++)
+            s += (long double)c->out[r * c->ldout + j] * c->R[r * c->ldout + j];
     return (double)s;
 }
 
@@ -409,8 +420,10 @@ START_TEST(t_fd_attention)
 {
     /* T = 7: one GEMM block; T = 70 (> DL_ATT_BLOCK): the causal block structure */
     att_ctx c;
-    if (_i == 0) att_setup(&c, 2, 7, 2, 3);
-    else att_setup(&c, 1, DL_TEST_SMALL ? DL_ATT_BLOCK + 3 : DL_ATT_BLOCK + 6, 2, 4);
+    if (_i == 0)
+        att_setup(&c, 2, 7, 2, 3);
+    else
+        att_setup(&c, 1, DL_TEST_SMALL ? DL_ATT_BLOCK + 3 : DL_ATT_BLOCK + 6, 2, 4);
     size_t N = (size_t)c.B * c.T, nq = N * 3 * c.C;
     att_loss(&c);
     /* probabilities: rows sum to 1, zero above the diagonal */
@@ -419,7 +432,8 @@ START_TEST(t_fd_attention)
             double s = 0;
             for (int j = 0; j < c.T; j++) {
                 double p = c.att[((size_t)bh * c.T + i) * c.T + j];
-                if (j > i) ck_assert(p == 0.0);
+                if (j > i)
+                    ck_assert(p == 0.0);
                 s += p;
             }
             ck_assert(fabs(s - 1) < 1e-14);
@@ -429,7 +443,7 @@ START_TEST(t_fd_attention)
                          c.qkv + c.C, c.qkv + 2 * c.C, 3 * c.C, c.att, c.B, c.T, c.NH, c.HS);
     sub(dqkv, g0, nq);
     /* split the check by q, k, v columns so each gets its own error */
-    static const char *nm[3] = { "attention q", "attention k", "attention v" };
+    static const char *nm[3] = {"attention q", "attention k", "attention v"};
     for (int part = 0; part < 3; part++) {
         double *ga = dalloc(nq);
         for (size_t r = 0; r < N; r++)
@@ -467,7 +481,7 @@ START_TEST(t_attention_split)
     size_t N = (size_t)c.B * c.T, nq = N * 3 * c.C, natt = (size_t)c.B * c.NH * c.T * c.T;
     int hh = c.NH / 2, HC = hh * c.HS, ld = 3 * c.C;
     att_loss(&c);
-    double *out2 = dalloc(N * c.ldout), *att2[2] = { dalloc(natt / 2), dalloc(natt / 2) };
+    double *out2 = dalloc(N * c.ldout), *att2[2] = {dalloc(natt / 2), dalloc(natt / 2)};
     for (int g = 0; g < 2; g++)
         dl_attention_fwd_f64(out2 + g * HC, c.ldout, att2[g], c.qkv + g * HC, c.qkv + c.C + g * HC,
                              c.qkv + 2 * c.C + g * HC, ld, c.B, c.T, hh, c.HS);
@@ -509,10 +523,10 @@ static void att_run_f32(int cap, const att_ctx *c, float *out, float *att, float
     for (size_t i = 0; i < nq; i++) qkv[i] = (float)c->qkv[i];
     for (size_t i = 0; i < N * c->ldout; i++) R[i] = (float)c->R[i];
     dl_ops_small_mm_cap(cap);
-    dl_attention_fwd_f32(out, c->ldout, att, qkv, qkv + c->C, qkv + 2 * c->C, 3 * c->C, c->B,
-                         c->T, c->NH, c->HS);
-    dl_attention_bwd_write_f32(dqkv, dqkv + c->C, dqkv + 2 * c->C, sc, R, c->ldout, qkv,
-                               qkv + c->C, qkv + 2 * c->C, 3 * c->C, att, c->B, c->T, c->NH, c->HS);
+    dl_attention_fwd_f32(out, c->ldout, att, qkv, qkv + c->C, qkv + 2 * c->C, 3 * c->C, c->B, c->T,
+                         c->NH, c->HS);
+    dl_attention_bwd_write_f32(dqkv, dqkv + c->C, dqkv + 2 * c->C, sc, R, c->ldout, qkv, qkv + c->C,
+                               qkv + 2 * c->C, 3 * c->C, att, c->B, c->T, c->NH, c->HS);
 }
 
 static void att_run_f64(int cap, const att_ctx *c, double *out, double *att, double *dqkv)
@@ -604,16 +618,18 @@ START_TEST(t_small_mm_levels)
     }
     dl_ops_small_mm_cap(-1);
     for (int l = 0; l <= top; l++) {
-        double e[6] = { rel_err_f32(o32[l], o64[0], no), rel_err_f32(a32[l], a64[0], na),
-                        rel_err_f32(d32[l], d64[0], nq), rel_err_f64(o64[l], o64[0], no),
-                        rel_err_f64(a64[l], a64[0], na), rel_err_f64(d64[l], d64[0], nq) };
+        double e[6] = {rel_err_f32(o32[l], o64[0], no), rel_err_f32(a32[l], a64[0], na),
+                       rel_err_f32(d32[l], d64[0], nq), rel_err_f64(o64[l], o64[0], no),
+                       rel_err_f64(a64[l], a64[0], na), rel_err_f64(d64[l], d64[0], nq)};
         if (getenv("DISTLAB_TEST_VERBOSE"))
-            printf("  level %d: f32 vs f64 out %.3g att %.3g dqkv %.3g; f64 vs BLAS %.3g %.3g %.3g\n",
+            printf("  level %d: f32 vs f64 out %.3g att %.3g dqkv %.3g; f64 vs BLAS %.3g %.3g "
+                   "%.3g\n",
                    l, e[0], e[1], e[2], e[3], e[4], e[5]);
         for (int k = 0; k < 3; k++) {
-            ck_assert_msg(e[k] <= 1e-5, "level %d: f32 attention differs from f64 by %.3g", l, e[k]);
-            ck_assert_msg(e[3 + k] <= 1e-13, "level %d: f64 attention differs from the BLAS by %.3g",
-                          l, e[3 + k]);
+            ck_assert_msg(e[k] <= 1e-5, "level %d: f32 attention differs from f64 by %.3g", l,
+                          e[k]);
+            ck_assert_msg(e[3 + k] <= 1e-13,
+                          "level %d: f64 attention differs from the BLAS by %.3g", l, e[3 + k]);
         }
     }
     if (top == 2) {
@@ -733,74 +749,76 @@ END_TEST
 
 /* One body for f32 and f64: T is the type, S the suffix. Output buffers start as garbage, so a
  * variant that reads what it should overwrite fails; in-place calls check the aliasing cases. */
-#define WRITE_VARIANTS(T, S)                                                                     \
-    static void write_variants_##S(void)                                                         \
-    {                                                                                            \
-        int N = 37, IC = 21, OC = 45, B = 2, TT = DL_TEST_SMALL ? 9 : DL_ATT_BLOCK + 7, NH = 2,   \
-            HS = 5, C = NH * HS;                                                                 \
-        size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;                    \
+#define WRITE_VARIANTS(T, S)                                                                       \
+    static void write_variants_##S(void)                                                           \
+    {                                                                                              \
+        int N = 37, IC = 21, OC = 45, B = 2, TT = DL_TEST_SMALL ? 9 : DL_ATT_BLOCK + 7, NH = 2,    \
+            HS = 5, C = NH * HS;                                                                   \
+        size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;                     \
         T *inp = xalloc(ni * sizeof(T)), *W = xalloc(nw * sizeof(T)), *d = xalloc(no * sizeof(T)); \
-        T *b = xalloc(OC * sizeof(T));                                                           \
-        double *r = drand(ni + nw + no + OC, -1, 1);                                             \
-        for (size_t i = 0; i < ni; i++) inp[i] = (T)r[i];                                        \
-        for (size_t i = 0; i < nw; i++) W[i] = (T)r[ni + i];                                     \
-        for (size_t i = 0; i < no; i++) d[i] = (T)(4 * r[ni + nw + i]);                          \
-        for (int i = 0; i < OC; i++) b[i] = (T)r[ni + nw + no + i];                              \
-        /* linear: dinp written == zeroed + accumulated; dW, dbias still accumulate */           \
-        T *x1 = xalloc(ni * sizeof(T)), *x2 = xalloc(ni * sizeof(T));                            \
-        T *w1 = xalloc(nw * sizeof(T)), *w2 = xalloc(nw * sizeof(T));                            \
-        T *b1 = xalloc(OC * sizeof(T)), *b2 = xalloc(OC * sizeof(T));                            \
-        for (size_t i = 0; i < ni; i++) x2[i] = (T)99;                                           \
-        for (size_t i = 0; i < nw; i++) w1[i] = w2[i] = (T)r[i % ni];                            \
-        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                       \
-        dl_linear_bwd_##S(x1, w1, b1, d, inp, W, N, IC, OC);                                     \
-        dl_linear_bwd_write_##S(x2, w2, b2, d, inp, W, N, IC, OC);                               \
-        ck_assert(memcmp(x1, x2, ni * sizeof(T)) == 0);                                          \
-        ck_assert(memcmp(w1, w2, nw * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);   \
+        T *b = xalloc(OC * sizeof(T));                                                             \
+        double *r = drand(ni + nw + no + OC, -1, 1);                                               \
+        for (size_t i = 0; i < ni; i++) inp[i] = (T)r[i];                                          \
+        for (size_t i = 0; i < nw; i++) W[i] = (T)r[ni + i];                                       \
+        for (size_t i = 0; i < no; i++) d[i] = (T)(4 * r[ni + nw + i]);                            \
+        for (int i = 0; i < OC; i++) b[i] = (T)r[ni + nw + no + i];                                \
+        /* linear: dinp written == zeroed + accumulated; dW, dbias still accumulate */             \
+        T *x1 = xalloc(ni * sizeof(T)), *x2 = xalloc(ni * sizeof(T));                              \
+        T *w1 = xalloc(nw * sizeof(T)), *w2 = xalloc(nw * sizeof(T));                              \
+        T *b1 = xalloc(OC * sizeof(T)), *b2 = xalloc(OC * sizeof(T));                              \
+        for (size_t i = 0; i < ni; i++) x2[i] = (T)99;                                             \
+        for (size_t i = 0; i < nw; i++) w1[i] = w2[i] = (T)r[i % ni];                              \
+        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                         \
+        dl_linear_bwd_##S(x1, w1, b1, d, inp, W, N, IC, OC);                                       \
+        dl_linear_bwd_write_##S(x2, w2, b2, d, inp, W, N, IC, OC);                                 \
+        ck_assert(memcmp(x1, x2, ni * sizeof(T)) == 0);                                            \
+        ck_assert(memcmp(w1, w2, nw * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);     \
         /* GeLU: fwd_deriv's out is dl_gelu_fwd's, in place over the input too; bwd_deriv ==   \
-         * dl_gelu_bwd into zeros + the column sums, also in place over dout */                 \
+         * dl_gelu_bwd into zeros + the column sums, also in place over dout */   \
         T *y1 = xalloc(no * sizeof(T)), *y2 = xalloc(no * sizeof(T)), *g = xalloc(no * sizeof(T)); \
-        T *dd = xalloc(no * sizeof(T)), *e1 = xalloc(no * sizeof(T)), *e2 = xalloc(no * sizeof(T)); \
-        for (size_t i = 0; i < no; i++) g[i] = d[i], dd[i] = (T)r[i % ni], e2[i] = (T)-7;        \
-        dl_gelu_fwd_##S(y1, d, no);                                                              \
-        dl_gelu_fwd_deriv_##S(y2, g, g, no);                                                     \
-        ck_assert(memcmp(y1, y2, no * sizeof(T)) == 0);                                          \
-        dl_gelu_bwd_##S(e1, d, dd, no);                                                          \
-        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                       \
-        for (int n = 0; n < N; n++)                                                              \
-            for (int o = 0; o < OC; o++) b1[o] += e1[(size_t)n * OC + o];                        \
-        dl_gelu_bwd_deriv_##S(e2, b2, g, dd, N, OC);                                             \
-        ck_assert(memcmp(e1, e2, no * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);   \
-        dl_gelu_bwd_deriv_##S(dd, NULL, g, dd, N, OC);                                           \
-        ck_assert(memcmp(e1, dd, no * sizeof(T)) == 0);                                          \
-        /* bias + residual in one pass == bias, then residual; out aliasing a and res */         \
-        T *a1 = xalloc(no * sizeof(T)), *a2 = xalloc(no * sizeof(T)), *a3 = xalloc(no * sizeof(T)); \
-        for (size_t i = 0; i < no; i++) a1[i] = a2[i] = y1[i], a3[i] = (T)5;                     \
-        for (int n = 0; n < N; n++)                                                              \
-            for (int o = 0; o < OC; o++) a1[(size_t)n * OC + o] += b[o];                         \
-        dl_residual_fwd_##S(a1, a1, d, no);                                                      \
-        dl_residual_bias_fwd_##S(a3, a2, b, d, N, OC);                                           \
-        ck_assert(memcmp(a1, a3, no * sizeof(T)) == 0);                                          \
-        dl_residual_bias_fwd_##S(a2, a2, b, d, N, OC);                                           \
-        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                          \
-        for (size_t i = 0; i < no; i++) a2[i] = d[i];                                            \
-        dl_residual_bias_fwd_##S(a2, y1, b, a2, N, OC);                                          \
-        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                          \
-        /* attention: dq, dk, dv written == zeroed + accumulated (packed, several blocks) */     \
-        size_t nr = (size_t)B * TT, nq = nr * 3 * C;                                             \
-        T *qkv = xalloc(nq * sizeof(T)), *dout = xalloc(nr * C * sizeof(T));                     \
-        T *att = xalloc((size_t)B * NH * TT * TT * sizeof(T)), *o = xalloc(nr * C * sizeof(T));  \
-        T *sc = xalloc((size_t)TT * TT * sizeof(T));                                             \
-        T *q1 = xalloc(nq * sizeof(T)), *q2 = xalloc(nq * sizeof(T));                            \
-        double *ra = drand(nq + nr * C, -1.5, 1.5);                                              \
-        for (size_t i = 0; i < nq; i++) qkv[i] = (T)ra[i], q2[i] = (T)3;                         \
-        for (size_t i = 0; i < nr * C; i++) dout[i] = (T)ra[nq + i];                             \
-        dl_attention_fwd_##S(o, C, att, qkv, qkv + C, qkv + 2 * C, 3 * C, B, TT, NH, HS);        \
-        dl_attention_bwd_##S(q1, q1 + C, q1 + 2 * C, sc, dout, C, qkv, qkv + C, qkv + 2 * C,     \
-                             3 * C, att, B, TT, NH, HS);                                         \
-        dl_attention_bwd_write_##S(q2, q2 + C, q2 + 2 * C, sc, dout, C, qkv, qkv + C,            \
-                                   qkv + 2 * C, 3 * C, att, B, TT, NH, HS);                      \
-        ck_assert(memcmp(q1, q2, nq * sizeof(T)) == 0);                                          \
+        T *dd = xalloc(no * sizeof(T)), *e1 = xalloc(no * sizeof(T)),                              \
+          *e2 = xalloc(no * sizeof(T));                                                            \
+        for (size_t i = 0; i < no; i++) g[i] = d[i], dd[i] = (T)r[i % ni], e2[i] = (T)-7;          \
+        dl_gelu_fwd_##S(y1, d, no);                                                                \
+        dl_gelu_fwd_deriv_##S(y2, g, g, no);                                                       \
+        ck_assert(memcmp(y1, y2, no * sizeof(T)) == 0);                                            \
+        dl_gelu_bwd_##S(e1, d, dd, no);                                                            \
+        for (int i = 0; i < OC; i++) b1[i] = b2[i] = (T)i;                                         \
+        for (int n = 0; n < N; n++)                                                                \
+            for (int o = 0; o < OC; o++) b1[o] += e1[(size_t)n * OC + o];                          \
+        dl_gelu_bwd_deriv_##S(e2, b2, g, dd, N, OC);                                               \
+        ck_assert(memcmp(e1, e2, no * sizeof(T)) == 0 && memcmp(b1, b2, OC * sizeof(T)) == 0);     \
+        dl_gelu_bwd_deriv_##S(dd, NULL, g, dd, N, OC);                                             \
+        ck_assert(memcmp(e1, dd, no * sizeof(T)) == 0);                                            \
+        /* bias + residual in one pass == bias, then residual; out aliasing a and res */           \
+        T *a1 = xalloc(no * sizeof(T)), *a2 = xalloc(no * sizeof(T)),                              \
+          *a3 = xalloc(no * sizeof(T));                                                            \
+        for (size_t i = 0; i < no; i++) a1[i] = a2[i] = y1[i], a3[i] = (T)5;                       \
+        for (int n = 0; n < N; n++)                                                                \
+            for (int o = 0; o < OC; o++) a1[(size_t)n * OC + o] += b[o];                           \
+        dl_residual_fwd_##S(a1, a1, d, no);                                                        \
+        dl_residual_bias_fwd_##S(a3, a2, b, d, N, OC);                                             \
+        ck_assert(memcmp(a1, a3, no * sizeof(T)) == 0);                                            \
+        dl_residual_bias_fwd_##S(a2, a2, b, d, N, OC);                                             \
+        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                            \
+        for (size_t i = 0; i < no; i++) a2[i] = d[i];                                              \
+        dl_residual_bias_fwd_##S(a2, y1, b, a2, N, OC);                                            \
+        ck_assert(memcmp(a1, a2, no * sizeof(T)) == 0);                                            \
+        /* attention: dq, dk, dv written == zeroed + accumulated (packed, several blocks) */       \
+        size_t nr = (size_t)B * TT, nq = nr * 3 * C;                                               \
+        T *qkv = xalloc(nq * sizeof(T)), *dout = xalloc(nr * C * sizeof(T));                       \
+        T *att = xalloc((size_t)B * NH * TT * TT * sizeof(T)), *o = xalloc(nr * C * sizeof(T));    \
+        T *sc = xalloc((size_t)TT * TT * sizeof(T));                                               \
+        T *q1 = xalloc(nq * sizeof(T)), *q2 = xalloc(nq * sizeof(T));                              \
+        double *ra = drand(nq + nr * C, -1.5, 1.5);                                                \
+        for (size_t i = 0; i < nq; i++) qkv[i] = (T)ra[i], q2[i] = (T)3;                           \
+        for (size_t i = 0; i < nr * C; i++) dout[i] = (T)ra[nq + i];                               \
+        dl_attention_fwd_##S(o, C, att, qkv, qkv + C, qkv + 2 * C, 3 * C, B, TT, NH, HS);          \
+        dl_attention_bwd_##S(q1, q1 + C, q1 + 2 * C, sc, dout, C, qkv, qkv + C, qkv + 2 * C,       \
+                             3 * C, att, B, TT, NH, HS);                                           \
+        dl_attention_bwd_write_##S(q2, q2 + C, q2 + 2 * C, sc, dout, C, qkv, qkv + C, qkv + 2 * C, \
+                                   3 * C, att, B, TT, NH, HS);                                     \
+        ck_assert(memcmp(q1, q2, nq * sizeof(T)) == 0);                                            \
     }
 WRITE_VARIANTS(float, f32)
 WRITE_VARIANTS(double, f64)
@@ -881,7 +899,8 @@ START_TEST(t_adamw)
             long double pi = p0[i] - hlr * (mh / (sqrtl(vh) + heps) + hwd * p0[i]);
             /* errors in units of the magnitudes that enter each result (cancellation-proof) */
             long double ms = hb1 * fabsl(m0[i]) + (1 - hb1) * fabsl(gg) + 1e-300L;
-            long double ps = fabsl(p0[i]) + hlr * (fabsl(mh) / (sqrtl(vh) + heps) + hwd * fabsl(p0[i]));
+            long double ps =
+                fabsl(p0[i]) + hlr * (fabsl(mh) / (sqrtl(vh) + heps) + hwd * fabsl(p0[i]));
             if (prec) {
                 ep32 = fmax(ep32, (double)(fabsl(p32[i] - pi) / ps));
                 continue;
@@ -893,8 +912,8 @@ START_TEST(t_adamw)
     }
     report("formula", "adamw f64 p", ep), report("formula", "adamw f64 m", em);
     report("formula", "adamw f64 v", ev), report("formula", "adamw f32 p", ep32);
-    ck_assert_msg(ep <= 1e-15 && em <= 1e-15 && ev <= 1e-15, "f64 adamw: p %.3g m %.3g v %.3g",
-                  ep, em, ev);
+    ck_assert_msg(ep <= 1e-15 && em <= 1e-15 && ev <= 1e-15, "f64 adamw: p %.3g m %.3g v %.3g", ep,
+                  em, ev);
     ck_assert_msg(ep32 <= 3e-7, "f32 adamw: p %.3g", ep32);
     ck_assert(m[0] == m0[0] * b1 && v[0] == 0.0 && fabs(p[0] - p0[0] * (1 - lr * wd)) < 1e-16);
 }
@@ -946,8 +965,8 @@ START_TEST(t_f32_vs_f64)
                *d = drand(nc, -1, 1);
         round32(x, nc), round32(w, C), round32(b, C), round32(d, nc);
         float *x32 = to32(x, nc), *w32 = to32(w, C), *b32 = to32(b, C), *d32 = to32(d, nc);
-        double *o = dalloc(nc), *mu = dalloc(N), *rs = dalloc(N), *dx = dalloc(nc),
-               *dw = dalloc(C), *db = dalloc(C);
+        double *o = dalloc(nc), *mu = dalloc(N), *rs = dalloc(N), *dx = dalloc(nc), *dw = dalloc(C),
+               *db = dalloc(C);
         float *o32 = falloc(nc), *mu32 = falloc(N), *rs32 = falloc(N), *dx32 = falloc(nc),
               *dw32 = falloc(C), *db32 = falloc(C);
         dl_layernorm_fwd_f64(o, mu, rs, x, w, b, (int)N, C);
@@ -1009,7 +1028,8 @@ START_TEST(t_f32_vs_f64)
         round32(qkv, nq), round32(d, nc);
         float *qkv32 = to32(qkv, nq), *d32 = to32(d, nc);
         double *o = dalloc(nc), *att = dalloc(na), *dq = dalloc(nq), *sc = dalloc((size_t)T * T);
-        float *o32 = falloc(nc), *att32 = falloc(na), *dq32 = falloc(nq), *sc32 = falloc((size_t)T * T);
+        float *o32 = falloc(nc), *att32 = falloc(na), *dq32 = falloc(nq),
+              *sc32 = falloc((size_t)T * T);
         dl_attention_fwd_f64(o, C, att, qkv, qkv + C, qkv + 2 * C, 3 * C, B, T, NH, HS);
         dl_attention_fwd_f32(o32, C, att32, qkv32, qkv32 + C, qkv32 + 2 * C, 3 * C, B, T, NH, HS);
         dl_attention_bwd_f64(dq, dq + C, dq + 2 * C, sc, d, C, qkv, qkv + C, qkv + 2 * C, 3 * C,
@@ -1045,18 +1065,31 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* a tiny GPT composed from the ops (f64)                                                       */
 
-enum { K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_PROJW, K_PROJB, K_LN2W, K_LN2B, K_FCW, K_FCB, K_FC2W,
-       K_FC2B, K_PER_LAYER };
+enum {
+    K_LN1W,
+    K_LN1B,
+    K_QKVW,
+    K_QKVB,
+    K_PROJW,
+    K_PROJB,
+    K_LN2W,
+    K_LN2B,
+    K_FCW,
+    K_FCB,
+    K_FC2W,
+    K_FC2B,
+    K_PER_LAYER
+};
 #define TM_MAXT 64
 
 typedef struct tiny {
     int V, maxT, C, NH, L, B, T;
-    int nt;                  /* tensors: wte, wpe, L x K_PER_LAYER, lnfw, lnfb, head */
+    int nt; /* tensors: wte, wpe, L x K_PER_LAYER, lnfw, lnfb, head */
     size_t off[TM_MAXT], len[TM_MAXT], np;
     double *params, *grads;
     int *tok, *tgt;
     /* activations */
-    double **x;              /* L + 1 residual-stream tensors (N, C) */
+    double **x; /* L + 1 residual-stream tensors (N, C) */
     double **ln1, **m1, **r1, **qkv, **att, **atty, **xmid, **ln2, **m2, **r2, **h, **hg;
     double *lnf, *mf, *rf, *logits;
     /* activation gradients and scratch */
@@ -1071,7 +1104,8 @@ static void tiny_init(tiny *m, uint64_t seed, int V, int C, int NH, int L, int B
 {
     memset(m, 0, sizeof *m);
     m->V = V, m->maxT = T + 1, m->C = C, m->NH = NH, m->L = L, m->B = B, m->T = T;
-    size_t per[K_PER_LAYER] = { C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C };
+    size_t per[K_PER_LAYER] = {C, C, 3 * C * C, 3 * C, C * C,     C,
+                               C, C, 4 * C * C, 4 * C, 4 * C * C, C};
     int t = 0;
     m->len[t++] = (size_t)V * C;
     m->len[t++] = (size_t)m->maxT * C;
@@ -1085,7 +1119,7 @@ static void tiny_init(tiny *m, uint64_t seed, int V, int C, int NH, int L, int B
     m->params = drand_s(m->np, -0.4, 0.4, &seed);
     m->grads = dalloc(m->np);
     /* LayerNorm weights near 1 */
-    int lnw[2] = { K_LN1W, K_LN2W };
+    int lnw[2] = {K_LN1W, K_LN2W};
     for (int l = 0; l < L; l++)
         for (int j = 0; j < 2; j++)
             for (int c = 0; c < C; c++) tp(m, tl(l, lnw[j]))[c] += 1.0;
@@ -1096,10 +1130,10 @@ static void tiny_init(tiny *m, uint64_t seed, int V, int C, int NH, int L, int B
         m->tok[i] = (int)(tu_rand_u64(seed, 1, i) % (uint64_t)V);
         m->tgt[i] = (int)(tu_rand_u64(seed, 2, i) % (uint64_t)V);
     }
-    double ***acts[] = { &m->ln1, &m->m1, &m->r1, &m->qkv, &m->att, &m->atty, &m->xmid, &m->ln2,
-                         &m->m2, &m->r2, &m->h, &m->hg };
-    size_t sz[] = { N * C, N, N, N * 3 * C, (size_t)B * NH * T * T, N * C, N * C, N * C,
-                    N, N, N * 4 * C, N * 4 * C };
+    double ***acts[] = {&m->ln1,  &m->m1,  &m->r1, &m->qkv, &m->att, &m->atty,
+                        &m->xmid, &m->ln2, &m->m2, &m->r2,  &m->h,   &m->hg};
+    size_t sz[] = {N * C, N, N,         N * 3 * C, (size_t)B * NH * T * T, N * C, N * C, N * C,
+                   N,     N, N * 4 * C, N * 4 * C};
     m->x = xalloc((size_t)(L + 1) * sizeof(double *));
     for (int l = 0; l <= L; l++) m->x[l] = dalloc(N * C);
     for (size_t a = 0; a < sizeof sz / sizeof sz[0]; a++) {
@@ -1121,8 +1155,8 @@ static double tiny_forward(tiny *m)
                              tp(m, tl(l, K_LN1B)), N, C);
         dl_linear_fwd_f64(m->qkv[l], m->ln1[l], tp(m, tl(l, K_QKVW)), tp(m, tl(l, K_QKVB)), N, C,
                           3 * C);
-        dl_attention_fwd_f64(m->atty[l], C, m->att[l], m->qkv[l], m->qkv[l] + C,
-                             m->qkv[l] + 2 * C, 3 * C, B, T, NH, HS);
+        dl_attention_fwd_f64(m->atty[l], C, m->att[l], m->qkv[l], m->qkv[l] + C, m->qkv[l] + 2 * C,
+                             3 * C, B, T, NH, HS);
         dl_linear_fwd_f64(m->xmid[l], m->atty[l], tp(m, tl(l, K_PROJW)), tp(m, tl(l, K_PROJB)), N,
                           C, C);
         dl_residual_fwd_f64(m->xmid[l], m->xmid[l], m->x[l], (size_t)N * C);
@@ -1135,7 +1169,8 @@ static double tiny_forward(tiny *m)
                           4 * C, C);
         dl_residual_fwd_f64(m->x[l + 1], m->x[l + 1], m->xmid[l], (size_t)N * C);
     }
-    dl_layernorm_fwd_f64(m->lnf, m->mf, m->rf, m->x[m->L], tp(m, m->nt - 3), tp(m, m->nt - 2), N, C);
+    dl_layernorm_fwd_f64(m->lnf, m->mf, m->rf, m->x[m->L], tp(m, m->nt - 3), tp(m, m->nt - 2), N,
+                         C);
     dl_linear_fwd_f64(m->logits, m->lnf, tp(m, m->nt - 1), NULL, N, C, m->V);
     return dl_crossentropy_fwd_f64(m->logits, NULL, m->logits, m->tgt, N, m->V); /* in place */
 }
@@ -1201,7 +1236,8 @@ START_TEST(t_fd_tiny_model)
     int worst_t = -1;
     for (int t = 0; t < m.nt; t++) {
         double e = fd_err(tiny_loss, &m, tp(&m, t), g1 + m.off[t], m.len[t], fd_step(m.len[t], 24));
-        if (e > worst) worst = e, worst_t = t;
+        if (e > worst)
+            worst = e, worst_t = t;
     }
     report("fd", "tiny model (worst tensor)", worst);
     ck_assert_msg(worst <= FD_TOL, "tiny model: tensor %d finite-difference error %.3g", worst_t,

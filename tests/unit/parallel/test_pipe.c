@@ -29,19 +29,30 @@ typedef struct hand_arg {
     int status[8];
 } hand_arg;
 
-static double code(int mb, int vstage, int grad, int i) { return grad * 1e7 + mb * 1e5 + vstage * 1e3 + i % 100; }
+static double code(int mb, int vstage, int grad, int i)
+{
+    return grad * 1e7 + mb * 1e5 + vstage * 1e3 + i % 100;
+}
 
-static void *h_fwd_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((hand_rank *)arg)->in; }
-static void *h_bwd_in(void *arg, int mb, int ch) { (void)mb, (void)ch; return ((hand_rank *)arg)->gin; }
+static void *h_fwd_in(void *arg, int mb, int ch)
+{
+    (void)mb, (void)ch;
+    return ((hand_rank *)arg)->in;
+}
+static void *h_bwd_in(void *arg, int mb, int ch)
+{
+    (void)mb, (void)ch;
+    return ((hand_rank *)arg)->gin;
+}
 
 static int h_fwd(void *arg, int mb, int ch, const void **out)
 {
     hand_rank *h = arg;
     int vs = ch * h->p + h->stage;
-    if (vs > 0 && (h->in[0] != code(mb, vs - 1, 0, 0) || h->in[HCOUNT - 1] != code(mb, vs - 1, 0, HCOUNT - 1)))
+    if (vs > 0 && (h->in[0] != code(mb, vs - 1, 0, 0) ||
+                   h->in[HCOUNT - 1] != code(mb, vs - 1, 0, HCOUNT - 1)))
         h->wrong++;
-    for (int i = 0; i < HCOUNT; i++)
-        h->out[i] = code(mb, vs, 0, i);
+    for (int i = 0; i < HCOUNT; i++) h->out[i] = code(mb, vs, 0, i);
     h->fwd++;
     *out = h->out;
     return DL_OK;
@@ -51,10 +62,10 @@ static int h_bwd(void *arg, int mb, int ch, const void **din)
 {
     hand_rank *h = arg;
     int vs = ch * h->p + h->stage, last = h->p * h->v - 1;
-    if (vs < last && (h->gin[0] != code(mb, vs + 1, 1, 0) || h->gin[HCOUNT - 1] != code(mb, vs + 1, 1, HCOUNT - 1)))
+    if (vs < last && (h->gin[0] != code(mb, vs + 1, 1, 0) ||
+                      h->gin[HCOUNT - 1] != code(mb, vs + 1, 1, HCOUNT - 1)))
         h->wrong++;
-    for (int i = 0; i < HCOUNT; i++)
-        h->gout[i] = code(mb, vs, 1, i);
+    for (int i = 0; i < HCOUNT; i++) h->gout[i] = code(mb, vs, 1, i);
     if (h->sleep_ms && h->bwd == 0) {
         struct timespec ts = {0, h->sleep_ms * 1000000L};
         nanosleep(&ts, NULL);
@@ -112,8 +123,8 @@ START_TEST(engine_accounting)
     ck_assert_msg(tu_run_world(2, hand_fn, a) == DL_OK, "%s", dl_errmsg());
     for (int r = 0; r < 2; r++) {
         const dl_pipe_stats *st = &a->r[r].st;
-        uint64_t sum = st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns + st->drain_ns +
-                       st->engine_ns;
+        uint64_t sum =
+            st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns + st->drain_ns + st->engine_ns;
         ck_assert_msg(sum == st->wall_ns, "stage %d: parts %llu, wall %llu", r,
                       (unsigned long long)sum, (unsigned long long)st->wall_ns);
     }
@@ -121,7 +132,8 @@ START_TEST(engine_accounting)
     ck_assert_msg(last->drain_ns + last->send_ns >= 100000000ull,
                   "stage 1 waited %llu ns to drain and %llu to send, want >= 100 ms of the 200",
                   (unsigned long long)last->drain_ns, (unsigned long long)last->send_ns);
-    ck_assert_msg(last->engine_ns < 100000000ull, "stage 1's engine overhead %llu ns holds the wait",
+    ck_assert_msg(last->engine_ns < 100000000ull,
+                  "stage 1's engine overhead %llu ns holds the wait",
                   (unsigned long long)last->engine_ns);
     free(a);
     dl_sched_free(s);
@@ -233,7 +245,8 @@ START_TEST(controls)
             ck_assert_msg(same == 0 && atomic_load(&h[k].skipped) + atomic_load(&h[k].perturbed),
                           "pp 2 dp %d %s control %d: %s", o.dp, dl_dtype_name(o.dtype), k,
                           same ? "passed as the same model" : why);
-            fprintf(stderr, "control pp 2 dp %d %s %s: differs (%s)\n", o.dp, dl_dtype_name(o.dtype),
+            fprintf(stderr, "control pp 2 dp %d %s %s: differs (%s)\n", o.dp,
+                    dl_dtype_name(o.dtype),
                     k ? "one element perturbed" : "first gradient all-reduce skipped", why);
         }
     }
@@ -241,23 +254,19 @@ START_TEST(controls)
 END_TEST
 
 /* loop index -> (p, m, schedule) */
-static const struct { int p, m, sched; } CASES[] = {
-    {2, 4, DL_SCHED_GPIPE}, {2, 4, DL_SCHED_1F1B}, {2, 4, DL_SCHED_INTERLEAVED},
-    {4, 8, DL_SCHED_1F1B}, {2, 1, DL_SCHED_GPIPE}, {4, 4, DL_SCHED_GPIPE},
-    {4, 1, DL_SCHED_1F1B}, {2, 8, DL_SCHED_INTERLEAVED}, {4, 8, DL_SCHED_GPIPE},
+static const struct {
+    int p, m, sched;
+} CASES[] = {
+    {2, 4, DL_SCHED_GPIPE}, {2, 4, DL_SCHED_1F1B},        {2, 4, DL_SCHED_INTERLEAVED},
+    {4, 8, DL_SCHED_1F1B},  {2, 1, DL_SCHED_GPIPE},       {4, 4, DL_SCHED_GPIPE},
+    {4, 1, DL_SCHED_1F1B},  {2, 8, DL_SCHED_INTERLEAVED}, {4, 8, DL_SCHED_GPIPE},
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 
-START_TEST(pp_f64)
-{
-    equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F64));
-}
+START_TEST(pp_f64) { equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F64)); }
 END_TEST
 
-START_TEST(pp_f32)
-{
-    equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F32));
-}
+START_TEST(pp_f32) { equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F32)); }
 END_TEST
 
 START_TEST(pp_interleaved4_f64)
@@ -334,13 +343,14 @@ START_TEST(pp_bf16_same_as_dp)
         ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
         ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
         for (int i = 0; i < ra.nsteps; i++)
-            ck_assert_msg(ra.steps[i].loss == rb.steps[i].loss, "bf16 zero %d step %d: loss %.17g "
-                          "with pp 2, %.17g without", zero, i + 1, ra.steps[i].loss,
-                          rb.steps[i].loss);
+            ck_assert_msg(ra.steps[i].loss == rb.steps[i].loss,
+                          "bf16 zero %d step %d: loss %.17g "
+                          "with pp 2, %.17g without",
+                          zero, i + 1, ra.steps[i].loss, rb.steps[i].loss);
         char name[48];
         double w = tu_worst_tensor_rel(&a.model, ra.params, rb.params, name);
-        ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero,
-                      w, name);
+        ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero, w,
+                      name);
         dl_train_result_free(&ra);
         dl_train_result_free(&rb);
     }
@@ -382,8 +392,10 @@ START_TEST(activation_memory)
         ck_assert_int_eq(r.pp_slots[0], k == 0 ? 8 : 4);
         dl_train_result_free(&r);
     }
-    ck_assert_msg(act[1] * 8 <= act[0] * 4, "1F1B stage 1 holds %llu activation bytes, GPipe %llu: "
-                  "more than p/m = 4/8", (unsigned long long)act[1], (unsigned long long)act[0]);
+    ck_assert_msg(act[1] * 8 <= act[0] * 4,
+                  "1F1B stage 1 holds %llu activation bytes, GPipe %llu: "
+                  "more than p/m = 4/8",
+                  (unsigned long long)act[1], (unsigned long long)act[0]);
     ck_assert(act[1] > 0);
 }
 END_TEST

@@ -11,7 +11,7 @@
 #include "parallel/sched_priv.h"
 #include "../testutil.h"
 
-#define ck_near(x, want, tol)                                                                    \
+#define ck_near(x, want, tol)                                                                      \
     ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.12g, want %.12g +- %g", #x, \
                   (double)(x), (double)(want), (double)(tol))
 
@@ -60,7 +60,8 @@ START_TEST(t_lecture_grids)
 
     char *a = render(naive, 0), *b = render(gpipe, 0), *both = NULL;
     ck_assert_int_eq(dl_sched_side_by_side(a, b, LECTURE_COLUMN, &both), DL_OK);
-    ck_assert_msg(strcmp(both, LECTURE_NAIVE_GPIPE) == 0, "got\n%s\nwant\n%s", both, LECTURE_NAIVE_GPIPE);
+    ck_assert_msg(strcmp(both, LECTURE_NAIVE_GPIPE) == 0, "got\n%s\nwant\n%s", both,
+                  LECTURE_NAIVE_GPIPE);
     free(a);
     free(b);
     free(both);
@@ -95,7 +96,8 @@ static char *stage_str(const dl_sched *s, int q)
     char a[32];
     out[0] = '\0';
     for (int i = 0; i < s->len[q]; i++) {
-        if (i) strcat(out, " ");
+        if (i)
+            strcat(out, " ");
         strcat(out, dl_sched_action_str(s, &s->act[q][i], a, sizeof a));
     }
     return out;
@@ -140,15 +142,21 @@ END_TEST
 
 START_TEST(t_bubbles)
 {
-    struct { int kind, m; double want; const char *pct; } cases[] = {
-        {DL_SCHED_NAIVE, 1, 0.75, "75.0"}, {DL_SCHED_GPIPE, 4, 3.0 / 7, "42.9"},
-        {DL_SCHED_1F1B, 8, 3.0 / 11, "27.3"}, {DL_SCHED_GPIPE, 8, 3.0 / 11, "27.3"},
+    struct {
+        int kind, m;
+        double want;
+        const char *pct;
+    } cases[] = {
+        {DL_SCHED_NAIVE, 1, 0.75, "75.0"},
+        {DL_SCHED_GPIPE, 4, 3.0 / 7, "42.9"},
+        {DL_SCHED_1F1B, 8, 3.0 / 11, "27.3"},
+        {DL_SCHED_GPIPE, 8, 3.0 / 11, "27.3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dl_sched *s;
-        int st = cases[i].kind == DL_SCHED_NAIVE ? dl_sched_naive(4, &s)
+        int st = cases[i].kind == DL_SCHED_NAIVE   ? dl_sched_naive(4, &s)
                  : cases[i].kind == DL_SCHED_GPIPE ? dl_sched_gpipe(4, cases[i].m, &s)
-                                                  : dl_sched_1f1b(4, cases[i].m, &s);
+                                                   : dl_sched_1f1b(4, cases[i].m, &s);
         ck_assert_int_eq(st, DL_OK);
         dl_sched_sim *sim = sim_of(s, NULL);
         ck_near(sim->bubble_total, cases[i].want, 1e-12);
@@ -180,7 +188,7 @@ START_TEST(t_activations)
     ck_assert_int_eq(dl_sched_1f1b(4, 8, &f), DL_OK);
     dl_sched_sim *sg = sim_of(g, NULL), *sf = sim_of(f, NULL);
     for (int q = 0; q < 4; q++) {
-        ck_assert_int_eq(sg->peak_act[q], 8);    /* GPipe: m */
+        ck_assert_int_eq(sg->peak_act[q], 8);     /* GPipe: m */
         ck_assert_int_eq(sf->peak_act[q], 4 - q); /* 1F1B: 4 / 3 / 2 / 1 */
         ck_assert_int_eq(sf->peak_act[q], dl_plan_inflight(DL_PLAN_1F1B, 4, 8, q + 1));
         ck_assert_int_eq(sg->peak_act[q], dl_plan_inflight(DL_PLAN_GPIPE, 4, 8, q + 1));
@@ -224,8 +232,10 @@ START_TEST(t_versions)
                 /* warm-up micro-batches see fewer updates; steady ones exactly p - s */
                 ck_assert_int_eq(v->gap[k], j < w ? j : w);
                 if (stash)
-                    ck_assert_msg(v->bwd[k] == v->fwd[k], "stage %d mb %d: backward uses version %d, "
-                                  "forward used %d", q, j, v->bwd[k], v->fwd[k]);
+                    ck_assert_msg(v->bwd[k] == v->fwd[k],
+                                  "stage %d mb %d: backward uses version %d, "
+                                  "forward used %d",
+                                  q, j, v->bwd[k], v->fwd[k]);
                 else
                     ck_assert_int_eq(v->bwd[k], v->fwd[k] + v->gap[k]);
             }
@@ -273,7 +283,8 @@ START_TEST(t_terapipe)
     s->act[1][2] = s->act[1][3];
     s->act[1][3] = t;
     ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);
-    ck_assert_msg(strstr(dl_errmsg(), "stage 1 action 2 (B0)") && strstr(dl_errmsg(), "token chunk 0"),
+    ck_assert_msg(strstr(dl_errmsg(), "stage 1 action 2 (B0)") &&
+                      strstr(dl_errmsg(), "token chunk 0"),
                   "%s", dl_errmsg());
     dl_sched_free(s);
 }
@@ -314,16 +325,16 @@ static dl_sched *custom(int p, int m, int v)
     return s;
 }
 
-#define ck_rejects(s, ...)                                                                      \
-    do {                                                                                        \
-        ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);                                      \
-        const char *want_[] = {__VA_ARGS__};                                                    \
-        for (size_t w_ = 0; w_ < sizeof want_ / sizeof want_[0]; w_++)                          \
-            ck_assert_msg(strstr(dl_errmsg(), want_[w_]) != NULL, "message '%s' lacks '%s'",    \
-                          dl_errmsg(), want_[w_]);                                              \
-        dl_sched_sim *sim_ = NULL;                                                              \
-        ck_assert_int_eq(dl_sched_simulate(s, NULL, &sim_), DL_EINVAL);                         \
-        ck_assert(sim_ == NULL);                                                                \
+#define ck_rejects(s, ...)                                                                         \
+    do {                                                                                           \
+        ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);                                         \
+        const char *want_[] = {__VA_ARGS__};                                                       \
+        for (size_t w_ = 0; w_ < sizeof want_ / sizeof want_[0]; w_++)                             \
+            ck_assert_msg(strstr(dl_errmsg(), want_[w_]) != NULL, "message '%s' lacks '%s'",       \
+                          dl_errmsg(), want_[w_]);                                                 \
+        dl_sched_sim *sim_ = NULL;                                                                 \
+        ck_assert_int_eq(dl_sched_simulate(s, NULL, &sim_), DL_EINVAL);                            \
+        ck_assert(sim_ == NULL);                                                                   \
     } while (0)
 
 START_TEST(t_validator)
@@ -359,8 +370,10 @@ START_TEST(t_validator)
     int i0 = -1, i1 = -1;
     for (int i = 0; i < s->len[0]; i++) {
         dl_sched_action *x = &s->act[0][i];
-        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 0) i0 = i;
-        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 1) i1 = i;
+        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 0)
+            i0 = i;
+        if (x->op == DL_SCHED_F && x->mb == 0 && x->chunk == 1)
+            i1 = i;
     }
     ck_assert(i0 == 0 && i1 > i0);
     dl_sched_action t = s->act[0][i0];
@@ -397,7 +410,8 @@ START_TEST(t_errors)
     ck_assert_int_eq(dl_sched_interleaved(4, 6, 2, &s), DL_EINVAL);
     ck_assert(s == NULL);
     ck_assert_msg(strstr(dl_errmsg(), "m = 6") && strstr(dl_errmsg(), "multiple") &&
-                  strstr(dl_errmsg(), "p = 4"), "%s", dl_errmsg());
+                      strstr(dl_errmsg(), "p = 4"),
+                  "%s", dl_errmsg());
     ck_assert_int_eq(dl_sched_gpipe(0, 4, &s), DL_EINVAL);
     ck_assert_msg(strstr(dl_errmsg(), "p = 0"), "%s", dl_errmsg());
     ck_assert_int_eq(dl_sched_1f1b(4, 0, &s), DL_EINVAL);
@@ -448,13 +462,15 @@ static void check_complete(const dl_sched *s, const char *what)
         memset(cnt, 0, (size_t)2 * n * sizeof *cnt);
         for (int i = 0; i < s->len[q]; i++) {
             const dl_sched_action *x = &s->act[q][i];
-            if (x->op == DL_SCHED_OPT) continue;
-            ck_assert_msg(x->mb >= 0 && x->mb < s->m && x->chunk >= 0 && x->chunk < s->v, "%s", what);
+            if (x->op == DL_SCHED_OPT)
+                continue;
+            ck_assert_msg(x->mb >= 0 && x->mb < s->m && x->chunk >= 0 && x->chunk < s->v, "%s",
+                          what);
             cnt[x->op * n + x->mb * s->v + x->chunk]++;
         }
         for (int k = 0; k < 2 * n; k++)
-            ck_assert_msg(cnt[k] == 1, "%s: stage %d: %s of mb %d chunk %d appears %d times", what, q,
-                          k < n ? "F" : "B", (k % n) / s->v, k % s->v, cnt[k]);
+            ck_assert_msg(cnt[k] == 1, "%s: stage %d: %s of mb %d chunk %d appears %d times", what,
+                          q, k < n ? "F" : "B", (k % n) / s->v, k % s->v, cnt[k]);
     }
     free(cnt);
 }
@@ -475,21 +491,25 @@ START_TEST(t_property)
             ck_assert_int_eq(dl_sched_1f1b(p, m, &list[n++]), DL_OK);
             ck_assert_int_eq(dl_sched_async(p, m, 0, &list[n++]), DL_OK);
             ck_assert_int_eq(dl_sched_async(p, m, 1, &list[n++]), DL_OK);
-            if (m == 1) ck_assert_int_eq(dl_sched_naive(p, &list[n++]), DL_OK);
+            if (m == 1)
+                ck_assert_int_eq(dl_sched_naive(p, &list[n++]), DL_OK);
             for (int v = 1; v <= 3; v++) {
                 dl_sched *s = NULL;
                 int st = dl_sched_interleaved(p, m, v, &s);
                 ck_assert_int_eq(st, m % p == 0 ? DL_OK : DL_EINVAL);
-                if (st == DL_OK) list[n++] = s;
+                if (st == DL_OK)
+                    list[n++] = s;
             }
             for (int i = 0; i < n; i++) {
                 dl_sched *s = list[i];
-                snprintf(what, sizeof what, "%s p=%d m=%d v=%d", dl_sched_kind_name(s->kind), p, m, s->v);
+                snprintf(what, sizeof what, "%s p=%d m=%d v=%d", dl_sched_kind_name(s->kind), p, m,
+                         s->v);
                 ck_assert_msg(dl_sched_validate(s) == DL_OK, "%s: %s", what, dl_errmsg());
                 check_complete(s, what);
                 dl_sched_sim *sim = sim_of(s, NULL);
                 for (int q = 0; q < p; q++) {
-                    if (s->kind == DL_SCHED_GPIPE) ck_assert_int_eq(sim->peak_act[q], m);
+                    if (s->kind == DL_SCHED_GPIPE)
+                        ck_assert_int_eq(sim->peak_act[q], m);
                     if (s->kind == DL_SCHED_1F1B || s->kind == DL_SCHED_ASYNC)
                         ck_assert_int_eq(sim->peak_act[q], p - q < m ? p - q : m);
                 }
@@ -499,7 +519,8 @@ START_TEST(t_property)
                 if (s->kind == DL_SCHED_GPIPE || s->kind == DL_SCHED_1F1B)
                     for (size_t c = 0; c < sizeof conv / sizeof conv[0]; c++) {
                         sim = sim_of(s, &conv[c]);
-                        ck_assert_msg(fabs(sim->bubble_total - (double)(p - 1) / (m + p - 1)) < 1e-12,
+                        ck_assert_msg(fabs(sim->bubble_total - (double)(p - 1) / (m + p - 1)) <
+                                          1e-12,
                                       "%s costs %g/%g: bubble %.15g", what, conv[c].f, conv[c].b,
                                       sim->bubble_total);
                         dl_sched_sim_free(sim);

@@ -49,38 +49,30 @@ START_TEST(pack_unpack)
 {
     /* P = 10, d = 4, S = 3: rows [0 1 2] [3 4 5] [6 7 8] [9 p p] */
     double full[10], back[10], packed[12];
-    for (int i = 0; i < 10; i++)
-        full[i] = i + 1;
+    for (int i = 0; i < 10; i++) full[i] = i + 1;
     dl_zero_shard z;
     dl_zero_shard_init(&z, 10, 4, 3);
     dl_zero_pack(&z, full, 1, 2, 8, packed); /* columns 1..2 */
     double want[8] = {2, 3, 5, 6, 8, 9, 0, 0};
-    for (int i = 0; i < 8; i++)
-        ck_assert(packed[i] == want[i]);
+    for (int i = 0; i < 8; i++) ck_assert(packed[i] == want[i]);
     dl_zero_pack(&z, full, 0, 1, 8, packed); /* column 0 */
     double want0[4] = {1, 4, 7, 10};
-    for (int i = 0; i < 4; i++)
-        ck_assert(packed[i] == want0[i]);
+    for (int i = 0; i < 4; i++) ck_assert(packed[i] == want0[i]);
     /* round trip over rounds of 2 columns, never writing past P */
-    for (int i = 0; i < 10; i++)
-        back[i] = -1;
+    for (int i = 0; i < 10; i++) back[i] = -1;
     for (size_t lo = 0; lo < 3; lo += 2) {
         size_t k = 3 - lo < 2 ? 3 - lo : 2;
         dl_zero_pack(&z, full, lo, k, 8, packed);
         dl_zero_unpack(&z, back, lo, k, 8, packed, -1);
     }
-    for (int i = 0; i < 10; i++)
-        ck_assert(back[i] == full[i]);
+    for (int i = 0; i < 10; i++) ck_assert(back[i] == full[i]);
     /* skip: the rank's own row is left alone; pack_row fills one block, padding as 0 */
-    for (int i = 0; i < 10; i++)
-        back[i] = -1;
+    for (int i = 0; i < 10; i++) back[i] = -1;
     dl_zero_pack(&z, full, 0, 3, 8, packed);
     float f[12];
     dl_zero_unpack(&z, back, 0, 3, 8, packed, 1);
-    for (int i = 0; i < 10; i++)
-        ck_assert(back[i] == (i >= 3 && i < 6 ? -1 : full[i]));
-    for (int i = 0; i < 12; i++)
-        f[i] = 7;
+    for (int i = 0; i < 10; i++) ck_assert(back[i] == (i >= 3 && i < 6 ? -1 : full[i]));
+    for (int i = 0; i < 12; i++) f[i] = 7;
     float src[3] = {1, 2, 3};
     dl_zero_pack_row(&z, 3, src, 0, 3, 4, f);
     ck_assert(f[9] == 1 && f[10] == 0 && f[11] == 0 && f[8] == 7);
@@ -105,7 +97,8 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt, int zero)
     o.microbatches = 2;
     o.steps = DL_TEST_SMALL ? 3 : 5;
     o.warmup = 2;
-    o.lr = dt == DL_F32 ? 1e-3 : 1e-2; /* f32: as tests/unit/train/test_train.c (see stages_equal) */
+    o.lr =
+        dt == DL_F32 ? 1e-3 : 1e-2; /* f32: as tests/unit/train/test_train.c (see stages_equal) */
     o.min_lr = o.lr / 10;
     o.eval_windows = 4;
     o.log_every = 0;
@@ -153,10 +146,11 @@ static void check_figures(const dl_train_opts *o, const dl_train_result *r)
         uint64_t want_o = 2 * S * (uint64_t)cs + (bf ? 4 * S : 0);
         uint64_t want_p = (stage == 3 ? S : P) * (uint64_t)ss;
         uint64_t want_g = (stage >= 2 ? S : P) * (uint64_t)ss;
-        ck_assert_msg(pk[DL_MEM_OPTIMIZER] == want_o, "rank %d stage %d: optimizer peak %llu, want %llu",
-                      k, stage, (unsigned long long)pk[DL_MEM_OPTIMIZER], (unsigned long long)want_o);
-        ck_assert_msg(pk[DL_MEM_PARAMS] == want_p, "rank %d stage %d: params peak %llu, want %llu", k,
-                      stage, (unsigned long long)pk[DL_MEM_PARAMS], (unsigned long long)want_p);
+        ck_assert_msg(pk[DL_MEM_OPTIMIZER] == want_o,
+                      "rank %d stage %d: optimizer peak %llu, want %llu", k, stage,
+                      (unsigned long long)pk[DL_MEM_OPTIMIZER], (unsigned long long)want_o);
+        ck_assert_msg(pk[DL_MEM_PARAMS] == want_p, "rank %d stage %d: params peak %llu, want %llu",
+                      k, stage, (unsigned long long)pk[DL_MEM_PARAMS], (unsigned long long)want_p);
         ck_assert_msg(pk[DL_MEM_GRADS] == want_g, "rank %d stage %d: grads peak %llu, want %llu", k,
                       stage, (unsigned long long)pk[DL_MEM_GRADS], (unsigned long long)want_g);
         if (bf) {
@@ -168,8 +162,8 @@ static void check_figures(const dl_train_opts *o, const dl_train_result *r)
     if (stage) {
         double each = (double)(d - 1) * (double)S * ss;
         double g = each * (stage >= 2 ? m : 1), p = each * (stage == 3 ? 2 * m : 1);
-        ck_assert_msg(r->dp_grad_bytes_per_step == g, "stage %d: %.1f grad bytes, want %.0f",
-                      stage, r->dp_grad_bytes_per_step, g);
+        ck_assert_msg(r->dp_grad_bytes_per_step == g, "stage %d: %.1f grad bytes, want %.0f", stage,
+                      r->dp_grad_bytes_per_step, g);
         ck_assert_msg(r->dp_param_bytes_per_step == p, "stage %d: %.1f param bytes, want %.0f",
                       stage, r->dp_param_bytes_per_step, p);
         ck_assert(r->dp_elems_per_step == (g + p) / ss);
@@ -211,8 +205,8 @@ static int stages_differ(dl_train_opts o, dl__test_hook *hook)
             ck_assert_msg(same || hook, "dp %d tp %d %s stage %d, %d steps: %s", o.dp, o.tp,
                           dl_dtype_name(o.dtype), z, o.steps, why);
             if (!same)
-                fprintf(stderr, "control zero dp %d tp %d %s stage %d: differs (%s)\n", o.dp,
-                        o.tp, dl_dtype_name(o.dtype), z, why);
+                fprintf(stderr, "control zero dp %d tp %d %s stage %d: differs (%s)\n", o.dp, o.tp,
+                        dl_dtype_name(o.dtype), z, why);
             differ += !same;
             dl_train_result_free(&rz);
         }
@@ -383,8 +377,7 @@ START_TEST(units_arithmetic)
         ck_assert_uint_eq(z.max_padded, 12);
         ck_assert_uint_eq(z.u[1].begin, 10 + (size_t)r);
         ck_assert_uint_eq(z.u[2].sbase, 4);
-        for (int u = 0; u < 3; u++)
-            ck_assert_uint_eq(z.u[u].owned, owned[r][u]);
+        for (int u = 0; u < 3; u++) ck_assert_uint_eq(z.u[u].owned, owned[r][u]);
         dl_zero_units_free(&z);
     }
     ck_assert_int_eq(dl_zero_units_init(&z, b, 3, 1, 0), DL_OK); /* d = 1: the units */
@@ -417,16 +410,17 @@ static void bf16_stages(dl_train_opts o, int bitwise_all)
     for (int z = 1; z <= 3; z++) {
         char name[48];
         double w = tu_worst_tensor_rel(&o.model, r[z].params, r[0].params, name);
-        fprintf(stderr, "bf16 dp %d tp %d stage %d: master weights vs stage 0 %.3g (%s), grads "
-                "%s\n", o.dp, o.tp, z, w, name,
+        fprintf(stderr,
+                "bf16 dp %d tp %d stage %d: master weights vs stage 0 %.3g (%s), grads "
+                "%s\n",
+                o.dp, o.tp, z, w, name,
                 memcmp(r[z].grads, r[0].grads, n) ? "differ" : "bitwise equal");
         ck_assert_msg(w <= 1e-6, "bf16 stage %d: master weights differ from stage 0 by %.3g (%s)",
                       z, w, name);
         if (bitwise_all || z > 1)
             ck_assert(memcmp(r[z].params, r[bitwise_all ? 0 : 1].params, n) == 0);
         ck_assert(memcmp(r[z].grads, r[0].grads, n) == 0);
-        for (int i = 0; i < r[z].nsteps; i++)
-            ck_assert(!r[z].steps[i].skipped);
+        for (int i = 0; i < r[z].nsteps; i++) ck_assert(!r[z].steps[i].skipped);
     }
     uint64_t P = r[0].grad_bytes / 2;
     const uint64_t *p0 = r[0].peak, *p3 = r[3].peak;
@@ -435,8 +429,7 @@ static void bf16_stages(dl_train_opts o, int bitwise_all)
     fprintf(stderr, "bf16 dp %d: %.4f / %.4f bytes per parameter at stages 0 / 3 (padding %lld)\n",
             o.dp, b0, b3, (long long)r[3].zero_padding);
     ck_assert(b0 == 16.0);
-    for (int z = 0; z <= 3; z++)
-        dl_train_result_free(&r[z]);
+    for (int z = 0; z <= 3; z++) dl_train_result_free(&r[z]);
 }
 
 START_TEST(bf16_dp4)
@@ -508,8 +501,7 @@ START_TEST(gpu_mem_stage3)
     o.zero = 3;
     run(&o, &r);
     uint64_t top = 0;
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-        top += r.peak[c];
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) top += r.peak[c];
     fprintf(stderr, "gpu-mem %llu, stage 3: trains, rank 0 peaks sum to %llu\n",
             (unsigned long long)o.gpu_mem, (unsigned long long)top);
     dl_train_result_free(&r);

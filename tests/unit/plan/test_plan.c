@@ -13,8 +13,8 @@
 #include "../testutil.h"
 
 #define GB 1e9
-#define ck_near(x, want, tol)                                                                    \
-    ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.6g, want %.6g +- %g", #x,  \
+#define ck_near(x, want, tol)                                                                      \
+    ck_assert_msg(fabs((double)(x) - (double)(want)) <= (tol), "%s = %.6g, want %.6g +- %g", #x,   \
                   (double)(x), (double)(want), (double)(tol))
 
 static dl_plan_model model(const char *name)
@@ -248,16 +248,19 @@ static double brute_partition(const double *c, int n, int k)
     double best = INFINITY;
     /* a bit mask over the n-1 gaps picks the boundaries */
     for (unsigned mask = 0; mask < (1u << (n - 1)); mask++) {
-        if (__builtin_popcount(mask) != k - 1) continue;
+        if (__builtin_popcount(mask) != k - 1)
+            continue;
         double cur = 0, mx = 0;
         for (int i = 0; i < n; i++) {
             cur += c[i];
             if (i == n - 1 || (mask >> i) & 1u) {
-                if (cur > mx) mx = cur;
+                if (cur > mx)
+                    mx = cur;
                 cur = 0;
             }
         }
-        if (mx < best) best = mx;
+        if (mx < best)
+            best = mx;
     }
     return best;
 }
@@ -274,7 +277,8 @@ START_TEST(t_partition)
     ck_assert(first[1] == 3 && first[2] == 6 && first[3] == 9 && first[4] == 12);
     ck_assert_int_eq(dl_plan_partition(c, 12, 4, first, &mx), DL_OK);
     ck_near(mx, 5, 0);
-    ck_assert_msg(first[0] == 0 && first[1] == 2 && first[2] == 6 && first[3] == 10 && first[4] == 12,
+    ck_assert_msg(first[0] == 0 && first[1] == 2 && first[2] == 6 && first[3] == 10 &&
+                      first[4] == 12,
                   "boundaries %d %d %d %d %d", first[0], first[1], first[2], first[3], first[4]);
 
     /* random costs against brute force */
@@ -294,7 +298,8 @@ START_TEST(t_partition)
             ck_assert(f[j + 1] > f[j]);
             double s = 0;
             for (int i = f[j]; i < f[j + 1]; i++) s += cc[i];
-            if (s > got) got = s;
+            if (s > got)
+                got = s;
         }
         ck_near(got, mx, 0);
     }
@@ -335,8 +340,8 @@ START_TEST(t_search_gpt3)
     ck_near(r[0].bubble, 7.0 / 103, 1e-12);
     /* memory of 8 x 8 x 16: 4 Psi/64 + 12 Psi/1024 + 8 micro-batches x 12 layers x s h 2 / 8 */
     double psi = 174.5637e9;
-    ck_near(r[0].mem.total / GB, (4 * psi / 64 + 12 * psi / 1024 + 8 * 12 * 2048.0 * 12288 * 2 / 8) / GB,
-            0.01);
+    ck_near(r[0].mem.total / GB,
+            (4 * psi / 64 + 12 * psi / 1024 + 8 * 12 * 2048.0 * 12288 * 2 / 8) / GB, 0.01);
     ck_near(r[0].compute + r[0].tp + r[0].pp + r[0].dp, r[0].total, 1e-9);
 }
 END_TEST
@@ -455,21 +460,26 @@ START_TEST(t_hw_profile)
     ck_near(b.nongemm_ratio, 0.25, 0);
     ck_near(b.sync_cost, 3e-5, 0);
     ck_near(b.nongemm_contention, 1.5, 0);
-    ck_assert_int_eq(dl_plan_hw_parse("flops = 1e11\nmem_bytes=4e9\nintra_bw = 4e10\ninter_bw = 4e10\n"
-                                      "gpus_per_node = 2\nranks = 1.5\n", "t", &b), DL_EINVAL);
+    ck_assert_int_eq(dl_plan_hw_parse("flops = 1e11\nmem_bytes=4e9\nintra_bw = 4e10\ninter_bw = "
+                                      "4e10\n"
+                                      "gpus_per_node = 2\nranks = 1.5\n",
+                                      "t", &b),
+                     DL_EINVAL);
 
     const char *bad[] = {
-        "flops = 1e12\n",                                                  /* missing keys */
+        "flops = 1e12\n", /* missing keys */
         "flops = 1e12\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2\nbogus = 1\n",
         "flops = x\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2\n",
         "flops = 1\nflops = 2\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2\n",
         "flops = 1\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2.5\n",
         "flops = 1\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2\nmfu = 1.5\n",
-        "distlab-hw-profile = 2\nflops = 1\nmem_bytes = 1\nintra_bw = 1\ninter_bw = 1\ngpus_per_node = 2\n",
+        "distlab-hw-profile = 2\nflops = 1\nmem_bytes = 1\nintra_bw = 1\ninter_bw = "
+        "1\ngpus_per_node = 2\n",
         "flops 1\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(dl_plan_hw_parse(bad[i], "t", &b) == DL_EINVAL, "bad profile %zu accepted", i);
+        ck_assert_msg(dl_plan_hw_parse(bad[i], "t", &b) == DL_EINVAL, "bad profile %zu accepted",
+                      i);
     ck_assert_int_eq(dl_plan_hw_load("/nonexistent/profile", &b), DL_EINVAL);
 }
 END_TEST

@@ -40,10 +40,10 @@ static void efail(errs *e, const char *fmt, ...)
 typedef struct comm_view {
     int is_null;
     int rank, size;
-    int members[NMAX];     /* dl_comm_world_rank(c, i) */
-    double mask;           /* all-reduce of 2^world_rank */
+    int members[NMAX]; /* dl_comm_world_rank(c, i) */
+    double mask;       /* all-reduce of 2^world_rank */
     int mask_status;
-    int big_ok;            /* all-reduce of a larger vector gave the exact group sum */
+    int big_ok; /* all-reduce of a larger vector gave the exact group sum */
     int big_status;
 } comm_view;
 
@@ -61,21 +61,25 @@ static int view_comm(dl_comm *c, int wrank, comm_view *v, size_t big)
     double x = (double)(1u << wrank), y = -1;
     v->mask_status = dl_allreduce(c, &x, &y, 1, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
     v->mask = y;
-    if (v->mask_status != DL_OK) return v->mask_status;
+    if (v->mask_status != DL_OK)
+        return v->mask_status;
     if (big) {
         /* element i of world rank w is (w + 1) * (i % 7 + 1): integer sums, exact in any order */
         double *bx = tu_alloc(big * sizeof(double)), *by = tu_alloc(big * sizeof(double));
-        if (!bx || !by) return dl_error(DL_ENOMEM, "test: no memory");
+        if (!bx || !by)
+            return dl_error(DL_ENOMEM, "test: no memory");
         for (size_t i = 0; i < big; i++) bx[i] = (double)(wrank + 1) * (double)(i % 7 + 1);
         v->big_status = dl_allreduce(c, bx, by, big, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
         double wsum = 0;
         for (int i = 0; i < v->size; i++) wsum += v->members[i] + 1;
         v->big_ok = v->big_status == DL_OK;
         for (size_t i = 0; i < big && v->big_ok; i++)
-            if (by[i] != wsum * (double)(i % 7 + 1)) v->big_ok = 0;
+            if (by[i] != wsum * (double)(i % 7 + 1))
+                v->big_ok = 0;
         free(bx);
         free(by);
-        if (v->big_status != DL_OK) return v->big_status;
+        if (v->big_status != DL_OK)
+            return v->big_status;
     }
     return DL_OK;
 }
@@ -85,7 +89,8 @@ static void check_view(errs *e, const char *what, int wrank, const comm_view *v,
                        int nwant, int check_big)
 {
     if (nwant == 0) {
-        if (!v->is_null) efail(e, "%s: world rank %d: expected no communicator (NULL)", what, wrank);
+        if (!v->is_null)
+            efail(e, "%s: world rank %d: expected no communicator (NULL)", what, wrank);
         return;
     }
     if (v->is_null) {
@@ -99,7 +104,8 @@ static void check_view(errs *e, const char *what, int wrank, const comm_view *v,
     int myrank = -1;
     double mask = 0;
     for (int i = 0; i < nwant; i++) {
-        if (want[i] == wrank) myrank = i;
+        if (want[i] == wrank)
+            myrank = i;
         mask += (double)(1u << want[i]);
         if (v->members[i] != want[i])
             efail(e, "%s: world rank %d: member %d is world rank %d, expected %d", what, wrank, i,
@@ -108,9 +114,11 @@ static void check_view(errs *e, const char *what, int wrank, const comm_view *v,
     if (v->rank != myrank)
         efail(e, "%s: world rank %d: comm rank %d, expected %d", what, wrank, v->rank, myrank);
     if (v->mask_status != DL_OK)
-        efail(e, "%s: world rank %d: all-reduce returned %s", what, wrank, dl_strstatus(v->mask_status));
+        efail(e, "%s: world rank %d: all-reduce returned %s", what, wrank,
+              dl_strstatus(v->mask_status));
     else if (v->mask != mask)
-        efail(e, "%s: world rank %d: all-reduce of 2^w gave %.0f, expected %.0f (the members' mask)",
+        efail(e,
+              "%s: world rank %d: all-reduce of 2^w gave %.0f, expected %.0f (the members' mask)",
               what, wrank, v->mask, mask);
     if (check_big && !v->big_ok)
         efail(e, "%s: world rank %d: all-reduce of a long vector did not give the group's sum (%s)",
@@ -122,7 +130,7 @@ static void check_view(errs *e, const char *what, int wrank, const comm_view *v,
 
 START_TEST(t_block)
 {
-    static const size_t counts[] = { 0, 1, 2, 3, 7, 8, 15, 16, 17, 100, 1000, 1000003 };
+    static const size_t counts[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 100, 1000, 1000003};
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
         for (int n = 1; n <= 17; n++) {
             size_t count = counts[ci], next = 0, sum = 0;
@@ -130,10 +138,11 @@ START_TEST(t_block)
                 size_t off = 12345, len = 12345;
                 dl_block(count, n, r, &off, &len);
                 size_t want_len = count / (size_t)n + ((size_t)r < count % (size_t)n ? 1 : 0);
-                ck_assert_msg(off == next, "dl_block(%zu, %d, %d): offset %zu, expected %zu (contiguous)",
-                              count, n, r, off, next);
-                ck_assert_msg(len == want_len, "dl_block(%zu, %d, %d): len %zu, expected %zu", count, n,
-                              r, len, want_len);
+                ck_assert_msg(off == next,
+                              "dl_block(%zu, %d, %d): offset %zu, expected %zu (contiguous)", count,
+                              n, r, off, next);
+                ck_assert_msg(len == want_len, "dl_block(%zu, %d, %d): len %zu, expected %zu",
+                              count, n, r, len, want_len);
                 next = off + len;
                 sum += len;
             }
@@ -195,18 +204,19 @@ static int world_rank_fn(dl_ctx *ctx, void *argp)
     a->ctx_rank[r] = r;
     a->ctx_size[r] = dl_ctx_size(ctx);
     dl_comm *w = dl_ctx_comm(ctx);
-    if (dl_comm_ctx(w) != ctx) return dl_error(DL_EINVAL, "dl_comm_ctx(world) is not the rank's ctx");
+    if (dl_comm_ctx(w) != ctx)
+        return dl_error(DL_EINVAL, "dl_comm_ctx(world) is not the rank's ctx");
     return view_comm(w, r, &a->v[r], 1001);
 }
 
 START_TEST(t_world_comm)
 {
-    static const int nss[] = { 1, 2, 5, 8, 16 };
+    static const int nss[] = {1, 2, 5, 8, 16};
     int n = DL_TEST_SMALL ? nss[_i % 3] : nss[_i];
     world_arg *a = calloc(1, sizeof *a);
     int st = tu_run_world(n, world_rank_fn, a);
     ck_assert_msg(st == DL_OK, "n=%d: %s: %s", n, dl_strstatus(st), dl_errmsg());
-    errs e = { 0 };
+    errs e = {0};
     int want[NMAX];
     for (int i = 0; i < n; i++) want[i] = i;
     for (int r = 0; r < n; r++) {
@@ -221,20 +231,41 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* split                                                                                        */
 
-enum { SPLIT_PARITY_REVERSED, SPLIT_THIRDS, SPLIT_UNDEFINED, SPLIT_ALL_ONE, SPLIT_SINGLETONS, NSPLITS };
-static const char *split_name[NSPLITS] = {
-    "color rank%2, key -rank", "color rank/3, key 0", "rank 0 DL_UNDEFINED, key rank%3",
-    "one color, key (rank*5)%n", "color rank, key 0"
+enum {
+    SPLIT_PARITY_REVERSED,
+    SPLIT_THIRDS,
+    SPLIT_UNDEFINED,
+    SPLIT_ALL_ONE,
+    SPLIT_SINGLETONS,
+    NSPLITS
 };
+static const char *split_name[NSPLITS] = {"color rank%2, key -rank", "color rank/3, key 0",
+                                          "rank 0 DL_UNDEFINED, key rank%3",
+                                          "one color, key (rank*5)%n", "color rank, key 0"};
 
 static void split_args(int variant, int r, int n, int *color, int *key)
 {
     switch (variant) {
-    case SPLIT_PARITY_REVERSED: *color = r % 2; *key = -r; break;
-    case SPLIT_THIRDS: *color = r / 3; *key = 0; break;
-    case SPLIT_UNDEFINED: *color = r == 0 ? DL_UNDEFINED : 7; *key = r % 3; break;
-    case SPLIT_ALL_ONE: *color = 0; *key = (r * 5) % n; break;
-    default: *color = r; *key = 0; break;
+    case SPLIT_PARITY_REVERSED:
+        *color = r % 2;
+        *key = -r;
+        break;
+    case SPLIT_THIRDS:
+        *color = r / 3;
+        *key = 0;
+        break;
+    case SPLIT_UNDEFINED:
+        *color = r == 0 ? DL_UNDEFINED : 7;
+        *key = r % 3;
+        break;
+    case SPLIT_ALL_ONE:
+        *color = 0;
+        *key = (r * 5) % n;
+        break;
+    default:
+        *color = r;
+        *key = 0;
+        break;
     }
 }
 
@@ -243,12 +274,14 @@ static int split_expect(int variant, int r, int n, int *out)
 {
     int color, key;
     split_args(variant, r, n, &color, &key);
-    if (color == DL_UNDEFINED) return 0;
+    if (color == DL_UNDEFINED)
+        return 0;
     int k = 0;
     for (int q = 0; q < n; q++) {
         int cq, kq;
         split_args(variant, q, n, &cq, &kq);
-        if (cq == color) out[k++] = q;
+        if (cq == color)
+            out[k++] = q;
     }
     /* order by (key, old rank): insertion sort, stable on old rank */
     for (int i = 1; i < k; i++)
@@ -271,8 +304,8 @@ typedef struct split_arg {
     int variant;
     int status[NMAX];
     int out_not_set[NMAX];
-    comm_view v[NMAX];       /* the split comm */
-    comm_view nested[NMAX];  /* split of the split comm by (new rank % 2), key 0 */
+    comm_view v[NMAX];      /* the split comm */
+    comm_view nested[NMAX]; /* split of the split comm by (new rank % 2), key 0 */
     uint64_t world_bytes_during_split_ops[NMAX];
     uint64_t split_bytes[NMAX];
     int free_status[NMAX];
@@ -290,16 +323,19 @@ static int split_rank(dl_ctx *ctx, void *argp)
     dl_comm *s = (dl_comm *)(void *)&sentinel; /* must be overwritten, with NULL for DL_UNDEFINED */
     int st = dl_comm_split(w, color, key, &s);
     a->status[r] = st;
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     if (s == (dl_comm *)(void *)&sentinel) {
         a->out_not_set[r] = 1;
         return dl_error(DL_EINVAL, "test: dl_comm_split did not set *out");
     }
     dl_comm_reset_stats(w);
-    if (s) dl_comm_reset_stats(s);
+    if (s)
+        dl_comm_reset_stats(s);
     /* every split comm runs its collectives at the same time as the others */
     st = view_comm(s, r, &a->v[r], 70001);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     dl_comm_stats ws, ss;
     dl_comm_get_stats(w, &ws);
     a->world_bytes_during_split_ops[r] = 0;
@@ -311,14 +347,18 @@ static int split_rank(dl_ctx *ctx, void *argp)
     dl_comm *nested = NULL;
     if (s) {
         st = dl_comm_split(s, dl_comm_rank(s) % 2, 0, &nested);
-        if (st != DL_OK) return st;
+        if (st != DL_OK)
+            return st;
     }
     st = view_comm(nested, r, &a->nested[r], 0);
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     int fs = dl_comm_free(nested);
-    if (fs == DL_OK) fs = dl_comm_free(s);
+    if (fs == DL_OK)
+        fs = dl_comm_free(s);
     a->free_status[r] = fs;
-    if (fs != DL_OK) return fs;
+    if (fs != DL_OK)
+        return fs;
     /* the world still works after the splits are freed */
     double x = r + 1, y = 0;
     st = dl_allreduce(w, &x, &y, 1, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
@@ -328,14 +368,15 @@ static int split_rank(dl_ctx *ctx, void *argp)
 
 START_TEST(t_split)
 {
-    static const int nss[] = { 8, 7, 16, 1 };
+    static const int nss[] = {8, 7, 16, 1};
     int variant = _i % NSPLITS;
     int n = nss[_i / NSPLITS];
     split_arg *a = calloc(1, sizeof *a);
     a->variant = variant;
     int st = tu_run_world(n, split_rank, a);
-    ck_assert_msg(st == DL_OK, "split \"%s\" n=%d: %s: %s", split_name[variant], n, dl_strstatus(st), dl_errmsg());
-    errs e = { 0 };
+    ck_assert_msg(st == DL_OK, "split \"%s\" n=%d: %s: %s", split_name[variant], n,
+                  dl_strstatus(st), dl_errmsg());
+    errs e = {0};
     char what[128];
     snprintf(what, sizeof what, "split \"%s\" n=%d", split_name[variant], n);
     for (int r = 0; r < n; r++) {
@@ -346,21 +387,26 @@ START_TEST(t_split)
         if (k > 0 && !a->v[r].is_null) {
             int nw[NMAX], nk = 0, my = -1;
             for (int i = 0; i < k; i++)
-                if (want[i] == r) my = i;
+                if (want[i] == r)
+                    my = i;
             for (int i = 0; i < k; i++)
-                if (i % 2 == my % 2) nw[nk++] = want[i];
+                if (i % 2 == my % 2)
+                    nw[nk++] = want[i];
             char w2[160];
             snprintf(w2, sizeof w2, "%s, nested split", what);
             check_view(&e, w2, r, &a->nested[r], nw, nk, 0);
         }
         if (a->world_bytes_during_split_ops[r] != 0)
-            efail(&e, "%s: rank %d: collectives on the split comm counted %llu bytes on the world comm",
+            efail(&e,
+                  "%s: rank %d: collectives on the split comm counted %llu bytes on the world comm",
                   what, r, (unsigned long long)a->world_bytes_during_split_ops[r]);
         if (k > 1 && a->split_bytes[r] == 0)
             efail(&e, "%s: rank %d: no bytes counted on the split comm", what, r);
-        if (a->free_status[r] != DL_OK) efail(&e, "%s: rank %d: dl_comm_free failed", what, r);
+        if (a->free_status[r] != DL_OK)
+            efail(&e, "%s: rank %d: dl_comm_free failed", what, r);
         if (a->after_free[r] != n * (n + 1) / 2.0)
-            efail(&e, "%s: rank %d: world all-reduce after freeing gave %g", what, r, a->after_free[r]);
+            efail(&e, "%s: rank %d: world all-reduce after freeing gave %g", what, r,
+                  a->after_free[r]);
     }
     free(a);
     ASSERT_NO_ERRS(e);
@@ -382,16 +428,21 @@ static int churn_rank(dl_ctx *ctx, void *argp)
         int groups = 1 + it % 3;
         dl_comm *s = NULL;
         int st = dl_comm_split(w, r % groups, (r * 7 + it) % n, &s);
-        if (st != DL_OK) return st;
+        if (st != DL_OK)
+            return st;
         double x = (double)(1u << r), y = 0;
         st = dl_allreduce(s, &x, &y, 1, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
-        if (st != DL_OK) return st;
+        if (st != DL_OK)
+            return st;
         double want = 0;
         for (int q = 0; q < n; q++)
-            if (q % groups == r % groups) want += (double)(1u << q);
-        if (y != want) a->bad[r]++;
+            if (q % groups == r % groups)
+                want += (double)(1u << q);
+        if (y != want)
+            a->bad[r]++;
         st = dl_comm_free(s);
-        if (st != DL_OK) return st;
+        if (st != DL_OK)
+            return st;
     }
     return DL_OK;
 }
@@ -404,7 +455,8 @@ START_TEST(t_split_churn)
     int n = 6;
     int st = tu_run_world(n, churn_rank, &a);
     ck_assert_msg(st == DL_OK, "%s: %s", dl_strstatus(st), dl_errmsg());
-    for (int r = 0; r < n; r++) ck_assert_msg(a.bad[r] == 0, "rank %d: %d wrong group sums", r, a.bad[r]);
+    for (int r = 0; r < n; r++)
+        ck_assert_msg(a.bad[r] == 0, "rank %d: %d wrong group sums", r, a.bad[r]);
 }
 END_TEST
 
@@ -416,16 +468,16 @@ typedef struct mesh_cfg {
 } mesh_cfg;
 
 static const mesh_cfg mesh_full[] = {
-    { 8, 2, 2, 2, 1 }, { 8, 2, 1, 4, 1 }, { 8, 1, 4, 2, 1 }, { 8, 8, 1, 1, 1 }, { 8, 1, 1, 8, 1 },
-    { 8, 1, 8, 1, 1 }, { 8, 4, 1, 2, 2 }, { 8, 4, 2, 1, 4 }, { 8, 2, 2, 2, 2 }, { 12, 3, 2, 2, 3 },
-    { 16, 4, 2, 2, 2 }, { 1, 1, 1, 1, 1 },
+    {8, 2, 2, 2, 1}, {8, 2, 1, 4, 1},  {8, 1, 4, 2, 1},  {8, 8, 1, 1, 1},
+    {8, 1, 1, 8, 1}, {8, 1, 8, 1, 1},  {8, 4, 1, 2, 2},  {8, 4, 2, 1, 4},
+    {8, 2, 2, 2, 2}, {12, 3, 2, 2, 3}, {16, 4, 2, 2, 2}, {1, 1, 1, 1, 1},
 };
-static const mesh_cfg mesh_small[] = { { 8, 2, 2, 2, 1 }, { 8, 4, 1, 2, 2 } };
+static const mesh_cfg mesh_small[] = {{8, 2, 2, 2, 1}, {8, 4, 1, 2, 2}};
 
 typedef struct mesh_arg {
     mesh_cfg cfg;
     int status[NMAX];
-    dl_mesh m[NMAX];       /* the struct as returned (comm pointers only compared to NULL) */
+    dl_mesh m[NMAX]; /* the struct as returned (comm pointers only compared to NULL) */
     comm_view dpv[NMAX], ppv[NMAX], tpv[NMAX], epv[NMAX];
     int destroy_status[NMAX];
 } mesh_arg;
@@ -438,14 +490,19 @@ static int mesh_rank(dl_ctx *ctx, void *argp)
     memset(&m, 0, sizeof m);
     int st = dl_mesh_create(dl_ctx_comm(ctx), a->cfg.dp, a->cfg.pp, a->cfg.tp, a->cfg.ep, &m);
     a->status[r] = st;
-    if (st != DL_OK) return st;
+    if (st != DL_OK)
+        return st;
     a->m[r] = m;
     /* the same sequence of group collectives on every rank: each group's all-reduce runs at the
      * same time as the other groups' */
-    if ((st = view_comm(m.dp_comm, r, &a->dpv[r], 10007))) return st;
-    if ((st = view_comm(m.pp_comm, r, &a->ppv[r], 10007))) return st;
-    if ((st = view_comm(m.tp_comm, r, &a->tpv[r], 10007))) return st;
-    if ((st = view_comm(m.ep_comm, r, &a->epv[r], 0))) return st;
+    if ((st = view_comm(m.dp_comm, r, &a->dpv[r], 10007)))
+        return st;
+    if ((st = view_comm(m.pp_comm, r, &a->ppv[r], 10007)))
+        return st;
+    if ((st = view_comm(m.tp_comm, r, &a->tpv[r], 10007)))
+        return st;
+    if ((st = view_comm(m.ep_comm, r, &a->epv[r], 0)))
+        return st;
     a->destroy_status[r] = dl_mesh_destroy(&m);
     return a->destroy_status[r];
 }
@@ -459,7 +516,7 @@ START_TEST(t_mesh)
     int st = tu_run_world(n, mesh_rank, a);
     ck_assert_msg(st == DL_OK, "mesh dp=%d pp=%d tp=%d ep=%d on %d: %s: %s", dp, pp, tp, ep, n,
                   dl_strstatus(st), dl_errmsg());
-    errs e = { 0 };
+    errs e = {0};
     char what[128];
     for (int w = 0; w < n; w++) {
         /* Megatron order: w = pp_rank * dp * tp + dp_rank * tp + tp_rank */
@@ -467,10 +524,11 @@ START_TEST(t_mesh)
         const dl_mesh *m = &a->m[w];
         snprintf(what, sizeof what, "mesh dp=%d pp=%d tp=%d ep=%d", dp, pp, tp, ep);
         if (m->dp != dp || m->pp != pp || m->tp != tp || m->ep != ep)
-            efail(&e, "%s: world rank %d: sizes %d/%d/%d/%d in the struct", what, w, m->dp, m->pp, m->tp, m->ep);
+            efail(&e, "%s: world rank %d: sizes %d/%d/%d/%d in the struct", what, w, m->dp, m->pp,
+                  m->tp, m->ep);
         if (m->dp_rank != dpr || m->pp_rank != ppr || m->tp_rank != tpr)
-            efail(&e, "%s: world rank %d: (dp, pp, tp) ranks (%d, %d, %d), expected (%d, %d, %d)", what,
-                  w, m->dp_rank, m->pp_rank, m->tp_rank, dpr, ppr, tpr);
+            efail(&e, "%s: world rank %d: (dp, pp, tp) ranks (%d, %d, %d), expected (%d, %d, %d)",
+                  what, w, m->dp_rank, m->pp_rank, m->tp_rank, dpr, ppr, tpr);
         if (m->ep_rank != dpr % ep)
             efail(&e, "%s: world rank %d: ep rank %d, expected %d", what, w, m->ep_rank, dpr % ep);
         int want[NMAX];
@@ -491,7 +549,8 @@ START_TEST(t_mesh)
             for (int i = 0; i < ep; i++) want[i] = ppr * dp * tp + (g * ep + i) * tp + tpr;
             check_view(&e, what, w, &a->epv[w], want, ep, 0);
         }
-        if (a->destroy_status[w] != DL_OK) efail(&e, "world rank %d: dl_mesh_destroy failed", w);
+        if (a->destroy_status[w] != DL_OK)
+            efail(&e, "world rank %d: dl_mesh_destroy failed", w);
     }
     free(a);
     ASSERT_NO_ERRS(e);
@@ -513,7 +572,7 @@ static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
         /* dp 2 x tp 2: the mesh's first split is the tp group (color dp_rank, key tp_rank) */
         dl_comm *tp;
         int st = dl_comm_split(world, 0, 0, &tp);
-        struct timespec ms50 = { 0, 50000000 }; /* let the peers finish that split */
+        struct timespec ms50 = {0, 50000000}; /* let the peers finish that split */
         nanosleep(&ms50, NULL);
         dl_comm_fail(world);
         if (st == DL_OK)
@@ -522,7 +581,8 @@ static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
     }
     dl_mesh m;
     a->st[r] = dl_mesh_create(world, 2, 1, 2, 1, &m);
-    a->left[r] = (m.tp_comm != NULL) + (m.dp_comm != NULL) + (m.pp_comm != NULL) + (m.ep_comm != NULL);
+    a->left[r] =
+        (m.tp_comm != NULL) + (m.dp_comm != NULL) + (m.pp_comm != NULL) + (m.ep_comm != NULL);
     if (a->st[r] == DL_OK)
         dl_mesh_destroy(&m);
     return a->st[r];
@@ -530,7 +590,7 @@ static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
 
 START_TEST(t_mesh_aborted)
 {
-    aborted_mesh_arg a = { 0 };
+    aborted_mesh_arg a = {0};
     int st = tu_run_world(4, aborted_mesh_rank, &a);
     ck_assert_int_ne(st, DL_OK);
     for (int r = 1; r < 4; r++) {
@@ -547,14 +607,14 @@ typedef struct bad_mesh_arg {
 } bad_mesh_arg;
 
 static const int bad_mesh[][4] = {
-    { 3, 1, 2, 1 },  /* 6 != 8 */
-    { 2, 2, 3, 1 },  /* 12 != 8 */
-    { 2, 2, 2, 3 },  /* ep does not divide dp */
-    { 4, 1, 2, 3 },  /* ep does not divide dp */
-    { 0, 4, 2, 1 },  /* zero */
-    { -2, -2, 2, 1 }, /* negative sizes whose product is 8 */
-    { 2, 2, 2, 0 },  /* ep 0 */
-    { 8, 1, 1, -8 }, /* negative ep */
+    {3, 1, 2, 1},   /* 6 != 8 */
+    {2, 2, 3, 1},   /* 12 != 8 */
+    {2, 2, 2, 3},   /* ep does not divide dp */
+    {4, 1, 2, 3},   /* ep does not divide dp */
+    {0, 4, 2, 1},   /* zero */
+    {-2, -2, 2, 1}, /* negative sizes whose product is 8 */
+    {2, 2, 2, 0},   /* ep 0 */
+    {8, 1, 1, -8},  /* negative ep */
 };
 #define NBADMESH ((int)(sizeof bad_mesh / sizeof bad_mesh[0]))
 
@@ -565,14 +625,16 @@ static int bad_mesh_rank(dl_ctx *ctx, void *argp)
     for (int k = 0; k < NBADMESH; k++) {
         dl_mesh m;
         memset(&m, 0, sizeof m);
-        a->st[r][k] = dl_mesh_create(dl_ctx_comm(ctx), bad_mesh[k][0], bad_mesh[k][1], bad_mesh[k][2],
-                                     bad_mesh[k][3], &m);
-        if (a->st[r][k] == DL_OK) dl_mesh_destroy(&m);
+        a->st[r][k] = dl_mesh_create(dl_ctx_comm(ctx), bad_mesh[k][0], bad_mesh[k][1],
+                                     bad_mesh[k][2], bad_mesh[k][3], &m);
+        if (a->st[r][k] == DL_OK)
+            dl_mesh_destroy(&m);
     }
     dl_mesh m;
     int st = dl_mesh_create(dl_ctx_comm(ctx), 2, 2, 2, 2, &m);
     a->ok_after[r] = st;
-    if (st == DL_OK) st = dl_mesh_destroy(&m);
+    if (st == DL_OK)
+        st = dl_mesh_destroy(&m);
     return st;
 }
 
@@ -584,11 +646,13 @@ START_TEST(t_mesh_invalid)
     ck_assert_msg(st == DL_OK, "%s: %s", dl_strstatus(st), dl_errmsg());
     for (int r = 0; r < 8; r++) {
         for (int k = 0; k < NBADMESH; k++)
-            ck_assert_msg(a.st[r][k] == DL_EINVAL, "rank %d: dl_mesh_create(dp=%d, pp=%d, tp=%d, ep=%d) on 8 ranks "
-                          "returned %s, expected DL_EINVAL", r, bad_mesh[k][0], bad_mesh[k][1],
-                          bad_mesh[k][2], bad_mesh[k][3], dl_strstatus(a.st[r][k]));
-        ck_assert_msg(a.ok_after[r] == DL_OK, "rank %d: a valid mesh after the rejected ones: %s", r,
-                      dl_strstatus(a.ok_after[r]));
+            ck_assert_msg(a.st[r][k] == DL_EINVAL,
+                          "rank %d: dl_mesh_create(dp=%d, pp=%d, tp=%d, ep=%d) on 8 ranks "
+                          "returned %s, expected DL_EINVAL",
+                          r, bad_mesh[k][0], bad_mesh[k][1], bad_mesh[k][2], bad_mesh[k][3],
+                          dl_strstatus(a.st[r][k]));
+        ck_assert_msg(a.ok_after[r] == DL_OK, "rank %d: a valid mesh after the rejected ones: %s",
+                      r, dl_strstatus(a.ok_after[r]));
     }
 }
 END_TEST
@@ -597,10 +661,13 @@ END_TEST
 /* point-to-point between arbitrary pairs                                                       */
 
 /* message k: 1 element .. 1 MiB, cycling types */
-static const size_t p2p_counts[] = { 1, 7, 10, 11, 1000, 1025, 65537, 262144 };
+static const size_t p2p_counts[] = {1, 7, 10, 11, 1000, 1025, 65537, 262144};
 #define NP2P ((int)(sizeof p2p_counts / sizeof p2p_counts[0]))
 static dl_dtype p2p_type(int k) { return k == NP2P - 1 ? DL_F32 : (dl_dtype)(k % 3); }
-static uint64_t p2p_seed(int k, int src_world) { return 0x9292ull * 1000 + (uint64_t)k * 31 + (uint64_t)src_world; }
+static uint64_t p2p_seed(int k, int src_world)
+{
+    return 0x9292ull * 1000 + (uint64_t)k * 31 + (uint64_t)src_world;
+}
 
 typedef struct p2p_arg {
     int n;
@@ -617,7 +684,8 @@ static int p2p_rank(dl_ctx *ctx, void *argp)
     int wr = dl_ctx_rank(ctx), n = dl_ctx_size(ctx);
     if (a->reversed) {
         int st = dl_comm_split(c, 0, -wr, &rc);
-        if (st != DL_OK) return st;
+        if (st != DL_OK)
+            return st;
         c = rc;
     }
     int me = dl_comm_rank(c);
@@ -626,13 +694,15 @@ static int p2p_rank(dl_ctx *ctx, void *argp)
      * whatever send waits for */
     for (int s = 0; s < n; s++)
         for (int d = 0; d < n; d++) {
-            if (s == d || (me != s && me != d)) continue;
+            if (s == d || (me != s && me != d))
+                continue;
             for (int k = 0; k < NP2P; k++) {
                 dl_dtype t = p2p_type(k);
                 int st;
                 if (me == s) {
                     void *buf = tu_alloc(p2p_counts[k] * tu_tsize(t));
-                    if (!buf) return dl_error(DL_ENOMEM, "test: no memory");
+                    if (!buf)
+                        return dl_error(DL_ENOMEM, "test: no memory");
                     tu_fill(t, buf, p2p_counts[k], p2p_seed(k, wr), 0, 0);
                     st = dl_send(c, buf, p2p_counts[k], t, d, DL_PURPOSE_ACTIVATIONS);
                     free(buf);
@@ -669,11 +739,13 @@ START_TEST(t_p2p_pairs)
                 memset(a->got[d][s][k], 0xA5, b);
             }
     int st = tu_run_world(n, p2p_rank, a);
-    ck_assert_msg(st == DL_OK, "n=%d reversed=%d: %s: %s", n, reversed, dl_strstatus(st), dl_errmsg());
-    errs e = { 0 };
+    ck_assert_msg(st == DL_OK, "n=%d reversed=%d: %s: %s", n, reversed, dl_strstatus(st),
+                  dl_errmsg());
+    errs e = {0};
     for (int d = 0; d < n; d++) {
         for (int s = 0; s < n; s++) {
-            if (s == d) continue;
+            if (s == d)
+                continue;
             int src_world = reversed ? n - 1 - s : s;
             for (int k = 0; k < NP2P; k++) {
                 dl_dtype t = p2p_type(k);
@@ -681,9 +753,10 @@ START_TEST(t_p2p_pairs)
                 void *want = tu_alloc(b);
                 tu_fill(t, want, p2p_counts[k], p2p_seed(k, src_world), 0, 0);
                 if (memcmp(a->got[d][s][k], want, b) != 0)
-                    efail(&e, "reversed=%d: comm rank %d: message %d (%zu x %s) from comm rank %d "
-                          "(world %d) is wrong or out of order", reversed, d, k, p2p_counts[k],
-                          dl_dtype_name(t), s, src_world);
+                    efail(&e,
+                          "reversed=%d: comm rank %d: message %d (%zu x %s) from comm rank %d "
+                          "(world %d) is wrong or out of order",
+                          reversed, d, k, p2p_counts[k], dl_dtype_name(t), s, src_world);
                 free(want);
             }
         }
@@ -748,8 +821,8 @@ START_TEST(t_p2p_stream)
     memset(&a, 0, sizeof a);
     int st = tu_run_world(2, stream_rank, &a);
     ck_assert_msg(st == DL_OK, "%s: %s", dl_strstatus(st), dl_errmsg());
-    ck_assert_msg(a.wrong[0] == 0 && a.wrong[1] == 0, "%d + %d messages arrived wrong or out of order",
-                  a.wrong[0], a.wrong[1]);
+    ck_assert_msg(a.wrong[0] == 0 && a.wrong[1] == 0,
+                  "%d + %d messages arrived wrong or out of order", a.wrong[0], a.wrong[1]);
 }
 END_TEST
 
@@ -762,7 +835,7 @@ END_TEST
 
 typedef struct isend_arg {
     int wrong[2];
-    int done_early[2];   /* dl_send_test said done before the peer could have received */
+    int done_early[2]; /* dl_send_test said done before the peer could have received */
     int status[2];
     int mismatch_status; /* rank 1's receive with the wrong tag */
     atomic_int tested;   /* ranks that ran their early dl_send_test */
@@ -788,8 +861,7 @@ static int isend_rank(dl_ctx *ctx, void *argp)
      * sends on the same links, so the test synchronises through the argument) */
     a->done_early[r] = done;
     atomic_fetch_add(&a->tested, 1);
-    while (atomic_load(&a->tested) < 2)
-        sched_yield();
+    while (atomic_load(&a->tested) < 2) sched_yield();
     for (int i = 0; i < ISEND_N; i++) {
         if ((st = dl_recv_tag(c, in[r], ISEND_COUNT, DL_F64, peer, 100 + i, DL_PURPOSE_OTHER)))
             goto fail;

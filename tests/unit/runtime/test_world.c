@@ -211,8 +211,7 @@ static int nonblocking(dl_ctx *x, void *arg)
     int ok = c1 == n;
     for (int i = 0; i < N; i++) {
         double s = 0;
-        for (int j = 0; j < n; j++)
-            s += j * N + i;
+        for (int j = 0; j < n; j++) s += j * N + i;
         ok &= out_a[i] == s && out_b[i] == -(double)i;
     }
     r->rc[k] = ok;
@@ -226,8 +225,7 @@ START_TEST(nonblocking_in_order)
     int n = DL_TEST_SMALL ? 3 : 4;
     dl_world_opts o = opts(n);
     ck_assert_int_eq(dl_world_run(&o, nonblocking, &r), DL_OK);
-    for (int k = 0; k < n; k++)
-        ck_assert_int_eq(r.rc[k], 1);
+    for (int k = 0; k < n; k++) ck_assert_int_eq(r.rc[k], 1);
 }
 END_TEST
 
@@ -252,8 +250,7 @@ START_TEST(oversubscribed_16)
     ck_assert_int_eq(dl_world_run_keep(&o, barriers, &r, &w), DL_OK);
     ck_assert_int_eq(dl_world_oversubscribed(w), 16 > dl_topo_real_pus(dl_world_topo(w)));
     ck_assert_int_eq(dl_world_placement(w)->wrapped, 16 > dl_topo_real_pus(dl_world_topo(w)));
-    for (int k = 0; k < 16; k++)
-        ck_assert_int_eq(r.rc[k], 1);
+    for (int k = 0; k < 16; k++) ck_assert_int_eq(r.rc[k], 1);
     dl_world_destroy(w);
 }
 END_TEST

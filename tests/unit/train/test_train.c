@@ -60,8 +60,8 @@ static void control_differs(dl_train_opts o, dl__test_hook h, const char *what)
     char why[512];
     int same = vs_one_rank(o, &h, why, sizeof why);
     ck_assert_msg(same != -1, "%s: %s", what, why);
-    ck_assert_msg(atomic_load(&h.skipped) + atomic_load(&h.perturbed) > 0, "%s: the hook never fired",
-                  what);
+    ck_assert_msg(atomic_load(&h.skipped) + atomic_load(&h.perturbed) > 0,
+                  "%s: the hook never fired", what);
     ck_assert_msg(same == 0, "dp %d tp %d %s, %s: passed as the same model", o.dp, o.tp,
                   dl_dtype_name(o.dtype), what);
     fprintf(stderr, "control dp %d tp %d %s, %s: differs (%s)\n", o.dp, o.tp,

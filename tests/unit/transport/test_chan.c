@@ -14,8 +14,8 @@ typedef struct {
     dl_link *l;
     dl_waiter w;
     long nmsg;
-    long bad;        /* consumer: wrong size, check or content */
-    long bytes;      /* consumer: bytes received */
+    long bad;   /* consumer: wrong size, check or content */
+    long bytes; /* consumer: bytes received */
     int rc;
 } stress_arg;
 
@@ -23,9 +23,9 @@ static size_t msg_size(long j)
 {
     uint64_t r = tu_splitmix64((uint64_t)j);
     switch (r % 4) {
-    case 0: return (size_t)(r >> 8) % (DL_CHAN_INLINE + 1);    /* inline, 0 included */
-    case 1: return (size_t)(r >> 8) % 4096 + 1;                /* eager */
-    default: return (size_t)(r >> 8) % MAXB + 1;               /* mostly rendezvous */
+    case 0: return (size_t)(r >> 8) % (DL_CHAN_INLINE + 1); /* inline, 0 included */
+    case 1: return (size_t)(r >> 8) % 4096 + 1;             /* eager */
+    default: return (size_t)(r >> 8) % MAXB + 1;            /* mostly rendezvous */
     }
 }
 
@@ -42,8 +42,7 @@ static void *producer(void *p)
     for (long j = 0; j < a->nmsg; j++) {
         unsigned char *b = bufs + (size_t)(j % NBUF) * MAXB;
         size_t n = msg_size(j);
-        for (size_t i = 0; i < n; i++)
-            b[i] = byte_of(j, i);
+        for (size_t i = 0; i < n; i++) b[i] = byte_of(j, i);
         dl_msg m = {b, n, (uint32_t)j};
         if ((a->rc = dl_link_post(a->l, &m, &a->w)))
             break;
@@ -64,8 +63,7 @@ static void *consumer(void *p)
         size_t n = msg_size(j);
         int ok = m.bytes == n && m.check == (uint32_t)j;
         const unsigned char *d = m.data;
-        for (size_t i = 0; ok && i < n; i++)
-            ok = d[i] == byte_of(j, i);
+        for (size_t i = 0; ok && i < n; i++) ok = d[i] == byte_of(j, i);
         a->bad += !ok;
         a->bytes += (long)m.bytes;
         if ((a->rc = dl_link_release(a->l)))
@@ -89,8 +87,7 @@ static void run_stress(dl_wait_mode mode, long nmsg)
     ck_assert_int_eq(ca.rc, DL_OK);
     ck_assert_int_eq(ca.bad, 0);
     long expect = 0;
-    for (long j = 0; j < nmsg; j++)
-        expect += (long)msg_size(j);
+    for (long j = 0; j < nmsg; j++) expect += (long)msg_size(j);
     ck_assert_int_eq(ca.bytes, expect);
     ck_assert_uint_eq(l->stats.bytes_sent, (uint64_t)expect);
     ck_assert_uint_eq(l->stats.bytes_recv, (uint64_t)expect);
