@@ -85,9 +85,8 @@ static int parse(int argc, char **argv, ccfg *c)
             if (cli_parse_int("--fwd-us", optarg, 0, 10000000, &c->fwd_us))
                 return -1;
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("contention", opt, argv, &c->o))
+            if (bu_common_opt("contention", opt, argv, &c->o, usage))
                 return -1;
         }
     }

@@ -121,9 +121,8 @@ static int parse(int argc, char **argv, gcfg *c)
             if (cli_parse_int("--iters", optarg, 1, 100000, &iters))
                 return -1;
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("gemm", opt, argv, &c->o))
+            if (bu_common_opt("gemm", opt, argv, &c->o, usage))
                 return -1;
         }
     }

@@ -86,9 +86,8 @@ static int parse(int argc, char **argv, ocfg *c)
             if (cli_parse_int("--reps", optarg, 1, 100000000, &c->reps))
                 return -1;
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("overhead", opt, argv, &c->o))
+            if (bu_common_opt("overhead", opt, argv, &c->o, usage))
                 return -1;
         }
     }

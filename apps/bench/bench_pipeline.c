@@ -390,9 +390,8 @@ static int parse(int argc, char **argv, pcfg *c)
                 return -1;
             }
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("pipeline", opt, argv, &c->o))
+            if (bu_common_opt("pipeline", opt, argv, &c->o, usage))
                 return -1;
         }
     }

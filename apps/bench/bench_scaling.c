@@ -135,9 +135,8 @@ static int parse(int argc, char **argv, scfg *c)
             if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq))
                 return -1;
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("scaling", opt, argv, &c->o))
+            if (bu_common_opt("scaling", opt, argv, &c->o, usage))
                 return -1;
         }
     }

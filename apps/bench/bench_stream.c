@@ -63,9 +63,8 @@ static int parse(int argc, char **argv, scfg *c)
             if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials))
                 return -1;
             break;
-        case 'h': usage(stdout); exit(CLI_EXIT_OK);
         default:
-            if (bu_common_opt("stream", opt, argv, &c->o))
+            if (bu_common_opt("stream", opt, argv, &c->o, usage))
                 return -1;
         }
     }

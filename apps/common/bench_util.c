@@ -569,9 +569,10 @@ int bu_plot(const char *file, const char *data, const char *script)
     return 0;
 }
 
-int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o)
+int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*usage)(FILE *))
 {
     switch (opt) {
+    case 'h': usage(stdout); exit(CLI_EXIT_OK);
     case BU_O_QUICK: o->quick = 1; return 0;
     case BU_O_CSV: o->csv = 1; return 0;
     case BU_O_JSON: o->json = 1; return 0;

@@ -135,9 +135,9 @@ void bu_check(FILE *f, const char *who, int cond, const char *text, int line, in
 #define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                       \
     for (int opt = (opterr = 0, optind = 1, 0);                                                    \
          (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1;)
-/* A getopt result that is none of subcommand `sub`'s own options: a common option (returns 0)
- * or a usage error (returns -1, one line printed). */
-int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o);
+/* A getopt result that is none of subcommand `sub`'s own options: -h (usage on stdout, exit 0),
+ * a common option (returns 0) or a usage error (returns -1, one line printed). */
+int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*usage)(FILE *));
 /* After the getopt loop: no stray arguments, and --csv and --json not both (0, or -1 printed). */
 int bu_common_done(const char *sub, int argc, char **argv, const bu_common *o);
 

@@ -359,6 +359,13 @@ static double mlp_rel(const mlp_set *x, const mlp_set *ref)
 #define TP_WORLD 4
 static const int TP_DEGREES[2] = {2, 4};
 
+/* The tensor-parallel groups of degree t: consecutive world ranks, ordered by rank */
+static int tp_split(dl_ctx *x, int t, dl_comm **tp)
+{
+    int wr = dl_ctx_rank(x);
+    return dl_comm_split(dl_ctx_comm(x), wr / t, wr % t, tp);
+}
+
 typedef struct tp_mlp_run {
     const mlp_set *ref;       /* inputs and the one-rank results (read only) */
     double rel[2][TP_WORLD];  /* per degree, per rank: largest relative difference */
@@ -376,7 +383,7 @@ static int tp_mlp_rank(dl_ctx *x, void *arg)
     for (int d = 0; d < 2; d++) {
         int t = TP_DEGREES[d];
         dl_comm *tp = NULL;
-        int rc = dl_comm_split(dl_ctx_comm(x), wr / t, wr % t, &tp);
+        int rc = tp_split(x, t, &tp);
         if (rc)
             return rc;
         int tr = dl_comm_rank(tp), nl = MN / t, j0 = tr * nl;
@@ -631,7 +638,7 @@ static int att_rank(dl_ctx *x, void *arg)
     for (int d = 0; d < 3; d++) {
         int t = ATT_DEGREES[d];
         dl_comm *tp = NULL;
-        int rc = dl_comm_split(dl_ctx_comm(x), wr / t, wr % t, &tp);
+        int rc = tp_split(x, t, &tp);
         if (rc)
             return rc;
         int tr = dl_comm_rank(tp), nh = ANH / t, cl = nh * AHS, c0 = tr * cl;

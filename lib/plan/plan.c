@@ -537,17 +537,29 @@ static double capacity_of(const dl_plan_hw *hw, const dl_plan_opts *o)
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* What the analytic entry points check first, in this order: the output, the model, the
+ * hardware (hw_check; NULL where only its memory is read), the options, the layout. */
+static int check_inputs(const char *what, const void *out, const dl_plan_model *m,
+                        const dl_plan_hw *hw_check, const dl_plan_opts *o, const dl_plan_hw *hw,
+                        const dl_plan_layout *l)
+{
+    int st;
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "%s: null output", what);
+    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK)
+        return st;
+    if (hw_check && (st = dl_plan_hw_check(hw_check)) != DL_OK)
+        return st;
+    if ((st = opts_check(o)) != DL_OK)
+        return st;
+    return dl_plan_layout_check(m, hw, l);
+}
+
 int dl_plan_memory(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
                    const dl_plan_layout *l, dl_plan_mem *out)
 {
     int st;
-    if (out == NULL)
-        return dl_error(DL_EINVAL, "memory: null output");
-    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK)
-        return st;
-    if ((st = opts_check(o)) != DL_OK)
-        return st;
-    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK)
+    if ((st = check_inputs("memory", out, m, NULL, o, hw, l)) != DL_OK)
         return st;
     memset(out, 0, sizeof *out);
     double psi = dl_plan_model_params(m);
@@ -626,15 +638,7 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
                  const dl_plan_layout *l, dl_plan_comm_report *out)
 {
     int st;
-    if (out == NULL)
-        return dl_error(DL_EINVAL, "comm: null output");
-    if ((st = dl_plan_model_check(m, 0, NULL)) != DL_OK)
-        return st;
-    if ((st = dl_plan_hw_check(hw)) != DL_OK)
-        return st;
-    if ((st = opts_check(o)) != DL_OK)
-        return st;
-    if ((st = dl_plan_layout_check(m, hw, l)) != DL_OK)
+    if ((st = check_inputs("comm", out, m, hw, o, hw, l)) != DL_OK)
         return st;
     memset(out, 0, sizeof *out);
     int s = seq_of(m, l), b = l->micro_batch;
