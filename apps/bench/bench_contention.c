@@ -70,7 +70,8 @@ static int parse(int argc, char **argv, ccfg *c)
                                        {"iters", required_argument, NULL, O_ITERS},
                                        {"fwd-us", required_argument, NULL, O_FWD},
                                        BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "contention", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_RANKS:
@@ -85,12 +86,9 @@ static int parse(int argc, char **argv, ccfg *c)
             if (cli_parse_int("--fwd-us", optarg, 0, 10000000, &c->fwd_us))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("contention", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("contention", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     if (!c->iters)
         c->iters = c->o.quick ? 50 : 200;

@@ -90,7 +90,8 @@ static int parse(int argc, char **argv, gcfg *c)
                                        {"iters", required_argument, NULL, O_ITERS},
                                        BU_LONGOPTS_END};
     int iters = 0, layers = 0;
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "gemm", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_RANKS:
@@ -121,12 +122,9 @@ static int parse(int argc, char **argv, gcfg *c)
             if (cli_parse_int("--iters", optarg, 1, 100000, &iters))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("gemm", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("gemm", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     if (c->m.d_model % c->m.heads != 0) {
         cli_error("gemm: --heads %d must divide --d-model %d", c->m.heads, c->m.d_model);

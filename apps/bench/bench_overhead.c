@@ -63,7 +63,8 @@ static int parse(int argc, char **argv, ocfg *c)
                                        {"batches", required_argument, NULL, O_BATCHES},
                                        {"reps", required_argument, NULL, O_REPS},
                                        BU_LONGOPTS_END_NOPLOT};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "overhead", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_STEP:
@@ -86,12 +87,9 @@ static int parse(int argc, char **argv, ocfg *c)
             if (cli_parse_int("--reps", optarg, 1, 100000000, &c->reps))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("overhead", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("overhead", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     if (!c->pp)
         c->pp = 4;

@@ -226,7 +226,8 @@ static int parse(int argc, char **argv, ocfg *c)
                                        {"gemm-dim", required_argument, NULL, O_DIM},
                                        {"trials", required_argument, NULL, O_TRIALS},
                                        BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "overlap", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_RANKS:
@@ -249,12 +250,9 @@ static int parse(int argc, char **argv, ocfg *c)
             if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("overlap", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("overlap", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     if (!c->minb)
         c->minb = 64 << 10;

@@ -103,7 +103,8 @@ static int parse(int argc, char **argv, scfg *c)
                                        {"seq", required_argument, NULL, O_SEQ},
                                        BU_LONGOPTS_END};
     int layers = 0, dmodel = 0, heads = 0, seq = 0;
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "scaling", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_RANKS:
@@ -135,12 +136,9 @@ static int parse(int argc, char **argv, scfg *c)
             if (cli_parse_int("--seq", optarg, 1, 1 << 16, &seq))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("scaling", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("scaling", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     c->m.layers = layers ? layers : c->o.quick ? 2 : 4;
     c->m.d_model = dmodel ? dmodel : c->o.quick ? 64 : 256;

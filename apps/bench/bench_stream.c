@@ -48,7 +48,8 @@ static int parse(int argc, char **argv, scfg *c)
                                        {"mib", required_argument, NULL, O_MIB},
                                        {"trials", required_argument, NULL, O_TRIALS},
                                        BU_LONGOPTS_END};
-    BU_FOR_EACH_OPT(opt, argc, argv, lo)
+    int opt;
+    BU_FOR_EACH_OPT(opt, "stream", argc, argv, lo, &c->o, usage)
     {
         switch (opt) {
         case O_RANKS:
@@ -63,12 +64,9 @@ static int parse(int argc, char **argv, scfg *c)
             if (cli_parse_int("--trials", optarg, 1, 1000, &c->trials))
                 return -1;
             break;
-        default:
-            if (bu_common_opt("stream", opt, argv, &c->o, usage))
-                return -1;
         }
     }
-    if (bu_common_done("stream", argc, argv, &c->o))
+    if (opt < 0)
         return -1;
     if (!c->mib)
         c->mib = c->o.quick ? 16 : 64;

@@ -599,3 +599,19 @@ int bu_common_done(const char *sub, int argc, char **argv, const bu_common *o)
     }
     return 0;
 }
+
+int bu_next_opt(const char *sub, int argc, char **argv, const struct option *lo, bu_common *o,
+                void (*usage)(FILE *))
+{
+    for (;;) {
+        int opt = getopt_long(argc, argv, "h", lo, NULL);
+        if (opt == -1)
+            return bu_common_done(sub, argc, argv, o) ? -1 : 0;
+        int common =
+            opt == 'h' || opt == '?' || opt == ':' || (opt >= BU_O_QUICK && opt <= BU_O_PLOT);
+        if (!common)
+            return opt;
+        if (bu_common_opt(sub, opt, argv, o, usage))
+            return -1;
+    }
+}

@@ -5,6 +5,7 @@
 #ifndef DISTLAB_APPS_BENCH_UTIL_H
 #define DISTLAB_APPS_BENCH_UTIL_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
 #include "distlab.h"
@@ -130,11 +131,17 @@ enum { BU_O_QUICK = 1000, BU_O_CSV, BU_O_JSON, BU_O_PLOT };
 /* A selftest's check: when cond is 0, "WHO: FAILED TEXT (line N)" on f and *ok = 0. Call it
  * through a macro that passes #cond and __LINE__. */
 void bu_check(FILE *f, const char *who, int cond, const char *text, int line, int *ok);
-/* A subcommand's option loop: getopt_long from argv[1] with -h the only short option, and our own
- * one-line messages instead of getopt's. */
-#define BU_FOR_EACH_OPT(opt, argc, argv, lo)                                                       \
-    for (int opt = (opterr = 0, optind = 1, 0);                                                    \
-         (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1;)
+/* A subcommand's option loop over its own options (declare `int opt` before it; after it,
+ * opt < 0 is a usage error, one line printed): getopt_long from argv[1], -h the only short
+ * option, our own one-line messages; -h, the common options and the final checks
+ * (bu_common_done) are bu_next_opt's. */
+#define BU_FOR_EACH_OPT(opt, sub, argc, argv, lo, o, usage)                                        \
+    for (opt = (opterr = 0, optind = 1, 0); (opt = bu_next_opt(sub, argc, argv, lo, o, usage)) > 0;)
+/* The next of subcommand `sub`'s own options (its getopt value); 0 after the last (no stray
+ * argument, --csv and --json not both), -1 on a usage error (one line printed). -h prints
+ * usage on stdout and exits 0. */
+int bu_next_opt(const char *sub, int argc, char **argv, const struct option *lo, bu_common *o,
+                void (*usage)(FILE *));
 /* A getopt result that is none of subcommand `sub`'s own options: -h (usage on stdout, exit 0),
  * a common option (returns 0) or a usage error (returns -1, one line printed). */
 int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*usage)(FILE *));
