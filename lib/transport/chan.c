@@ -18,7 +18,6 @@
 #include <unistd.h>
 #include "distlab.h"
 #include "transport/chan.h"
-#include "runtime/internal.h"
 
 /* One slot header: exactly one cache line. The consumer polls the slot's own sequence word,
  * so a message costs one cache-line transfer (header, inline payload and sequence together). The
