@@ -3,37 +3,10 @@
 # and the lecture's numbers in human, CSV and JSON output. Run by `make check` from the build
 # directory (the binary is ./apps/distlab-plan).
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-plan" ]; then
-  PLAN="$abs_top_builddir/apps/distlab-plan"
-else
-  PLAN="./apps/distlab-plan"
-fi
-if [ ! -x "$PLAN" ]; then
-  echo "test_plan_cli: $PLAN not found (run from the build directory)"
-  exit 1
-fi
-
-TMP="${TMPDIR:-/tmp}/test_plan_cli.$$"
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
-
-# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
-run() {
-  name=$1; want=$2; shift 2
-  "$PLAN" "$@" >"$TMP/out" 2>"$TMP/err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    fail "$name: exit status $got, want $want (stderr: $(head -c 300 "$TMP/err"))"
-    return 1
-  fi
-  return 0
-}
+SELF=test_plan_cli
+. "$(dirname "$0")/lib.sh"
+PLAN=$(app_bin distlab-plan) || exit 1
+APP=$PLAN
 
 # usage error: status 2 and exactly one line on stderr naming the problem
 usage_error() {
@@ -46,9 +19,6 @@ usage_error() {
   fi
 }
 
-has() { # has NAME PATTERN: $TMP/out contains the fixed string
-  grep -qF -- "$2" "$TMP/out" || fail "$1: output lacks '$2'"
-}
 
 # ---- version and help ----
 if run version 0 --version; then

@@ -9,39 +9,14 @@
 # $M, $TINY and $lay are option lists, split into words on purpose.
 # shellcheck disable=SC2086
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-train" ]; then
-  TRAIN="$abs_top_builddir/apps/distlab-train"
-else
-  TRAIN="./apps/distlab-train"
-fi
-if [ ! -x "$TRAIN" ]; then
-  echo "test_train_cli: $TRAIN not found (run from the build directory)"
-  exit 1
-fi
+SELF=test_train_cli
+. "$(dirname "$0")/lib.sh"
+TRAIN=$(app_bin distlab-train) || exit 1
+APP=$TRAIN
 SMALL=0
 [ "${DISTLAB_TEST_SCALE:-}" = small ] && SMALL=1
 PY=
 if command -v python3 >/dev/null 2>&1; then PY=python3; fi
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train_cli.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
-
-# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
-run() {
-  name=$1; want=$2; shift 2
-  "$TRAIN" "$@" >"$TMP/out" 2>"$TMP/err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    fail "$name: exit status $got, want $want (stderr: $(head -c 400 "$TMP/err"))"
-    return 1
-  fi
-  return 0
-}
 
 # refused NAME PATTERN ARGS...: status 2, exactly one line on stderr that matches PATTERN (a
 # grep -E regular expression), nothing on stdout (no thread started, no banner)
@@ -57,9 +32,6 @@ refused() {
   echo "refused $name: $(cat "$TMP/err")"
 }
 
-has() { # has NAME STRING: $TMP/out contains the fixed string
-  grep -qF -- "$2" "$TMP/out" || fail "$1: output lacks '$2'"
-}
 
 # ---- version and help ----
 if run version 0 --version; then
