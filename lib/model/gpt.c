@@ -5,6 +5,7 @@
 #include <string.h>
 #include "distlab.h"
 #include "model/gpt_priv.h"
+#include "model/layer.h"
 #include "model/ops.h"
 
 struct dl_gpt {
@@ -12,10 +13,11 @@ struct dl_gpt {
     dl_gpt_layout *lay;
     int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
-    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;    /* L: the layers this rank holds (all chunks) */
-    size_t N;                                  /* MB * T: rows of the largest batch */
-    size_t set_elems;                          /* one layer's activations */
-    int k_wte, k_wpe, k_lnf, k_head, *k_layer; /* k_layer[local layer] */
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;  /* L: the layers this rank holds (all chunks) */
+    size_t N;                                /* MB * T: rows of the largest batch */
+    size_t set_elems;                        /* one layer's activations */
+    int k_wte, k_wpe, k_lnf, k_lnfb, k_head; /* tensor indices */
+    int *k_layer;                            /* k_layer[local layer]: its first tensor */
     int embed, head; /* holds virtual stage 0's embeddings / the last virtual stage's head */
     int cbeg[DL_GPT_MAX_CHUNKS]; /* local index of each chunk's first layer */
     int maxc;                    /* layers of the largest chunk */
@@ -215,6 +217,7 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->k_wte = g->embed ? dl_gpt_find(g->lay, "wte.weight") : -1;
     g->k_wpe = g->embed ? dl_gpt_find(g->lay, "wpe.weight") : -1;
     g->k_lnf = g->head ? dl_gpt_find(g->lay, "ln_f.weight") : -1;
+    g->k_lnfb = g->head ? dl_gpt_find(g->lay, "ln_f.bias") : -1;
     /* the head: lm_head, or with tying wte (the stage's own copy when it lacks the embeddings,
      * which the layout puts last) */
     g->k_head = !g->head   ? -1

@@ -35,7 +35,7 @@ static FN(acts_) FN(layer_acts_)(const dl_gpt *g, int s)
 }
 
 /* tensor k's parameters and gradient: in the flat buffers, or in its unit's buffers while the
- * unit is materialised (unit_begin / unit_end in gpt.c) */
+ * unit is materialised (unit_begin / unit_end in gpt.c); a layer's through dl_layer_view */
 #define PARAM(k) ((REAL *)g->pw[k])
 #define GRAD(k) ((REAL *)g->gw[k])
 /* the residual stream of the current slot; index r is relative to the current chunk's first
@@ -70,29 +70,30 @@ static int FN(layer_fwd_)(dl_gpt *g, int l, int B)
     int N = B * g->T, C = g->C, Cl = g->Cl, Fl = g->Fl, rc;
     int k = g->k_layer[l], r = l - g->cbeg[g->cur_chunk];
     FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : r);
+    dl_layer_view w = dl_layer_view_at(g->pw, k);
     REAL *x = XRES(r), *y = XRES(r + 1);
-    OP(dl_layernorm_fwd_)(a.ln1, a.ln1_mean, a.ln1_rstd, x, PARAM(k + 0), PARAM(k + 1), N, C);
+    OP(dl_layernorm_fwd_)(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
     if ((rc = FN(f_forward_)(g, a.ln1, (size_t)N * C)))
         return rc;
     /* column-parallel Q/K/V of this rank's heads */
-    OP(dl_linear_fwd_)(a.qkv, a.ln1, PARAM(k + 2), PARAM(k + 3), N, C, 3 * Cl);
+    OP(dl_linear_fwd_)(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
     OP(dl_attention_fwd_)
     (a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, g->T, g->NHl, g->HS);
     /* row-parallel output projection: partial sums, then g (all-reduce), then the whole bias */
-    OP(dl_linear_fwd_)(a.res2, a.atty, PARAM(k + 4), NULL, N, Cl, C);
+    OP(dl_linear_fwd_)(a.res2, a.atty, w.attproj_w, NULL, N, Cl, C);
     if ((rc = FN(g_forward_)(g, a.res2, (size_t)N * C)))
         return rc;
-    OP(dl_residual_bias_fwd_)(a.res2, a.res2, PARAM(k + 5), x, N, C); /* bias and residual */
-    OP(dl_layernorm_fwd_)(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(k + 6), PARAM(k + 7), N, C);
+    OP(dl_residual_bias_fwd_)(a.res2, a.res2, w.attproj_b, x, N, C); /* bias and residual */
+    OP(dl_layernorm_fwd_)(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, N, C);
     if ((rc = FN(f_forward_)(g, a.ln2, (size_t)N * C)))
         return rc;
-    OP(dl_linear_fwd_)(a.fch, a.ln2, PARAM(k + 8), PARAM(k + 9), N, C, Fl);
+    OP(dl_linear_fwd_)(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, Fl);
     /* fch is read again only by the GeLU backward: keep its derivative there instead */
     OP(dl_gelu_fwd_deriv_)(a.fchg, a.fch, a.fch, (size_t)N * Fl);
-    OP(dl_linear_fwd_)(y, a.fchg, PARAM(k + 10), NULL, N, Fl, C);
+    OP(dl_linear_fwd_)(y, a.fchg, w.fcproj_w, NULL, N, Fl, C);
     if ((rc = FN(g_forward_)(g, y, (size_t)N * C)))
         return rc;
-    OP(dl_residual_bias_fwd_)(y, y, PARAM(k + 11), a.res2, N, C);
+    OP(dl_residual_bias_fwd_)(y, y, w.fcproj_b, a.res2, N, C);
     return DL_OK;
 }
 
@@ -104,6 +105,7 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     if (g->o.recompute && (rc = FN(layer_fwd_)(g, l, B)))
         return rc;
     FN(acts_) a = FN(layer_acts_)(g, g->o.recompute ? 0 : r);
+    dl_layer_view w = dl_layer_view_at(g->pw, k), d = dl_layer_view_at(g->gw, k);
     REAL *x = XRES(r), *dx = g->dx, *dln = g->dln, *dfchg = g->dfchg;
     REAL *dqkv = g->dqkv, *datty = g->datty;
     /* The activation gradients dfchg, dln, datty, dqkv are fresh at each use: the `_write`
@@ -112,32 +114,32 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B)
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
     OP(dl_linear_bwd_write_)
-    (dfchg, GRAD(k + 10), GRAD(k + 11), dx, a.fchg, PARAM(k + 10), N, Fl, C);
+    (dfchg, d.fcproj_w, d.fcproj_b, dx, a.fchg, w.fcproj_w, N, Fl, C);
     /* GeLU backward in place (dfchg becomes d(pre-activation)) from the derivative the forward
      * kept in fch, with the first MLP linear's bias gradient summed in the same pass */
-    OP(dl_gelu_bwd_deriv_)(dfchg, GRAD(k + 9), a.fch, dfchg, N, Fl);
-    OP(dl_linear_bwd_write_)(dln, GRAD(k + 8), NULL, dfchg, a.ln2, PARAM(k + 8), N, C, Fl);
+    OP(dl_gelu_bwd_deriv_)(dfchg, d.fc_b, a.fch, dfchg, N, Fl);
+    OP(dl_linear_bwd_write_)(dln, d.fc_w, NULL, dfchg, a.ln2, w.fc_w, N, C, Fl);
     if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)
-    (dx, GRAD(k + 6), GRAD(k + 7), dln, a.res2, PARAM(k + 6), a.ln2_mean, a.ln2_rstd, N, C);
+    (dx, d.ln2_w, d.ln2_b, dln, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
     /* attention */
     if ((rc = FN(g_backward_)(g, dx, (size_t)N * C)))
         return rc;
-    OP(dl_linear_bwd_write_)(datty, GRAD(k + 4), GRAD(k + 5), dx, a.atty, PARAM(k + 4), N, Cl, C);
+    OP(dl_linear_bwd_write_)(datty, d.attproj_w, d.attproj_b, dx, a.atty, w.attproj_w, N, Cl, C);
     OP(dl_attention_bwd_write_)
     (dqkv, dqkv + Cl, dqkv + 2 * Cl, g->att_scratch, datty, Cl, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl,
      3 * Cl, a.att, B, g->T, g->NHl, g->HS);
     OP(dl_linear_bwd_write_)
-    (dln, GRAD(k + 2), GRAD(k + 3), dqkv, a.ln1, PARAM(k + 2), N, C, 3 * Cl);
+    (dln, d.qkv_w, d.qkv_b, dqkv, a.ln1, w.qkv_w, N, C, 3 * Cl);
     /* The key bias adds q·b_k to every score of a row, which softmax ignores: its gradient is
      * exactly zero, and what the GEMM leaves there is rounding noise that Adam would amplify to
      * lr-sized steps of random sign (and make layouts differ). Keep the exact zero. */
-    memset(GRAD(k + 3) + Cl, 0, sizeof(REAL) * (size_t)Cl);
+    memset((REAL *)d.qkv_b + Cl, 0, sizeof(REAL) * (size_t)Cl);
     if ((rc = FN(f_backward_)(g, dln, (size_t)N * C)))
         return rc;
     OP(dl_layernorm_bwd_)
-    (dx, GRAD(k + 0), GRAD(k + 1), dln, x, PARAM(k + 0), a.ln1_mean, a.ln1_rstd, N, C);
+    (dx, d.ln1_w, d.ln1_b, dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
     return DL_OK;
 }
 
@@ -162,7 +164,7 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
     if ((rc = unit_begin(g, g->u_head, 0)))
         return rc;
     OP(dl_layernorm_fwd_)
-    (g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf), PARAM(g->k_lnf + 1), N, C);
+    (g->lnf, g->lnf_mean, g->lnf_rstd, XRES(le - lb), PARAM(g->k_lnf), PARAM(g->k_lnfb), N, C);
     OP(dl_linear_fwd_)(g->probs, g->lnf, PARAM(g->k_head), NULL, N, C, V);
     double m = OP(dl_crossentropy_fwd_)(g->probs, g->losses, g->probs, targets, N, V);
     if (loss)
@@ -185,7 +187,7 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_grad_ready_fn ready, void *
         (g->dlnf, GRAD(g->k_head), NULL, g->probs, g->lnf, PARAM(g->k_head), N, C, V);
         memset(g->dx, 0, sizeof(REAL) * (size_t)N * C);
         OP(dl_layernorm_bwd_)
-        (g->dx, GRAD(g->k_lnf), GRAD(g->k_lnf + 1), g->dlnf, XRES(le - lb), PARAM(g->k_lnf),
+        (g->dx, GRAD(g->k_lnf), GRAD(g->k_lnfb), g->dlnf, XRES(le - lb), PARAM(g->k_lnf),
          g->lnf_mean, g->lnf_rstd, N, C);
         if ((rc = unit_end(g, g->u_head)))
             return rc;

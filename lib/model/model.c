@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
+#include "model/layer.h"
 
 void dl_gpt_config_default(dl_gpt_config *c)
 {
@@ -117,7 +118,7 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
 
 /* Single-rank tensor ids (the initialiser's key): wte 0, wpe 1, layer i's j-th 2 + 12 i + j,
  * ln_f 2 + 12 L and the next, lm_head after them. */
-#define ID_LAYER(i, j) (2 + 12 * (i) + (j))
+#define ID_LAYER(i, j) (2 + DL_LT_COUNT * (i) + (j))
 
 int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
                               dl_gpt_layout **out)
@@ -145,7 +146,7 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         nl += part->count[ch];
     }
     dl_gpt_layout *l = calloc(1, sizeof *l);
-    int n = 2 + 12 * nl + 3;
+    int n = 2 + DL_LT_COUNT * nl + 3;
     if (!l || !(l->t = calloc((size_t)n, sizeof *l->t))) {
         free(l);
         return dl_error(DL_ENOMEM, "model layout: out of memory");
@@ -161,27 +162,28 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
         add(l, &k, &off, 1, "wpe.weight", -1, T, C, 2, DL_SHARD_NONE);
     }
+    /* one layer's tensors, each at its named index (model/layer.h) */
     static const struct {
         const char *name;
         int rows, cols, ndim; /* in units of C (0: 1) */
         dl_shard_kind sh;
-    } blk[12] = {
-        {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE},
-        {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV},
-        {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
-        {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS},
-        {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE},
-        {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
-        {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS},
-        {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
-        {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS},
-        {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+    } blk[DL_LT_COUNT] = {
+        [DL_LT_LN1_W] = {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE},
+        [DL_LT_LN1_B] = {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
+        [DL_LT_QKV_W] = {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV},
+        [DL_LT_QKV_B] = {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
+        [DL_LT_ATTPROJ_W] = {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS},
+        [DL_LT_ATTPROJ_B] = {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
+        [DL_LT_LN2_W] = {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE},
+        [DL_LT_LN2_B] = {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
+        [DL_LT_FC_W] = {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS},
+        [DL_LT_FC_B] = {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
+        [DL_LT_FCPROJ_W] = {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS},
+        [DL_LT_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
     };
     for (int ch = 0; ch < part->nchunks; ch++)
         for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
-            for (int j = 0; j < 12; j++)
+            for (int j = 0; j < DL_LT_COUNT; j++)
                 add(l, &k, &off, ID_LAYER(i, j), blk[j].name, i, blk[j].rows * C,
                     blk[j].cols ? blk[j].cols * C : 1, blk[j].ndim, blk[j].sh);
     if (part->head) {

@@ -4,7 +4,9 @@
 #include "../testutil.h"
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include "core/arena.h"
+#include "model/layer.h"
 
 static dl_gpt_config tiny(void)
 {
@@ -215,6 +217,89 @@ START_TEST(recompute_same)
 }
 END_TEST
 
+/* The named views (model/layer.h) against the layout's table: every field of a layer's view is
+ * the tensor of that name (names written here, independently of model.c), on the whole model,
+ * a tp shard and an interleaved pipeline stage; negative control: the view one tensor on agrees
+ * on no field, so the comparison can fail. */
+static const struct {
+    size_t field;
+    const char *name;
+} view_names[] = {
+    {offsetof(dl_layer_view, ln1_w), "ln_1.weight"},
+    {offsetof(dl_layer_view, ln1_b), "ln_1.bias"},
+    {offsetof(dl_layer_view, qkv_w), "attn.c_attn.weight"},
+    {offsetof(dl_layer_view, qkv_b), "attn.c_attn.bias"},
+    {offsetof(dl_layer_view, attproj_w), "attn.c_proj.weight"},
+    {offsetof(dl_layer_view, attproj_b), "attn.c_proj.bias"},
+    {offsetof(dl_layer_view, ln2_w), "ln_2.weight"},
+    {offsetof(dl_layer_view, ln2_b), "ln_2.bias"},
+    {offsetof(dl_layer_view, fc_w), "mlp.c_fc.weight"},
+    {offsetof(dl_layer_view, fc_b), "mlp.c_fc.bias"},
+    {offsetof(dl_layer_view, fcproj_w), "mlp.c_proj.weight"},
+    {offsetof(dl_layer_view, fcproj_b), "mlp.c_proj.bias"},
+};
+
+static void *view_field(const dl_layer_view *v, size_t field)
+{
+    void *p;
+    memcpy(&p, (const char *)v + field, sizeof p);
+    return p;
+}
+
+/* Views of every layer the layout holds; returns the fields that name the expected tensor
+ * (shift: take the view at the layer's first tensor + shift, the negative control). */
+static int views_match(const dl_gpt_layout *l, int shift)
+{
+    int n = l->ntensors, good = 0;
+    char *buf = malloc(l->numel + 1);
+    void **tab = malloc(sizeof(void *) * (size_t)(n + DL_LT_COUNT));
+    ck_assert(buf && tab);
+    for (int k = 0; k < n + DL_LT_COUNT; k++) tab[k] = buf + (k < n ? l->t[k].offset : l->numel);
+    for (int ch = 0; ch < l->part.nchunks; ch++)
+        for (int i = l->part.first[ch]; i < l->part.first[ch] + l->part.count[ch]; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "h.%d.ln_1.weight", i);
+            int k0 = dl_gpt_find(l, nm);
+            ck_assert_int_ge(k0, 0);
+            dl_layer_view v = dl_layer_view_at(tab, k0 + shift);
+            for (size_t j = 0; j < sizeof view_names / sizeof view_names[0]; j++) {
+                snprintf(nm, sizeof nm, "h.%d.%s", i, view_names[j].name);
+                int k = dl_gpt_find(l, nm);
+                ck_assert_msg(k >= 0, "no tensor %s", nm);
+                good += view_field(&v, view_names[j].field) == tab[k];
+            }
+        }
+    free(buf);
+    free(tab);
+    return good;
+}
+
+START_TEST(layer_views)
+{
+    dl_gpt_config c = tiny();
+    c.layers = 4;
+    ck_assert_int_eq((int)(sizeof view_names / sizeof view_names[0]), DL_LT_COUNT);
+    ck_assert_int_eq((int)(sizeof(dl_layer_view) / sizeof(void *)), DL_LT_COUNT);
+    dl_gpt_part stage;
+    int bounds[5] = {0, 1, 2, 3, 4};
+    ck_assert_int_eq(dl_gpt_part_stage(&c, 2, 2, 1, bounds, &stage), DL_OK);
+    struct {
+        int tp, rank;
+        const dl_gpt_part *part;
+        int layers;
+    } cases[] = {{1, 0, NULL, 4}, {2, 1, NULL, 4}, {1, 0, &stage, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dl_gpt_layout *l;
+        ck_assert_int_eq(dl_gpt_layout_create_part(&c, cases[i].tp, cases[i].rank, cases[i].part,
+                                                   &l),
+                         DL_OK);
+        ck_assert_int_eq(views_match(l, 0), cases[i].layers * DL_LT_COUNT);
+        ck_assert_int_eq(views_match(l, 1), 0);
+        dl_gpt_layout_destroy(l);
+    }
+}
+END_TEST
+
 START_TEST(bad_config)
 {
     dl_gpt_config c = tiny();
@@ -235,6 +320,7 @@ int main(void)
     TCase *tc = tcase_create("gpt");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, bad_config);
+    tcase_add_test(tc, layer_views);
     tcase_add_test(tc, finite_differences);
     tcase_add_test(tc, tp2);
     tcase_add_test(tc, tp4);
