@@ -1,0 +1,78 @@
+/* Argument validation: every check runs on the caller's thread and returns DL_EINVAL before
+ * this rank waits for anyone (the others learn of it through the abort). */
+#include "config.h"
+#include <stdint.h>
+#include "distlab.h"
+#include "runtime/internal.h"
+#include "core/testhook.h"
+#include "coll/algo.h"
+
+int dl__check_common(dl_comm *c, const char *what, dl_dtype t, int need_op, dl_redop op)
+{
+    if (!c)
+        return dl_error(DL_EINVAL, "%s: null communicator", what);
+    if ((unsigned)t >= DL_NDTYPES)
+        return dl_error(DL_EINVAL, "%s: unknown data type %d", what, (int)t);
+    if (need_op && (unsigned)op >= DL_NREDOPS)
+        return dl_error(DL_EINVAL, "%s: unknown reduction op %d", what, (int)op);
+    return DL_OK;
+}
+
+int dl__check_purpose(const char *what, dl_purpose p)
+{
+    if ((unsigned)p >= DL_NPURPOSES)
+        return dl_error(DL_EINVAL, "%s: unknown purpose %d", what, (int)p);
+    return DL_OK;
+}
+
+/* Validate a collective's arguments; fill the request. */
+int dl__prepare(dl_request *q, int kind, dl_comm *c, const void *sbuf, void *rbuf, size_t count,
+                dl_dtype t, dl_redop op, int root, dl_purpose p)
+{
+    const char *what = dl__opname(kind);
+    int need_op = kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER || kind == OP_REDUCE;
+    int rc = dl__check_common(c, what, t, need_op, op);
+    if (rc || (rc = dl__check_purpose(what, p)))
+        return rc;
+    int n = c->sh->n, r = c->rank;
+    size_t es = dl_dtype_size(t);
+    if (count > (SIZE_MAX / 4) / es / (size_t)n)
+        return dl_error(DL_EINVAL, "%s: count %zu too large", what, count);
+    size_t off, len;
+    dl_block(count, n, r, &off, &len);
+    size_t sneed = count, rneed = count; /* elements each buffer must hold */
+    if (kind == OP_REDUCE_SCATTER)
+        rneed = len;
+    else if (kind == OP_ALLGATHER)
+        sneed = len;
+    else if (kind == OP_ALLTOALL)
+        sneed = rneed = count * (size_t)n;
+    if (kind == OP_BROADCAST || kind == OP_REDUCE) {
+        if (root < 0 || root >= n)
+            return dl_error(DL_EINVAL, "%s: root %d out of range (communicator of %d ranks)", what,
+                            root, n);
+        if (kind == OP_BROADCAST && r != root)
+            sneed = 0;
+        if (kind == OP_REDUCE && r != root)
+            rneed = 0;
+    }
+    if ((sneed && !sbuf) || (rneed && !rbuf))
+        return dl_error(DL_EINVAL, "%s: null %s buffer for %zu elements on rank %d", what,
+                        (sneed && !sbuf) ? "send" : "receive", sneed && !sbuf ? sneed : rneed, r);
+    /* a null send buffer where none is read: point it at the receive buffer so paths stay simple */
+    if (!sbuf)
+        sbuf = rbuf;
+    *q = (dl_request){.kind = kind,
+                      .c = c,
+                      .sbuf = sbuf,
+                      .rbuf = rbuf,
+                      .count = count,
+                      .t = t,
+                      .op = op,
+                      .root = root,
+                      .p = p};
+    /* counted here, on the rank's thread, in the order the rank starts its collectives */
+    if (kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER)
+        q->skip = dl__test_skip_reduction(p, &c->ctx->test_reductions);
+    return DL_OK;
+}

@@ -1,0 +1,95 @@
+/* The transport verbs: a link's post / acquire / release / flush, each counting bytes, messages
+ * and waiting on the call's communicator (per purpose, and across nodes), and every received
+ * message checked against the call's fingerprint. */
+#include "config.h"
+#include <stdint.h>
+#include "distlab.h"
+#include "transport/chan.h"
+#include "runtime/internal.h"
+#include "coll/prims.h"
+
+uint32_t dl__fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t count, int root)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    uint64_t v[6] = {(uint64_t)op,           seq, (uint64_t)t, (uint64_t)rop, (uint64_t)count,
+                     (uint64_t)(int64_t)root};
+    for (int i = 0; i < 6; i++) {
+        h ^= v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h *= 0xff51afd7ed558ccdull;
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op, size_t count,
+                 int root, dl_purpose p)
+{
+    return (dl_call){c, &c->ctx->waiter, opcode, dl__fingerprint(opcode, seq, t, op, count, root),
+                     p};
+}
+
+int dl__xfer_link(dl_call *k, int src, int dst, dl_link **l) { return dl__link(k->c, src, dst, l); }
+
+static int crosses_nodes(const dl_call *k, const dl_link *l)
+{
+    const int *node = k->c->ctx->w->place->node;
+    return node[l->src] != node[l->dst];
+}
+
+int dl__xfer_post(dl_call *k, dl_link *l, const void *data, size_t bytes)
+{
+    dl_msg m = {data, bytes, k->check};
+    dl_comm_stats *st = &k->c->st;
+    uint64_t w0 = l->stats.send_wait_ns, c0 = l->stats.copy_ns, s0 = l->stats.send_sleeps;
+    int rc = dl_link_post(l, &m, k->w);
+    st->wait_ns += l->stats.send_wait_ns - w0;
+    st->copy_ns += l->stats.copy_ns - c0;
+    st->sleeps += l->stats.send_sleeps - s0;
+    if (rc)
+        return rc;
+    st->bytes_sent[k->p] += bytes;
+    st->msgs_sent++;
+    if (crosses_nodes(k, l))
+        st->bytes_sent_inter += bytes;
+    return DL_OK;
+}
+
+int dl__xfer_acquire(dl_call *k, dl_link *l, size_t bytes, const void **data)
+{
+    dl_msg m;
+    dl_comm_stats *st = &k->c->st;
+    uint64_t w0 = l->stats.recv_wait_ns, s0 = l->stats.recv_sleeps;
+    int rc = dl_link_acquire(l, &m, k->w);
+    st->wait_ns += l->stats.recv_wait_ns - w0;
+    st->sleeps += l->stats.recv_sleeps - s0;
+    if (rc)
+        return rc;
+    if (m.check != k->check || m.bytes != bytes) {
+        dl_link_release(l);
+        return dl_error(DL_EMISMATCH,
+                        "message from rank %d does not match this call (%zu bytes, expected "
+                        "%zu%s): "
+                        "ranks disagree on the operation, count, type, op or root",
+                        l->src, m.bytes, bytes, m.check != k->check ? ", different call" : "");
+    }
+    st->bytes_recv[k->p] += bytes;
+    st->msgs_recv++;
+    if (crosses_nodes(k, l))
+        st->bytes_recv_inter += bytes;
+    *data = m.data;
+    return DL_OK;
+}
+
+int dl__xfer_release(dl_call *k, dl_link *l)
+{
+    (void)k;
+    return dl_link_release(l);
+}
+
+int dl__xfer_flush(dl_call *k, dl_link *l)
+{
+    uint64_t w0 = l->stats.send_wait_ns, s0 = l->stats.send_sleeps;
+    int rc = dl_link_flush(l, k->w);
+    k->c->st.wait_ns += l->stats.send_wait_ns - w0;
+    k->c->st.sleeps += l->stats.send_sleeps - s0;
+    return rc;
+}
