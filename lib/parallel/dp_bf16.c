@@ -1,0 +1,98 @@
+/* bf16 data parallelism at ZeRO stage 0 (train/module.h): every unit of the gradient is
+ * all-reduced as the ring all-reduce's two halves, a reduce-scatter and an all-gather of the
+ * padded unit, in place (through a staging buffer when padded). The same volume as one
+ * all-reduce, but every element's sum is formed in the ring order of ZeRO's reduce-scatter, so
+ * in bf16 (one rounding per hop) stage 0 reduces to bitwise the gradient stages 1-3 reduce (one
+ * micro-batch), not merely to within bf16 rounding. Units go as soon as they are final. */
+#include <stdlib.h>
+#include <string.h>
+#include "train/module.h"
+
+typedef struct bf_state {
+    tr_env *e;
+    dl_zero_units zr; /* the units cut into dp blocks */
+    char *stg;        /* one padded unit, when some unit is padded */
+    int next_unit;    /* units >= next_unit are reduced (this step) */
+} bf_state;
+
+static int bf_unit(bf_state *b, int u)
+{
+    const dl_zero_unit *z = &b->zr.u[u];
+    dl_comm *c = b->e->mesh->dp_comm;
+    size_t ss = 2, n = (size_t)b->zr.dp * z->shard, r = (size_t)b->zr.rank;
+    char *full = (char *)dl_gpt_grads(b->e->g) + z->lo * ss, *buf = full;
+    if (n != z->numel) {
+        memcpy(b->stg, full, z->numel * ss);
+        memset(b->stg + z->numel * ss, 0, (n - z->numel) * ss);
+        buf = b->stg;
+    }
+    char *mine = buf + r * z->shard * ss;
+    int rc = dl_reduce_scatter(c, buf, mine, n, DL_BF16, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc == DL_OK)
+        rc = dl_allgather(c, mine, buf, n, DL_BF16, DL_PURPOSE_GRADS);
+    if (rc == DL_OK && buf != full)
+        memcpy(full, buf, z->numel * ss);
+    return rc;
+}
+
+static int bf_setup(void *st)
+{
+    bf_state *b = st;
+    tr_env *e = b->e;
+    int nu = dl_gpt_num_units(e->g), rc;
+    size_t *bounds = malloc(sizeof(size_t) * (size_t)(nu + 1));
+    if (!bounds)
+        return dl_error(DL_ENOMEM, "bf16 data parallelism: out of memory");
+    for (int u = 0; u <= nu; u++) bounds[u] = dl_gpt_unit_offset(e->g, u);
+    rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->dp, e->mesh->dp_rank);
+    free(bounds);
+    int padded = 0;
+    for (int u = 0; rc == DL_OK && u < b->zr.n; u++)
+        padded |= b->zr.u[u].numel != (size_t)b->zr.dp * b->zr.u[u].shard;
+    if (rc == DL_OK && padded)
+        rc = dl_arena_alloc(dl_ctx_arena(e->ctx), DL_MEM_COMM, b->zr.max_padded * 2,
+                            (void **)&b->stg);
+    return rc;
+}
+
+static int bf_begin(void *st)
+{
+    bf_state *b = st;
+    b->next_unit = b->zr.n;
+    return DL_OK;
+}
+
+static int bf_ready(void *st, size_t first)
+{
+    bf_state *b = st;
+    int rc = DL_OK;
+    while (rc == DL_OK && b->next_unit > 0 && b->zr.u[b->next_unit - 1].lo >= first)
+        rc = bf_unit(b, --b->next_unit);
+    return rc;
+}
+
+static void bf_teardown(void *st)
+{
+    bf_state *b = st;
+    dl_arena_free(dl_ctx_arena(b->e->ctx), b->stg);
+    dl_zero_units_free(&b->zr);
+    free(b);
+}
+
+int tr_dp_bf16_make(tr_env *e, tr_module *m)
+{
+    const dl_train_opts *o = e->o;
+    if (!e->pr.bf16 || o->zero || o->dp < 2 || o->eval_only)
+        return DL_OK;
+    bf_state *b = calloc(1, sizeof *b);
+    if (!b)
+        return dl_error(DL_ENOMEM, "bf16 data parallelism: out of memory");
+    b->e = e;
+    *m = (tr_module){.name = "dp-bf16",
+                     .st = b,
+                     .setup = bf_setup,
+                     .begin = bf_begin,
+                     .grads_ready = bf_ready,
+                     .teardown = bf_teardown};
+    return DL_OK;
+}

@@ -1,0 +1,364 @@
+/* The pipeline adapter (train/module.h): the GPT stage under the engine (include/distlab/pipe.h)
+ * as the step's runner. The engine runs this stage's actions of the schedule; the forward and
+ * backward callbacks map micro-batches to activation slots, keep weight versions (and, with
+ * weight stashing, the parameters each forward used) and accumulate the last stage's loss.
+ * Flush schedules reduce the gradients after the engine (stage by stage, not overlapped with the
+ * backward); async (PipeDream) updates the stage after every micro-batch, inside the engine. */
+#include <stdlib.h>
+#include <string.h>
+#include "parallel/pipe_train.h"
+#include "train/module.h"
+#include "train/run.h"
+#include "model/gpt_priv.h"
+#include "train/optim.h"
+
+typedef struct pipe_state {
+    tr_env *e;
+    dl_pipe *eng;
+    dl_sched *sched;
+    dl_gpt_part part;
+    int p, v, stage;
+    int nslots, *slot_of, *free_slot, nfree;
+    int *pin, *ptg; /* a micro-batch's tokens */
+    double loss_sum;
+    int version, max_gap, *fwd_version;
+    char *stash;   /* weight stashing: one parameter copy per slot */
+    void *tie_buf; /* tied embeddings: the other end's wte gradient */
+} pipe_state;
+static int pp_take_slot(pipe_state *s, int mb, int ch, int *slot)
+{
+    int *so = &s->slot_of[mb * s->v + ch];
+    if (*so < 0) {
+        if (s->nfree == 0)
+            return dl_error(DL_EINVAL,
+                            "pipeline: no free activation slot for micro-batch %d "
+                            "(the schedule holds at most %d)",
+                            mb, s->nslots);
+        *so = s->free_slot[--s->nfree];
+    }
+    *slot = *so;
+    return DL_OK;
+}
+
+static void *pp_fwd_in(void *arg, int mb, int ch)
+{
+    pipe_state *s = arg;
+    int slot = 0;
+    if (pp_take_slot(s, mb, ch, &slot))
+        return NULL;
+    return dl_gpt_stage_input(s->e->g, slot, ch);
+}
+
+static int pp_fwd(void *arg, int mb, int ch, const void **out)
+{
+    pipe_state *s = arg;
+    const dl_train_opts *o = s->e->o;
+    int slot = 0, rc = pp_take_slot(s, mb, ch, &slot);
+    if (rc)
+        return rc;
+    int first = s->stage == 0 && ch == 0, last = s->stage == s->p - 1 && ch == s->v - 1;
+    int G = o->global_batch, mbs = o->micro_batch;
+    if ((first || last) && (rc = dl_data_batch(s->e->R->data, s->e->step - 1, G, o->dp,
+                                               s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
+        return rc;
+    if (s->stash)
+        memcpy(s->stash + (size_t)slot * s->e->numel * s->e->pr.dsize, dl_gpt_params(s->e->g),
+               s->e->numel * s->e->pr.dsize);
+    s->fwd_version[mb * s->v + ch] = s->version;
+    double loss = 0;
+    if ((rc = dl_gpt_stage_forward(s->e->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL,
+                                   mbs, &loss)))
+        return rc;
+    if (last)
+        s->loss_sum += loss * mbs / G;
+    *out = last ? NULL : dl_gpt_stage_output(s->e->g, slot, ch);
+    return DL_OK;
+}
+
+static void *pp_bwd_in(void *arg, int mb, int ch)
+{
+    (void)mb, (void)ch;
+    return dl_gpt_stage_grad(((pipe_state *)arg)->e->g);
+}
+
+static int pp_bwd(void *arg, int mb, int ch, const void **din)
+{
+    pipe_state *s = arg;
+    const dl_train_opts *o = s->e->o;
+    int *so = &s->slot_of[mb * s->v + ch], slot = *so, rc;
+    if (slot < 0)
+        return dl_error(DL_EINVAL, "pipeline: backward of micro-batch %d without its forward", mb);
+    /* flush: the mean over the global batch; async: each update applies one micro-batch (over
+     * the dp group), so its mean */
+    double T = o->model.seq;
+    double dloss = s->sched->flush ? 1.0 / ((double)o->global_batch * T)
+                                   : 1.0 / ((double)o->micro_batch * o->dp * T);
+    int fv = s->fwd_version[mb * s->v + ch];
+    int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
+    if (used - fv > s->max_gap)
+        s->max_gap = used - fv;
+    void *prev =
+        s->stash
+            ? dl_gpt_use_params(s->e->g, s->stash + (size_t)slot * s->e->numel * s->e->pr.dsize)
+            : NULL;
+    rc = dl_gpt_stage_backward(s->e->g, slot, ch, dloss, NULL, NULL);
+    if (s->stash)
+        dl_gpt_use_params(s->e->g, prev);
+    *so = -1;
+    s->free_slot[s->nfree++] = slot;
+    if (rc)
+        return rc;
+    *din = s->stage == 0 && ch == 0 ? NULL : dl_gpt_stage_grad(s->e->g);
+    return DL_OK;
+}
+
+static int pp_opt(void *arg, int mb)
+{
+    pipe_state *s = arg;
+    const dl_train_opts *o = s->e->o;
+    (void)mb;
+    if (s->sched->flush)
+        return DL_OK;
+    int rc = DL_OK;
+    if (o->dp > 1)
+        rc = dl_allreduce(s->e->mesh->dp_comm, dl_gpt_grads(s->e->g), dl_gpt_grads(s->e->g),
+                          s->e->numel, s->e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
+    double norm = 0;
+    if (rc == DL_OK)
+        rc = tr_grad_norm(s->e->comp, &norm);
+    if (rc)
+        return rc;
+    rc = tr_update(s->e->comp, tr_clip_scale(o->clip, norm),
+                   tr_lr_at(o->lr, o->min_lr, o->warmup, o->steps, s->e->step));
+    dl_gpt_zero_grads(s->e->g);
+    s->version++;
+    return rc;
+}
+
+static const dl_pipe_ops pp_ops = {pp_fwd_in, pp_fwd, pp_bwd_in, pp_bwd, pp_opt};
+
+/* Layers to virtual stages: evenly, or by the given per-layer costs (the lecture's dynamic
+ * program, which minimises the slowest stage). */
+static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
+{
+    int L = o->model.layers;
+    double *c = malloc(sizeof(double) * (size_t)L);
+    if (!c)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    for (int i = 0; i < L; i++) c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
+    int rc = dl_sched_partition(c, L, k, o->layer_costs != NULL, bounds, NULL, NULL);
+    free(c);
+    return rc;
+}
+
+int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
+{
+    int p = o->pp, m = o->microbatches;
+    switch (o->schedule) {
+    case DL_SCHED_NAIVE: return dl_sched_naive(p, out);
+    case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, out);
+    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->virtual_stages, out);
+    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->weight_stashing, out);
+    default: return dl_sched_gpipe(p, m, out);
+    }
+}
+
+/* The stage's part, its slots and the engine (after the mesh exists, before the model). */
+static int pp_setup(pipe_state *s, dl_gpt_part *part)
+{
+    const dl_train_opts *o = s->e->o;
+    s->p = o->pp;
+    s->v = o->virtual_stages;
+    s->stage = s->e->mesh->pp_rank;
+    int rc = tr_pipe_make_sched(o, &s->sched);
+    if (rc)
+        return rc;
+    dl_sched_sim *sim;
+    if ((rc = dl_sched_simulate(s->sched, NULL, &sim)))
+        return rc;
+    s->nslots = sim->peak_act[s->stage];
+    dl_sched_sim_free(sim);
+    int k = s->p * s->v, bounds[DL_GPT_MAX_CHUNKS * 64 + 1];
+    if (k > (int)(sizeof bounds / sizeof bounds[0]) - 1)
+        return dl_error(DL_EINVAL, "pipeline: too many virtual stages (%d)", k);
+    if ((rc = pp_bounds(o, k, bounds)) ||
+        (rc = dl_gpt_part_stage(&o->model, s->p, s->v, s->stage, bounds, part)))
+        return rc;
+    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->R->res->pp_bounds)
+        memcpy(s->e->R->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
+    int m = o->microbatches, T = o->model.seq;
+    s->slot_of = malloc(sizeof(int) * (size_t)m * s->v);
+    s->fwd_version = calloc((size_t)m * s->v, sizeof(int));
+    s->free_slot = malloc(sizeof(int) * (size_t)s->nslots);
+    s->pin = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    s->ptg = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    for (int i = 0; i < m * s->v; i++) s->slot_of[i] = -1;
+    for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
+    s->nfree = s->nslots;
+    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->micro_batch * T * o->model.d_model,
+                          s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
+}
+
+static void pp_teardown(void *st)
+{
+    pipe_state *s = st;
+    dl_pipe_destroy(s->eng);
+    dl_sched_free(s->sched);
+    free(s->slot_of), free(s->fwd_version), free(s->free_slot), free(s->pin), free(s->ptg);
+    if (s->stash)
+        dl_arena_free(dl_ctx_arena(s->e->ctx), s->stash);
+    if (s->tie_buf)
+        dl_arena_free(dl_ctx_arena(s->e->ctx), s->tie_buf);
+    free(s);
+}
+
+/* Tied embeddings across stages: the first stage's wte and the last stage's copy receive the
+ * sum of both gradients (a + b on one side, b + a on the other: the same bits), as Megatron's
+ * embedding group all-reduce does. */
+static int pp_tie_sync(pipe_state *s)
+{
+    const dl_gpt_layout *l = dl_gpt_get_layout(s->e->g);
+    if (!s->e->o->model.tie || s->p == 1 || (s->stage != 0 && s->stage != s->p - 1))
+        return DL_OK;
+    const dl_tensor_info *t = &l->t[s->stage == 0 ? 0 : l->ntensors - 1];
+    int peer = s->stage == 0 ? s->p - 1 : 0, rc;
+    char *g = (char *)dl_gpt_grads(s->e->g) + t->offset * (size_t)s->e->pr.dsize;
+    uint64_t ticket;
+    if ((rc = dl_isend(s->e->mesh->pp_comm, g, t->numel, s->e->pr.dt, peer, 77, DL_PURPOSE_GRADS,
+                       &ticket)) ||
+        (rc = dl_recv_tag(s->e->mesh->pp_comm, s->tie_buf, t->numel, s->e->pr.dt, peer, 77,
+                          DL_PURPOSE_GRADS)) ||
+        (rc = dl_send_wait(s->e->mesh->pp_comm, peer, ticket)))
+        return rc;
+    s->e->pr.acc(g, s->tie_buf, t->numel);
+    return DL_OK;
+}
+
+/* A forward through every stage without the engine (evaluation, sampling): each virtual stage
+ * in turn receives, computes, sends on; the loss (and the head's probabilities) end on the last
+ * stage, the loss is then broadcast over the pipeline. */
+static int pp_forward(void *arg, const int *in, const int *tg, int B, double *loss)
+{
+    pipe_state *s = arg;
+    const dl_train_opts *o = s->e->o;
+    size_t n = (size_t)B * o->model.seq * o->model.d_model;
+    double l = 0;
+    int rc = DL_OK;
+    for (int ch = 0; ch < s->v && rc == DL_OK; ch++) {
+        int prev, next;
+        dl_pipe_peers(s->p, s->v, s->stage, ch, &prev, &next);
+        if (prev >= 0 && (rc = dl_recv(s->e->mesh->pp_comm, dl_gpt_stage_input(s->e->g, 0, ch), n,
+                                       s->e->pr.ct, prev, DL_PURPOSE_ACTIVATIONS)))
+            break;
+        if ((rc = dl_gpt_stage_forward(s->e->g, 0, ch, in, tg, B, &l)))
+            break;
+        if (next >= 0)
+            rc = dl_send(s->e->mesh->pp_comm, dl_gpt_stage_output(s->e->g, 0, ch), n, s->e->pr.ct,
+                         next, DL_PURPOSE_ACTIVATIONS);
+    }
+    if (rc == DL_OK)
+        rc = dl_broadcast(s->e->mesh->pp_comm, &l, &l, 1, DL_F64, s->p - 1, DL_PURPOSE_LOSS);
+    if (loss)
+        *loss = l;
+    return rc;
+}
+
+
+/* Before the model: this stage's part and slots, the engine. */
+static int pp_model_opts(void *st, dl_gpt_opts *go)
+{
+    pipe_state *s = st;
+    int rc = pp_setup(s, &s->part);
+    go->part = &s->part;
+    go->act_slots = s->nslots;
+    if (rc == DL_OK)
+        s->e->self_update = !s->sched->flush;
+    return rc;
+}
+
+/* After the model: weight stashing's copies, tied embeddings' receive buffer. */
+static int pp_alloc(void *st)
+{
+    pipe_state *s = st;
+    const dl_train_opts *o = s->e->o;
+    dl_arena *a = dl_ctx_arena(s->e->ctx);
+    size_t ds = (size_t)s->e->pr.dsize;
+    int rc = DL_OK;
+    if (o->weight_stashing &&
+        (rc = dl_arena_alloc(a, DL_MEM_PARAMS, (size_t)s->nslots * s->e->numel * ds,
+                             (void **)&s->stash)))
+        return rc;
+    if (o->model.tie && (s->stage == 0 || s->stage == s->p - 1))
+        rc = dl_arena_alloc(a, DL_MEM_COMM, (size_t)o->model.vocab * o->model.d_model * ds,
+                            &s->tie_buf);
+    return rc;
+}
+
+/* The step's forwards and backwards: the engine runs this stage's actions; its figures go to
+ * the run's tables; a flush schedule's gradients are then final (tied wte summed first). */
+static int pp_fwd_bwd(void *st, double *loss_sum)
+{
+    pipe_state *s = st;
+    tr_env *e = s->e;
+    tr_run *R = e->R;
+    dl_pipe_stats ps;
+    s->loss_sum = 0;
+    s->max_gap = 0;
+    int rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, e->step, e->tr, e->rank, &ps);
+    *loss_sum = s->loss_sum;
+    size_t at = (size_t)(e->step - 1) * R->nranks + e->rank;
+    R->pp_busy[at] = (double)ps.busy_ns;
+    R->pp_wall[at] = (double)ps.wall_ns;
+    R->pp_engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
+    R->pp_gap[at] = s->max_gap;
+    if (e->rank == 0)
+        R->pp_bytes += ps.bytes_sent;
+    if (rc == DL_OK && s->sched->flush && (rc = pp_tie_sync(s)) == DL_OK)
+        rc = tr_grads_ready(0, e->comp);
+    return rc;
+}
+
+/* The loss is the last stage's */
+static int pp_sum(void *st, double *x)
+{
+    pipe_state *s = st;
+    return dl_allreduce(s->e->mesh->pp_comm, x, x, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
+}
+
+/* the stages hold different tensors (async updates each stage on its own norm) */
+static int pp_norm(void *st, double *sq)
+{
+    pipe_state *s = st;
+    return s->sched->flush ? pp_sum(st, sq) : DL_OK;
+}
+
+static int pp_from_head(void *st, double *v, int n)
+{
+    pipe_state *s = st;
+    return dl_broadcast(s->e->mesh->pp_comm, v, v, (size_t)n, DL_F64, s->p - 1, DL_PURPOSE_OTHER);
+}
+
+int tr_pipe_make(tr_env *e, tr_module *m)
+{
+    if (e->o->pp < 2)
+        return DL_OK;
+    pipe_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    s->e = e;
+    *m = (tr_module){.name = "pipeline",
+                     .st = s,
+                     .model_opts = pp_model_opts,
+                     .setup = pp_alloc,
+                     .fwd_bwd = pp_fwd_bwd,
+                     .forward = pp_forward,
+                     .from_head = pp_from_head,
+                     .reduce_loss = pp_sum,
+                     .reduce_norm = pp_norm,
+                     .teardown = pp_teardown};
+    e->head = e->mesh->pp_rank == e->o->pp - 1;
+    e->runner_span = 1; /* a pipeline's step span is the engine's (its bubble's window) */
+    return DL_OK;
+}

@@ -1,0 +1,30 @@
+/* The composition of the strategy modules (train/compose.c, the list in train/modules.def). */
+#ifndef DL_TRAIN_COMPOSE_H
+#define DL_TRAIN_COMPOSE_H
+#include "train/module.h"
+#include "train/optim.h"
+
+#define TR_MAX_MODULES 16
+
+struct tr_comp {
+    tr_env *e;
+    tr_module m[TR_MAX_MODULES];
+    int n;
+    const tr_shards *sh; /* the sharding module's blocks */
+    tr_optim opt;
+};
+
+/* Every constructor of modules.def in order; *out is freed by tr_teardown even on error. */
+int tr_compose(tr_env *e, tr_comp **out);
+/* The modules' model_opts hooks, in order. */
+int tr_model_opts(tr_comp *c, dl_gpt_opts *go);
+/* After the model: the modules' setup hooks, then the optimizer on the sharding's blocks. */
+int tr_setup(tr_comp *c);
+/* The step's phases: every module's hook, in order. */
+int tr_begin(tr_comp *c);
+int tr_fwd_bwd(tr_comp *c, double *loss);
+int tr_reduce(tr_comp *c);
+int tr_reduce_loss(tr_comp *c, double *loss);
+void tr_report(tr_comp *c, dl_train_result *res);
+void tr_teardown(tr_comp *c);
+#endif

@@ -1,0 +1,95 @@
+/* The trainer's strategy modules and the interface the step composes them by (docs/ARCHITECTURE.md,
+ * "The trainer's step"). Each strategy (ZeRO's sharding, data-parallel buckets, tensor
+ * parallelism's rules, the pipeline, ...) is one file with its own small state and a constructor
+ * listed once in train/modules.def; the constructor looks at the options and either adds a
+ * module (fills a tr_module) or leaves it empty. The step then calls each phase's hooks over the
+ * added modules in the list's order, so the order of modules.def is the order of every sum the
+ * hooks extend (the loss: dp, then pp; the gradient norm: dp, tp, pp). */
+#ifndef DL_TRAIN_MODULE_H
+#define DL_TRAIN_MODULE_H
+#include <stddef.h>
+#include "distlab.h"
+#include "distlab/train.h"
+#include "parallel/zero.h"
+#include "train/precision.h"
+
+typedef struct tr_run tr_run; /* the run's tables, shared by the ranks (train/run.h) */
+typedef struct tr_comp tr_comp;
+
+/* What every module reads: fixed at set-up (g and numel from the model's creation on), except
+ * step and tr, which the step loop sets. */
+typedef struct tr_env {
+    const dl_train_opts *o;
+    tr_run *R;
+    dl_ctx *ctx;
+    int rank; /* world rank */
+    dl_mesh *mesh;
+    dl_gpt *g;
+    size_t numel;
+    tr_prec pr;    /* storage and compute types (train/precision.h) */
+    int step;      /* 1-based: the step running */
+    dl_trace *tr;  /* the trace during the traced steps, else NULL */
+    tr_comp *comp; /* the composition, for hooks that call the others (tr_grad_norm, ...) */
+    /* set by modules at set-up, read by the step */
+    int head;         /* this rank holds the head's output (pipeline: the last stage only) */
+    int self_update;  /* the runner updates inside the step (the async pipeline) */
+    int runner_span;  /* the runner records the step's span in the trace itself */
+    int lockstep_fwd; /* every forward is collective over dp (ZeRO 3): evaluations keep step */
+} tr_env;
+
+/* The blocks of the flat buffers this rank's optimizer updates: ZeRO's units (stage 0: the units
+ * themselves, d = 1), with the block's gradient and parameters where the sharding keeps them. */
+typedef struct tr_shards {
+    const dl_zero_units *zu;
+    char *(*grad)(void *arg, int u);
+    char *(*param)(void *arg, int u);
+    float *master; /* bf16: fp32 master weights of the shard (at sbase), else NULL */
+    void *arg;
+} tr_shards;
+
+/* One strategy module: its state and its hooks, each NULL when it has nothing to do then. */
+typedef struct tr_module {
+    const char *name;
+    void *st;
+    /* before the model: what the module asks of it (its part, unit padding, hooks) */
+    int (*model_opts)(void *st, dl_gpt_opts *go);
+    int (*setup)(void *st);                     /* after the model: buffers, initial state */
+    int (*begin)(void *st);                     /* every step, before the forward */
+    int (*grads_ready)(void *st, size_t first); /* gradients [first, numel) are final */
+    int (*reduce)(void *st);                    /* after the backward: finish the reduction */
+    int (*reduce_loss)(void *st, double *loss); /* the step's loss over the module's group */
+    int (*reduce_norm)(void *st, double *sq);   /* the squared gradient norm, likewise */
+    int (*after_update)(void *st);              /* after the optimizer (ZeRO 1-2: all-gather) */
+    /* a runner: one step's forwards and backwards (its mean loss), and a forward alone */
+    int (*fwd_bwd)(void *st, double *loss);
+    int (*forward)(void *st, const int *in, const int *tg, int B, double *loss);
+    int (*from_head)(void *st, double *v, int n); /* the head's values to every rank */
+    /* the sharding: the blocks, and the whole buffers for checkpoints and the caller (which 0:
+     * parameters, 1: reduced gradients, in the export type; collective over dp) */
+    const tr_shards *shards;
+    int (*export_state)(void *st, int which, void *out);
+    void (*import_state)(void *st, const void *full);
+    void *(*whole_params)(void *st); /* the whole parameters in place, or NULL: export them */
+    void (*report)(void *st, dl_train_result *res); /* rank 0, after training */
+    void (*teardown)(void *st);
+} tr_module;
+
+/* A module's constructor: adds the module to *m (m->name set) when the options ask for it. */
+typedef int (*tr_make_fn)(tr_env *e, tr_module *m);
+
+#define TR_MODULE(fn) int fn(tr_env *e, tr_module *m);
+#include "train/modules.def"
+#undef TR_MODULE
+
+/* The composition's fan-outs, for modules that drive other phases (the pipeline's async update,
+ * the plain runner's backward): every module's hook in order, stopping at the first error. */
+int tr_grads_ready(size_t first, void *comp); /* a dl_grad_ready_fn */
+int tr_has_ready(const tr_comp *c);           /* some module wants tr_grads_ready */
+int tr_grad_norm(tr_comp *c, double *norm);
+int tr_update(tr_comp *c, double scale, double lr); /* AdamW, then after_update */
+int tr_forward(tr_comp *c, const int *in, const int *tg, int B, double *loss);
+int tr_from_head(tr_comp *c, double *v, int n);
+int tr_export(tr_comp *c, int which, void *out);
+void tr_import(tr_comp *c, const void *full);
+void *tr_whole_params(tr_comp *c);
+#endif
