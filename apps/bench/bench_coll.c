@@ -21,6 +21,7 @@
 #include "transport/chan.h"
 #include "cli.h"
 #include "bench_coll.h"
+#include "bench_limits.h"
 #include "bench_util.h"
 #include "mpi_app.h"
 #include "core/json.h"
@@ -66,8 +67,8 @@ typedef struct coll_cfg {
     const char *inplace_arg;
     dl_world_opts w;
     int csv, json;
-    int stream, stream_mib;
-    int nprocs, threads, vs_mpi; /* under mpirun: processes, rank threads each, --vs-mpi */
+    int limits, stream_mib, dram; /* --limits, --stream-mib (0: from the L3), --dram */
+    int nprocs, threads, vs_mpi;  /* under mpirun: processes, rank threads each, --vs-mpi */
 } coll_cfg;
 
 typedef struct row {
@@ -79,7 +80,8 @@ typedef struct row {
 
 typedef struct cell {
     int valid;
-    double time_us, algbw, busbw, lim_pct; /* lim_pct: NAN when there is no limit */
+    double time_us, algbw, busbw;
+    double lim_pct, hops; /* of the row's limit (bench_limits.h); NAN where it does not apply */
     uint64_t wrong;
     int algo; /* dl_algo that ran; -1 for point-to-point */
 } cell;
@@ -99,9 +101,7 @@ typedef struct bench {
     int nnodes, oversub;
     dl_topo_summary topo;
     int real_pus;
-    double stream_gbs;       /* 0: not measured */
-    double stream_after_gbs; /* measured again after the run: shows how much the host drifted */
-    int stream_threads;
+    bl_limits lim; /* the machine's limits, measured before the run (STREAM also after) */
     /* Deterministic inputs: rank q's element with global index g is val(q, g) = (7q + g) mod m,
      * a small non-negative integer, so that every partial sum is an integer no larger than
      * n(m-1), exact in the type (bf16: <= 256), whatever the order of the additions. The result
@@ -261,10 +261,10 @@ static double bus_factor(int op, int n)
     }
 }
 
-/* Memory-bound limit on busbw, as a fraction of B, the STREAM copy bandwidth of n threads
- * (read + write counted). Moving T bytes through memory takes at least T/B, and each op must
- * at least read every input it combines or moves once and write every output once. S is the
- * row's size:
+/* DRAM-bound limit on busbw, as a fraction of B, the STREAM copy bandwidth of n threads at a
+ * DRAM-resident size (read + write counted). Moving T bytes through memory takes at least T/B,
+ * and each op must at least read every input it combines or moves once and write every output
+ * once. S is the row's size:
  *   allreduce      read n inputs of S, write n outputs of S: T = 2nS, algbw = S/t <= B/(2n),
  *                  busbw = 2(n-1)/n algbw <= B(n-1)/n^2 (in place too).
  *   reducescatter  read the n full inputs (nS), write n blocks of S/n (S): T = (n+1)S,
@@ -278,8 +278,8 @@ static double bus_factor(int op, int n)
  *   alltoall       read nS, write nS: T = 2nS, busbw = (n-1)/n algbw <= B(n-1)/(2n^2); in place
  *                  the own blocks stay: T = 2(n-1)S, busbw <= B/(2n).
  *   sendrecv       every rank reads its S and writes S received: T = 2nS, busbw <= B/(2n).
- * Returns 0 where busbw is identically 0 (n = 1 for the ops whose factor is (n-1)/n). Sizes
- * that fit the caches can exceed the limit: it bounds DRAM traffic. */
+ * Returns 0 where busbw is identically 0 (n = 1 for the ops whose factor is (n-1)/n). It bounds
+ * DRAM traffic only: rows whose buffers fit the L3 are held to the single-copy bound instead. */
 static double limit_frac(int op, int mode, int n)
 {
     double dn = n;
@@ -291,19 +291,6 @@ static double limit_frac(int op, int mode, int n)
     case OP_REDUCE: return 1.0 / (dn + 1);
     case OP_ALLTOALL: return mode == MODE_IP ? 1.0 / (2 * dn) : (dn - 1) / (2 * dn * dn);
     default: return 1.0 / (2 * dn);
-    }
-}
-
-static const char *limit_text(int op, int mode)
-{
-    switch (op) {
-    case OP_ALLREDUCE: return "B(n-1)/n^2";
-    case OP_REDUCESCATTER: return "B(n-1)/(n(n+1))";
-    case OP_ALLGATHER: return mode == MODE_IP ? "B(n-1)/n^2" : "B(n-1)/(n(n+1))";
-    case OP_BROADCAST: return mode == MODE_IP ? "B/n" : "B/(n+1)";
-    case OP_REDUCE: return "B/(n+1)";
-    case OP_ALLTOALL: return mode == MODE_IP ? "B/(2n)" : "B(n-1)/(2n^2)";
-    default: return "B/(2n)";
     }
 }
 
@@ -669,6 +656,20 @@ out:
 
 /* ------------------------------------------------------------------------- reporting ---- */
 
+/* The limit that applies to a row (bench_limits.h): the one-way hop in ns for latency rows, the
+ * single-copy bandwidth at its size for rows that fit the L3, STREAM x the op's DRAM fraction
+ * beyond; GB/s; 0 when not measured. */
+static double row_limit(const bench *b, const row *rw, int mode)
+{
+    const bl_limits *L = &b->lim;
+    switch (bl_kind_of(L, rw->bytes, b->c->nranks)) {
+    case BL_HOP: return isfinite(L->hop_ns) ? L->hop_ns : 0;
+    case BL_COPY: return bl_copy_at(L, rw->bytes);
+    case BL_DRAM: return L->stream_gbs * limit_frac(rw->op, mode, b->c->nranks);
+    default: return 0;
+    }
+}
+
 static void reduce_row(bench *b, int i)
 {
     const coll_cfg *c = b->c;
@@ -678,7 +679,7 @@ static void reduce_row(bench *b, int i)
         size_t ci = (size_t)i * NMODES + mode;
         cell *ce = &b->cells[ci];
         memset(ce, 0, sizeof *ce);
-        ce->lim_pct = NAN;
+        ce->lim_pct = ce->hops = NAN;
         if (!mode_runs(b, rw->op, mode))
             continue;
         for (int it = 0; it < c->iters; it++) {
@@ -694,8 +695,10 @@ static void reduce_row(bench *b, int i)
         ce->time_us = ns / 1e3;
         ce->algbw = ns > 0 ? (double)rw->bytes / ns : 0; /* bytes per ns == GB/s (1e9) */
         ce->busbw = ce->algbw * bus_factor(rw->op, n);
-        double lim = b->stream_gbs * limit_frac(rw->op, mode, n);
-        if (b->stream_gbs > 0 && lim > 0 && bus_factor(rw->op, n) > 0)
+        double lim = row_limit(b, rw, mode);
+        if (bl_kind_of(&b->lim, rw->bytes, n) == BL_HOP)
+            ce->hops = lim > 0 ? ns / lim : NAN;
+        else if (lim > 0 && bus_factor(rw->op, n) > 0)
             ce->lim_pct = 100.0 * ce->busbw / lim;
         for (int r = 0; r < n; r++) ce->wrong += b->wrong[ci * n + r];
         ce->algo = b->algo[ci];
@@ -728,22 +731,11 @@ static void fmt_time(char *buf, size_t len, double us)
 static void print_section(bench *b, int op)
 {
     const coll_cfg *c = b->c;
-    int n = c->nranks;
     FILE *f = stdout;
     fprintf(f, "#\n# %s: busbw = algbw x %s", op_name[op],
             op == OP_ALLREDUCE                                                    ? "2(n-1)/n"
             : (op == OP_REDUCESCATTER || op == OP_ALLGATHER || op == OP_ALLTOALL) ? "(n-1)/n"
                                                                                   : "1");
-    if (b->stream_gbs > 0) {
-        for (int mode = 0; mode < NMODES; mode++) {
-            if (!mode_runs(b, op, mode))
-                continue;
-            double lim = b->stream_gbs * limit_frac(op, mode, n);
-            if (bus_factor(op, n) > 0 && lim > 0)
-                fprintf(f, "; %s limit %s = %.2f GB/s",
-                        mode == MODE_OOP ? "out-of-place" : "in-place", limit_text(op, mode), lim);
-        }
-    }
     fputc('\n', f);
     if (op == OP_SENDRECV && c->mode_on[MODE_IP])
         fprintf(f,
@@ -762,7 +754,9 @@ static void print_section(bench *b, int op)
     fprintf(f, "\n#%12s %13s %6s %6s %5s %-8s", "size", "count", "type", "redop", "root", "algo");
     for (int mode = 0; mode < NMODES; mode++)
         if (c->mode_on[mode])
-            fprintf(f, " %9s %8s %8s %6s %7s", "time", "algbw", "busbw", "%lim", "#wrong");
+            fprintf(f, " %9s %8s %8s %6s %7s", "time", "algbw", "busbw", "vs lim", "#wrong");
+    if (b->lim.measured)
+        fprintf(f, " %5s %9s", "limit", "");
     if (c->nprocs > 1)
         fprintf(f, " %8s %8s", "intra", "inter");
     if (c->vs_mpi)
@@ -771,6 +765,8 @@ static void print_section(bench *b, int op)
     for (int mode = 0; mode < NMODES; mode++)
         if (c->mode_on[mode])
             fprintf(f, " %9s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
+    if (b->lim.measured)
+        fprintf(f, " %5s %9s", "", "(ns|GB/s)");
     if (c->nprocs > 1)
         fprintf(f, " %8s %8s", "(GB/s)", "(GB/s)");
     if (c->vs_mpi)
@@ -840,6 +836,13 @@ static void print_row(bench *b, int i)
             else
                 fputc(',', f);
         }
+        if (b->lim.measured) {
+            const cell *o = &b->cells[(size_t)i * NMODES], *p = o + 1;
+            fprintf(f, ",%s", bl_kind_name(bl_kind_of(&b->lim, rw->bytes, c->nranks)));
+            csv_num(f, row_limit(b, rw, o->valid ? MODE_OOP : MODE_IP), 4);
+            csv_num(f, o->hops, 2);
+            csv_num(f, p->hops, 2);
+        }
         double ia, ie, mu, mb, ra;
         mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
         if (c->nprocs > 1) {
@@ -871,6 +874,8 @@ static void print_row(bench *b, int i)
         fmt_time(t, sizeof t, ce->time_us);
         if (isfinite(ce->lim_pct))
             snprintf(lim, sizeof lim, "%5.0f%%", ce->lim_pct);
+        else if (isfinite(ce->hops))
+            snprintf(lim, sizeof lim, "%5.1fh", ce->hops);
         else
             snprintf(lim, sizeof lim, "-");
         if (c->check)
@@ -878,6 +883,11 @@ static void print_row(bench *b, int i)
         else
             snprintf(wr, sizeof wr, "N/A");
         fprintf(f, " %s %8.2f %8.2f %6s %7s", t, ce->algbw, ce->busbw, lim, wr);
+    }
+    if (b->lim.measured) {
+        double v = row_limit(b, rw, b->cells[(size_t)i * NMODES].valid ? MODE_OOP : MODE_IP);
+        fprintf(f, " %5s %9.*f", bl_kind_name(bl_kind_of(&b->lim, rw->bytes, c->nranks)),
+                v >= 100 ? 1 : 2, v);
     }
     double ia, ie, mu, mb, ra;
     mpi_cols(b, i, &ia, &ie, &mu, &mb, &ra);
@@ -914,6 +924,8 @@ static void print_preamble(bench *b)
             const char *p = mode == MODE_OOP ? "oop" : "ip";
             printf(",%s_time_us,%s_algbw_gbs,%s_busbw_gbs,%s_lim_pct,%s_wrong", p, p, p, p, p);
         }
+        if (b->lim.measured)
+            printf(",limit,limit_value,oop_hops,ip_hops");
         if (c->nprocs > 1)
             printf(",intra_gbs,inter_gbs");
         if (c->vs_mpi)
@@ -930,20 +942,6 @@ static void print_preamble(bench *b)
                "contention\n",
                n, b->real_pus);
     fflush(stdout);
-}
-
-/* --------------------------------------------------------------------------- STREAM ---- */
-
-/* STREAM-style copy bandwidth of `nthr` threads pinned as the first ranks are: each copies its
- * own array; bytes counted as read + write (2 x size), as STREAM does; per trial the slowest
- * thread's time; median over trials. Returns GB/s, or 0 on failure. The kernel is shared with
- * `distlab-bench stream` (bench_util.c). */
-static double stream_copy(const dl_topo *topo, const coll_cfg *c, int nthr, size_t bytes)
-{
-    enum { TRIALS = 5 };
-    return bu_stream(topo, c->w.policy, c->w.nodes,
-                     c->w.ranks_per_node > 0 ? c->w.ranks_per_node : 1, nthr, bytes, BU_COPY,
-                     TRIALS);
 }
 
 /* ------------------------------------------------------------------------ options ---- */
@@ -1001,9 +999,13 @@ static void usage(FILE *f)
 "Output:\n"
 "  --csv                 rows as CSV with a header line (no comment lines)\n"
 "  --json                one JSON object: the header information and a \"rows\" array\n"
-"  --stream 0|1          measure STREAM copy bandwidth B first, and again after the run to\n"
-"                        show drift (default 1)\n"
-"  --stream-mib N        MiB copied per STREAM thread (default 64)\n"
+"  --limits 0|1          measure the machine's limits first (default 1; --stream is the old\n"
+"                        name): the one-way hop, the single-copy bandwidth at each size whose\n"
+"                        buffers fit the L3, STREAM copy (hop and STREAM again after the run,\n"
+"                        to show drift)\n"
+"  --stream-mib N        MiB per STREAM thread (default: 4 x L3 over the threads, rounded up\n"
+"                        to MiB; less is said to be not DRAM-resident)\n"
+"  --dram                the sizes are 2^k >= 4 x L3 and twice that (replaces -b and -e)\n"
 "  -h, --help            this help\n"
 "\n");
     /* clang-format on */
@@ -1017,14 +1019,15 @@ static void usage(FILE *f)
 "busbw = algbw x factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n;\n"
 "broadcast, reduce, sendrecv 1. sendrecv is a ring shift (rank r sends to r+1) with blocking\n"
 "send/recv, even ranks sending first; out-of-place only, and skipped for one rank.\n"
-"\n"
-"%%lim = busbw / memory-bound limit. B is the STREAM copy bandwidth (read + write) of n threads\n"
-"(capped at the real PUs) measured in this run; each op must read its inputs and write its\n"
-"outputs at least once, T bytes in all, so time >= T/B. Limits (S = size): allreduce T = 2nS:\n"
-"busbw <= B(n-1)/n^2; reducescatter and allgather T = (n+1)S: B(n-1)/(n(n+1)) (allgather in\n"
-"place nS: B(n-1)/n^2); broadcast (n+1)S: B/(n+1) (in place nS: B/n); reduce (n+1)S: B/(n+1);\n"
-"alltoall 2nS: B(n-1)/(2n^2) (in place 2(n-1)S: B/(2n)); sendrecv 2nS: B/(2n). Sizes that fit\n"
-"in the caches can exceed 100%%.\n"
+"\n");
+    /* clang-format on */
+    bl_help(f);
+    /* clang-format off */
+    fprintf(f,
+"DRAM factors (S = size, n = ranks): allreduce T = 2nS: busbw <= B(n-1)/n^2; reducescatter,\n"
+"allgather (n+1)S: B(n-1)/(n(n+1)) (allgather in place nS: B(n-1)/n^2); broadcast (n+1)S:\n"
+"B/(n+1) (in place B/n); reduce B/(n+1); alltoall 2nS: B(n-1)/(2n^2) (in place B/(2n));\n"
+"sendrecv 2nS: B/(2n).\n"
 "\n"
 "Exit status: 0 ok, 1 wrong results or a failed run, 2 bad usage.\n");
     /* clang-format on */
@@ -1085,8 +1088,9 @@ enum {
     O_TIMEOUT,
     O_CSV,
     O_JSON,
-    O_STREAM,
+    O_LIMITS,
     O_STREAM_MIB,
+    O_DRAM,
     O_SLOTS,
     O_EAGER,
     O_SLICE,
@@ -1122,8 +1126,10 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                                        {"timeout", required_argument, NULL, O_TIMEOUT},
                                        {"csv", no_argument, NULL, O_CSV},
                                        {"json", no_argument, NULL, O_JSON},
-                                       {"stream", required_argument, NULL, O_STREAM},
+                                       {"limits", required_argument, NULL, O_LIMITS},
+                                       {"stream", required_argument, NULL, O_LIMITS},
                                        {"stream-mib", required_argument, NULL, O_STREAM_MIB},
+                                       {"dram", no_argument, NULL, O_DRAM},
                                        {"slots", required_argument, NULL, O_SLOTS},
                                        {"eager", required_argument, NULL, O_EAGER},
                                        {"slice", required_argument, NULL, O_SLICE},
@@ -1245,10 +1251,11 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
             break;
         case O_CSV: c->csv = 1; break;
         case O_JSON: c->json = 1; break;
-        case O_STREAM:
-            if (cli_parse_bool("--stream", optarg, &c->stream))
+        case O_LIMITS:
+            if (cli_parse_bool("--limits", optarg, &c->limits))
                 return -1;
             break;
+        case O_DRAM: c->dram = 1; break;
         case O_STREAM_MIB:
             if (cli_parse_int("--stream-mib", optarg, 1, 1 << 16, &c->stream_mib))
                 return -1;
@@ -1405,6 +1412,13 @@ static void json_num(FILE *f, double v)
         fputs("null", f);
 }
 
+/* , "key": v */
+static void json_kv(FILE *f, const char *key, double v)
+{
+    fprintf(f, ", \"%s\": ", key);
+    json_num(f, v);
+}
+
 static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int nrows_done, int rc)
 {
     const coll_cfg *c = b->c;
@@ -1438,14 +1452,14 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             "  \"stepbytes\": %" PRIu64
             ",\n  \"warmup\": %d,\n  \"iters\": %d,\n  \"check\": %d,\n",
             c->minbytes, c->maxbytes, c->stepfactor, c->stepbytes, c->warmup, c->iters, c->check);
-    fprintf(f, "  \"inplace\": \"%s\",\n  \"stream\": ", c->inplace_arg ? c->inplace_arg : "both");
-    if (b->stream_gbs > 0)
-        fprintf(f,
-                "{\"threads\": %d, \"mib_per_thread\": %d, \"copy_gbs\": %.4g, "
-                "\"copy_gbs_after\": %.4g},\n",
-                b->stream_threads, c->stream_mib, b->stream_gbs, b->stream_after_gbs);
-    else
+    fprintf(f, "  \"inplace\": \"%s\",\n  \"limits\": ", c->inplace_arg ? c->inplace_arg : "both");
+    if (b->lim.measured) {
+        fputs("{", f);
+        bl_print_json(f, &b->lim);
+        fputs("},\n", f);
+    } else {
         fprintf(f, "null,\n");
+    }
     fprintf(f, "  \"rows\": [");
     for (int i = 0; i < nrows_done; i++) {
         const row *rw = &b->rows[i];
@@ -1457,6 +1471,11 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
                 i ? "," : "", op_name[rw->op], rw->bytes, (size_t)(rw->bytes / b->elt),
                 dl_dtype_name(c->dtype), op_has_redop(rw->op) ? dl_redop_name(c->redop) : "none",
                 rw->root, algo);
+        if (b->lim.measured) {
+            fprintf(f, ", \"limit\": \"%s\", \"limit_value\": ",
+                    bl_kind_name(bl_kind_of(&b->lim, rw->bytes, c->nranks)));
+            json_num(f, row_limit(b, rw, b->cells[(size_t)i * NMODES].valid ? MODE_OOP : MODE_IP));
+        }
         for (int mode = 0; mode < NMODES; mode++) {
             const cell *ce = &b->cells[(size_t)i * NMODES + mode];
             fprintf(f, ", \"%s\": ", mode_key[mode]);
@@ -1466,12 +1485,10 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             }
             fprintf(f, "{\"time_us\": ");
             json_num(f, ce->time_us);
-            fprintf(f, ", \"algbw_gbs\": ");
-            json_num(f, ce->algbw);
-            fprintf(f, ", \"busbw_gbs\": ");
-            json_num(f, ce->busbw);
-            fprintf(f, ", \"lim_pct\": ");
-            json_num(f, ce->lim_pct);
+            json_kv(f, "algbw_gbs", ce->algbw);
+            json_kv(f, "busbw_gbs", ce->busbw);
+            json_kv(f, "lim_pct", ce->lim_pct);
+            json_kv(f, "hops", ce->hops);
             if (c->check)
                 fprintf(f, ", \"wrong\": %" PRIu64 "}", ce->wrong);
             else
@@ -1482,17 +1499,14 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
         if (c->nprocs > 1) {
             fprintf(f, ", \"link_gbs\": {\"intra\": ");
             json_num(f, ia);
-            fprintf(f, ", \"inter\": ");
-            json_num(f, ie);
+            json_kv(f, "inter", ie);
             fputc('}', f);
         }
         if (c->vs_mpi) {
             fprintf(f, ", \"mpi\": {\"time_us\": ");
             json_num(f, mu);
-            fprintf(f, ", \"busbw_gbs\": ");
-            json_num(f, mb);
-            fprintf(f, ", \"dl_over_mpi\": ");
-            json_num(f, ra);
+            json_kv(f, "busbw_gbs", mb);
+            json_kv(f, "dl_over_mpi", ra);
             fputc('}', f);
         }
         fputc('}', f);
@@ -1537,10 +1551,14 @@ static int coll_main(int argc, char **argv, int nprocs)
     c.algo = DL_ALGO_AUTO;
     c.check = 1;
     c.mode_on[MODE_OOP] = c.mode_on[MODE_IP] = 1;
-    c.stream = 1;
-    c.stream_mib = 64;
+    c.limits = 1;
     if (parse_args(argc, argv, &c) != 0)
         return CLI_EXIT_USAGE;
+    if (c.dram) { /* two sizes from 4 x the real L3 up: DRAM-resident whatever -b and -e said */
+        int assumed;
+        c.minbytes = bl_dram_size(bl_l3_bytes(&assumed));
+        c.maxbytes = 2 * c.minbytes;
+    }
 
     int n = c.nranks, status = CLI_EXIT_OK;
     bench b;
@@ -1647,19 +1665,19 @@ static int coll_main(int argc, char **argv, int nprocs)
     }
 
     if (c.nprocs > 1 && app_mpi_rank() != 0)
-        c.stream = 0; /* one STREAM measurement, by the process that prints */
-    if (c.stream) {
-        b.stream_threads = n < b.real_pus ? n : b.real_pus;
-        if (b.stream_threads < 1)
-            b.stream_threads = 1;
-        b.stream_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
-        if (b.stream_gbs <= 0)
-            cli_error("STREAM measurement failed (no %%lim column)");
-        else if (!c.json && !c.csv)
-            printf("# STREAM copy: B = %.2f GB/s (%d thread%s x %d MiB, read + write counted, "
-                   "median "
-                   "of 5)\n",
-                   b.stream_gbs, b.stream_threads, b.stream_threads > 1 ? "s" : "", c.stream_mib);
+        c.limits = 0; /* one measurement, by the process that prints */
+    if (c.limits) {
+        size_t *sz = calloc((size_t)b.nrows + 1, sizeof *sz);
+        int thr = n < b.real_pus ? n : b.real_pus;
+        for (int i = 0; sz && i < b.nrows; i++) sz[i] = (size_t)b.rows[i].bytes;
+        if (!sz || bl_measure(&b.lim, topo, &c.w, thr < 1 ? 1 : thr, sz, b.nrows, n,
+                              (size_t)c.stream_mib << 20) != 0)
+            cli_error("limits not measured: out of memory");
+        free(sz);
+        if (b.lim.stream_gbs <= 0)
+            cli_error("STREAM measurement failed (DRAM rows have no limit)");
+        if (!c.json && !c.csv)
+            bl_print_text(stdout, &b.lim);
     }
     if (!c.json && !c.csv && skipped_sendrecv)
         printf("# sendrecv skipped: %s\n", skipped_sendrecv);
@@ -1694,8 +1712,8 @@ static int coll_main(int argc, char **argv, int nprocs)
     }
     if (world)
         dl_world_destroy(world);
-    if (b.stream_gbs > 0 && rc == DL_OK)
-        b.stream_after_gbs = stream_copy(topo, &c, b.stream_threads, (size_t)c.stream_mib << 20);
+    if (rc == DL_OK)
+        bl_measure_after(&b.lim, topo, &c.w);
 
     /* Summary over the rows rank 0 finished (all of them unless the run failed). */
     int done = 0;
@@ -1719,9 +1737,10 @@ static int coll_main(int argc, char **argv, int nprocs)
     if (c.json) {
         print_json(&b, avg_bus, wrong_total, done, rc);
     } else if (!c.csv) {
-        if (b.stream_after_gbs > 0)
-            printf("# STREAM copy after the run: B = %.2f GB/s (%%lim uses the first, %.2f GB/s)\n",
-                   b.stream_after_gbs, b.stream_gbs);
+        if (b.lim.measured)
+            printf("# limits after the run (drift; vs lim uses the first): one-way hop %.1f ns "
+                   "(%.1f), STREAM copy %.2f GB/s (%.2f)\n",
+                   b.lim.hop_after_ns, b.lim.hop_ns, b.lim.stream_after_gbs, b.lim.stream_gbs);
         if (rc != DL_OK)
             printf("# run failed (%s) after %d of %d rows\n", dl_strstatus(rc), done, b.nrows);
         printf("# Out of bounds values : %" PRIu64 " %s%s\n", wrong_total,
@@ -1734,6 +1753,7 @@ static int coll_main(int argc, char **argv, int nprocs)
         cli_error("%" PRIu64 " wrong elements", wrong_total);
 
 done:
+    bl_free(&b.lim);
     dl_topo_destroy(topo);
     free(b.times);
     free(b.wrong);

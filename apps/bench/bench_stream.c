@@ -1,7 +1,7 @@
 /* distlab-bench stream: STREAM copy and triad bandwidth with 1 ... N pinned threads, placed
  * compact (neighbours share caches) and scatter (spread over packages, L3s, cores), so that
  * what the rank threads share (memory bandwidth per socket, per L3) shows as a curve. The kernel
- * is the one `distlab-bench coll` uses for its memory-bound limit (bench_util.c). */
+ * is the one `distlab-bench coll` uses for its DRAM bound (bench_util.c, bench_limits.c). */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <math.h>
