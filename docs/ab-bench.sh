@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B speed check of two git revisions (issue 16: "no speed change"). Builds OLD and NEW in a
+# A/B speed check of two git revisions (issues 16 and 17: "no speed change"). Builds OLD and NEW in a
 # temporary directory, then runs them alternately and prints, for each metric, the median over
 # the rounds of the NEW/OLD ratio beside an A/A figure (a second OLD run against the first: the
 # noise of this machine at this moment) and the goal. A measurement, not a test: exit status 0
@@ -16,6 +16,8 @@ again (the order rotating from round to round) on:
   train 1 rank   distlab-train tokens/s, the benchmark model (--layers 4 --d-model 256
                  --heads 4 --seq 128 --micro-batch 8), the JSON summary's tokens_per_s
   train dp 2     the same on 2 data-parallel ranks
+  train zero 3   the same on 2 data-parallel ranks with --zero 3
+  train pp 2     the same as a 2-stage pipeline (--pp 2 --microbatches 4, GPipe)
   busbw 1 MiB    distlab-bench coll all-reduce, 2 ranks, f32, out of place: busbw
   busbw 64 MiB   the same at 64 MiB
   latency 8 B    the same at 8 bytes: time per call
@@ -99,11 +101,14 @@ MODEL="--layers 4 --d-model 256 --heads 4 --seq 128 --micro-batch 8"
 if [ "$quick" = 1 ]; then steps=3; COLL_ITERS="-n 3 -w 1"; else COLL_ITERS="-n 20 -w 5"; fi
 scratch=$workdir/run.json
 
-# train DIR DP: tokens/s of the summary record (tokens_per_s = global batch x seq / median ms)
+# train DIR OPTIONS...: tokens/s of the summary record (tokens_per_s = global batch x seq /
+# median ms) of the benchmark model trained with OPTIONS (the layout)
 train() {
+  local dir=$1
+  shift
   rm -f "$scratch"
   # shellcheck disable=SC2086 # MODEL is a list of options
-  "$1/apps/distlab-train" --dp "$2" $MODEL --steps "$steps" --log-every 0 --eval-every 0 \
+  "$dir/apps/distlab-train" "$@" $MODEL --steps "$steps" --log-every 0 --eval-every 0 \
     --eval-windows 1 --json "$scratch" >/dev/null 2>"$workdir/run.err" || return 0
   sed -n 's/.*"type":"summary".*"tokens_per_s":\([-0-9.eE+]*\).*/\1/p' "$scratch"
 }
@@ -119,12 +124,14 @@ coll() {
              END { print v(lat), v(m1), v(m64) }'
 }
 
-# run_all DIR: one line "train1 train2 latency busbw1M busbw64M"
+# run_all DIR: one line "train1 train2 trainz3 trainpp2 latency busbw1M busbw64M"
 run_all() {
-  local t1 t2
-  t1=$(train "$1" 1)
-  t2=$(train "$1" 2)
-  echo "${t1:-nan} ${t2:-nan} $(coll "$1")"
+  local t1 t2 t3 t4
+  t1=$(train "$1" --dp 1)
+  t2=$(train "$1" --dp 2)
+  t3=$(train "$1" --dp 2 --zero 3)
+  t4=$(train "$1" --pp 2 --microbatches 4)
+  echo "${t1:-nan} ${t2:-nan} ${t3:-nan} ${t4:-nan} $(coll "$1")"
 }
 
 # ---- the machine ----
@@ -141,8 +148,8 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 raw=$workdir/raw.txt
 : >"$raw"
-printf '%5s %-4s %12s %12s %7s %12s %13s\n' round run train1_tok/s train2_tok/s lat8_us \
-  busbw1M_GB/s busbw64M_GB/s
+printf '%5s %-4s %12s %12s %12s %12s %7s %12s %13s\n' round run train1_tok/s train2_tok/s \
+  zero3_tok/s pp2_tok/s lat8_us busbw1M_GB/s busbw64M_GB/s
 for ((i = 0; i < pairs; i++)); do
   case $((i % 3)) in
     0) order="a b c" ;;
@@ -155,7 +162,8 @@ for ((i = 0; i < pairs; i++)); do
     echo "$i $slot $line" >>"$raw"
     case $slot in a) label=OLD ;; b) label=NEW ;; *) label=OLD2 ;; esac
     echo "$((i + 1)) $label $line" |
-      awk '{ printf "%5d %-4s %12.1f %12.1f %7.3f %12.3f %13.3f\n", $1, $2, $3, $4, $5, $6, $7 }'
+      awk '{ printf "%5d %-4s %12.1f %12.1f %12.1f %12.1f %7.3f %12.3f %13.3f\n", $1, $2, $3, $4, $5,
+             $6, $7, $8, $9 }'
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -170,21 +178,22 @@ function median(v, n,   i, j, t) {
   return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
 function ok(x) { return x != "nan" && x + 0 > 0 }
-{ val[$1, $2, 1] = $3; val[$1, $2, 2] = $4; val[$1, $2, 3] = $5; val[$1, $2, 4] = $6; val[$1, $2, 5] = $7
+{ for (m = 1; m <= 7; m++) val[$1, $2, m] = $(m + 2)
   if ($1 + 1 > rounds) rounds = $1 + 1 }
 END {
-  split("train 1 rank (tokens/s)|train dp 2 (tokens/s)|latency 8 B (us)|busbw 1 MiB (GB/s)|busbw 64 MiB (GB/s)", name, "|")
+  split("train 1 rank (tokens/s)|train dp 2 (tokens/s)|train dp 2 zero 3 (tok/s)|train pp 2 (tokens/s)|latency 8 B (us)|busbw 1 MiB (GB/s)|busbw 64 MiB (GB/s)", name, "|")
   printf "%-24s %12s %12s %10s %8s %8s  %s\n", "metric", "OLD median", "NEW median", "NEW/OLD", "A/A", "goal", "verdict"
-  for (m = 1; m <= 5; m++) {
-    goal = m == 3 ? 0.95 : 0.97
+  lat = 5 # the latency column: a time
+  for (m = 1; m <= 7; m++) {
+    goal = m == lat ? 0.95 : 0.97
     na = nb = nr = nq = 0
     for (r = 0; r < rounds; r++) {
       a = val[r, "a", m]; b = val[r, "b", m]; c = val[r, "c", m]
       if (ok(a)) A[++na] = a
       if (ok(b)) B[++nb] = b
       # latency is a time: OLD/NEW, so that a ratio above 1 is faster everywhere
-      if (ok(a) && ok(b)) R[++nr] = m == 3 ? a / b : b / a
-      if (ok(a) && ok(c)) Q[++nq] = m == 3 ? a / c : c / a
+      if (ok(a) && ok(b)) R[++nr] = m == lat ? a / b : b / a
+      if (ok(a) && ok(c)) Q[++nq] = m == lat ? a / c : c / a
     }
     ratio = median(R, nr); aa = median(Q, nq)
     verdict = ratio == "nan" ? "no data" : ratio >= goal ? "PASS" : "BELOW GOAL"
