@@ -1,4 +1,4 @@
-/* bf16 data parallelism at ZeRO stage 0 (train/module.h): every unit of the gradient is
+/* bf16 data parallelism at ZeRO stage 0 (parallel/module.h): every unit of the gradient is
  * all-reduced as the ring all-reduce's two halves, a reduce-scatter and an all-gather of the
  * padded unit, in place (through a staging buffer when padded). The same volume as one
  * all-reduce, but every element's sum is formed in the ring order of ZeRO's reduce-scatter, so
@@ -6,7 +6,7 @@
  * micro-batch), not merely to within bf16 rounding. Units go as soon as they are final. */
 #include <stdlib.h>
 #include <string.h>
-#include "train/module.h"
+#include "parallel/module.h"
 
 typedef struct bf_state {
     tr_env *e;

@@ -1,9 +1,9 @@
-/* Data parallelism in the trainer (train/module.h): the step's loss summed over the dp group,
+/* Data parallelism in the trainer (parallel/module.h): the step's loss summed over the dp group,
  * and, at ZeRO stage 0 outside bf16, the gradient's all-reduce in buckets launched during the
  * last micro-batch's backward as they fill (with --overlap non-blocking, waited for after the
  * backward). */
 #include "parallel/dp_buckets.h"
-#include "train/module.h"
+#include "parallel/module.h"
 #include <stdlib.h>
 
 #define MAX_REQ 512

@@ -1,4 +1,4 @@
-/* The pipeline adapter (train/module.h): the GPT stage under the engine (include/distlab/pipe.h)
+/* The pipeline adapter (parallel/module.h): the GPT stage under the engine (include/distlab/pipe.h)
  * as the step's runner. The engine runs this stage's actions of the schedule; the forward and
  * backward callbacks map micro-batches to activation slots, keep weight versions (and, with
  * weight stashing, the parameters each forward used) and accumulate the last stage's loss.
@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "parallel/pipe_train.h"
-#include "train/module.h"
-#include "train/run.h"
+#include "parallel/module.h"
 #include "model/gpt_priv.h"
-#include "train/optim.h"
 
 typedef struct pipe_state {
     tr_env *e;
@@ -58,7 +56,7 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
         return rc;
     int first = s->stage == 0 && ch == 0, last = s->stage == s->p - 1 && ch == s->v - 1;
     int G = o->global_batch, mbs = o->micro_batch;
-    if ((first || last) && (rc = dl_data_batch(s->e->R->data, s->e->step - 1, G, o->dp,
+    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->dp,
                                                s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
         return rc;
     if (s->stash)
@@ -123,13 +121,10 @@ static int pp_opt(void *arg, int mb)
     if (o->dp > 1)
         rc = dl_allreduce(s->e->mesh->dp_comm, dl_gpt_grads(s->e->g), dl_gpt_grads(s->e->g),
                           s->e->numel, s->e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
-    double norm = 0;
     if (rc == DL_OK)
-        rc = tr_grad_norm(s->e->comp, &norm);
+        rc = s->e->call.norm_update(s->e->comp);
     if (rc)
         return rc;
-    rc = tr_update(s->e->comp, tr_clip_scale(o->clip, norm),
-                   tr_lr_at(o->lr, o->min_lr, o->warmup, o->steps, s->e->step));
     dl_gpt_zero_grads(s->e->g);
     s->version++;
     return rc;
@@ -184,8 +179,8 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     if ((rc = pp_bounds(o, k, bounds)) ||
         (rc = dl_gpt_part_stage(&o->model, s->p, s->v, s->stage, bounds, part)))
         return rc;
-    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->R->res->pp_bounds)
-        memcpy(s->e->R->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
+    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pp_bounds)
+        memcpy(s->e->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
     int m = o->microbatches, T = o->model.seq;
     s->slot_of = malloc(sizeof(int) * (size_t)m * s->v);
     s->fwd_version = calloc((size_t)m * s->v, sizeof(int));
@@ -302,21 +297,21 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
 {
     pipe_state *s = st;
     tr_env *e = s->e;
-    tr_run *R = e->R;
+    tr_pp_rows *R = &e->pp;
     dl_pipe_stats ps;
     s->loss_sum = 0;
     s->max_gap = 0;
     int rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, e->step, e->tr, e->rank, &ps);
     *loss_sum = s->loss_sum;
     size_t at = (size_t)(e->step - 1) * R->nranks + e->rank;
-    R->pp_busy[at] = (double)ps.busy_ns;
-    R->pp_wall[at] = (double)ps.wall_ns;
-    R->pp_engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
-    R->pp_gap[at] = s->max_gap;
+    R->busy[at] = (double)ps.busy_ns;
+    R->wall[at] = (double)ps.wall_ns;
+    R->engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
+    R->gap[at] = s->max_gap;
     if (e->rank == 0)
-        R->pp_bytes += ps.bytes_sent;
+        *R->bytes += ps.bytes_sent;
     if (rc == DL_OK && s->sched->flush && (rc = pp_tie_sync(s)) == DL_OK)
-        rc = tr_grads_ready(0, e->comp);
+        rc = e->call.grads_ready(0, e->comp);
     return rc;
 }
 

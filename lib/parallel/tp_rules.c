@@ -1,7 +1,7 @@
 /* Tensor parallelism's module in the trainer (parallel/tp_rules.h): the gradient norm's sum over
  * the tp group (each tp rank counted its shards, tr_tensor_counted). */
 #include "parallel/tp_rules.h"
-#include "train/module.h"
+#include "parallel/module.h"
 
 int tr_tensor_counted(const dl_gpt_layout *l, int k)
 {

@@ -5,6 +5,10 @@
 #include "train/compose.h"
 #include "model/gpt_priv.h"
 
+#define TR_MODULE(fn) int fn(tr_env *e, tr_module *m);
+#include "train/modules.def"
+#undef TR_MODULE
+
 static const tr_make_fn makers[] = {
 #define TR_MODULE(fn) fn,
 #include "train/modules.def"
@@ -21,6 +25,18 @@ static const tr_make_fn makers[] = {
         }                                                                                          \
     } while (0)
 
+/* the async pipeline's update of one micro-batch: norm, clipping, this step's learning rate */
+static int norm_update(tr_comp *c)
+{
+    const dl_train_opts *o = c->e->o;
+    double norm = 0;
+    int rc = tr_grad_norm(c, &norm);
+    if (rc)
+        return rc;
+    return tr_update(c, tr_clip_scale(o->clip, norm),
+                     tr_lr_at(o->lr, o->min_lr, o->warmup, o->steps, c->e->step));
+}
+
 int tr_compose(tr_env *e, tr_comp **out)
 {
     tr_comp *c = *out = calloc(1, sizeof *c);
@@ -28,6 +44,7 @@ int tr_compose(tr_env *e, tr_comp **out)
         return dl_error(DL_ENOMEM, "training: out of memory");
     c->e = e;
     e->comp = c;
+    e->call = (tr_calls){tr_grads_ready, tr_has_ready, norm_update};
     for (size_t k = 0; k < sizeof makers / sizeof makers[0]; k++) {
         if (c->n == TR_MAX_MODULES)
             return dl_error(DL_EINVAL, "training: more than %d modules", TR_MAX_MODULES);

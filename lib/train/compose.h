@@ -1,7 +1,7 @@
 /* The composition of the strategy modules (train/compose.c, the list in train/modules.def). */
 #ifndef DL_TRAIN_COMPOSE_H
 #define DL_TRAIN_COMPOSE_H
-#include "train/module.h"
+#include "parallel/module.h"
 #include "train/optim.h"
 
 #define TR_MAX_MODULES 16
@@ -13,6 +13,17 @@ struct tr_comp {
     const tr_shards *sh; /* the sharding module's blocks */
     tr_optim opt;
 };
+
+/* The fan-outs for the train layer's own modules (the others reach them through tr_env.call) */
+int tr_grads_ready(size_t first, void *comp); /* a dl_grad_ready_fn */
+int tr_has_ready(const tr_comp *c);
+int tr_grad_norm(tr_comp *c, double *norm);
+int tr_update(tr_comp *c, double scale, double lr); /* AdamW, then after_update */
+int tr_forward(tr_comp *c, const int *in, const int *tg, int B, double *loss);
+int tr_from_head(tr_comp *c, double *v, int n);
+int tr_export(tr_comp *c, int which, void *out);
+void tr_import(tr_comp *c, const void *full);
+void *tr_whole_params(tr_comp *c);
 
 /* Every constructor of modules.def in order; *out is freed by tr_teardown even on error. */
 int tr_compose(tr_env *e, tr_comp **out);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include "train/dump.h"
 #include "train/eval.h"
-#include "train/run.h"
+#include "train/compose.h"
 #include "io/path.h"
 #include "distlab/ckpt.h"
 #include "model/gpt_priv.h"
@@ -28,7 +28,7 @@ static int dump_step(tr_env *e, const void *grads, int es)
     int T = o->model.seq, G = o->global_batch;
     int *in = malloc(sizeof(int) * (size_t)T * G), *tg = malloc(sizeof(int) * (size_t)T * G);
     for (int i = 0; in && tg && i < G && rc == DL_OK; i++)
-        rc = dl_data_sample(e->R->data, i, in + (size_t)i * T, tg + (size_t)i * T);
+        rc = dl_data_sample(e->data, i, in + (size_t)i * T, tg + (size_t)i * T);
     if (!in || !tg)
         rc = dl_error(DL_ENOMEM, "dump: out of memory");
     if (rc == DL_OK) {
@@ -61,7 +61,7 @@ int tr_dump_grads(tr_env *e)
         return dl_error(DL_ENOMEM, "training: out of host memory");
     int rc = tr_export(e->comp, 1, full);
     if (rc == DL_OK && last)
-        tr_gather_into(e, full, es, e->R->res->grads);
+        tr_gather_into(e, full, es, e->res->grads);
     if (rc == DL_OK && first)
         rc = dump_step(e, full, es);
     free(full);
@@ -81,7 +81,7 @@ int tr_save_params(tr_env *e)
     if (!direct)
         rc = tr_export(e->comp, 0, full);
     if (rc == DL_OK && o->want_params)
-        tr_gather_into(e, full, es, e->R->res->params);
+        tr_gather_into(e, full, es, e->res->params);
     if (rc == DL_OK && o->save_path)
         rc = dl_ckpt_save(o->save_path, dl_gpt_get_layout(e->g), full, es, dl_ctx_comm(e->ctx),
                           e->mesh->dp_rank == 0);

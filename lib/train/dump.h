@@ -1,7 +1,7 @@
 /* The trainer's dumps and saved parameters (train/dump.c). */
 #ifndef DL_TRAIN_DUMP_H
 #define DL_TRAIN_DUMP_H
-#include "train/module.h"
+#include "parallel/module.h"
 
 /* At the step that wants it: the reduced gradient, whole, into the result (--want-grads, the
  * last step) and as a safetensors file with its global batch (--dump-grads, step 1). */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "train/eval.h"
-#include "train/run.h"
+#include "train/compose.h"
 #include "model/gpt_priv.h"
 #include "parallel/tp_rules.h"
 
@@ -12,7 +12,7 @@
 int tr_evaluate(tr_env *e, double *out, int *used)
 {
     const dl_train_opts *o = e->o;
-    long W = dl_data_val_windows(e->R->data);
+    long W = dl_data_val_windows(e->data);
     if (o->eval_windows > 0 && o->eval_windows < W)
         W = o->eval_windows;
     int T = o->model.seq, mb = o->micro_batch, d = e->mesh->dp, r = e->mesh->dp_rank;
@@ -31,13 +31,13 @@ int tr_evaluate(tr_env *e, double *out, int *used)
         if (lo + i * mb < hi)
             continue;
         double junk;
-        if ((rc = dl_data_val_window(e->R->data, 0, in, tg)) == DL_OK)
+        if ((rc = dl_data_val_window(e->data, 0, in, tg)) == DL_OK)
             rc = tr_forward(e->comp, in, tg, 1, &junk);
     }
     for (long w = lo; w < hi && rc == DL_OK; w += mb) {
         int B = (int)(hi - w < mb ? hi - w : mb);
         for (int b = 0; b < B && rc == DL_OK; b++)
-            rc = dl_data_val_window(e->R->data, w + b, in + (size_t)b * T, tg + (size_t)b * T);
+            rc = dl_data_val_window(e->data, w + b, in + (size_t)b * T, tg + (size_t)b * T);
         double loss;
         if (rc == DL_OK && (rc = tr_forward(e->comp, in, tg, B, &loss)) == DL_OK)
             sum += loss * B;
@@ -76,7 +76,7 @@ int tr_sample_text(tr_env *e)
 {
     const dl_train_opts *o = e->o;
     int T = o->model.seq, V = o->model.vocab, n = o->sample;
-    const unsigned char *val = dl_data_bytes(e->R->data) + dl_data_train_len(e->R->data);
+    const unsigned char *val = dl_data_bytes(e->data) + dl_data_train_len(e->data);
     int *ctx = calloc((size_t)T, sizeof(int));
     char *out = calloc((size_t)n + 1, 1);
     if (!ctx || !out) {
@@ -116,7 +116,7 @@ int tr_sample_text(tr_env *e)
         }
     }
     if (rc == DL_OK && dl_ctx_rank(e->ctx) == 0)
-        e->R->res->sample = out;
+        e->res->sample = out;
     else
         free(out);
     free(ctx);

@@ -2,7 +2,7 @@
 #ifndef DL_TRAIN_EVAL_H
 #define DL_TRAIN_EVAL_H
 #include <stdint.h>
-#include "train/module.h"
+#include "parallel/module.h"
 
 /* bytes evaluations sent (tp activations, dp losses, ZeRO 3's parameter gathers) */
 typedef struct tr_eval_bytes {

@@ -1,4 +1,4 @@
-/* The optimizer module: AdamW over the shards the sharding module hands it (train/module.h,
+/* The optimizer module: AdamW over the shards the sharding module hands it (parallel/module.h,
  * tr_shards), its state (m, v of the shard's size, the Adam step), the learning-rate schedule
  * (linear warm-up, cosine decay to min_lr) and global-norm clipping. It knows nothing of the
  * communicators: the norm's partial sum is reduced by the modules' reduce_norm hooks. */
@@ -6,7 +6,7 @@
 #define DL_TRAIN_OPTIM_H
 #include <stddef.h>
 #include "distlab.h"
-#include "train/module.h"
+#include "parallel/module.h"
 
 typedef struct tr_optim {
     const tr_shards *sh;

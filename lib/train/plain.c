@@ -1,11 +1,11 @@
-/* The plain runner (train/module.h), when there is no pipeline: the step's micro-batches each
+/* The plain runner (parallel/module.h), when there is no pipeline: the step's micro-batches each
  * through the whole model, forward then backward, gradients accumulating; the last backward
  * tells the modules which gradients are final as it goes (tr_grads_ready), so that their
  * reductions overlap the rest of it. */
 #include <math.h>
 #include <stdlib.h>
-#include "train/module.h"
-#include "train/run.h"
+#include "parallel/module.h"
+#include "train/compose.h"
 
 typedef struct plain_state {
     tr_env *e;
@@ -25,20 +25,20 @@ static int plain_fwd_bwd(void *st, double *loss_sum)
         double dloss = 1.0 / ((double)G * T);
         if (e->step == o->nan_step && micro == 0 && e->mesh->dp_rank == 0)
             dloss = NAN; /* test hook: a non-finite gradient on one rank */
-        if ((rc = dl_data_batch(e->R->data, e->step - 1, G, o->dp, e->mesh->dp_rank, micro, mb,
-                                p->in, p->tg)) ||
+        if ((rc = dl_data_batch(e->data, e->step - 1, G, o->dp, e->mesh->dp_rank, micro, mb, p->in,
+                                p->tg)) ||
             (rc = dl_gpt_forward(e->g, p->in, p->tg, mb, &loss)) ||
             ((f1 = dl_now_ns()),
-             (rc =
-                  dl_gpt_backward(e->g, dloss,
-                                  last && tr_has_ready(e->comp) ? tr_grads_ready : NULL, e->comp))))
+             (rc = dl_gpt_backward(e->g, dloss,
+                                   last && e->call.has_ready(e->comp) ? e->call.grads_ready : NULL,
+                                   e->comp))))
             break;
         dl_trace_add(e->tr, e->rank, DL_TR_FWD, e->step, micro, 0, f0, f1);
         dl_trace_add(e->tr, e->rank, DL_TR_BWD, e->step, micro, 0, f1, dl_now_ns());
         *loss_sum += loss * mb / G;
     }
     /* whatever the model did not report (nothing, normally) */
-    return rc == DL_OK ? tr_grads_ready(0, e->comp) : rc;
+    return rc == DL_OK ? e->call.grads_ready(0, e->comp) : rc;
 }
 
 static int plain_forward(void *st, const int *in, const int *tg, int B, double *loss)

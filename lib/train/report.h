@@ -1,7 +1,7 @@
 /* The trainer's reporting (train/report.c). */
 #ifndef DL_TRAIN_REPORT_H
 #define DL_TRAIN_REPORT_H
-#include "train/module.h"
+#include "parallel/module.h"
 #include "train/eval.h"
 
 /* one step's figures, rank 0's */

@@ -1,4 +1,4 @@
-/* The trainer: each rank's set-up, its step loop over the strategy modules (train/module.h,
+/* The trainer: each rank's set-up, its step loop over the strategy modules (parallel/module.h,
  * composed in train/compose.c from the list in train/modules.def) and the run around the ranks.
  * This file also holds ZeRO's per-unit sharding and its module (stage 0: one shard, d = 1). */
 #define _GNU_SOURCE
@@ -514,7 +514,15 @@ static int train_rank(dl_ctx *ctx, void *arg)
 {
     tr_run *R = arg;
     dl_mesh mesh = {0};
-    tr_env E = {.o = R->o, .R = R, .ctx = ctx, .rank = dl_ctx_rank(ctx), .mesh = &mesh, .head = 1};
+    tr_env E = {.o = R->o,
+                .R = R,
+                .data = R->data,
+                .res = R->res,
+                .pp = {R->nranks, R->pp_busy, R->pp_wall, R->pp_engine, R->pp_gap, &R->pp_bytes},
+                .ctx = ctx,
+                .rank = dl_ctx_rank(ctx),
+                .mesh = &mesh,
+                .head = 1};
     tr_prec_init(&E.pr, R->o->dtype);
     tr_comp *c = NULL;
     dl_comm *world = dl_ctx_comm(ctx);

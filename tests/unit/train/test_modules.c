@@ -1,4 +1,4 @@
-/* The trainer's modules alone, without a world or a model (lib/train/module.h):
+/* The trainer's modules alone, without a world or a model (lib/parallel/module.h):
  * - the optimizer (lib/train/optim.c): AdamW over ZeRO's shard blocks against the formula
  *   (Loshchilov & Hutter, PyTorch's AdamW) evaluated here in long double, in f64 and f32, on one
  *   rank's blocks of a dp 3 sharding (only the owned elements move, each with its own state); the

@@ -1,5 +1,5 @@
-/* The storage types' kernels (train/precision.h). */
-#include "train/precision.h"
+/* The storage types' kernels (parallel/precision.h). */
+#include "parallel/precision.h"
 #include "model/ops.h"
 
 static double sumsq_f32(const void *x, size_t n) { return dl_sumsq_f32(x, n); }

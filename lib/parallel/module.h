@@ -1,35 +1,61 @@
 /* The trainer's strategy modules and the interface the step composes them by (docs/ARCHITECTURE.md,
  * "The trainer's step"). Each strategy (ZeRO's sharding, data-parallel buckets, tensor
  * parallelism's rules, the pipeline, ...) is one file with its own small state and a constructor
- * listed once in train/modules.def; the constructor looks at the options and either adds a
+ * listed once in train/modules.def (the composition, lib/train/compose.c). The interface lives in
+ * the parallel layer so that the modules there see nothing of the train layer above it: what they
+ * need of the run and of the other modules comes through tr_env; the constructor looks at the options and either adds a
  * module (fills a tr_module) or leaves it empty. The step then calls each phase's hooks over the
  * added modules in the list's order, so the order of modules.def is the order of every sum the
  * hooks extend (the loss: dp, then pp; the gradient norm: dp, tp, pp). */
-#ifndef DL_TRAIN_MODULE_H
-#define DL_TRAIN_MODULE_H
+#ifndef DL_PARALLEL_MODULE_H
+#define DL_PARALLEL_MODULE_H
 #include <stddef.h>
+#include <stdint.h>
 #include "distlab.h"
 #include "distlab/train.h"
+#include "distlab/data.h"
 #include "parallel/zero.h"
-#include "train/precision.h"
+#include "parallel/precision.h"
 
 typedef struct tr_run tr_run; /* the run's tables, shared by the ranks (train/run.h) */
 typedef struct tr_comp tr_comp;
+
+/* The composition's fan-outs (train/compose.c), for modules that drive other phases (the plain
+ * runner's backward, the pipeline's flush and its async updates): every module's hook in order,
+ * stopping at the first error. */
+typedef struct tr_calls {
+    int (*grads_ready)(size_t first, void *comp); /* a dl_grad_ready_fn */
+    int (*has_ready)(const tr_comp *c);           /* some module wants grads_ready */
+    /* the gradient's norm, clipping and AdamW at this step's learning rate, after_update */
+    int (*norm_update)(tr_comp *c);
+} tr_calls;
+
+/* This rank's row of the run's per-step pipeline figures (report.c's summary reads them) */
+typedef struct tr_pp_rows {
+    int nranks;                   /* the tables are [step * nranks + rank] */
+    double *busy, *wall, *engine; /* ns; engine: per action */
+    int *gap;                     /* the largest weight-version gap */
+    uint64_t *bytes;              /* rank 0: the hand-offs' bytes, all steps */
+} tr_pp_rows;
 
 /* What every module reads: fixed at set-up (g and numel from the model's creation on), except
  * step and tr, which the step loop sets. */
 typedef struct tr_env {
     const dl_train_opts *o;
-    tr_run *R;
+    tr_run *R;            /* the train layer's own (opaque here) */
+    dl_data *data;        /* the corpus */
+    dl_train_result *res; /* the caller's result (rank 0 writes its figures) */
+    tr_pp_rows pp;
     dl_ctx *ctx;
     int rank; /* world rank */
     dl_mesh *mesh;
     dl_gpt *g;
     size_t numel;
-    tr_prec pr;    /* storage and compute types (train/precision.h) */
+    tr_prec pr;    /* storage and compute types (parallel/precision.h) */
     int step;      /* 1-based: the step running */
     dl_trace *tr;  /* the trace during the traced steps, else NULL */
-    tr_comp *comp; /* the composition, for hooks that call the others (tr_grad_norm, ...) */
+    tr_comp *comp; /* the composition, for hooks that call the others (call) */
+    tr_calls call;
     /* set by modules at set-up, read by the step */
     int head;         /* this rank holds the head's output (pipeline: the last stage only) */
     int self_update;  /* the runner updates inside the step (the async pipeline) */
@@ -77,19 +103,4 @@ typedef struct tr_module {
 /* A module's constructor: adds the module to *m (m->name set) when the options ask for it. */
 typedef int (*tr_make_fn)(tr_env *e, tr_module *m);
 
-#define TR_MODULE(fn) int fn(tr_env *e, tr_module *m);
-#include "train/modules.def"
-#undef TR_MODULE
-
-/* The composition's fan-outs, for modules that drive other phases (the pipeline's async update,
- * the plain runner's backward): every module's hook in order, stopping at the first error. */
-int tr_grads_ready(size_t first, void *comp); /* a dl_grad_ready_fn */
-int tr_has_ready(const tr_comp *c);           /* some module wants tr_grads_ready */
-int tr_grad_norm(tr_comp *c, double *norm);
-int tr_update(tr_comp *c, double scale, double lr); /* AdamW, then after_update */
-int tr_forward(tr_comp *c, const int *in, const int *tg, int B, double *loss);
-int tr_from_head(tr_comp *c, double *v, int n);
-int tr_export(tr_comp *c, int which, void *out);
-void tr_import(tr_comp *c, const void *full);
-void *tr_whole_params(tr_comp *c);
 #endif
