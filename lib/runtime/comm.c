@@ -93,9 +93,9 @@ int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared
     memcpy(sh->world_ranks, world_ranks, sizeof(int) * (size_t)n);
     for (int i = 0; i < n * n; i++) atomic_init(&sh->links[i], NULL);
     for (int i = 0; i < n; i++) atomic_init(&sh->entered[i], 0);
-    int nlocal = n;
-    if (w->mpi) /* a world spanning processes: each process has its own record for its members */
-        for (int i = 0; i < n; i++) nlocal -= !dl__local(w, world_ranks[i]);
+    int nlocal =
+        n; /* a world spanning processes: each process has its own record for its members */
+    for (int i = 0; i < n; i++) nlocal -= !dl__local(w, world_ranks[i]);
     atomic_init(&sh->refs, nlocal);
     sh->uid = w->world_sh ? atomic_fetch_add(&w->next_uid, 1) : 0;
     pthread_mutex_lock(&w->reg_mu);
@@ -144,10 +144,10 @@ int dl__link(dl_comm *c, int src, int dst, dl_link **out)
     dl_world *w = c->ctx->w;
     const dl_world_opts *o = &w->opts;
     int ws = sh->world_ranks[src], wd = sh->world_ranks[dst];
-    /* ranks in two processes: the MPI link; otherwise a shared-memory channel */
-    int rc = w->mpi && !(dl__local(w, ws) && dl__local(w, wd))
-                 ? dl__mpi_link_create(w, c->cid, ws, wd, &l)
-                 : dl_chan_create(&l, ws, wd, o->nslots, o->eager_bytes);
+    /* ranks in one process: a shared-memory channel; otherwise the transport between processes */
+    int rc = dl__local(w, ws) && dl__local(w, wd)
+                 ? dl_chan_create(&l, ws, wd, o->nslots, o->eager_bytes)
+                 : w->remote->link_create(w, c->cid, ws, wd, &l);
     if (rc)
         return rc;
     dl_link *expected = NULL;
@@ -212,37 +212,38 @@ static int cmp_pair(const void *a, const void *b)
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-/* Split's second half in a world spanning MPI processes: each process keeps its own shared
- * record for its members (created by the group's first member in this process), and the group's
- * rank 0 allocates the communicator id that MPI tags carry. One all-gather hands every member
- * both (record address, id) pairs; members use the id of rank 0 and the record of their process's
- * first member. */
-static int split_mpi(dl_comm *c, int rc, int m, int myidx, const int *grp, const int *wr,
-                     dl_comm **out)
+/* Split's second half: the new group's shared record is created by its first member in this
+ * process (a world spanning processes keeps one record per process, for its members; in one
+ * process that is the new rank 0) and an all-gather hands every member its address. Across
+ * processes the new rank 0 also hands out the communicator id the remote links' messages carry. */
+static int split_share(dl_comm *c, int rc, int m, int myidx, const int *grp, const int *wr,
+                       dl_comm **out)
 {
     dl_world *w = c->ctx->w;
-    int n = c->sh->n, lidx = -1;
+    int n = c->sh->n, lidx = -1, words = w->remote ? 2 : 1;
     for (int i = 0; myidx >= 0 && i < m; i++)
         if (dl__local(w, wr[i])) {
             lidx = i;
             break;
         }
+    uint64_t *all = malloc(sizeof(uint64_t) * (size_t)words * (size_t)n);
+    if (!all)
+        return dl_error(DL_ENOMEM, "comm_split: out of memory");
     dl_comm_shared *sh = NULL;
     if (rc == DL_OK && myidx >= 0 && myidx == lidx)
         rc = dl__shared_create(w, m, wr, &sh);
-    uint64_t mine[2] = {(uint64_t)(uintptr_t)sh, myidx == 0 ? dl__mpi_new_cid(w) : 0};
-    uint64_t *all = malloc(sizeof(uint64_t) * 2 * (size_t)n);
-    if (!all)
-        return dl_error(DL_ENOMEM, "comm_split: out of memory");
-    int rc2 = dl_allgather(c, mine, all, 4 * (size_t)n, DL_F32, DL_PURPOSE_OTHER);
+    uint64_t mine[2] = {(uint64_t)(uintptr_t)sh,
+                        w->remote && myidx == 0 ? w->remote->new_cid(w) : 0};
+    /* a failed create must not leave the others waiting: they learn of it through the abort */
+    int rc2 = dl_allgather(c, mine, all, 2 * (size_t)words * (size_t)n, DL_F32, DL_PURPOSE_OTHER);
     if (rc == DL_OK)
         rc = rc2;
     if (rc == DL_OK && myidx >= 0) {
-        sh = (dl_comm_shared *)(uintptr_t)all[2 * grp[2 * lidx + 1]];
+        sh = (dl_comm_shared *)(uintptr_t)all[words * grp[2 * lidx + 1]];
         rc = sh ? dl__comm_create(sh, myidx, c->ctx, out)
                 : dl_error(DL_ESYS, "comm_split: the new group's first member in this process "
                                     "could not create it");
-        if (rc == DL_OK)
+        if (rc == DL_OK && w->remote)
             (*out)->cid = all[2 * grp[1] + 1];
     }
     free(all);
@@ -257,11 +258,10 @@ int dl_comm_split(dl_comm *c, int color, int key, dl_comm **out)
     int n = c->sh->n;
     /* exchange (color, key) and then the new group's shared record, bitwise through allgather */
     int32_t *ck = malloc(sizeof(int32_t) * 2 * (size_t)n);
-    uint64_t *ptrs = malloc(sizeof(uint64_t) * (size_t)n);
     int *grp = malloc(sizeof(int) * 2 * (size_t)n);
     int *wr = malloc(sizeof(int) * (size_t)n);
-    if (!ck || !ptrs || !grp || !wr) {
-        free(ck), free(ptrs), free(grp), free(wr);
+    if (!ck || !grp || !wr) {
+        free(ck), free(grp), free(wr);
         return dl_error(DL_ENOMEM, "comm_split: out of memory");
     }
     int32_t mine[2] = {color, key};
@@ -281,26 +281,8 @@ int dl_comm_split(dl_comm *c, int color, int key, dl_comm **out)
                 myidx = i;
         }
     }
-    dl_comm_shared *sh = NULL;
-    if (c->ctx->w->mpi) {
-        rc = split_mpi(c, rc, m, myidx, grp, wr, out);
-        free(ck), free(ptrs), free(grp), free(wr);
-        return rc;
-    }
-    if (rc == DL_OK && myidx == 0)
-        rc = dl__shared_create(c->ctx->w, m, wr, &sh);
-    /* a failed create must not leave the others waiting: they learn of it through the abort */
-    uint64_t p = (uint64_t)(uintptr_t)sh;
-    int rc2 = dl_allgather(c, &p, ptrs, 2 * (size_t)n, DL_F32, DL_PURPOSE_OTHER);
-    if (rc == DL_OK)
-        rc = rc2;
-    if (rc == DL_OK && myidx >= 0) {
-        int leader = grp[1]; /* old rank of the new rank 0 */
-        sh = (dl_comm_shared *)(uintptr_t)ptrs[leader];
-        rc = sh ? dl__comm_create(sh, myidx, c->ctx, out)
-                : dl_error(DL_ESYS, "comm_split: the new group's leader could not create it");
-    }
-    free(ck), free(ptrs), free(grp), free(wr);
+    rc = split_share(c, rc, m, myidx, grp, wr, out);
+    free(ck), free(grp), free(wr);
     return rc;
 }
 

@@ -125,6 +125,15 @@ struct dl_ctx {
     dl_progress prog;
 };
 
+/* The transport between the processes of a world that spans several: links to ranks in other
+ * processes and the communicator ids their messages carry. Set by that transport when the
+ * world begins (transport/mpi.c); NULL in a world of one process. Communicators use only this,
+ * so a transport between processes adds itself without touching them or the algorithms. */
+typedef struct dl_remote_ops {
+    int (*link_create)(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
+    uint64_t (*new_cid)(dl_world *w); /* an id unique in the job */
+} dl_remote_ops;
+
 struct dl_world {
     dl_world_opts opts;
     int n;
@@ -151,6 +160,7 @@ struct dl_world {
 
     /* a world spanning MPI processes (NULL otherwise): this process hosts ranks [lo, hi) */
     struct dl_mpi_world *mpi;
+    const dl_remote_ops *remote; /* the transport between processes (NULL: one process) */
     int nprocs, proc, lo, hi;
     pthread_mutex_t hier_mu;
 };
@@ -181,8 +191,7 @@ int dl__mpi_world_begin(dl_world *w);     /* sets mpi, nprocs, proc, lo, hi */
 void dl__mpi_world_end(dl_world *w);      /* stops listening for other processes' errors */
 void dl__mpi_world_free(dl_world *w);     /* after the links: the world's MPI state */
 void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg); /* tell the others */
-uint64_t dl__mpi_new_cid(dl_world *w); /* a communicator id unique in the job */
+/* the id of the j-th cross-process group of communicator id cid's hierarchical all-reduce */
 static inline uint64_t dl__mpi_sub_cid(uint64_t cid, int j) { return cid + 1 + (uint64_t)j; }
-int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
 
 #endif

@@ -60,17 +60,6 @@ void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg)
 {
     (void)w, (void)rank, (void)status, (void)msg;
 }
-uint64_t dl__mpi_new_cid(dl_world *w)
-{
-    (void)w;
-    return 0;
-}
-int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out)
-{
-    (void)w, (void)cid;
-    *out = NULL;
-    return dl_error(DL_EINVAL, "link %d->%d: distlab was built without MPI", src, dst);
-}
 
 #else /* DL_HAVE_MPI */
 
@@ -286,6 +275,12 @@ int dl__mpi_want(const dl_world_opts *o)
     return g.active && g.size > 1;
 }
 
+static uint64_t mpi_new_cid(dl_world *w);
+static int mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out);
+
+/* what communicators use of MPI (internal.h) */
+static const dl_remote_ops mpi_remote = {mpi_link_create, mpi_new_cid};
+
 int dl__mpi_world_begin(dl_world *w)
 {
     if (!g.active)
@@ -341,6 +336,7 @@ int dl__mpi_world_begin(dl_world *w)
     }
     MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
     w->mpi = mw;
+    w->remote = &mpi_remote;
     w->nprocs = P;
     w->proc = g.rank;
     w->lo = g.rank * T;
@@ -376,6 +372,7 @@ void dl__mpi_world_free(dl_world *w)
     free(mw->out_req);
     free(mw);
     w->mpi = NULL;
+    w->remote = NULL;
 }
 
 void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg)
@@ -397,7 +394,7 @@ void dl__mpi_notify(dl_world *w, int rank, int status, const char *msg)
 
 /* Ids are multiples of T + 1: id + 1 + j (j < T) names the j-th cross-process group of a
  * hierarchical all-reduce on communicator id (dl__mpi_sub_cid), without any exchange. */
-uint64_t dl__mpi_new_cid(dl_world *w)
+static uint64_t mpi_new_cid(dl_world *w)
 {
     dl_mpi_world *mw = w->mpi;
     if (!mw)
@@ -723,7 +720,7 @@ static const dl_link_ops mpi_link_ops = {
     .wait_released = ml_wait_released,
 };
 
-int dl__mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out)
+static int mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link **out)
 {
     *out = NULL;
     dl_mpi_world *mw = w->mpi;
