@@ -58,6 +58,9 @@ void dl__fail_and_drain(dl_comm *c);
 /* the links' drain for c's outgoing links */
 void dl__drain_links(dl_comm *c);
 
+/* p2p.c: run a send or receive request */
+int dl__run_p2p(dl_request *q);
+
 /* check.c */
 int dl__check_common(dl_comm *c, const char *what, dl_dtype t, int need_op, dl_redop op);
 int dl__check_purpose(const char *what, dl_purpose p);

@@ -120,6 +120,8 @@ static int run_algorithm(dl_call *k, const dl_request *q, dl_algo *algo)
 int dl__run_op(dl_request *q)
 {
     dl_comm *c = q->c;
+    if (q->kind == OP_SEND || q->kind == OP_RECV)
+        return dl__run_p2p(q);
     if (q->skip)
         return skip_op(q);
     dl__op_begin(c, q->kind, q->count, (int)q->t, q->root);

@@ -1,6 +1,7 @@
 /* Point-to-point: blocking sends and receives, and tagged non-blocking sends completed by
- * ticket (the link's released count). Point-to-point does not advance the collective sequence;
- * its fingerprint is the type and the tag. */
+ * ticket (the link's released count), as requests on the collectives' machinery: each runs at
+ * once on the caller's thread, or queued behind the rank's pending non-blocking collectives on
+ * its communication thread (the caller waits for its turn), so each link end has one owner. */
 #include "config.h"
 #include <stdio.h>
 #include <string.h>
@@ -10,33 +11,54 @@
 #include "coll/prims.h"
 #include "coll/algo.h"
 
-static int p2p(dl_comm *c, int send, void *buf, size_t count, dl_dtype t, int peer, int tag,
+static const char *p2p_name(const dl_request *q)
+{
+    return q->kind == OP_RECV ? "recv" : q->ticket ? "isend" : "send";
+}
+
+/* Validate on the caller's thread; the request then runs like a collective's (dl__run_op):
+ * at once, or behind this rank's pending requests. */
+static int p2p(dl_comm *c, int kind, void *buf, size_t count, dl_dtype t, int peer, int tag,
                dl_purpose p, uint64_t *ticket)
 {
-    const char *what = send ? (ticket ? "isend" : "send") : "recv";
+    dl_request q = {.kind = kind,
+                    .c = c,
+                    .count = count,
+                    .t = t,
+                    .root = peer,
+                    .p = p,
+                    .tag = tag,
+                    .ticket = ticket};
+    const char *what = p2p_name(&q);
     int rc = dl__check_common(c, what, t, 0, DL_SUM);
     if (rc || (rc = dl__check_purpose(what, p)))
         return rc;
     int n = c->sh->n, r = c->rank;
     if (peer < 0 || peer >= n || peer == r)
         return dl_error(DL_EINVAL, "%s: peer %d invalid for rank %d of %d", what, peer, r, n);
-    size_t bytes = count * dl_dtype_size(t);
     if (count && !buf)
         return dl_error(DL_EINVAL, "%s: null buffer for %zu elements", what, count);
-    if (atomic_load_explicit(&c->ctx->prog.pending, memory_order_acquire))
-        return dl_error(DL_EINVAL, "%s: rank %d has non-blocking collectives pending; wait first",
-                        what, r);
+    q.sbuf = q.rbuf = buf;
+    return dl__submit_blocking(&q);
+}
+
+int dl__run_p2p(dl_request *q)
+{
+    dl_comm *c = q->c;
+    int send = q->kind == OP_SEND, peer = q->root, r = c->rank, rc;
+    const char *what = p2p_name(q);
+    size_t bytes = q->count * dl_dtype_size(q->t);
     /* point-to-point does not advance the collective sequence; the fingerprint is the type and
      * the tag (in the sequence's place) */
-    dl_call k = dl__call(c, OP_SEND, (uint64_t)(int64_t)tag, t, DL_SUM, 0, -1, p);
-    k.opcode = send ? OP_SEND : OP_RECV;
-    dl__op_begin(c, k.opcode, count, (int)t, peer);
+    dl_call k = dl__call(c, OP_SEND, (uint64_t)(int64_t)q->tag, q->t, DL_SUM, 0, -1, q->p);
+    k.opcode = q->kind;
+    dl__op_begin(c, k.opcode, q->count, (int)q->t, peer);
     dl_link *l;
     if (send) {
         if ((rc = dl__xfer_link(&k, r, peer, &l)) == DL_OK &&
-            (rc = dl__xfer_post(&k, l, buf, bytes)) == DL_OK) {
-            if (ticket)
-                *ticket = l->stats.msgs_sent;
+            (rc = dl__xfer_post(&k, l, q->sbuf, bytes)) == DL_OK) {
+            if (q->ticket)
+                *q->ticket = l->stats.msgs_sent;
             else
                 rc = dl__xfer_flush(&k, l);
         }
@@ -44,7 +66,7 @@ static int p2p(dl_comm *c, int send, void *buf, size_t count, dl_dtype t, int pe
         const void *up;
         if ((rc = dl__xfer_link(&k, peer, r, &l)) == DL_OK &&
             (rc = dl__xfer_acquire(&k, l, bytes, &up)) == DL_OK) {
-            memcpy(buf, up, bytes);
+            memcpy(q->rbuf, up, bytes);
             rc = dl__xfer_release(&k, l);
         }
     }
@@ -61,19 +83,19 @@ static int p2p(dl_comm *c, int send, void *buf, size_t count, dl_dtype t, int pe
 
 int dl_send(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, dl_purpose p)
 {
-    return p2p(c, 1, (void *)buf, count, t, peer, 0, p, NULL);
+    return p2p(c, OP_SEND, (void *)buf, count, t, peer, 0, p, NULL);
 }
 
 int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p,
              uint64_t *ticket)
 {
     uint64_t dummy;
-    return p2p(c, 1, (void *)buf, count, t, peer, tag, p, ticket ? ticket : &dummy);
+    return p2p(c, OP_SEND, (void *)buf, count, t, peer, tag, p, ticket ? ticket : &dummy);
 }
 
 int dl_recv_tag(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p)
 {
-    return p2p(c, 0, buf, count, t, peer, tag, p, NULL);
+    return p2p(c, OP_RECV, buf, count, t, peer, tag, p, NULL);
 }
 
 static int send_link(dl_comm *c, int peer, const char *what, dl_link **l)
@@ -127,5 +149,5 @@ void dl_comm_fail(dl_comm *c)
 
 int dl_recv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, dl_purpose p)
 {
-    return p2p(c, 0, buf, count, t, peer, 0, p, NULL);
+    return p2p(c, OP_RECV, buf, count, t, peer, 0, p, NULL);
 }

@@ -78,8 +78,10 @@ struct dl_request {
     size_t count;
     dl_dtype t;
     dl_redop op;
-    int root;
+    int root; /* point-to-point: the peer */
     dl_purpose p;
+    int tag;          /* point-to-point */
+    uint64_t *ticket; /* isend: where its ticket goes (NULL: a blocking send, flushed) */
     int status;
     char errmsg[512];
     atomic_int done;

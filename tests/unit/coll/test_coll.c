@@ -1060,6 +1060,7 @@ typedef struct nb_arg {
     long polls[NMAX];
     int poll_done[NMAX];
     float *pend_nb[NMAX], *pend_b[NMAX]; /* D: blocking call while a request is pending */
+    float *p2p_nb[NMAX], *p2p_tag[NMAX], *p2p_blk[NMAX]; /* E: point-to-point while pending */
     int status[NMAX];
     char where[NMAX][64];
 } nb_arg;
@@ -1137,6 +1138,29 @@ static int nb_rank(dl_ctx *ctx, void *argp)
     NBCHK(dl_wait(req), "D: wait");
     NBCHK(dl_wait(NULL), "wait(NULL)");
 
+    /* E: point-to-point while a request is pending queues behind it (a ring shift: a tagged
+     * isend to r + 1 and a receive from r - 1, then blocking ones, even ranks sending first) */
+    if (n > 1) {
+        int to = (r + 1) % n, from = (r + n - 1) % n;
+        uint64_t ticket = 0;
+        NBCHK(dl_iallreduce(c, x, a->p2p_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req),
+              "E: iallreduce");
+        NBCHK(dl_isend(c, x2, NB_COUNT, DL_F32, to, 7, DL_PURPOSE_ACTIVATIONS, &ticket),
+              "E: isend");
+        NBCHK(dl_recv_tag(c, a->p2p_tag[r], NB_COUNT, DL_F32, from, 7, DL_PURPOSE_ACTIVATIONS),
+              "E: recv_tag");
+        NBCHK(dl_send_wait(c, to, ticket), "E: send_wait");
+        NBCHK(dl_iallreduce(c, x, a->p2p_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &q[0]),
+              "E: iallreduce 2");
+        if (r % 2 == 0)
+            NBCHK(dl_send(c, x3, NB_COUNT, DL_F32, to, DL_PURPOSE_ACTIVATIONS), "E: send");
+        NBCHK(dl_recv(c, a->p2p_blk[r], NB_COUNT, DL_F32, from, DL_PURPOSE_ACTIVATIONS), "E: recv");
+        if (r % 2 == 1)
+            NBCHK(dl_send(c, x3, NB_COUNT, DL_F32, to, DL_PURPOSE_ACTIVATIONS), "E: send");
+        NBCHK(dl_wait(req), "E: wait");
+        NBCHK(dl_wait(q[0]), "E: wait 2");
+    }
+
     free(x);
     free(x2);
     free(x3);
@@ -1162,8 +1186,9 @@ START_TEST(t_nonblocking)
     int n = nss[_i];
     nb_arg *a = calloc(1, sizeof *a);
     a->n = n;
-    float **bufs[] = {a->blocking, a->nonblocking, a->multi_ar, a->multi_rs, a->multi_ag,
-                      a->multi_bc, a->polled,      a->pend_nb,  a->pend_b};
+    float **bufs[] = {a->blocking, a->nonblocking, a->multi_ar, a->multi_rs,
+                      a->multi_ag, a->multi_bc,    a->polled,   a->pend_nb,
+                      a->pend_b,   a->p2p_nb,      a->p2p_tag,  a->p2p_blk};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         for (int r = 0; r < n; r++) {
             bufs[k][r] = tu_alloc(NB_COUNT * sizeof(float));
@@ -1218,6 +1243,18 @@ START_TEST(t_nonblocking)
             efail(&e, "D: rank %d: blocking allreduce after a pending one differs", r);
         if (memcmp(a->nonblocking[r], a->nonblocking[0], NB_COUNT * sizeof(float)) != 0)
             efail(&e, "A: rank %d's result differs bitwise from rank 0's", r);
+        if (n > 1) {
+            if (memcmp(a->p2p_nb[r], a->nonblocking[r], NB_COUNT * sizeof(float)) != 0)
+                efail(&e, "E: rank %d: iallreduce around point-to-point differs", r);
+            float *w1 = make_input(DL_F32, NB_COUNT, NB_SEED + 1, (r + n - 1) % n, 0);
+            float *w2 = make_input(DL_F32, NB_COUNT, NB_SEED + 2, (r + n - 1) % n, 0);
+            if (memcmp(a->p2p_tag[r], w1, NB_COUNT * sizeof(float)) != 0)
+                efail(&e, "E: rank %d: isend / recv_tag behind a pending request wrong", r);
+            if (memcmp(a->p2p_blk[r], w2, NB_COUNT * sizeof(float)) != 0)
+                efail(&e, "E: rank %d: send / recv behind a pending request wrong", r);
+            free(w1);
+            free(w2);
+        }
     }
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         for (int r = 0; r < n; r++) free(bufs[k][r]);
