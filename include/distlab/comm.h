@@ -99,7 +99,9 @@ void dl_comm_get_stats(const dl_comm *c, dl_comm_stats *st);
 void dl_comm_reset_stats(dl_comm *c);
 
 /* Point-to-point (comm ranks). dl_send returns when the receiver holds the data (small
- * messages: when it is copied). Messages between a pair arrive in order. */
+ * messages: when it is copied). Messages between a pair arrive in order. Like a blocking
+ * collective, a point-to-point call made while non-blocking collectives are pending on the rank
+ * runs after them (every call below). */
 int dl_send(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 int dl_recv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 

@@ -21,14 +21,10 @@ static const char *p2p_name(const dl_request *q)
 static int p2p(dl_comm *c, int kind, void *buf, size_t count, dl_dtype t, int peer, int tag,
                dl_purpose p, uint64_t *ticket)
 {
-    dl_request q = {.kind = kind,
-                    .c = c,
-                    .count = count,
-                    .t = t,
-                    .root = peer,
-                    .p = p,
-                    .tag = tag,
-                    .ticket = ticket};
+    dl_request q; /* not zeroed whole: its 512-byte message is written only on failure, and
+                   * clearing it made point-to-point's 8-byte latency ~10% slower */
+    q.kind = kind, q.c = c, q.count = count, q.t = t, q.op = DL_SUM, q.root = peer, q.p = p;
+    q.tag = tag, q.ticket = ticket, q.skip = 0;
     const char *what = p2p_name(&q);
     int rc = dl__check_common(c, what, t, 0, DL_SUM);
     if (rc || (rc = dl__check_purpose(what, p)))
