@@ -1,0 +1,232 @@
+/* The ZeRO engine (lib/parallel/zero_engine.h): per-unit reduce-scatter and all-gather over the
+ * blocks lib/parallel/zero.c lays out, the model's hooks, export and import. */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+#include "distlab.h"
+#include "model/ops.h"
+#include "parallel/zero_engine.h"
+
+void dl_zero_engine_init(dl_zero_engine *z, int stage, dl_dtype dt, dl_comm *comm)
+{
+    memset(z, 0, sizeof *z);
+    z->stage = stage;
+    z->dt = dt;
+    z->dsize = (int)dl_dtype_size(dt);
+    z->bf16 = dt == DL_BF16;
+    z->comm = comm;
+}
+
+/* The engine's buffers: bf16's master weights of the shard (stage 0: everything), the reduced
+ * gradient shard (stages 2-3), the parameter shard (stage 3); the staging of one padded unit for
+ * stages 1-2 when a unit is padded, and for stages 2-3 in bf16 (the rounded gradient handed to
+ * the reduce-scatter). */
+static int alloc_buffers(dl_zero_engine *z)
+{
+    dl_arena *a = z->arena;
+    size_t Sh = z->zu.shard, ss = (size_t)z->dsize;
+    int padded = 0, rc = DL_OK;
+    for (int u = 0; u < z->zu.n; u++)
+        padded |= z->zu.u[u].numel != (size_t)z->zu.dp * z->zu.u[u].shard;
+    if ((z->bf16 && (rc = dl_arena_alloc(a, DL_MEM_OPTIMIZER, Sh * 4, (void **)&z->master))) ||
+        (z->stage >= 2 && (rc = dl_arena_alloc(a, DL_MEM_GRADS, Sh * ss, (void **)&z->gshard))) ||
+        (z->stage == 3 && (rc = dl_arena_alloc(a, DL_MEM_PARAMS, Sh * ss, (void **)&z->pshard))) ||
+        ((((z->stage == 1 || z->stage == 2) && padded) || (z->bf16 && z->stage >= 2)) &&
+         (rc = dl_arena_alloc(a, DL_MEM_COMM, z->zu.max_padded * ss, (void **)&z->stg))))
+        return rc;
+    return DL_OK;
+}
+
+int dl_zero_engine_setup(dl_zero_engine *z, const size_t *bounds, int n, int dp, int dp_rank,
+                         void *params, void *grads, dl_arena *arena)
+{
+    z->numel = n > 0 ? bounds[n] : 0;
+    z->params = params;
+    z->grads = grads;
+    z->arena = arena;
+    int rc = dl_zero_units_init(&z->zu, bounds, n, z->stage ? dp : 1, z->stage ? dp_rank : 0);
+    if (rc == DL_OK)
+        rc = alloc_buffers(z);
+    z->next_unit = z->zu.n;
+    return rc;
+}
+
+void dl_zero_engine_free(dl_zero_engine *z)
+{
+    dl_zero_units_free(&z->zu);
+    if (!z->arena) /* never set up */
+        return;
+    dl_arena_free(z->arena, z->master);
+    dl_arena_free(z->arena, z->gshard);
+    dl_arena_free(z->arena, z->pshard);
+    dl_arena_free(z->arena, z->stg);
+    z->master = z->gshard = z->pshard = z->stg = NULL;
+}
+
+void dl_zero_begin_step(dl_zero_engine *z)
+{
+    if (z->gshard)
+        memset(z->gshard, 0, z->zu.shard * (size_t)z->dsize);
+    z->next_unit = z->zu.n;
+}
+
+char *dl_zero_grad_block(dl_zero_engine *z, int u)
+{
+    const dl_zero_unit *b = &z->zu.u[u];
+    if (z->stage >= 2)
+        return z->gshard + b->sbase * (size_t)z->dsize;
+    return (char *)z->grads + b->begin * (size_t)z->dsize;
+}
+
+char *dl_zero_param_block(dl_zero_engine *z, int u)
+{
+    const dl_zero_unit *b = &z->zu.u[u];
+    if (z->stage == 3)
+        return z->pshard + b->sbase * (size_t)z->dsize;
+    return (char *)z->params + b->begin * (size_t)z->dsize;
+}
+
+/* Stage 1: reduce-scatter unit u of the model's gradient buffer over the dp group; this rank's
+ * block of the sum lands in place (through the staging buffer when the unit is padded). */
+static int rs_unit(dl_zero_engine *z, int u)
+{
+    const dl_zero_unit *b = &z->zu.u[u];
+    size_t ss = (size_t)z->dsize, n = (size_t)z->zu.dp * b->shard, r = (size_t)z->zu.rank;
+    char *full = (char *)z->grads + b->lo * ss;
+    if (n == b->numel)
+        return dl_reduce_scatter(z->comm, full, full + r * b->shard * ss, n, z->dt, DL_SUM,
+                                 DL_PURPOSE_GRADS);
+    memcpy(z->stg, full, b->numel * ss);
+    memset(z->stg + b->numel * ss, 0, (n - b->numel) * ss);
+    int rc = dl_reduce_scatter(z->comm, z->stg, z->stg + r * b->shard * ss, n, z->dt, DL_SUM,
+                               DL_PURPOSE_GRADS);
+    if (rc == DL_OK)
+        memcpy(full + r * b->shard * ss, z->stg + r * b->shard * ss, b->owned * ss);
+    return rc;
+}
+
+/* Stages 1-2: all-gather unit u's updated parameters into the model's buffer. */
+static int ag_unit(dl_zero_engine *z, int u)
+{
+    const dl_zero_unit *b = &z->zu.u[u];
+    size_t ss = (size_t)z->dsize, n = (size_t)z->zu.dp * b->shard, r = (size_t)z->zu.rank;
+    char *full = (char *)z->params + b->lo * ss;
+    if (n == b->numel)
+        return dl_allgather(z->comm, full + r * b->shard * ss, full, n, z->dt, DL_PURPOSE_PARAMS);
+    char *own = z->stg + r * b->shard * ss;
+    memcpy(own, full + r * b->shard * ss, b->owned * ss);
+    memset(own + b->owned * ss, 0, (b->shard - b->owned) * ss);
+    int rc = dl_allgather(z->comm, own, z->stg, n, z->dt, DL_PURPOSE_PARAMS);
+    if (rc == DL_OK)
+        memcpy(full, z->stg, b->numel * ss);
+    return rc;
+}
+
+/* Stages 2-3: unit u's gradient of one backward (compute type, padded, the padding zero) is
+ * reduce-scattered at once (bf16: rounded to bf16 first, the ring adds in f32 and rounds per hop)
+ * and this rank's block is added into the gradient shard. So the full gradient never exists;
+ * with several micro-batches each one's gradient is reduced (DeepSpeed's stage 2 does the same):
+ * the traffic grows with the micro-batches. */
+int dl_zero_reduce_hook(void *arg, int u, void *grad)
+{
+    dl_zero_engine *z = arg;
+    const dl_zero_unit *b = &z->zu.u[u];
+    size_t ss = (size_t)z->dsize, n = (size_t)z->zu.dp * b->shard, r = (size_t)z->zu.rank;
+    char *src = grad;
+    if (z->bf16) {
+        dl_bf16_from_f32((uint16_t *)z->stg, grad, n);
+        src = z->stg;
+    }
+    char *mine = src + r * b->shard * ss, *dst = dl_zero_grad_block(z, u);
+    int rc = dl_reduce_scatter(z->comm, src, mine, n, z->dt, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc)
+        return rc;
+    if (z->bf16)
+        dl_bf16_acc((uint16_t *)dst, (const uint16_t *)mine, b->owned);
+    else if (z->dsize == 8)
+        for (size_t i = 0; i < b->owned; i++) ((double *)dst)[i] += ((const double *)mine)[i];
+    else
+        for (size_t i = 0; i < b->owned; i++) ((float *)dst)[i] += ((const float *)mine)[i];
+    return DL_OK;
+}
+
+/* Stage 3: unit u's parameters from every rank's block, before its forward and again before its
+ * backward, into the model's unit buffer. */
+int dl_zero_gather_hook(void *arg, int u, void *dst)
+{
+    dl_zero_engine *z = arg;
+    const dl_zero_unit *b = &z->zu.u[u];
+    return dl_allgather(z->comm, dl_zero_param_block(z, u), dst, (size_t)z->zu.dp * b->shard, z->dt,
+                        DL_PURPOSE_PARAMS);
+}
+
+int dl_zero_ready(dl_zero_engine *z, size_t first)
+{
+    int rc = DL_OK;
+    if (z->stage != 1)
+        return DL_OK;
+    while (rc == DL_OK && z->next_unit > 0 && z->zu.u[z->next_unit - 1].lo >= first)
+        rc = rs_unit(z, --z->next_unit);
+    return rc;
+}
+
+int dl_zero_gather_params(dl_zero_engine *z)
+{
+    int rc = DL_OK;
+    for (int u = 0; rc == DL_OK && u < z->zu.n; u++) rc = ag_unit(z, u);
+    return rc;
+}
+
+int dl_zero_export(dl_zero_engine *z, int which, void *out)
+{
+    size_t es = z->bf16 ? 4 : (size_t)z->dsize, ss = (size_t)z->dsize;
+    int widen = z->bf16 && which == 1;
+    if (!z->stage) {
+        const void *src = which ? z->grads : z->bf16 ? (void *)z->master : z->params;
+        if (widen)
+            dl_bf16_widen(out, src, z->numel);
+        else
+            memcpy(out, src, z->numel * es);
+        return DL_OK;
+    }
+    size_t bs = which == 0 && z->bf16 ? 4 : ss; /* element size of what travels */
+    dl_dtype t = which == 0 && z->bf16 ? DL_F32 : z->dt;
+    size_t d = (size_t)z->zu.dp;
+    char *blk = malloc(z->zu.max_padded / d * bs + 64), *all = malloc(z->zu.max_padded * bs + 64);
+    int rc = blk && all ? DL_OK : dl_error(DL_ENOMEM, "export: out of memory");
+    for (int u = 0; rc == DL_OK && u < z->zu.n; u++) {
+        const dl_zero_unit *b = &z->zu.u[u];
+        const char *src = which     ? dl_zero_grad_block(z, u)
+                          : z->bf16 ? z->master + b->sbase * 4
+                                    : dl_zero_param_block(z, u);
+        memcpy(blk, src, b->owned * bs);
+        memset(blk + b->owned * bs, 0, (b->shard - b->owned) * bs);
+        if ((rc = dl_allgather(z->comm, blk, all, d * b->shard, t, DL_PURPOSE_OTHER)))
+            break;
+        if (widen)
+            dl_bf16_widen((float *)out + b->lo, (const uint16_t *)all, b->numel);
+        else
+            memcpy((char *)out + b->lo * es, all, b->numel * es);
+    }
+    free(blk), free(all);
+    return rc;
+}
+
+void dl_zero_import(dl_zero_engine *z, const void *full)
+{
+    size_t es = z->bf16 ? 4 : (size_t)z->dsize, ss = (size_t)z->dsize;
+    for (int u = 0; u < z->zu.n; u++) {
+        const dl_zero_unit *b = &z->zu.u[u];
+        const char *src = (const char *)full + b->begin * es;
+        if (z->bf16)
+            memcpy(z->master + b->sbase * 4, src, b->owned * 4);
+        if (z->stage == 3 && z->bf16)
+            dl_bf16_from_f32((uint16_t *)dl_zero_param_block(z, u), (const float *)src, b->owned);
+        else if (z->stage == 3)
+            memcpy(dl_zero_param_block(z, u), src, b->owned * ss);
+    }
+    if (z->stage < 3 && z->bf16)
+        dl_bf16_from_f32(z->params, full, z->numel);
+    else if (z->stage < 3)
+        memcpy(z->params, full, z->numel * ss);
+}
