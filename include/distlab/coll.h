@@ -11,6 +11,7 @@
  * reduce_scatter takes the full count: sendbuf holds `count` elements, recvbuf receives this
  * rank's block (dl_block). allgather takes the full count: sendbuf holds this rank's block,
  * recvbuf the `count` elements. alltoall takes the count per peer: both buffers hold n blocks.
+ * alltoallv takes a count and a displacement per peer for each side, in elements (MPI_Alltoallv).
  *
  * Non-blocking forms return a request completed by dl_wait / dl_test; they run on the rank's
  * communication thread, in the order started, and buffers must stay untouched until completion.
@@ -42,6 +43,17 @@ int dl_reduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_d
  * recvbuf (count elements per block). */
 int dl_alltoall(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                 dl_purpose p);
+/* All-to-all with per-peer counts, as MPI_Alltoallv: rank r sends sendcounts[j] elements from
+ * element sdispls[j] of sendbuf to member j, and receives recvcounts[i] elements from member i
+ * into recvbuf at element rdispls[i] (arrays of n entries; blocks may leave gaps and come in any
+ * order, but must not overlap in recvbuf; sendbuf == recvbuf works, other overlaps do not). The
+ * members first exchange their counts (one message of 16 n bytes per peer, counted under
+ * DL_PURPOSE_OTHER), so when some sendcounts[j] differs from member j's recvcounts[r] every
+ * member returns DL_EMISMATCH naming the first such pair, no data moves and the communicator
+ * stays usable. A buffer may be NULL where its counts are all zero. */
+int dl_alltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                 void *recvbuf, const size_t *recvcounts, const size_t *rdispls, dl_dtype t,
+                 dl_purpose p);
 /* Returns once every member has entered it. */
 int dl_barrier(dl_comm *c);
 
@@ -56,6 +68,11 @@ int dl_iallgather(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, 
                   dl_purpose p, dl_request **req);
 int dl_ibroadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                   int root, dl_purpose p, dl_request **req);
+/* dl_alltoallv's non-blocking form: the four arrays, like the buffers, stay untouched until
+ * completion. */
+int dl_ialltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                  void *recvbuf, const size_t *recvcounts, const size_t *rdispls, dl_dtype t,
+                  dl_purpose p, dl_request **req);
 /* Wait for completion, free the request and return its status (NULL: DL_OK). */
 int dl_wait(dl_request *req);
 /* *done = 1 when complete (then call dl_wait to collect the status and free it). */

@@ -33,6 +33,9 @@ int dl__chain_reduce(dl_call *k, const void *sbuf, void *rbuf, size_t count, dl_
 /* alltoall.c, barrier.c */
 int dl__alltoall(dl_call *k, const void *sbuf, void *rbuf, size_t count, dl_dtype t);
 int dl__barrier(dl_call *k);
+/* alltoallv.c: the per-peer counts and displacements are q->v; sets q->agreed when every
+ * member fails alike */
+int dl__alltoallv(dl_call *k, dl_request *q);
 
 /* hier_mpi.c: worlds spanning MPI processes */
 /* the slice the ring and the chains cut c's buffers into */

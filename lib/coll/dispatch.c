@@ -99,10 +99,11 @@ static int run_allreduce(dl_call *k, const dl_request *q, dl_algo *algo)
     return dl__flat_allreduce(k, *algo, q->sbuf, q->rbuf, q->count, q->t, q->op);
 }
 
-static int run_algorithm(dl_call *k, const dl_request *q, dl_algo *algo)
+static int run_algorithm(dl_call *k, dl_request *q, dl_algo *algo)
 {
     *algo = DL_ALGO_RING;
-    if (q->c->sh->n == 1 && q->kind != OP_ALLTOALL && q->kind != OP_BARRIER)
+    if (q->c->sh->n == 1 && q->kind != OP_ALLTOALL && q->kind != OP_ALLTOALLV &&
+        q->kind != OP_BARRIER)
         return run_alone(q);
     switch (q->kind) {
     case OP_ALLREDUCE: return run_allreduce(k, q, algo);
@@ -112,6 +113,7 @@ static int run_algorithm(dl_call *k, const dl_request *q, dl_algo *algo)
     case OP_BROADCAST: return dl__chain_broadcast(k, q->sbuf, q->rbuf, q->count, q->t, q->root);
     case OP_REDUCE: return dl__chain_reduce(k, q->sbuf, q->rbuf, q->count, q->t, q->op, q->root);
     case OP_ALLTOALL: return dl__alltoall(k, q->sbuf, q->rbuf, q->count, q->t);
+    case OP_ALLTOALLV: return dl__alltoallv(k, q);
     case OP_BARRIER: return dl__barrier(k);
     default: return dl_error(DL_EINVAL, "unknown operation %d", q->kind);
     }
@@ -133,7 +135,8 @@ int dl__run_op(dl_request *q)
         c->st.algo_ops[algo]++;
     } else {
         rc = decorate(c, rc, q->kind);
-        dl__fail_and_drain(c);
+        if (!q->agreed)
+            dl__fail_and_drain(c);
     }
     dl__op_end(c, rc);
     return rc;

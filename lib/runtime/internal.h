@@ -22,6 +22,7 @@ typedef enum dl_opcode {
     OP_SEND,
     OP_RECV,
     OP_SPLIT,
+    OP_ALLTOALLV,
     OP_NCODES
 } dl_opcode;
 
@@ -86,6 +87,9 @@ struct dl_request {
     char errmsg[512];
     atomic_int done;
     int skip; /* the test hook's skipped reduction (lib/core/testhook.h): local result only */
+    /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (lib/coll/alltoallv.c) */
+    const size_t *v[4];
+    int agreed; /* the call failed alike on every member (alltoallv's count check): no abort */
     struct dl_request *next;
 };
 

@@ -37,7 +37,7 @@ void dl_world_opts_init(dl_world_opts *o)
 
 static const char *opnames[OP_NCODES] = {
     "none",     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
-    "alltoall", "barrier",   "send",           "recv",      "split",
+    "alltoall", "barrier",   "send",           "recv",      "split",     "alltoallv",
 };
 
 const char *dl__opname(int op) { return op >= 0 && op < OP_NCODES ? opnames[op] : "?"; }
