@@ -1,0 +1,130 @@
+/* Checkpoints: --save and --dump-grads (checked before the run), --load (a checkpoint of this
+ * model, refused otherwise before any thread starts) and --eval-only. */
+#include <math.h>
+#include <unistd.h>
+#include "group.h"
+#include "cli.h"
+
+static int p_save(tg_run *r, const char *a)
+{
+    r->o.save_path = a;
+    return 0;
+}
+static int p_dump(tg_run *r, const char *a)
+{
+    r->o.dump_grads = a;
+    return 0;
+}
+static int p_load(tg_run *r, const char *a)
+{
+    r->o.load_path = a;
+    return 0;
+}
+static int p_eval_only(tg_run *r, const char *a)
+{
+    (void)a;
+    r->o.eval_only = 1;
+    return 0;
+}
+
+static int check_save(tg_run *r)
+{
+    if (r->o.save_path && cli_check_output("--save", r->o.save_path))
+        return tg_stop(r, CLI_EXIT_USAGE);
+    cli_remove_tmp_on_signal(r->o.save_path);
+    return TG_NEXT;
+}
+
+/* the gradients' file and its FILE.tokens */
+static int check_dump(tg_run *r)
+{
+    const char *p = r->o.dump_grads;
+    char tok[4096];
+    if (!p)
+        return TG_NEXT;
+    if (cli_check_output("--dump-grads", p))
+        return tg_stop(r, CLI_EXIT_USAGE);
+    cli_remove_tmp_on_signal(p);
+    snprintf(tok, sizeof tok, "%s.tokens", p);
+    if (cli_check_output("--dump-grads", tok))
+        return tg_stop(r, CLI_EXIT_USAGE);
+    return TG_NEXT;
+}
+
+static int check_eval_only(tg_run *r)
+{
+    if (r->o.eval_only && !r->o.load_path)
+        return tg_refuse(r, "--eval-only needs --load FILE");
+    return TG_NEXT;
+}
+
+/* refuse a file that is not a checkpoint of this model before any thread starts */
+static int check_load(tg_run *r)
+{
+    const char *p = r->o.load_path;
+    dl_ckpt_info info;
+    if (!p)
+        return TG_NEXT;
+    if (access(p, R_OK) != 0)
+        return tg_refuse(r, "--load: cannot read '%s'", p);
+    if (dl_ckpt_inspect(p, &info))
+        return tg_refuse(r, "--load: %s", dl_errmsg());
+    const dl_gpt_config *f = &info.cfg, *m = &r->o.model;
+    if (info.has_config && (f->layers != m->layers || f->d_model != m->d_model ||
+                            f->heads != m->heads || f->seq != m->seq || f->tie != m->tie))
+        return tg_refuse(r,
+                         "--load: '%s' holds a model with --layers %d --d-model %d --heads %d "
+                         "--seq %d%s; give the same shape",
+                         p, f->layers, f->d_model, f->heads, f->seq,
+                         f->tie ? " --tie-embeddings" : "");
+    return TG_NEXT;
+}
+
+/* --eval-only: the validation loss, its own summary record, and the end */
+static int eval_only(tg_run *run)
+{
+    const dl_train_result *r = run->r;
+    if (!run->o.eval_only)
+        return TG_NEXT;
+    if (!isfinite(r->final_val_loss)) {
+        cli_error("--eval-only: the validation loss of '%s' is %g, not finite", run->o.load_path,
+                  r->final_val_loss);
+        return tg_stop(run, CLI_EXIT_FAIL);
+    }
+    printf("validation loss %.6f over %d windows of %d bytes (window i starts at byte i*%d of "
+           "the validation split)\n",
+           r->final_val_loss, r->eval_windows_used, run->o.model.seq, run->o.model.seq);
+    run->status = CLI_EXIT_OK;
+    if (run->json.f) {
+        FILE *jf = run->json.f;
+        fprintf(jf, "{\"type\":\"summary\",");
+        tg_put_keynum(jf, "final_val_loss", r->final_val_loss, 1);
+        fprintf(jf, "\"eval_windows\":%d}\n", r->eval_windows_used);
+        if (tg_json_close(&run->json, 0))
+            run->status = CLI_EXIT_FAIL;
+    }
+    return TG_STOP;
+}
+
+/* clang-format off */
+static const tg_opt opts[] = {
+    {"save", 1, p_save,
+"  --save FILE           write the parameters (safetensors, unsharded, GPT-2-like names)\n"},
+    {"dump-grads", 1, p_dump,
+"  --dump-grads FILE     write step 1's gradients (same layout) and FILE.tokens (its batch)\n"},
+    {"load", 1, p_load,
+"  --load FILE           start from such a file (any layout)\n"},
+    {"eval-only", 0, p_eval_only,
+"  --eval-only           with --load: print the mean validation loss and exit\n"},
+    {0},
+};
+/* clang-format on */
+static const tg_hook setup[] = {{130, check_save},
+                                {133, check_dump},
+                                {140, check_eval_only},
+                                {160, check_load},
+                                {0}};
+static const tg_hook finish[] = {{5, eval_only}, {0}};
+
+/* under the output heading */
+const tg_group tg_ckpt = {.opts = opts, .setup = setup, .finish = finish};

@@ -1,0 +1,81 @@
+/* Communication: the gradient all-reduce's buckets and overlap, the collectives' algorithm,
+ * and the bytes each rank sends. */
+#include "group.h"
+#include "cli.h"
+
+static int p_bucket(tg_run *r, const char *a)
+{
+    return cli_parse_double("--bucket-mb", a, 0, 1 << 20, &r->o.bucket_mb);
+}
+static int p_overlap(tg_run *r, const char *a)
+{
+    (void)a;
+    r->o.overlap = 1;
+    return 0;
+}
+static int p_algo(tg_run *r, const char *a)
+{
+    if (dl_algo_parse(a, &r->o.algo)) {
+        cli_error("--algo: %s", dl_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static int bytes_sent(tg_run *run)
+{
+    const dl_train_result *r = run->r;
+    int dp = run->o.dp;
+    printf("bytes sent per rank per step: dp gradients %.3f MB (gradient buffer %.3f MB; ring "
+           "2(d-1)/d = %.3f MB), tp activations %.3f MB, loss/norm %.0f B\n",
+           r->dp_grad_bytes_per_step / 1e6, (double)r->grad_bytes / 1e6,
+           dp > 1 ? 2.0 * (dp - 1) / dp * (double)r->grad_bytes / 1e6 : 0.0,
+           r->tp_act_bytes_per_step / 1e6, r->loss_bytes_per_step);
+    return TG_NEXT;
+}
+
+static void j_bucket(FILE *f, const tg_run *r) { tg_put_num(f, r->o.bucket_mb); }
+static void j_overlap(FILE *f, const tg_run *r) { tg_put_bool(f, r->o.overlap); }
+static void j_algo(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_algo_name(r->o.algo)); }
+static void j_grad_bytes(FILE *f, const tg_run *r)
+{
+    fprintf(f, "%llu", (unsigned long long)r->r->grad_bytes);
+}
+static void j_sent(FILE *f, const tg_run *run)
+{
+    const dl_train_result *r = run->r;
+    fputc('{', f);
+    tg_put_keynum(f, "dp_grads", r->dp_grad_bytes_per_step, 1);
+    tg_put_keynum(f, "tp_activations", r->tp_act_bytes_per_step, 1);
+    tg_put_keynum(f, "loss_and_norm", r->loss_bytes_per_step, 1);
+    tg_put_keynum(f, "dp_params", r->dp_param_bytes_per_step, 0);
+    fputc('}', f);
+}
+
+/* clang-format off */
+static const tg_opt opts[] = {
+    {"bucket-mb", 1, p_bucket,
+"  --bucket-mb X         gradient all-reduce bucket size in MiB (default 1; 0: per layer)\n"},
+    {"overlap", 0, p_overlap,
+"  --overlap             run the bucket all-reduces on each rank's communication thread\n"
+"                        (f32/f64 without ZeRO and pipeline; those reduce after each unit\n"
+"                        or after the pipeline)\n"},
+    {"algo", 1, p_algo,
+"  --algo auto|ring      collective algorithm (ring: the lecture's byte counts exactly)\n"},
+    {0},
+};
+/* clang-format on */
+static const tg_hook finish[] = {{50, bytes_sent}, {0}};
+static const tg_field config[] = {{230, "bucket_mb", j_bucket, NULL},
+                                  {240, "overlap", j_overlap, NULL},
+                                  {250, "algo", j_algo, NULL},
+                                  {0}};
+static const tg_field summary[] = {{100, "grad_bytes_per_rank", j_grad_bytes, NULL},
+                                   {110, "bytes_sent_per_rank_per_step", j_sent, NULL},
+                                   {0}};
+
+const tg_group tg_comm = {.heading = "Communication:\n",
+                          .opts = opts,
+                          .finish = finish,
+                          .config = config,
+                          .summary = summary};

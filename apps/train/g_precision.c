@@ -1,0 +1,73 @@
+/* Precision and recomputation: the dtype (bf16: mixed precision, non-finite steps skipped)
+ * and what backward recomputes. */
+#include <string.h>
+#include "group.h"
+#include "cli.h"
+
+static int p_dtype(tg_run *r, const char *a)
+{
+    if (!strcmp(a, "f32"))
+        r->o.dtype = DL_F32;
+    else if (!strcmp(a, "f64"))
+        r->o.dtype = DL_F64;
+    else if (!strcmp(a, "bf16"))
+        r->o.dtype = DL_BF16;
+    else {
+        cli_error("--dtype: '%s' is not f32, f64 or bf16", a);
+        return -1;
+    }
+    return 0;
+}
+
+static int p_recompute(tg_run *r, const char *a)
+{
+    if (!strcmp(a, "none"))
+        r->o.recompute = DL_RECOMPUTE_NONE;
+    else if (!strcmp(a, "full"))
+        r->o.recompute = DL_RECOMPUTE_FULL;
+    else {
+        cli_error("--recompute: '%s' is not none or full", a);
+        return -1;
+    }
+    return 0;
+}
+
+static int skipped(tg_run *run)
+{
+    if (run->r->skipped_steps)
+        printf("%d step(s) skipped: non-finite gradient\n", run->r->skipped_steps);
+    return TG_NEXT;
+}
+
+static void j_dtype(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_dtype_name(r->o.dtype)); }
+static void j_recompute(FILE *f, const tg_run *r)
+{
+    fputs(r->o.recompute ? "\"full\"" : "\"none\"", f);
+}
+static void j_skipped(FILE *f, const tg_run *r) { tg_put_bool(f, r->step->skipped); }
+static void j_nskipped(FILE *f, const tg_run *r) { fprintf(f, "%d", r->r->skipped_steps); }
+
+/* clang-format off */
+static const tg_opt opts[] = {
+    {"dtype", 1, p_dtype,
+"  --dtype f32|f64|bf16  precision of parameters, activations and optimizer state (default f32);\n"
+"                        bf16: mixed precision (bf16 parameters and gradients, f32 compute,\n"
+"                        fp32 master weights and AdamW moments; non-finite steps skipped)\n"},
+    {"recompute", 1, p_recompute,
+"  --recompute none|full full: keep only each layer's input, recompute the rest in backward\n"},
+    {0},
+};
+/* clang-format on */
+static const tg_hook finish[] = {{80, skipped}, {0}};
+static const tg_field config[] = {{130, "dtype", j_dtype, NULL},
+                                  {140, "recompute", j_recompute, NULL},
+                                  {0}};
+static const tg_field step[] = {{80, "skipped", j_skipped, NULL}, {0}};
+static const tg_field summary[] = {{140, "skipped_steps", j_nskipped, NULL}, {0}};
+
+/* under the model's heading */
+const tg_group tg_precision = {.opts = opts,
+                               .finish = finish,
+                               .config = config,
+                               .step = step,
+                               .summary = summary};

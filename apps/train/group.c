@@ -1,0 +1,201 @@
+/* The option groups' engine: getopt's table, --help and the JSON records built from the
+ * groups distlab-train.c lists, and their hooks run in order. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include "group.h"
+#include "cli.h"
+#include "core/json.h"
+
+enum { MAX_OPTS = 128, MAX_ITEMS = 128, OPT_BASE = 256 };
+
+static const tg_group *const *groups;
+static int ngroups;
+static const char *help_intro, *help_outro;
+
+void tg_groups(const tg_group *const *g, int n, const char *intro, const char *outro)
+{
+    groups = g;
+    ngroups = n;
+    help_intro = intro;
+    help_outro = outro;
+}
+
+void tg_usage(FILE *f)
+{
+    fputs(help_intro, f);
+    for (int i = 0; i < ngroups; i++) {
+        if (groups[i]->heading)
+            fputs(groups[i]->heading, f);
+        for (const tg_opt *o = groups[i]->opts; o && o->name; o++)
+            if (o->help)
+                fputs(o->help, f);
+    }
+    fputs(help_outro, f);
+}
+
+/* Every group's options in one table (index = getopt's value - OPT_BASE), then -h and -V. */
+static int build_table(const tg_opt **flat, struct option *lo)
+{
+    int n = 0;
+    for (int i = 0; i < ngroups; i++)
+        for (const tg_opt *o = groups[i]->opts; o && o->name && n < MAX_OPTS; o++, n++) {
+            flat[n] = o;
+            lo[n] =
+                (struct option){o->name, o->arg ? required_argument : no_argument, 0, OPT_BASE + n};
+        }
+    lo[n++] = (struct option){"help", no_argument, 0, 'h'};
+    lo[n++] = (struct option){"version", no_argument, 0, 'V'};
+    lo[n] = (struct option){0, 0, 0, 0};
+    return n;
+}
+
+int tg_parse(tg_run *run, int argc, char **argv)
+{
+    static const tg_opt *flat[MAX_OPTS];
+    static struct option lo[MAX_OPTS + 3];
+    int n = build_table(flat, lo) - 2, c;
+    for (int i = 0; i < ngroups; i++)
+        if (groups[i]->init)
+            groups[i]->init(run);
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+        run->status = CLI_EXIT_OK;
+        if (c == 'h' || c == 'V') {
+            c == 'h' ? tg_usage(stdout) : cli_print_version(stdout);
+            return TG_STOP;
+        }
+        if (c < OPT_BASE || c >= OPT_BASE + n) {
+            if (optopt && optopt < OPT_BASE)
+                cli_error("unknown option '-%c' (see --help)", optopt);
+            else
+                cli_error("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);
+            run->status = CLI_EXIT_USAGE;
+            return TG_STOP;
+        }
+        int bad = flat[c - OPT_BASE]->parse(run, optarg);
+        if (bad < 0)
+            run->status = CLI_EXIT_USAGE;
+        if (bad)
+            return TG_STOP;
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s' (see --help)", argv[optind]);
+        run->status = CLI_EXIT_USAGE;
+        return TG_STOP;
+    }
+    return TG_NEXT;
+}
+
+/* Stable insertion of item (at pos) into v sorted by pos; n items so far. */
+static void insert_sorted(const void **v, int *pos, int n, const void *item, int p)
+{
+    int k = n;
+    for (; k > 0 && pos[k - 1] > p; k--) {
+        v[k] = v[k - 1];
+        pos[k] = pos[k - 1];
+    }
+    v[k] = item;
+    pos[k] = p;
+}
+
+int tg_hooks(tg_run *run, int finish)
+{
+    const void *v[MAX_ITEMS];
+    int pos[MAX_ITEMS], n = 0;
+    for (int i = 0; i < ngroups; i++)
+        for (const tg_hook *h = finish ? groups[i]->finish : groups[i]->setup;
+             h && h->run && n < MAX_ITEMS; h++)
+            insert_sorted(v, pos, n++, h, h->pos);
+    for (int k = 0; k < n; k++)
+        if (((const tg_hook *)v[k])->run(run) == TG_STOP)
+            return TG_STOP;
+    return TG_NEXT;
+}
+
+static const tg_field *fields_of(const tg_group *g, tg_kind kind)
+{
+    return kind == TG_CONFIG ? g->config : kind == TG_STEP ? g->step : g->summary;
+}
+
+int tg_record(tg_run *run, tg_kind kind, const char *type)
+{
+    const void *v[MAX_ITEMS];
+    int pos[MAX_ITEMS], n = 0;
+    for (int i = 0; i < ngroups; i++)
+        for (const tg_field *fl = fields_of(groups[i], kind); fl && fl->key && n < MAX_ITEMS; fl++)
+            insert_sorted(v, pos, n++, fl, fl->pos);
+    FILE *f = run->json.f;
+    fprintf(f, "{\"type\":\"%s\"", type);
+    for (int k = 0; k < n; k++) {
+        const tg_field *fl = v[k];
+        if (fl->present && !fl->present(run))
+            continue;
+        fprintf(f, ",\"%s\":", fl->key);
+        fl->put(f, run);
+    }
+    fputs("}\n", f);
+    return tg_json_flush(&run->json);
+}
+
+int tg_json_flush(tg_json *j)
+{
+    if (fflush(j->f) == 0 && !ferror(j->f))
+        return DL_OK;
+    return dl_error(DL_ESYS, "--json: writing '%s' failed: %s", j->path, strerror(errno));
+}
+
+int tg_json_close(tg_json *j, int quiet)
+{
+    int bad = tg_json_flush(j) != DL_OK;
+    if (bad && !quiet)
+        cli_error("%s", dl_errmsg());
+    if (fclose(j->f) != 0 && !bad && !quiet) {
+        cli_error("--json: closing '%s' failed: %s", j->path, strerror(errno));
+        bad = 1;
+    }
+    j->f = NULL;
+    return bad ? -1 : 0;
+}
+
+void tg_put_num(FILE *f, double v)
+{
+    if (isnan(v) || isinf(v))
+        fputs("null", f);
+    else
+        fprintf(f, "%.17g", v);
+}
+
+void tg_put_bool(FILE *f, int v) { fputs(v ? "true" : "false", f); }
+
+void tg_put_str(FILE *f, const char *s) { dl__json_fputs(f, s, DL__JSON_CTRL_DROP); }
+
+void tg_put_keynum(FILE *f, const char *key, double v, int comma)
+{
+    fprintf(f, "\"%s\":", key);
+    tg_put_num(f, v);
+    if (comma)
+        fputc(',', f);
+}
+
+const char *tg_plural(int n, const char *es) { return n == 1 ? "" : es; }
+
+int tg_stop(tg_run *run, int status)
+{
+    run->status = status;
+    return TG_STOP;
+}
+
+int tg_refuse(tg_run *run, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cli_error("%s", msg);
+    return tg_stop(run, CLI_EXIT_USAGE);
+}
