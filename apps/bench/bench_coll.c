@@ -39,10 +39,11 @@ enum {
     OP_REDUCE,
     OP_ALLTOALL,
     OP_SENDRECV,
+    OP_ALLTOALLV,
     NOPS
 };
 static const char *const op_name[NOPS] = {"allreduce", "reducescatter", "allgather", "broadcast",
-                                          "reduce",    "alltoall",      "sendrecv"};
+                                          "reduce",    "alltoall",      "sendrecv",  "alltoallv"};
 
 enum { MODE_OOP = 0, MODE_IP = 1, NMODES = 2 };
 static const char *const mode_key[NMODES] = {"out_of_place", "in_place"};
@@ -248,6 +249,41 @@ static int pattern_init(bench *b, int n)
     return 0;
 }
 
+/* alltoallv's count pattern (a fixed seed): rank r sends u[(p - r) mod n] elements to rank p,
+ * with u[k] = q + d_k and u[n-1-k] = q - d_k for k < n/2 (the middle one q when n is odd),
+ * d_k = splitmix64(42 + k) mod (q + 1), q = the row's count (size / n / elt). Every rank sends
+ * and receives exactly n q elements, in blocks of 0 .. 2q, of which n q - u[0] cross ranks. */
+static size_t a2av_u(size_t q, int n, int k)
+{
+    int lo = k < n - 1 - k ? k : n - 1 - k;
+    if (lo == n - 1 - lo)
+        return q;
+    uint64_t x = 42 + (uint64_t)lo + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    size_t d = (size_t)((x ^ (x >> 31)) % ((uint64_t)q + 1));
+    return k == lo ? q + d : q - d;
+}
+
+/* Rank r's arguments, in v[4n]: sendcounts, sdispls, recvcounts, rdispls (blocks packed in
+ * peer order on both sides). */
+static void a2av_args(size_t q, int r, int n, size_t *v)
+{
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < n; p++) {
+        v[p] = a2av_u(q, n, (p - r + n) % n), v[n + p] = so, so += v[p];
+        v[2 * n + p] = a2av_u(q, n, (r - p + n) % n), v[3 * n + p] = ro, ro += v[2 * n + p];
+    }
+}
+
+/* Where rank p's block for rank r starts in p's send buffer. */
+static size_t a2av_sdispl(size_t q, int p, int r, int n)
+{
+    size_t off = 0;
+    for (int j = 0; j < r; j++) off += a2av_u(q, n, (j - p + n) % n);
+    return off;
+}
+
 /* ------------------------------------------------------------------- per-op conventions -- */
 
 static double bus_factor(int op, int n)
@@ -259,6 +295,15 @@ static double bus_factor(int op, int n)
     case OP_ALLTOALL: return (double)(n - 1) / n;
     default: return 1.0; /* broadcast, reduce, sendrecv */
     }
+}
+
+/* The factor of a row: alltoallv's is the part of its size that crosses ranks. */
+static double row_bus_factor(const row *rw, int n)
+{
+    if (rw->op != OP_ALLTOALLV || !rw->count)
+        return bus_factor(rw->op, n);
+    double nq = (double)rw->count * n;
+    return (nq - (double)a2av_u(rw->count, n, 0)) / nq;
 }
 
 /* DRAM-bound limit on busbw, as a fraction of B, the STREAM copy bandwidth of n threads at a
@@ -313,6 +358,7 @@ typedef struct bufs {
     const void *s; /* what the op reads */
     void *d;       /* what the op writes */
     size_t out_len;
+    size_t *v; /* alltoallv: this rank's counts and displacements (a2av_args) */
 } bufs;
 
 static bufs layout(const bench *b, const row *rw, int mode, int r, int n, void *sendbuf,
@@ -337,6 +383,7 @@ static bufs layout(const bench *b, const row *rw, int mode, int r, int n, void *
             x.s = (char *)recvbuf + off * elt;
         break;
     case OP_ALLTOALL:
+    case OP_ALLTOALLV:
         x.out_len = rw->count * (size_t)n;
         if (mode == MODE_IP)
             x.s = recvbuf;
@@ -362,7 +409,8 @@ static void fill_input(const bench *b, const row *rw, const bufs *x, int r, int 
         if (r == rw->root)
             fill_seq(b, s, rw->count, r, 0);
         break;
-    case OP_ALLTOALL: /* block p of rank r holds val(r, p*count + j) */
+    case OP_ALLTOALL:  /* block p of rank r holds val(r, p*count + j) */
+    case OP_ALLTOALLV: /* element g of rank r's send blocks holds val(r, g) */
         fill_seq(b, s, rw->count * (size_t)n, r, 0);
         break;
     default: /* allreduce, reducescatter (the full buffer), reduce, sendrecv */
@@ -392,6 +440,11 @@ static uint64_t count_wrong(const bench *b, const row *rw, const bufs *x, int r,
         for (int p = 0; p < n; p++)
             bad += wrong_seq(b, (const char *)x->d + (size_t)p * rw->count * elt, rw->count, p,
                              (size_t)r * rw->count);
+        return bad;
+    case OP_ALLTOALLV: /* the block from rank p: p's send elements from its block for r on */
+        for (int p = 0; p < n; p++)
+            bad += wrong_seq(b, (const char *)x->d + x->v[3 * n + p] * elt, x->v[2 * n + p], p,
+                             a2av_sdispl(rw->count, p, r, n));
         return bad;
     default: return wrong_seq(b, x->d, rw->count, (r + n - 1) % n, 0);
     }
@@ -427,6 +480,9 @@ static int run_op(const bench *b, dl_comm *comm, const row *rw, const bufs *x, i
     case OP_REDUCE:
         return dl_reduce(comm, x->s, x->d, rw->count, c->dtype, c->redop, rw->root, PURPOSE);
     case OP_ALLTOALL: return dl_alltoall(comm, x->s, x->d, rw->count, c->dtype, PURPOSE);
+    case OP_ALLTOALLV:
+        return dl_alltoallv(comm, x->s, x->v, x->v + n, x->d, x->v + 2 * n, x->v + 3 * n, c->dtype,
+                            PURPOSE);
     default: return n > 1 ? sendrecv(comm, x->s, x->d, rw->count, c->dtype, r, n) : DL_OK;
     }
 }
@@ -473,7 +529,7 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
 {
 #ifdef DL_HAVE_MPI
     const coll_cfg *c = b->c;
-    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV)
+    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV || rw->op == OP_ALLTOALLV)
         return DL_OK;
     MPI_Datatype dt = c->dtype == DL_F32 ? MPI_FLOAT : MPI_DOUBLE;
     MPI_Op op = c->redop == DL_MAX ? MPI_MAX : MPI_SUM;
@@ -541,6 +597,9 @@ static int rank_fn(dl_ctx *ctx, void *arg)
     dl_arena *arena = dl_ctx_arena(ctx);
     void *sendbuf = NULL, *recvbuf = NULL;
     long ci_gen = 0; /* --vs-mpi rounds this rank has seen */
+    size_t *a2v = calloc(4 * (size_t)n, sizeof *a2v);
+    if (!a2v)
+        return dl_error(DL_ENOMEM, "out of memory");
 
     b->cpu[r] = dl_ctx_cpu(ctx);
     b->node[r] = dl_ctx_node(ctx);
@@ -580,6 +639,8 @@ static int rank_fn(dl_ctx *ctx, void *arg)
                 continue;
             bufs x = layout(b, rw, mode, r, n, sendbuf, recvbuf);
             size_t ci = (size_t)i * NMODES + mode;
+            if (rw->op == OP_ALLTOALLV)
+                a2av_args(rw->count, r, n, x.v = a2v);
             fill_input(b, rw, &x, r, n); /* sane values for the timed calls too */
             for (int w = 0; w < c->warmup; w++)
                 if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK)
@@ -607,9 +668,19 @@ static int rank_fn(dl_ctx *ctx, void *arg)
                 /* output first: in place, the input fill then overwrites the shared part */
                 fill_sentinel(b, x.d, x.out_len);
                 fill_input(b, rw, &x, r, n);
+                dl_comm_stats s0, s1;
+                dl_comm_get_stats(comm, &s0);
                 if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK)
                     goto out;
+                dl_comm_get_stats(comm, &s1);
                 b->wrong[ci * n + r] = count_wrong(b, rw, &x, r, n);
+                /* alltoallv's byte counters: the crossing payload plus the count rows (16 n
+                 * bytes to each peer), all under PURPOSE here; a wrong total counts as one */
+                uint64_t want = (uint64_t)(n - 1) * 16u * (uint64_t)n +
+                                ((uint64_t)n * rw->count - a2v[r]) * b->elt;
+                if (rw->op == OP_ALLTOALLV &&
+                    s1.bytes_sent[PURPOSE] - s0.bytes_sent[PURPOSE] != want)
+                    b->wrong[ci * n + r]++;
                 if (c->nprocs > 1) { /* the sum over every process, kept in rank 0's slot */
                     double w = (double)b->wrong[ci * n + r];
                     if ((rc = dl_allreduce(comm, &w, &w, 1, DL_F64, DL_SUM, PURPOSE)) != DL_OK)
@@ -651,6 +722,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
 out:
     dl_arena_free(arena, recvbuf);
     dl_arena_free(arena, sendbuf);
+    free(a2v);
     return rc;
 }
 
@@ -665,7 +737,11 @@ static double row_limit(const bench *b, const row *rw, int mode)
     switch (bl_kind_of(L, rw->bytes, b->c->nranks)) {
     case BL_HOP: return isfinite(L->hop_ns) ? L->hop_ns : 0;
     case BL_COPY: return bl_copy_at(L, rw->bytes);
-    case BL_DRAM: return L->stream_gbs * limit_frac(rw->op, mode, b->c->nranks);
+    case BL_DRAM:
+        if (rw->op == OP_ALLTOALLV) /* alltoall's T over its crossing part */
+            return L->stream_gbs * (mode == MODE_IP ? 1.0 : row_bus_factor(rw, b->c->nranks)) /
+                   (2.0 * b->c->nranks);
+        return L->stream_gbs * limit_frac(rw->op, mode, b->c->nranks);
     default: return 0;
     }
 }
@@ -694,11 +770,11 @@ static void reduce_row(bench *b, int i)
         ce->valid = 1;
         ce->time_us = ns / 1e3;
         ce->algbw = ns > 0 ? (double)rw->bytes / ns : 0; /* bytes per ns == GB/s (1e9) */
-        ce->busbw = ce->algbw * bus_factor(rw->op, n);
+        ce->busbw = ce->algbw * row_bus_factor(rw, n);
         double lim = row_limit(b, rw, mode);
         if (bl_kind_of(&b->lim, rw->bytes, n) == BL_HOP)
             ce->hops = lim > 0 ? ns / lim : NAN;
-        else if (lim > 0 && bus_factor(rw->op, n) > 0)
+        else if (lim > 0 && row_bus_factor(rw, n) > 0)
             ce->lim_pct = 100.0 * ce->busbw / lim;
         for (int r = 0; r < n; r++) ce->wrong += b->wrong[ci * n + r];
         ce->algo = b->algo[ci];
@@ -735,8 +811,12 @@ static void print_section(bench *b, int op)
     fprintf(f, "#\n# %s: busbw = algbw x %s", op_name[op],
             op == OP_ALLREDUCE                                                    ? "2(n-1)/n"
             : (op == OP_REDUCESCATTER || op == OP_ALLGATHER || op == OP_ALLTOALL) ? "(n-1)/n"
-                                                                                  : "1");
+            : op == OP_ALLTOALLV ? "(nq - u[0])/(nq), the part that crosses ranks"
+                                 : "1");
     fputc('\n', f);
+    if (op == OP_ALLTOALLV)
+        fprintf(f, "# alltoallv: rank r sends u[(p-r) mod n] elements to rank p; u[k] = q + d_k, "
+                   "u[n-1-k] = q - d_k, d_k = splitmix64(42+k) mod (q+1), q = count\n");
     if (op == OP_SENDRECV && c->mode_on[MODE_IP])
         fprintf(f,
                 "# sendrecv: ring shift r -> r+1 with blocking send/recv; no in-place variant\n");
@@ -956,8 +1036,8 @@ static void usage(FILE *f)
 "exchange data only through ring channels. One row per size; out-of-place and in-place columns.\n"
 "\n"
 "What to run:\n"
-"  --op OP               allreduce|reducescatter|allgather|broadcast|reduce|alltoall|sendrecv|all\n"
-"                        (default allreduce; a comma list works too)\n"
+"  --op OP               allreduce|reducescatter|allgather|broadcast|reduce|alltoall|sendrecv|\n"
+"                        alltoallv|all (default allreduce; a comma list works too)\n"
 "  --ranks N, -g N       number of ranks (default 2; may exceed the cores: oversubscribed)\n"
 "  -b, --minbytes SIZE   smallest size (default 8)\n"
 "  -e, --maxbytes SIZE   largest size (default 64M)\n"
@@ -1013,12 +1093,18 @@ static void usage(FILE *f)
     fprintf(f,
 "Columns: size (B) and count follow nccl-tests: allreduce, broadcast, reduce, sendrecv: one\n"
 "buffer; reducescatter and allgather: the full buffer (count is the library's full count);\n"
-"alltoall: the total per rank. time: median over iterations of the slowest rank's time (each\n"
+"alltoall, alltoallv: the total per rank. time: median over iterations of the slowest rank's time (each\n"
 "iteration: barrier, then min(100, 64K/size) calls back to back (at least 1) timed on every\n"
 "rank, time per call). algbw = size/time (GB/s = 1e9 B/s);\n"
 "busbw = algbw x factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n;\n"
 "broadcast, reduce, sendrecv 1. sendrecv is a ring shift (rank r sends to r+1) with blocking\n"
 "send/recv, even ranks sending first; out-of-place only, and skipped for one rank.\n"
+"alltoallv: uneven counts from a fixed seed, q = count = size/(n x elt): rank r sends\n"
+"u[(p-r) mod n] elements to rank p, u[k] = q + d_k and u[n-1-k] = q - d_k for k < n/2 (the\n"
+"middle one q), d_k = splitmix64(42 + k) mod (q+1); so every rank sends and receives size bytes\n"
+"in blocks of 0..2q elements, and busbw = algbw x (nq - u[0])/(nq), the part that crosses\n"
+"ranks. Its check also counts one wrong where the rank's bytes_sent differs from the payload\n"
+"that crosses plus the count rows the library exchanges first (16n bytes to each peer).\n"
 "\n");
     /* clang-format on */
     bl_help(f);
@@ -1027,7 +1113,8 @@ static void usage(FILE *f)
 "DRAM factors (S = size, n = ranks): allreduce T = 2nS: busbw <= B(n-1)/n^2; reducescatter,\n"
 "allgather (n+1)S: B(n-1)/(n(n+1)) (allgather in place nS: B(n-1)/n^2); broadcast (n+1)S:\n"
 "B/(n+1) (in place B/n); reduce B/(n+1); alltoall 2nS: B(n-1)/(2n^2) (in place B/(2n));\n"
-"sendrecv 2nS: B/(2n).\n"
+"sendrecv 2nS: B/(2n); alltoallv as alltoall over its crossing part: B x factor/(2n) (in place\n"
+"B/(2n)).\n"
 "\n"
 "Exit status: 0 ok, 1 wrong results or a failed run, 2 bad usage.\n");
     /* clang-format on */
@@ -1062,7 +1149,7 @@ static int parse_ops(const char *s, coll_cfg *c)
                 found = alias[a].op;
         if (found < 0) {
             cli_error("--op: unknown collective '%s' (allreduce, reducescatter, allgather, "
-                      "broadcast, reduce, alltoall, sendrecv, all)",
+                      "broadcast, reduce, alltoall, sendrecv, alltoallv, all)",
                       tok);
             return -1;
         }
@@ -1599,7 +1686,8 @@ static int coll_main(int argc, char **argv, int nprocs)
             size_t elems = (size_t)(sizes[k] / b.elt), need;
             rw->op = o;
             rw->root = op_has_root(o) ? c.root : -1;
-            if (o == OP_ALLTOALL) { /* per-peer count; the size column is the total per rank */
+            if (o == OP_ALLTOALL || o == OP_ALLTOALLV) { /* per-peer count (alltoallv: the mean);
+                                                            the size column: the total per rank */
                 rw->count = elems / (size_t)n;
                 rw->bytes = (uint64_t)rw->count * (uint64_t)n * b.elt;
             } else {

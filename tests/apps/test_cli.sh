@@ -88,7 +88,7 @@ fi
 
 # Every op, two ranks.
 if run "coll --op all" 0 coll --op all --ranks 2 -b 8 -e "$MAXALL" -n 2 -w 1 $STREAM; then
-  for op in allreduce reducescatter allgather broadcast reduce alltoall sendrecv; do
+  for op in allreduce reducescatter allgather broadcast reduce alltoall sendrecv alltoallv; do
     grep -q "^# $op:" "$TMP/out" || fail "coll --op all: no $op section"
   done
   grep -q '^# Out of bounds values : 0 OK' "$TMP/out" || fail "coll --op all: no 'Out of bounds values : 0 OK' line"
