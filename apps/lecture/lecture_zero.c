@@ -1,11 +1,12 @@
 /* distlab-lecture 04: lecture 17 §5 (ZeRO, its code 04) run for real on rank threads.
  *
- * Part 1: the four variants (plain data parallelism, P_os, P_os+g, P_os+g+p) of the engine in
- * apps/lecture/zero_mlp.c on 4 rank threads, 5 Adam steps of the lecture's 1633-parameter MLP in mixed
- * precision. Bytes per parameter come from each rank's arena (peak params + grads + optimizer),
- * the elements each rank sends from its communicator's counters (dl_comm_get_stats), the
- * difference from the single-rank Adam from the master weights. The same four variants with f32
- * parameters and gradients give the comparison at float32 rounding that the lecture quotes.
+ * Part 1: the four variants (plain data parallelism, P_os, P_os+g, P_os+g+p) of the lecture's
+ * 1633-parameter MLP (apps/lecture/zero_mlp.c) on the library's ZeRO engine
+ * (lib/parallel/zero_engine.c), 4 rank threads, 5 Adam steps in mixed precision. Bytes per
+ * parameter come from each rank's arena (peak params + grads + optimizer), the elements each rank
+ * sends from its communicator's counters (dl_comm_get_stats), the difference from the single-rank
+ * Adam from the master weights. The same four variants with f32 parameters and gradients give the
+ * comparison at float32 rounding that the lecture quotes.
  * Part 2: the paper's Figure 1 for Psi = 7.5B, K = 12, N_d = 64, from the planner
  * (dl_plan_zero_table), which also gives the expected bytes of part 1 at its padded Psi. */
 #define _GNU_SOURCE
@@ -120,9 +121,10 @@ static int part1(void)
     }
     lec_text("   (comm peak: transient buffers, not model state: the ring reduce-scatter's partial "
              "sums (one\n"
-             "   layer), ZeRO-2's layer gradient before its reduce-scatter, ZeRO-3's gathered "
-             "layer; largest\n"
-             "   layer %zu elements = %zu B)\n\n",
+             "   layer), ZeRO-2's layer gradient in f32 before the engine rounds it to bf16 for "
+             "its "
+             "reduce-scatter,\n"
+             "   ZeRO-3's gathered layer; largest layer %zu elements = %zu B in bf16)\n\n",
              L->pad[1], L->pad[1] * 2);
 
     /* the planner's bytes at the padded Psi' on 4 ranks: what the arena must measure exactly */

@@ -7,6 +7,8 @@
 #include "distlab.h"
 #include "core/bf16.h"
 #include "model/ops.h"
+#include "parallel/zero_engine.h"
+#include "train/optim.h"
 #include "zero_mlp.h"
 
 static const int DIMS[ZM_LAYERS + 1] = {16, 32, 32, 1};
@@ -110,19 +112,20 @@ static void lin_fwd(float *z, const float *x, const void *W, dl_dtype t, int B, 
         }
 }
 
-/* dW, dbias (written, rounded to the stored type) and, when dx != NULL, dx = dz · W (written) */
-static void lin_bwd(void *dW, float *dx, const float *dz, const float *x, const void *W, dl_dtype t,
-                    int B, int in, int out)
+/* dW, dbias (written, rounded to gt, the gradient's type) and, when dx != NULL, dx = dz · W
+ * (written); W in type t */
+static void lin_bwd(void *dW, dl_dtype gt, float *dx, const float *dz, const float *x,
+                    const void *W, dl_dtype t, int B, int in, int out)
 {
     for (int o = 0; o < out; o++) {
         for (int i = 0; i < in; i++) {
             float acc = 0;
             for (int b = 0; b < B; b++) acc += dz[(size_t)b * out + o] * x[(size_t)b * in + i];
-            st(dW, t, (size_t)o * in + i, acc);
+            st(dW, gt, (size_t)o * in + i, acc);
         }
         float acc = 0;
         for (int b = 0; b < B; b++) acc += dz[(size_t)b * out + o];
-        st(dW, t, (size_t)out * in + o, acc);
+        st(dW, gt, (size_t)out * in + o, acc);
     }
     if (dx == NULL)
         return;
@@ -135,45 +138,179 @@ static void lin_bwd(void *dW, float *dx, const float *dz, const float *x, const 
         }
 }
 
-/* ---- one rank ------------------------------------------------------------------------------ */
+/* ---- one rank: the MLP's forward and backward on the ZeRO engine --------------------------- */
 
 typedef struct zm_job {
     const zm_opts *o;
     zm_result *r;
 } zm_job;
 
+static char *shard_grad(void *arg, int u) { return dl_zero_grad_block(arg, u); }
+static char *shard_param(void *arg, int u) { return dl_zero_param_block(arg, u); }
+
+/* One rank's model: its flat buffers (the engine's units are the padded layers), the engine, the
+ * optimizer over the engine's blocks, activations. */
 typedef struct zm_rank_state {
+    const zm_opts *o;
+    const zm_layout *L;
     dl_arena *A;
-    void *comm_tmp
-        [2]; /* transient layer buffers (stage 2: gradient; stage 3: parameters, gradient) */
+    dl_comm *c;
+    int n, r, stage, Bl;
+    dl_dtype t;
+    size_t es;
+    void *params, *grads; /* params NULL at stage 3, grads NULL at stages 2-3 */
+    dl_zero_engine z;
+    tr_prec pr;
+    tr_shards sh;
+    tr_optim op;
+    float *act;
+    size_t aoff[ZM_LAYERS + 1], zoff[ZM_LAYERS], dz_off, dx_off;
 } zm_rank_state;
 
-static int tmp_alloc(zm_rank_state *s, int k, size_t bytes)
+/* activations: each layer's input x_l and pre-activation z_l, targets, and two gradient rows */
+static size_t act_layout(zm_rank_state *s)
 {
-    return dl_arena_alloc(s->A, DL_MEM_COMM, bytes, &s->comm_tmp[k]);
+    size_t na = 0, gmax = 0;
+    for (int l = 0; l < ZM_LAYERS; l++) {
+        s->aoff[l] = na;
+        na += (size_t)s->Bl * s->L->in[l];
+        s->zoff[l] = na;
+        na += (size_t)s->Bl * s->L->out[l];
+    }
+    s->aoff[ZM_LAYERS] = na; /* targets */
+    na += (size_t)s->Bl;
+    for (int l = 0; l <= ZM_LAYERS; l++) gmax = (size_t)DIMS[l] > gmax ? (size_t)DIMS[l] : gmax;
+    s->dz_off = na;
+    s->dx_off = na + (size_t)s->Bl * gmax;
+    return na + 2 * (size_t)s->Bl * gmax;
 }
 
-static void tmp_free(zm_rank_state *s, int k)
+/* The model's buffers (the sizes the stage keeps), the engine, the optimizer, the initial
+ * weights (the engine keeps this rank's part of them). */
+static int zm_setup(zm_rank_state *s)
 {
-    dl_arena_free(s->A, s->comm_tmp[k]);
-    s->comm_tmp[k] = NULL;
+    const zm_layout *L = s->L;
+    size_t bounds[ZM_LAYERS + 1];
+    for (int l = 0; l < ZM_LAYERS; l++) bounds[l] = L->off[l];
+    bounds[ZM_LAYERS] = L->ppad;
+    size_t na = act_layout(s);
+    int rc;
+    dl_zero_engine_init(&s->z, s->stage, s->t, s->c);
+    tr_prec_init(&s->pr, s->t);
+    if ((s->stage < 3 && (rc = dl_arena_alloc(s->A, DL_MEM_PARAMS, L->ppad * s->es, &s->params))) ||
+        (s->stage < 2 && (rc = dl_arena_alloc(s->A, DL_MEM_GRADS, L->ppad * s->es, &s->grads))) ||
+        (rc =
+             dl_zero_engine_setup(&s->z, bounds, ZM_LAYERS, s->n, s->r, s->params, s->grads, s->A)))
+        return rc;
+    s->sh = (tr_shards){&s->z.zu, shard_grad, shard_param, (float *)s->z.master, &s->z};
+    tr_adam_hp hp = {0.9, 0.999, 1e-8, 0.0};
+    if ((rc = tr_optim_init(&s->op, &s->sh, &s->pr, &hp, s->A)) ||
+        (rc = dl_arena_alloc(s->A, DL_MEM_ACTIVATIONS, na * sizeof(float), (void **)&s->act)))
+        return rc;
+    float *full = calloc(L->ppad, sizeof(float));
+    if (!full)
+        return dl_error(DL_ENOMEM, "zero MLP: out of memory");
+    for (int l = 0; l < ZM_LAYERS; l++)
+        for (size_t e = 0; e < L->pad[l]; e++)
+            full[L->off[l] + e] = init_value(L, s->o->seed, l, e);
+    dl_zero_import(&s->z, full);
+    free(full);
+    return DL_OK;
 }
 
-/* Layer l's weights: in params, or (stage 3) gathered from every rank's shard into comm_tmp[0],
- * which the caller frees after the layer. */
-static int layer_weights(zm_rank_state *s, dl_comm *c, const zm_layout *L, int l, int stage,
-                         const void *params, dl_dtype t, const void **W)
+/* Layer l's weights: in the model's buffer, or (stage 3) gathered by the engine's hook into a
+ * transient comm buffer *tmp, which the caller frees after the layer. */
+static int layer_weights(zm_rank_state *s, int l, const void **W, void **tmp)
 {
-    size_t es = dl_dtype_size(t);
-    *W = (const char *)params + L->off[l] * es;
-    if (stage != 3)
+    *W = (const char *)s->params + s->L->off[l] * s->es;
+    if (s->stage != 3)
         return DL_OK;
-    int rc = tmp_alloc(s, 0, L->pad[l] * es);
+    int rc = dl_arena_alloc(s->A, DL_MEM_COMM, s->L->pad[l] * s->es, tmp);
     if (rc == DL_OK)
-        rc = dl_allgather(c, (const char *)params + L->soff[l] * es, s->comm_tmp[0], L->pad[l], t,
-                          DL_PURPOSE_PARAMS);
-    *W = s->comm_tmp[0];
+        rc = dl_zero_gather_hook(&s->z, l, *tmp);
+    *W = *tmp;
     return rc;
+}
+
+/* One step's forward on this rank's share of the global batch; the loss over all ranks. */
+static int zm_forward(zm_rank_state *s, int step, float *loss)
+{
+    const zm_layout *L = s->L;
+    float *act = s->act;
+    int rc = DL_OK, B = s->o->batch;
+    /* this rank's contiguous share of the global batch (global sample index) */
+    uint64_t s0 = (uint64_t)(step - 1) * (uint64_t)B + (uint64_t)s->r * (uint64_t)s->Bl;
+    for (int b = 0; b < s->Bl; b++)
+        sample(s->o->seed, s0 + (uint64_t)b, act + s->aoff[0] + (size_t)b * DIMS[0],
+               act + s->aoff[ZM_LAYERS] + b);
+    for (int l = 0; l < ZM_LAYERS && rc == DL_OK; l++) {
+        const void *W;
+        void *tmp = NULL;
+        if ((rc = layer_weights(s, l, &W, &tmp)) == DL_OK) {
+            lin_fwd(act + s->zoff[l], act + s->aoff[l], W, s->t, s->Bl, L->in[l], L->out[l]);
+            if (l + 1 < ZM_LAYERS)
+                dl_gelu_fwd_f32(act + s->aoff[l + 1], act + s->zoff[l], (size_t)s->Bl * L->out[l]);
+        }
+        dl_arena_free(s->A, tmp);
+    }
+    if (rc)
+        return rc;
+    /* loss = 1/(2G) sum (yhat - y)^2 over the global batch G; dz = (yhat - y)/G */
+    const float *yhat = act + s->zoff[ZM_LAYERS - 1], *y = act + s->aoff[ZM_LAYERS];
+    float *dz = act + s->dz_off, lsum = 0;
+    for (int b = 0; b < s->Bl; b++) {
+        float d = yhat[b] - y[b];
+        lsum += d * d / (2.0f * (float)B);
+        dz[b] = d / (float)B;
+    }
+    if (s->n > 1 && (rc = dl_allreduce(s->c, &lsum, &lsum, 1, DL_F32, DL_SUM, DL_PURPOSE_LOSS)))
+        return rc;
+    *loss = lsum;
+    return DL_OK;
+}
+
+/* The backward, layer by layer from the last; each layer's gradient goes as soon as it exists:
+ * stage 0 all-reduces it (plain data parallelism), stage 1 hands it to the engine's
+ * reduce-scatter in place, stages 2-3 compute it into a transient comm buffer (the compute type,
+ * zeroed: the padding stays 0) for the engine's reduce hook. */
+static int zm_backward(zm_rank_state *s)
+{
+    const zm_layout *L = s->L;
+    float *act = s->act, *dz = act + s->dz_off, *dx = act + s->dx_off;
+    int rc = DL_OK;
+    for (int l = ZM_LAYERS - 1; l >= 0 && rc == DL_OK; l--) {
+        const void *W;
+        void *tmp = NULL, *G = (char *)s->grads + L->off[l] * s->es;
+        if ((rc = layer_weights(s, l, &W, &tmp)) == DL_OK && s->stage >= 2)
+            rc = dl_arena_alloc(s->A, DL_MEM_COMM, L->pad[l] * s->pr.csize, &G);
+        if (rc == DL_OK) {
+            lin_bwd(G, s->stage >= 2 ? s->pr.ct : s->t, l > 0 ? dx : NULL, dz, act + s->aoff[l], W,
+                    s->t, s->Bl, L->in[l], L->out[l]);
+            if (l > 0) { /* through the GeLU: dz_{l-1} = gelu'(z_{l-1}) dx */
+                memset(dz, 0, sizeof(float) * (size_t)s->Bl * L->in[l]);
+                dl_gelu_bwd_f32(dz, act + s->zoff[l - 1], dx, (size_t)s->Bl * L->in[l]);
+            }
+        }
+        dl_arena_free(s->A, tmp);
+        if (rc == DL_OK && s->stage >= 2)
+            rc = dl_zero_reduce_hook(&s->z, l, G);
+        else if (rc == DL_OK && s->stage == 1)
+            rc = dl_zero_ready(&s->z, L->off[l]);
+        else if (rc == DL_OK && s->n > 1)
+            rc = dl_allreduce(s->c, G, G, L->pad[l], s->t, DL_SUM, DL_PURPOSE_GRADS);
+        if (s->stage >= 2)
+            dl_arena_free(s->A, G);
+    }
+    return rc;
+}
+
+static void zm_free(zm_rank_state *s)
+{
+    dl_arena_free(s->A, s->act);
+    tr_optim_free(&s->op);
+    dl_zero_engine_free(&s->z);
+    dl_arena_free(s->A, s->grads);
+    dl_arena_free(s->A, s->params);
 }
 
 static int zm_rank(dl_ctx *x, void *arg)
@@ -181,178 +318,51 @@ static int zm_rank(dl_ctx *x, void *arg)
     zm_job *job = arg;
     const zm_opts *o = job->o;
     zm_result *res = job->r;
-    const zm_layout *L = &res->L;
-    const int n = dl_ctx_size(x), r = dl_ctx_rank(x), stage = n == 1 ? 0 : o->stage;
-    const dl_dtype t = o->dtype;
-    const size_t es = dl_dtype_size(t);
-    const int Bl = o->batch / n;
-    dl_comm *c = dl_ctx_comm(x);
-    dl_comm_set_algo(c, DL_ALGO_RING); /* the lecture's ring accounting, and one summation order */
-    zm_rank_state S = {.A = dl_ctx_arena(x)};
-    dl_arena *A = S.A;
-
-    /* model states (the sizes the stage keeps), activations, and per-layer optimizer ranges */
-    size_t nparams = stage == 3 ? L->shard : L->ppad, ngrads = stage >= 2 ? L->shard : L->ppad;
-    size_t nopt = stage == 0 ? L->ppad : L->shard;
-    void *params = NULL, *grads = NULL;
-    float *master = NULL, *m = NULL, *v = NULL, *act = NULL;
-    size_t obase[ZM_LAYERS], e0[ZM_LAYERS], cnt[ZM_LAYERS];
-    for (int l = 0; l < ZM_LAYERS; l++) {
-        obase[l] = stage == 0 ? L->off[l] : L->soff[l];
-        e0[l] = stage == 0 ? 0 : (size_t)r * L->blk[l];
-        cnt[l] = stage == 0 ? L->pad[l] : L->blk[l];
-    }
-    /* activations: each layer's input x_l and pre-activation z_l, targets, and two gradient rows */
-    size_t aoff[ZM_LAYERS + 1], zoff[ZM_LAYERS], na = 0;
-    for (int l = 0; l < ZM_LAYERS; l++) {
-        aoff[l] = na;
-        na += (size_t)Bl * L->in[l];
-        zoff[l] = na;
-        na += (size_t)Bl * L->out[l];
-    }
-    aoff[ZM_LAYERS] = na; /* targets */
-    na += (size_t)Bl;
-    size_t gmax = 0;
-    for (int l = 0; l <= ZM_LAYERS; l++) gmax = (size_t)DIMS[l] > gmax ? (size_t)DIMS[l] : gmax;
-    size_t dz_off = na, dx_off = na + (size_t)Bl * gmax;
-    na += 2 * (size_t)Bl * gmax;
-
-    int rc;
-    if ((rc = dl_arena_alloc(A, DL_MEM_PARAMS, nparams * es, &params)) ||
-        (rc = dl_arena_alloc(A, DL_MEM_GRADS, ngrads * es, &grads)) ||
-        (rc = dl_arena_alloc(A, DL_MEM_OPTIMIZER, nopt * sizeof(float), (void **)&master)) ||
-        (rc = dl_arena_alloc(A, DL_MEM_OPTIMIZER, nopt * sizeof(float), (void **)&m)) ||
-        (rc = dl_arena_alloc(A, DL_MEM_OPTIMIZER, nopt * sizeof(float), (void **)&v)) ||
-        (rc = dl_arena_alloc(A, DL_MEM_ACTIVATIONS, na * sizeof(float), (void **)&act)))
-        goto out;
-
-    /* initialise: the master copy of this rank's range, the parameters this rank stores */
-    for (int l = 0; l < ZM_LAYERS; l++) {
-        for (size_t k = 0; k < cnt[l]; k++)
-            master[obase[l] + k] = init_value(L, o->seed, l, e0[l] + k);
-        if (stage == 3) {
-            for (size_t k = 0; k < L->blk[l]; k++)
-                st(params, t, L->soff[l] + k, master[obase[l] + k]);
-        } else {
-            for (size_t e = 0; e < L->pad[l]; e++)
-                st(params, t, L->off[l] + e, init_value(L, o->seed, l, e));
-        }
-    }
-
-    dl_comm_reset_stats(c);
-    for (int step = 1; step <= o->steps && rc == 0; step++) {
-        /* this rank's contiguous share of the global batch (global sample index) */
-        uint64_t s0 = (uint64_t)(step - 1) * (uint64_t)o->batch + (uint64_t)r * (uint64_t)Bl;
-        for (int b = 0; b < Bl; b++)
-            sample(o->seed, s0 + (uint64_t)b, act + aoff[0] + (size_t)b * DIMS[0],
-                   act + aoff[ZM_LAYERS] + b);
-
-        /* forward */
-        for (int l = 0; l < ZM_LAYERS && rc == 0; l++) {
-            const void *W;
-            if ((rc = layer_weights(&S, c, L, l, stage, params, t, &W)))
-                break;
-            lin_fwd(act + zoff[l], act + aoff[l], W, t, Bl, L->in[l], L->out[l]);
-            if (l + 1 < ZM_LAYERS)
-                dl_gelu_fwd_f32(act + aoff[l + 1], act + zoff[l], (size_t)Bl * L->out[l]);
-            if (stage == 3)
-                tmp_free(&S, 0);
-        }
-        if (rc)
-            break;
-
-        /* loss = 1/(2G) sum (yhat - y)^2 over the global batch G; dz = (yhat - y)/G */
-        const float *yhat = act + zoff[ZM_LAYERS - 1], *y = act + aoff[ZM_LAYERS];
-        float *dz = act + dz_off, *dx = act + dx_off;
-        float lsum = 0;
-        for (int b = 0; b < Bl; b++) {
-            float d = yhat[b] - y[b];
-            lsum += d * d / (2.0f * (float)o->batch);
-            dz[b] = d / (float)o->batch;
-        }
-        if (n > 1 && (rc = dl_allreduce(c, &lsum, &lsum, 1, DL_F32, DL_SUM, DL_PURPOSE_LOSS)))
+    int n = dl_ctx_size(x), r = dl_ctx_rank(x);
+    zm_rank_state S = {.o = o,
+                       .L = &res->L,
+                       .A = dl_ctx_arena(x),
+                       .c = dl_ctx_comm(x),
+                       .n = n,
+                       .r = r,
+                       .stage = n == 1 ? 0 : o->stage,
+                       .Bl = o->batch / n,
+                       .t = o->dtype,
+                       .es = dl_dtype_size(o->dtype)};
+    zm_rank_state *s = &S;
+    dl_comm_set_algo(s->c, DL_ALGO_RING); /* the lecture's ring accounting, one summation order */
+    int rc = zm_setup(s);
+    if (rc == DL_OK)
+        dl_comm_reset_stats(s->c);
+    for (int step = 1; step <= o->steps && rc == DL_OK; step++) {
+        float loss;
+        dl_zero_begin_step(&s->z);
+        if ((rc = zm_forward(s, step, &loss)) || (rc = zm_backward(s)))
             break;
         if (r == 0)
-            res->loss[step - 1] = lsum;
-
-        /* backward, layer by layer from the last; each layer's gradient goes as soon as it exists */
-        for (int l = ZM_LAYERS - 1; l >= 0 && rc == 0; l--) {
-            const void *W;
-            if ((rc = layer_weights(&S, c, L, l, stage, params, t, &W)))
-                break;
-            void *G = (char *)grads + L->off[l] * es;
-            if (stage >= 2) {
-                if ((rc = tmp_alloc(&S, 1, L->pad[l] * es)))
-                    break; /* zeroed: the padding stays 0 */
-                G = S.comm_tmp[1];
-            }
-            lin_bwd(G, l > 0 ? dx : NULL, dz, act + aoff[l], W, t, Bl, L->in[l], L->out[l]);
-            if (l > 0) { /* through the GeLU: dz_{l-1} = gelu'(z_{l-1}) dx */
-                memset(dz, 0, sizeof(float) * (size_t)Bl * L->in[l]);
-                dl_gelu_bwd_f32(dz, act + zoff[l - 1], dx, (size_t)Bl * L->in[l]);
-            }
-            if (stage == 3)
-                tmp_free(&S, 0);
-            if (n > 1) {
-                if (stage == 0)
-                    rc = dl_allreduce(c, G, G, L->pad[l], t, DL_SUM, DL_PURPOSE_GRADS);
-                else if (stage == 1) /* in place: this rank's block of the full gradient */
-                    rc = dl_reduce_scatter(c, G, (char *)G + e0[l] * es, L->pad[l], t, DL_SUM,
-                                           DL_PURPOSE_GRADS);
-                else
-                    rc = dl_reduce_scatter(c, G, (char *)grads + L->soff[l] * es, L->pad[l], t,
-                                           DL_SUM, DL_PURPOSE_GRADS);
-            }
-            if (stage >= 2)
-                tmp_free(&S, 1);
-        }
-        if (rc)
-            break;
-
-        /* Adam on this rank's range (fp32 master, m, v), then the stored parameters */
-        for (int l = 0; l < ZM_LAYERS; l++) {
-            const char *g = stage >= 2 ? (const char *)grads + L->soff[l] * es
-                                       : (const char *)grads + (L->off[l] + e0[l]) * es;
-            char *p = stage == 3 ? (char *)params + L->soff[l] * es
-                                 : (char *)params + (L->off[l] + e0[l]) * es;
-            float gbuf[256];
-            for (size_t k0 = 0; k0 < cnt[l]; k0 += 256) {
-                size_t k1 = k0 + 256 < cnt[l] ? k0 + 256 : cnt[l];
-                for (size_t k = k0; k < k1; k++) gbuf[k - k0] = ld(g, t, k);
-                float *mw = master + obase[l];
-                dl_adamw_f32(mw + k0, gbuf, m + obase[l] + k0, v + obase[l] + k0, k1 - k0, o->lr,
-                             0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, step);
-                for (size_t k = k0; k < k1; k++) st(p, t, k, mw[k]);
-            }
-        }
-        if (n > 1 && (stage == 1 || stage == 2))
-            for (int l = 0; l < ZM_LAYERS && rc == 0; l++) /* in place: this rank's block */
-                rc = dl_allgather(c, (char *)params + (L->off[l] + e0[l]) * es,
-                                  (char *)params + L->off[l] * es, L->pad[l], t, DL_PURPOSE_PARAMS);
+            res->loss[step - 1] = loss;
+        /* Adam on this rank's blocks (bf16: the fp32 master), then stages 1-2 all-gather */
+        tr_optim_step(&s->op, 1.0, o->lr);
+        if (s->stage == 1 || s->stage == 2)
+            rc = dl_zero_gather_params(&s->z);
     }
-    if (rc)
-        goto out;
-
-    /* results: counters, arena peaks, this rank's master range (stage 0: rank 0's full copy) */
-    dl_comm_stats cs;
-    dl_comm_get_stats(c, &cs);
-    memcpy(res->sent[r], cs.bytes_sent, sizeof res->sent[r]);
-    res->ops[r] = cs.ops;
-    dl_arena_stats as;
-    dl_arena_get_stats(A, &as);
-    memcpy(res->peak[r], as.peak, sizeof res->peak[r]);
-    if (stage != 0 || r == 0)
-        for (int l = 0; l < ZM_LAYERS; l++)
-            memcpy(res->master + L->off[l] + e0[l], master + obase[l], cnt[l] * sizeof(float));
-out:
-    tmp_free(&S, 0);
-    tmp_free(&S, 1);
-    dl_arena_free(A, act);
-    dl_arena_free(A, v);
-    dl_arena_free(A, m);
-    dl_arena_free(A, master);
-    dl_arena_free(A, grads);
-    dl_arena_free(A, params);
+    if (rc == DL_OK) {
+        /* results: counters, arena peaks, then the whole fp32 weights (the export's traffic is
+         * purpose OTHER and after the counters) */
+        dl_comm_stats cs;
+        dl_comm_get_stats(s->c, &cs);
+        memcpy(res->sent[r], cs.bytes_sent, sizeof res->sent[r]);
+        res->ops[r] = cs.ops;
+        dl_arena_stats as;
+        dl_arena_get_stats(s->A, &as);
+        memcpy(res->peak[r], as.peak, sizeof res->peak[r]);
+        float *full = malloc(res->L.ppad * sizeof(float) + 64);
+        rc = full ? dl_zero_export(&s->z, 0, full) : dl_error(DL_ENOMEM, "zero MLP: out of memory");
+        if (rc == DL_OK && r == 0)
+            memcpy(res->master, full, res->L.ppad * sizeof(float));
+        free(full);
+    }
+    zm_free(s);
     return rc;
 }
 

@@ -1,5 +1,7 @@
-/* distlab-lecture 04: the lecture's ZeRO experiment (§5, code 04) as a small engine on rank
- * threads (apps/lecture/zero_mlp.c); the section's printing is apps/lecture/lecture_zero.c.
+/* distlab-lecture 04: the lecture's ZeRO experiment (§5, code 04) on rank threads: a small MLP
+ * (its forward, backward and data here, apps/lecture/zero_mlp.c) on the library's ZeRO engine
+ * (lib/parallel/zero_engine.c, the trainer's too) and the trainer's AdamW over the engine's blocks
+ * (lib/train/optim.c); the section's printing is apps/lecture/lecture_zero.c.
  *
  * The model is an MLP 16 -> 32 -> 32 -> 1 (GeLU between layers, mean squared error), 1633
  * parameters: the lecture's count (its code did not survive in the text; this is the plain
@@ -9,16 +11,19 @@
  * shard is block r of every layer (the block a ring reduce-scatter hands it), so a stage may
  * reduce-scatter or all-gather layer by layer.
  *
+ * The engine's units are the padded layers (so it adds no padding of its own).
+ *
  * Mixed precision (dtype DL_BF16): parameters and gradients in bf16 (2 + 2 bytes), an fp32
  * master copy and Adam's m and v (K = 12 bytes), round to nearest even; the kernels widen bf16
- * to f32 and accumulate in f32. dtype DL_F32 keeps parameters and gradients in f32 (20 bytes),
- * for a comparison at float32 rounding. Every buffer is allocated from the rank's arena under
+ * to f32 and accumulate in f32. dtype DL_F32 keeps parameters and gradients in f32 and no master
+ * copy (16 bytes: AdamW updates the parameters), for a comparison at float32 rounding. Every
+ * buffer is allocated from the rank's arena under
  * its category, so the bytes per parameter are measured by the arena:
  *   stage 0  params, grads, master/m/v replicated; per-layer all-reduce of the gradients;
  *   stage 1  master/m/v for the shard only; per-layer reduce-scatter (in place) of the full
  *            gradient, Adam on the shard, per-layer all-gather of the updated parameters;
  *   stage 2  also the gradients as a shard only: each layer's full gradient exists only as a
- *            transient comm buffer between its backward and its reduce-scatter;
+ *            transient comm buffer (f32) between its backward and the engine's reduce hook;
  *   stage 3  also the parameters as a shard: each layer's are all-gathered into a transient
  *            comm buffer before its forward and again before its backward, freed after use.
  * With nranks = 1 every stage is the single-rank run (the reference). */
