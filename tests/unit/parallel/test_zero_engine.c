@@ -1,14 +1,15 @@
 /* The ZeRO engine alone (lib/parallel/zero_engine.h), on a toy list of units (5, 7, 1 and 7
- * elements: every unit padded on 3 ranks, one unit smaller than the rank count) and no model:
- * each rank's blocks tile the buffer exactly once and the arena holds exactly the shard sizes each
- * stage keeps; stage 1's in-place reduce-scatter and stages 2-3's reduce hook deliver this rank's
- * block of the serial sum of every rank's gradient (the reduce hook adds micro-batches up); stage
- * 3's gather hook returns the whole unit; the sharded AdamW (stages 1-3, f64 and bf16 mixed
- * precision; the trainer's optimizer, lib/train/optim.c, over the engine's blocks, then stages
- * 1-2's all-gather) ends with bitwise the parameters (bf16: master weights) of one unsharded AdamW on
- * the summed gradient, and the exported gradient is that sum. The gradients are small integers,
- * so every sum is exact in any order and bitwise equality is the right test; negative controls:
- * the sum differs from each rank's own gradient, and the step moves every parameter. */
+ * elements: every unit padded on 3 ranks, one unit smaller than the rank count) and no model: each
+ * rank's blocks tile the buffer exactly once and the arena holds exactly the shard sizes each stage
+ * keeps; stage 1's in-place reduce-scatter and stages 2-3's reduce hook deliver this rank's block
+ * of the serial sum of every rank's gradient (the reduce hook adds micro-batches up); stage 3's
+ * gather hook returns the whole unit; the sharded AdamW (stages 1-3, f64 and bf16 mixed precision;
+ * the trainer's optimizer, lib/train/optim.c, over the engine's blocks, then stages 1-2's
+ * all-gather) ends with bitwise the parameters (bf16: master weights) of one unsharded AdamW on the
+ * summed gradient, and the exported gradient is that sum. The gradients are small integers, so
+ * every sum is exact in any order and bitwise equality is the right test; negative controls: the
+ * sum differs from each rank's own gradient, the step moves every parameter, and every rank's
+ * whole buffer is checked after the all-gather. */
 #include "../testutil.h"
 #include <check.h>
 #include "model/ops.h"
@@ -34,9 +35,8 @@ typedef struct job {
     double params[P], grads[P]; /* rank 0's export after the step */
     double block[NR][P];        /* each rank's reduced gradient at its blocks, else NAN */
     double gathered[NR][P];
-    double whole[NR][P];
-        /* stages 0-2, f64: each rank's parameters after the step */ /* stage 3: the gather hook's units */
-    int tiles[P]; /* how many (rank, unit) blocks own each element */
+    double whole[NR][P]; /* stages 0-2, f64: each rank's parameters after the step */
+    int tiles[P];        /* how many (rank, unit) blocks own each element */
     uint64_t peak[NR][DL_MEM_NCATEGORIES];
 } job;
 
