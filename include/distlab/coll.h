@@ -50,7 +50,9 @@ int dl_alltoall(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl
  * members first exchange their counts (one message of 16 n bytes per peer, counted under
  * DL_PURPOSE_OTHER), so when some sendcounts[j] differs from member j's recvcounts[r] every
  * member returns DL_EMISMATCH naming the first such pair, no data moves and the communicator
- * stays usable. A buffer may be NULL where its counts are all zero. */
+ * stays usable (a member that aborts the world before the others have left the call, e.g. by
+ * returning the error from its rank function, turns theirs into DL_EABORT). A buffer may be
+ * NULL where its counts are all zero. */
 int dl_alltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
                  void *recvbuf, const size_t *recvcounts, const size_t *rdispls, dl_dtype t,
                  dl_purpose p);
