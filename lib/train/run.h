@@ -33,4 +33,9 @@ struct tr_run {
     int trace_done, trace_rc; /* the trace file and timeline written (rank 0), its status */
 };
 typedef struct tr_run tr_run;
+
+/* The corpus and the tables for o (resolved) on n ranks, the result's arrays (zeroed), the
+ * trace when one is asked for. tr_run_close frees what it made, also after an error. */
+int tr_run_open(tr_run *R, const dl_train_opts *o, dl_train_result *res, int n);
+void tr_run_close(tr_run *R);
 #endif
