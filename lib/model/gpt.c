@@ -1,5 +1,5 @@
 /* A rank's GPT shard: allocation in the rank's arena and forward/backward with tensor
- * parallelism (the kernels are in ops.c; the f32 and f64 paths come from gpt_impl.h). */
+ * parallelism (the kernels are in ops*.c; the f32 and f64 paths come from gpt_impl.h). */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>

@@ -140,7 +140,7 @@ void dl_residual_bias_fwd_f64(double *out, const double *a, const double *bias, 
  * written. att (B,NH,T,T): the softmax probabilities P, written (zero above the diagonal);
  * the backward reads them. Per (b,h): P = softmax(Q Kᵀ / sqrt(HS), causal mask), O = P V,
  * with one matrix product per DL_ATT_BLOCK rows of Q, skipping blocks above the diagonal (run
- * by the library's own small-product kernel, not BLAS: see ops.c).
+ * by the library's own small-product kernel, not BLAS: see ops_gemm.c).
  * bwd: reads dout (stride ldout), q, k, v, att; dq, dk, dv (same layout and stride ldqkv as
  * q, k, v: pass dqkv, dqkv + C, dqkv + 2C for a packed buffer) +=. scratch: T*T elements. */
 void dl_attention_fwd_f32(float *out, int ldout, float *att, const float *q, const float *k,
