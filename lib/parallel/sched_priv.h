@@ -1,4 +1,4 @@
-/* distlab (private): the text helper of the schedule renderers (lib/parallel/sched.c). */
+/* distlab (private): the text helper of the schedule renderers (lib/parallel/sched_show.c). */
 #ifndef DISTLAB_SCHED_PRIV_H
 #define DISTLAB_SCHED_PRIV_H
 

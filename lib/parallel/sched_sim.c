@@ -1,0 +1,394 @@
+/* Pipeline schedules: the validator (structure and dependencies, by executing the schedule in
+ * the unit-cost model) and the simulator (lecture 17 §4). */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "distlab/error.h"
+#include "distlab/plan.h"
+#include "distlab/sched.h"
+#include "parallel/sched_priv.h"
+#include "core/grid.h"
+#include "core/strbuf.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Validation and the execution model                                                        */
+
+/* Positions of every (op, j, c) on every stage, so dependencies are found in O(1). */
+typedef struct index {
+    int p, m, v;
+    int *pos; /* [((s * 2 + op) * m + j) * v + c]: action index on stage s, or -1 */
+} index_t;
+
+#define POS(ix, s, op, j, c) ((ix)->pos[((((size_t)(s)*2 + (op)) * (ix)->m + (j)) * (ix)->v + (c))])
+
+static const char *astr(const dl_sched *s, int stage, int i, char *buf, size_t cap)
+{
+    return dl_sched_action_str(s, &s->act[stage][i], buf, cap);
+}
+
+/* Structure checks and the index; the caller frees ix->pos on success. */
+static int check_structure(const dl_sched *s, index_t *ix)
+{
+    char a[32];
+    ix->pos = NULL;
+    if (s == NULL)
+        return dl_error(DL_EINVAL, "schedule: null schedule");
+    if (s->p < 1 || s->m < 1 || s->v < 1 || s->seq_chunks < 1 || s->len == NULL || s->act == NULL)
+        return dl_error(DL_EINVAL,
+                        "schedule: bad sizes (p = %d, m = %d, v = %d, token chunks = %d)", s->p,
+                        s->m, s->v, s->seq_chunks);
+    if (s->seq_chunks > 1 && s->m % s->seq_chunks != 0)
+        return dl_error(DL_EINVAL,
+                        "schedule: %d micro-batches are not whole sequences of %d token chunks",
+                        s->m, s->seq_chunks);
+    ix->p = s->p;
+    ix->m = s->m;
+    ix->v = s->v;
+    size_t n = (size_t)s->p * 2 * s->m * s->v;
+    ix->pos = malloc(n * sizeof *ix->pos);
+    if (ix->pos == NULL)
+        return dl_error(DL_ENOMEM, "schedule: out of memory");
+    for (size_t i = 0; i < n; i++) ix->pos[i] = -1;
+    int st = DL_OK;
+    for (int q = 0; q < s->p && st == DL_OK; q++) {
+        int nopt = 0;
+        for (int i = 0; i < s->len[q] && st == DL_OK; i++) {
+            const dl_sched_action *x = &s->act[q][i];
+            if (x->op == DL_SCHED_OPT) {
+                nopt++;
+                if (s->flush && (nopt > 1 || i != s->len[q] - 1))
+                    st = dl_error(DL_EINVAL,
+                                  "schedule: stage %d action %d (OPT): a schedule with a flush "
+                                  "has one optimizer step per stage, after all its backwards",
+                                  q, i);
+                continue;
+            }
+            if (x->op != DL_SCHED_F && x->op != DL_SCHED_B)
+                st =
+                    dl_error(DL_EINVAL, "schedule: stage %d action %d: unknown op %d", q, i, x->op);
+            else if (x->mb < 0 || x->mb >= s->m)
+                st =
+                    dl_error(DL_EINVAL,
+                             "schedule: stage %d action %d (%s): micro-batch %d out of range 0..%d",
+                             q, i, astr(s, q, i, a, sizeof a), x->mb, s->m - 1);
+            else if (x->chunk < 0 || x->chunk >= s->v)
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): chunk %d out of range 0..%d", q,
+                              i, astr(s, q, i, a, sizeof a), x->chunk, s->v - 1);
+            else if (POS(ix, q, x->op, x->mb, x->chunk) >= 0)
+                st = dl_error(DL_EINVAL, "schedule: stage %d action %d (%s): repeats action %d", q,
+                              i, astr(s, q, i, a, sizeof a), POS(ix, q, x->op, x->mb, x->chunk));
+            else
+                POS(ix, q, x->op, x->mb, x->chunk) = i;
+        }
+        if (st == DL_OK && s->flush && nopt == 0)
+            st = dl_error(DL_EINVAL,
+                          "schedule: stage %d has no optimizer step (a schedule with a flush "
+                          "ends every stage with one)",
+                          q);
+        for (int j = 0; j < s->m && st == DL_OK; j++)
+            for (int c = 0; c < s->v && st == DL_OK; c++)
+                for (int op = DL_SCHED_F; op <= DL_SCHED_B && st == DL_OK; op++)
+                    if (POS(ix, q, op, j, c) < 0) {
+                        dl_sched_action y = {op, j, c};
+                        st = dl_error(DL_EINVAL, "schedule: stage %d never runs %s", q,
+                                      dl_sched_action_str(s, &y, a, sizeof a));
+                    }
+    }
+    /* Same-stage order, reported at the later of the two actions' positions being the
+     * offending one: the backward (or token chunk) that runs too early. */
+    for (int q = 0; q < s->p && st == DL_OK; q++) {
+        for (int i = 0; i < s->len[q] && st == DL_OK; i++) {
+            const dl_sched_action *x = &s->act[q][i];
+            if (x->op == DL_SCHED_OPT)
+                continue;
+            int j = x->mb, c = x->chunk, k = s->seq_chunks;
+            char b2[32];
+            if (x->op == DL_SCHED_B && POS(ix, q, DL_SCHED_F, j, c) > i) {
+                dl_sched_action y = {DL_SCHED_F, j, c};
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): backward before its forward "
+                              "(%s is action %d on stage %d)",
+                              q, i, astr(s, q, i, a, sizeof a),
+                              dl_sched_action_str(s, &y, b2, sizeof b2),
+                              POS(ix, q, DL_SCHED_F, j, c), q);
+            } else if (k > 1 && x->op == DL_SCHED_F && j % k != 0 &&
+                       POS(ix, q, DL_SCHED_F, j - 1, c) > i) {
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
+                              "runs forward before chunk %d",
+                              q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k - 1);
+            } else if (k > 1 && x->op == DL_SCHED_B && j % k != k - 1 &&
+                       POS(ix, q, DL_SCHED_B, j + 1, c) > i) {
+                st = dl_error(DL_EINVAL,
+                              "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
+                              "runs backward before chunk %d",
+                              q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k + 1);
+            }
+        }
+    }
+    if (st != DL_OK) {
+        free(ix->pos);
+        ix->pos = NULL;
+    }
+    return st;
+}
+
+/* The cross-stage input of action i on stage q: *ds, *di (stage and index), or 0 if none. */
+static int dependency(const dl_sched *s, const index_t *ix, int q, int i, int *ds, int *di)
+{
+    const dl_sched_action *x = &s->act[q][i];
+    int p = s->p, j = x->mb, c = x->chunk;
+    if (x->op == DL_SCHED_F) {
+        if (q > 0) {
+            *ds = q - 1;
+            *di = POS(ix, q - 1, DL_SCHED_F, j, c);
+            return 1;
+        }
+        if (c > 0) {
+            *ds = p - 1;
+            *di = POS(ix, p - 1, DL_SCHED_F, j, c - 1);
+            return 1;
+        }
+    } else if (x->op == DL_SCHED_B) {
+        if (q < p - 1) {
+            *ds = q + 1;
+            *di = POS(ix, q + 1, DL_SCHED_B, j, c);
+            return 1;
+        }
+        if (c < s->v - 1) {
+            *ds = 0;
+            *di = POS(ix, 0, DL_SCHED_B, j, c + 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Append printf text to a fixed buffer, truncating quietly. */
+static void app(char *buf, size_t cap, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    if (n + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Run the execution model. end[q][i] < 0 marks not yet run. With start/end NULL only order
+ * matters (the validator). Returns DL_EINVAL naming the cycle if the stages block each other. */
+static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *cost, double **start,
+                   double **end)
+{
+    int p = s->p, st = DL_OK;
+    int *next = calloc((size_t)p, sizeof *next);
+    double *freeat = calloc((size_t)p, sizeof *freeat);
+    double **done = end;
+    double **own = NULL;
+    if (done == NULL) { /* the validator needs completion marks even without times */
+        own = calloc((size_t)p, sizeof *own);
+        if (own)
+            for (int q = 0; q < p; q++) {
+                own[q] = malloc((size_t)(s->len[q] ? s->len[q] : 1) * sizeof **own);
+                if (own[q] == NULL) {
+                    st = DL_ENOMEM;
+                    break;
+                }
+            }
+        done = own;
+    }
+    if (!next || !freeat || !done || st != DL_OK) {
+        st = dl_error(DL_ENOMEM, "schedule: out of memory");
+        goto out;
+    }
+    for (int q = 0; q < p; q++)
+        for (int i = 0; i < s->len[q]; i++) done[q][i] = -1;
+    /* Each sweep advances every stage as far as its inputs allow; a sweep without progress with
+     * work left is a deadlock. At most (total actions) sweeps. */
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int q = 0; q < p; q++) {
+            while (next[q] < s->len[q]) {
+                int i = next[q], ds, di;
+                double t = freeat[q];
+                if (dependency(s, ix, q, i, &ds, &di)) {
+                    if (done[ds][di] < 0)
+                        break;
+                    if (done[ds][di] > t)
+                        t = done[ds][di];
+                }
+                const dl_sched_action *x = &s->act[q][i];
+                double d = x->op == DL_SCHED_F   ? cost->f
+                           : x->op == DL_SCHED_B ? cost->b
+                                                 : cost->opt;
+                if (start)
+                    start[q][i] = t;
+                done[q][i] = t + d;
+                freeat[q] = t + d;
+                next[q]++;
+                progress = 1;
+            }
+        }
+    }
+    for (int q = 0; q < p; q++) {
+        if (next[q] >= s->len[q])
+            continue;
+        /* Follow "waits for" from the first blocked stage until a stage repeats: that is the
+         * cycle (a dependency always exists and is not done, or the stage would have moved). */
+        char msg[1024] = "", a[32], b[32];
+        int *seen = calloc((size_t)p, sizeof *seen);
+        int cur = q;
+        for (int hops = 0; hops <= p; hops++) {
+            int i = next[cur], ds = -1, di = -1;
+            if (seen && seen[cur])
+                break;
+            if (seen)
+                seen[cur] = 1;
+            dependency(s, ix, cur, i, &ds, &di);
+            if (ds < 0)
+                break;
+            app(msg, sizeof msg,
+                "%sstage %d action %d (%s) waits for %s on stage %d (its action %d)",
+                hops ? "; " : "", cur, i, astr(s, cur, i, a, sizeof a),
+                astr(s, ds, di, b, sizeof b), ds, di);
+            cur = ds;
+        }
+        free(seen);
+        st = dl_error(DL_EINVAL, "schedule: deadlock: %s", msg);
+        break;
+    }
+out:
+    if (own) {
+        for (int q = 0; q < p; q++) free(own[q]);
+        free(own);
+    }
+    free(next);
+    free(freeat);
+    return st;
+}
+
+void dl_sched_costs_init(dl_sched_costs *c)
+{
+    c->f = 1.0;
+    c->b = 2.0;
+    c->opt = 0.0;
+}
+
+int dl_sched_validate(const dl_sched *s)
+{
+    index_t ix;
+    int st = check_structure(s, &ix);
+    if (st != DL_OK)
+        return st;
+    dl_sched_costs c;
+    dl_sched_costs_init(&c);
+    st = execute(s, &ix, &c, NULL, NULL);
+    free(ix.pos);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Simulation                                                                                */
+
+void dl_sched_sim_free(dl_sched_sim *sim)
+{
+    if (sim == NULL)
+        return;
+    if (sim->start)
+        for (int q = 0; q < sim->p; q++) free(sim->start[q]);
+    if (sim->end)
+        for (int q = 0; q < sim->p; q++) free(sim->end[q]);
+    free(sim->start);
+    free(sim->end);
+    free(sim->busy);
+    free(sim->bubble);
+    free(sim->peak_act);
+    free(sim);
+}
+
+int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_sim **out)
+{
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "simulate: null output");
+    *out = NULL;
+    dl_sched_costs c;
+    if (costs)
+        c = *costs;
+    else
+        dl_sched_costs_init(&c);
+    if (!(c.f >= 0) || !(c.b >= 0) || !(c.opt >= 0) || !isfinite(c.f + c.b + c.opt))
+        return dl_error(DL_EINVAL,
+                        "simulate: costs must be non-negative (forward %g, backward %g, optimizer "
+                        "%g)",
+                        c.f, c.b, c.opt);
+    index_t ix;
+    int st = check_structure(s, &ix);
+    if (st != DL_OK)
+        return st;
+    int p = s->p;
+    dl_sched_sim *sim = calloc(1, sizeof *sim);
+    if (sim) {
+        sim->p = p;
+        sim->start = calloc((size_t)p, sizeof *sim->start);
+        sim->end = calloc((size_t)p, sizeof *sim->end);
+        sim->busy = calloc((size_t)p, sizeof *sim->busy);
+        sim->bubble = calloc((size_t)p, sizeof *sim->bubble);
+        sim->peak_act = calloc((size_t)p, sizeof *sim->peak_act);
+    }
+    if (!sim || !sim->start || !sim->end || !sim->busy || !sim->bubble || !sim->peak_act) {
+        st = dl_error(DL_ENOMEM, "simulate: out of memory");
+        goto fail;
+    }
+    for (int q = 0; q < p; q++) {
+        size_t n = (size_t)(s->len[q] ? s->len[q] : 1);
+        sim->start[q] = malloc(n * sizeof **sim->start);
+        sim->end[q] = malloc(n * sizeof **sim->end);
+        if (!sim->start[q] || !sim->end[q]) {
+            st = dl_error(DL_ENOMEM, "simulate: out of memory");
+            goto fail;
+        }
+    }
+    if ((st = execute(s, &ix, &c, sim->start, sim->end)) != DL_OK)
+        goto fail;
+    double busy = 0;
+    for (int q = 0; q < p; q++) {
+        int held = 0;
+        for (int i = 0; i < s->len[q]; i++) {
+            const dl_sched_action *x = &s->act[q][i];
+            if (sim->end[q][i] > sim->makespan)
+                sim->makespan = sim->end[q][i];
+            sim->busy[q] += sim->end[q][i] - sim->start[q][i];
+            /* Activations live from a forward to its backward; order alone decides the peak. */
+            if (x->op == DL_SCHED_F && ++held > sim->peak_act[q])
+                sim->peak_act[q] = held;
+            if (x->op == DL_SCHED_B)
+                held--;
+        }
+        busy += sim->busy[q];
+    }
+    for (int q = 0; q < p; q++)
+        sim->bubble[q] = sim->makespan > 0 ? 1.0 - sim->busy[q] / sim->makespan : 0.0;
+    sim->bubble_total = sim->makespan > 0 ? 1.0 - busy / (p * sim->makespan) : 0.0;
+    free(ix.pos);
+    *out = sim;
+    return DL_OK;
+fail:
+    free(ix.pos);
+    dl_sched_sim_free(sim);
+    return st;
+}
+
+double dl_sched_bubble_formula(const dl_sched *s)
+{
+    if (s == NULL)
+        return -1.0;
+    return dl_plan_bubble(s->p, s->m, s->v);
+}
