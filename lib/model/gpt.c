@@ -164,9 +164,8 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g);
 }
 
-int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
+static int check_opts(const dl_gpt_opts *o)
 {
-    *out = NULL;
     if (o->dtype != DL_F32 && o->dtype != DL_F64 && o->dtype != DL_BF16)
         return dl_error(DL_EINVAL, "model: dtype must be f32, f64 or bf16");
     if (o->micro_batch < 1)
@@ -178,20 +177,16 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         return dl_error(DL_EINVAL, "model: tp %d needs a tp communicator of that size", tp);
     if (o->act_slots < 0)
         return dl_error(DL_EINVAL, "model: activation slots must be >= 0 (got %d)", o->act_slots);
-    dl_gpt *g = calloc(1, sizeof *g);
-    if (!g)
-        return dl_error(DL_ENOMEM, "model: out of memory");
-    g->o = *o;
-    g->tp = tp;
-    g->slots = o->act_slots < 1 ? 1 : o->act_slots;
-    int rc = dl_gpt_layout_create_part(&o->cfg, tp, tp > 1 ? dl_comm_rank(o->tp_comm) : 0, o->part,
-                                       &g->lay);
-    if (rc) {
-        free(g);
-        return rc;
-    }
+    return DL_OK;
+}
+
+/* The sizes: types, the shard's dimensions, the layers of each chunk, one layer's activations. */
+static void set_dims(dl_gpt *g)
+{
+    const dl_gpt_opts *o = &g->o;
     const dl_gpt_config *c = &o->cfg;
     const dl_gpt_part *part = &g->lay->part;
+    int tp = g->tp;
     g->dsize = o->dtype == DL_F64 ? 8 : 4;
     g->store = o->dtype;
     g->ssize = (int)dl_dtype_size(o->dtype);
@@ -211,9 +206,17 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->NHl = g->H / tp;
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
-    size_t N = g->N, C = g->C, S = (size_t)g->slots;
+    size_t N = g->N, C = g->C;
     g->set_elems = N * C * 3 + 4 * N + N * 3 * g->Cl + (size_t)g->MB * g->NHl * g->T * g->T +
                    N * g->Cl + 2 * N * g->Fl;
+}
+
+/* The tensors the kernels name (embeddings, head, each layer's first) and the host arrays. */
+static int find_tensors(dl_gpt *g)
+{
+    const dl_gpt_config *c = &g->o.cfg;
+    const dl_gpt_part *part = &g->lay->part;
+    size_t N = g->N, S = (size_t)g->slots;
     g->k_wte = g->embed ? dl_gpt_find(g->lay, "wte.weight") : -1;
     g->k_wpe = g->embed ? dl_gpt_find(g->lay, "wpe.weight") : -1;
     g->k_lnf = g->head ? dl_gpt_find(g->lay, "ln_f.weight") : -1;
@@ -235,17 +238,22 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
     if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets ||
-        !g->ufirst || !g->ubound || !g->pw || !g->gw) {
-        dl_gpt_destroy(g);
+        !g->ufirst || !g->ubound || !g->pw || !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
-    }
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             char name[48];
             snprintf(name, sizeof name, "h.%d.ln_1.weight", part->first[ch] + i);
             g->k_layer[l] = dl_gpt_find(g->lay, name);
         }
-    /* units: [embeddings], each layer, [head]; the tensors are in offset order */
+    return DL_OK;
+}
+
+/* units: [embeddings], each layer, [head]; the tensors are in offset order */
+static int build_units(dl_gpt *g)
+{
+    const dl_gpt_opts *o = &g->o;
+    int nt = g->lay->ntensors;
     g->nunits = 0;
     if (g->embed)
         g->ubound[g->nunits++] = 0;
@@ -265,12 +273,18 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
             g->umax = g->ubound[u + 1] - g->ubound[u];
     g->pdirect = o->dtype != DL_BF16 && !o->gather;
     g->gdirect = o->dtype != DL_BF16 && !o->reduce;
-    g->keep0 = !g->pdirect && c->tie && g->embed && g->head;
-    if (g->keep0 && part->nchunks != 1) {
-        dl_gpt_destroy(g);
+    g->keep0 = !g->pdirect && o->cfg.tie && g->embed && g->head;
+    if (g->keep0 && g->lay->part.nchunks != 1)
         return dl_error(DL_EINVAL, "model: tied embeddings and head in different chunks of one "
                                    "stage need f32/f64 parameters without ZeRO-3");
-    }
+    return DL_OK;
+}
+
+/* Every buffer from the rank's arena, by memory category. */
+static int alloc_buffers(dl_gpt *g)
+{
+    const dl_gpt_opts *o = &g->o;
+    size_t N = g->N, C = g->C, S = (size_t)g->slots;
     size_t ds = (size_t)g->dsize, P = g->lay->numel, ss = (size_t)g->ssize;
     /* unit buffers: [0] any unit, [1] the embeddings' unit when kept (tied) */
     size_t u0 = g->embed ? g->ubound[1] : 0;
@@ -314,26 +328,57 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         if (!plan[i].elems)
             continue;
         size_t es = plan[i].esize ? plan[i].esize : ds;
-        if ((rc = grab(g, plan[i].cat, plan[i].elems * es, plan[i].p))) {
-            dl_gpt_destroy(g);
+        int rc = grab(g, plan[i].cat, plan[i].elems * es, plan[i].p);
+        if (rc)
             return rc;
-        }
         if (plan[i].p == &g->gath[0] || plan[i].p == &g->gath[1])
             g->gath_bytes += plan[i].elems * es;
         if (i >= 2 && i < 8)
             g->unit_bytes += plan[i].elems * es;
     }
+    return DL_OK;
+}
+
+/* The initial parameters (dl_gpt_init; bf16 storage rounds the f32 values). */
+static int init_params(dl_gpt *g)
+{
+    size_t P = g->lay->numel;
     if (g->store == DL_BF16 && g->params) {
         float *tmp = malloc(sizeof(float) * (P ? P : 1));
-        if (!tmp) {
-            dl_gpt_destroy(g);
+        if (!tmp)
             return dl_error(DL_ENOMEM, "model: out of memory");
-        }
-        dl_gpt_init(g->lay, tmp, 4, o->seed);
+        dl_gpt_init(g->lay, tmp, 4, g->o.seed);
         dl_bf16_from_f32(g->params, tmp, P);
         free(tmp);
     } else if (g->params) {
-        dl_gpt_init(g->lay, g->params, g->dsize, o->seed);
+        dl_gpt_init(g->lay, g->params, g->dsize, g->o.seed);
+    }
+    return DL_OK;
+}
+
+int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
+{
+    *out = NULL;
+    int rc = check_opts(o);
+    if (rc)
+        return rc;
+    dl_gpt *g = calloc(1, sizeof *g);
+    if (!g)
+        return dl_error(DL_ENOMEM, "model: out of memory");
+    g->o = *o;
+    g->tp = o->tp < 1 ? 1 : o->tp;
+    g->slots = o->act_slots < 1 ? 1 : o->act_slots;
+    rc = dl_gpt_layout_create_part(&o->cfg, g->tp, g->tp > 1 ? dl_comm_rank(o->tp_comm) : 0,
+                                   o->part, &g->lay);
+    if (rc) {
+        free(g);
+        return rc;
+    }
+    set_dims(g);
+    if ((rc = find_tensors(g)) || (rc = build_units(g)) || (rc = alloc_buffers(g)) ||
+        (rc = init_params(g))) {
+        dl_gpt_destroy(g);
+        return rc;
     }
     point_direct(g);
     select_slot(g, 0, 0);
