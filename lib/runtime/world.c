@@ -305,9 +305,8 @@ static int place_processes(dl_world *w)
     return DL_OK;
 }
 
-int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world **out)
+static int check_opts(const dl_world_opts *o, dl_rank_fn fn)
 {
-    *out = NULL;
     if (!o || !fn)
         return dl_error(DL_EINVAL, "dl_world_run: null options or rank function");
     if (o->nranks < 1 || o->nranks > 4096)
@@ -320,10 +319,15 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
                         o->slice_bytes);
     if (o->wait_mode < -1 || o->wait_mode > DL_WAIT_YIELD)
         return dl_error(DL_EINVAL, "dl_world_run: unknown wait mode %d", o->wait_mode);
+    return DL_OK;
+}
 
+/* A new world of o->nranks ranks, all hosted here until MPI says otherwise; NULL: no memory. */
+static dl_world *world_alloc(const dl_world_opts *o)
+{
     dl_world *w = calloc(1, sizeof *w);
     if (!w)
-        return dl_error(DL_ENOMEM, "dl_world_run: out of memory");
+        return NULL;
     w->opts = *o;
     w->n = o->nranks;
     w->lo = 0;
@@ -337,6 +341,13 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     pthread_mutex_init(&w->hier_mu, NULL);
     atomic_init(&w->abort_flag, 0);
     atomic_init(&w->next_uid, 1);
+    return w;
+}
+
+/* The machine's topology, MPI's processes and every rank's place. */
+static int world_place(dl_world *w)
+{
+    const dl_world_opts *o = &w->opts;
     int rc = dl_topo_load(&w->topo, o->topology);
     if (rc == DL_OK && dl__mpi_want(o))
         rc = dl__mpi_world_begin(w);
@@ -344,6 +355,87 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         rc = dl_place(w->topo, w->n, o->policy, o->nodes, o->ranks_per_node, &w->place);
     if (rc == DL_OK && w->mpi)
         rc = place_processes(w);
+    return rc;
+}
+
+/* Every rank's context; this process's ranks also get their arena and world communicator. */
+static int world_contexts(dl_world *w, int mode)
+{
+    int rc = DL_OK;
+    for (int r = 0; rc == DL_OK && r < w->n; r++) {
+        dl_ctx *x = &w->ctxs[r];
+        x->w = w;
+        x->rank = r;
+        x->cpu = -1;
+        x->node = w->place->node[r];
+        x->waiter.mode = (dl_wait_mode)mode;
+        x->waiter.spins = mode == DL_WAIT_SPIN ? 4000 : 1000;
+        x->waiter.abort_flag = &w->abort_flag;
+        pthread_mutex_init(&x->prog.mu, NULL);
+        pthread_cond_init(&x->prog.cv, NULL);
+        pthread_cond_init(&x->prog.done_cv, NULL);
+        if (!dl__local(w, r))
+            continue; /* hosted by another process */
+        rc = dl_arena_create(&x->arena, r, w->opts.gpu_mem);
+        if (rc == DL_OK)
+            rc = dl__comm_create(w->world_sh, r, x, &x->world_comm);
+    }
+    return rc;
+}
+
+/* Run this process's ranks (ras: one argument each) under the watchdog, until all return. */
+static void world_launch(dl_world *w, struct rank_arg *ras, dl_rank_fn fn, void *arg)
+{
+    int wd_on = w->opts.timeout_s > 0;
+    if (wd_on && pthread_create(&w->wd, NULL, watchdog_main, w) != 0)
+        wd_on = 0;
+    int started = 0;
+    for (int r = w->lo; r < w->hi; r++) {
+        ras[r] = (struct rank_arg){&w->ctxs[r], fn, arg};
+        if (pthread_create(&w->threads[r], NULL, rank_main, &ras[r]) != 0) {
+            dl__world_fail(w, r, DL_ESYS, "dl_world_run: cannot start rank thread");
+            break;
+        }
+        started++;
+    }
+    for (int r = w->lo; r < w->lo + started; r++) pthread_join(w->threads[r], NULL);
+    dl__mpi_world_end(w);
+    if (wd_on) {
+        pthread_mutex_lock(&w->wd_mu);
+        w->wd_stop = 1;
+        pthread_cond_signal(&w->wd_cv);
+        pthread_mutex_unlock(&w->wd_mu);
+        pthread_join(w->wd, NULL);
+    }
+}
+
+/* The first error and every local rank's flight recorder on the log. */
+static void flight_report(const dl_world *w, FILE *log)
+{
+    fprintf(log, "distlab: %s\n", w->err_msg);
+    uint64_t base = UINT64_MAX;
+    for (int r = w->lo; r < w->hi; r++)
+        for (uint64_t i = 0; i < w->ctxs[r].nflight && i < DL_FLIGHT_N; i++)
+            if (w->ctxs[r].flight[i].t_start < base)
+                base = w->ctxs[r].flight[i].t_start;
+    if (base == UINT64_MAX)
+        base = 0;
+    fprintf(log, "distlab: flight recorder (times from the first operation)%s:\n",
+            w->mpi ? " of this process's ranks" : "");
+    for (int r = w->lo; r < w->hi; r++) flight_dump(&w->ctxs[r], log, base);
+    fflush(log);
+}
+
+int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world **out)
+{
+    *out = NULL;
+    int rc = check_opts(o, fn);
+    if (rc)
+        return rc;
+    dl_world *w = world_alloc(o);
+    if (!w)
+        return dl_error(DL_ENOMEM, "dl_world_run: out of memory");
+    rc = world_place(w);
     if (rc != DL_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dl_errmsg());
@@ -366,24 +458,8 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     for (int r = 0; r < w->n; r++) all[r] = r;
     rc = dl__shared_create(w, w->n, all, &w->world_sh);
     free(all);
-    for (int r = 0; rc == DL_OK && r < w->n; r++) {
-        dl_ctx *x = &w->ctxs[r];
-        x->w = w;
-        x->rank = r;
-        x->cpu = -1;
-        x->node = w->place->node[r];
-        x->waiter.mode = (dl_wait_mode)mode;
-        x->waiter.spins = mode == DL_WAIT_SPIN ? 4000 : 1000;
-        x->waiter.abort_flag = &w->abort_flag;
-        pthread_mutex_init(&x->prog.mu, NULL);
-        pthread_cond_init(&x->prog.cv, NULL);
-        pthread_cond_init(&x->prog.done_cv, NULL);
-        if (!dl__local(w, r))
-            continue; /* hosted by another process */
-        rc = dl_arena_create(&x->arena, r, o->gpu_mem);
-        if (rc == DL_OK)
-            rc = dl__comm_create(w->world_sh, r, x, &x->world_comm);
-    }
+    if (rc == DL_OK)
+        rc = world_contexts(w, mode);
     if (rc != DL_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dl_errmsg());
@@ -391,49 +467,15 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
         *out = w;
         return dl_error(rc, "dl_world_run: %s", msg);
     }
-
-    int wd_on = o->timeout_s > 0;
-    if (wd_on && pthread_create(&w->wd, NULL, watchdog_main, w) != 0)
-        wd_on = 0;
-    int started = 0;
-    for (int r = w->lo; r < w->hi; r++) {
-        ras[r] = (struct rank_arg){&w->ctxs[r], fn, arg};
-        if (pthread_create(&w->threads[r], NULL, rank_main, &ras[r]) != 0) {
-            dl__world_fail(w, r, DL_ESYS, "dl_world_run: cannot start rank thread");
-            break;
-        }
-        started++;
-    }
-    for (int r = w->lo; r < w->lo + started; r++) pthread_join(w->threads[r], NULL);
-    dl__mpi_world_end(w);
-    if (wd_on) {
-        pthread_mutex_lock(&w->wd_mu);
-        w->wd_stop = 1;
-        pthread_cond_signal(&w->wd_cv);
-        pthread_mutex_unlock(&w->wd_mu);
-        pthread_join(w->wd, NULL);
-    }
+    world_launch(w, ras, fn, arg);
     free(ras);
     *out = w;
     if (w->err_status != DL_OK) {
-        FILE *log = o->log;
         /* the flight recorder explains hangs and disagreeing ranks; for any other error the
          * message returned to the caller says it all */
         int comm_error = w->err_status == DL_ETIMEOUT || w->err_status == DL_EMISMATCH;
-        if (log && !o->quiet && comm_error) {
-            fprintf(log, "distlab: %s\n", w->err_msg);
-            uint64_t base = UINT64_MAX;
-            for (int r = w->lo; r < w->hi; r++)
-                for (uint64_t i = 0; i < w->ctxs[r].nflight && i < DL_FLIGHT_N; i++)
-                    if (w->ctxs[r].flight[i].t_start < base)
-                        base = w->ctxs[r].flight[i].t_start;
-            if (base == UINT64_MAX)
-                base = 0;
-            fprintf(log, "distlab: flight recorder (times from the first operation)%s:\n",
-                    w->mpi ? " of this process's ranks" : "");
-            for (int r = w->lo; r < w->hi; r++) flight_dump(&w->ctxs[r], log, base);
-            fflush(log);
-        }
+        if (o->log && !o->quiet && comm_error)
+            flight_report(w, o->log);
         return dl_error(w->err_status, "%s", w->err_msg);
     }
     return DL_OK;
