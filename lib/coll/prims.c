@@ -79,4 +79,8 @@ int dl__recv_reduce_send(dl_prims *p, const void *mine, void *part, size_t n)
     return dl__recv_reduce_copy_send(p, mine, part, n, 1.0);
 }
 
+int dl__recv_hold(dl_prims *p, size_t n, const void **data) { return take(p, n, data); }
+
+int dl__recv_done(dl_prims *p) { return dl__xfer_release(p->k, p->in); }
+
 int dl__prims_flush(dl_prims *p) { return p->out ? dl__xfer_flush(p->k, p->out) : DL_OK; }

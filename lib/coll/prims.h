@@ -87,6 +87,10 @@ int dl__recv_reduce_send(dl_prims *p, const void *mine, void *part, size_t n);
 int dl__recv_reduce_copy(dl_prims *p, const void *mine, void *dst, size_t n, double div);
 /* dst = (mine (op) received) / div, kept and sent on */
 int dl__recv_reduce_copy_send(dl_prims *p, const void *mine, void *dst, size_t n, double div);
+/* receive n elements and hold them in place (*data, read-only) until dl__recv_done: for
+ * algorithms that read several inputs at once */
+int dl__recv_hold(dl_prims *p, size_t n, const void **data);
+int dl__recv_done(dl_prims *p);
 /* wait until downstream released everything lent to it */
 int dl__prims_flush(dl_prims *p);
 

@@ -16,20 +16,19 @@ int dl__oneshot_allreduce(dl_call *k, const void *sbuf, void *rbuf, size_t count
                           dl_redop op)
 {
     int n = k->c->sh->n, r = k->c->rank, rc;
-    size_t bytes = count * dl_dtype_size(t);
     const void *src[ONESHOT_MAX];
-    dl_link *inl[ONESHOT_MAX];
+    dl_prims in[ONESHOT_MAX];
     for (int d = 1; d < n; d++) {
-        dl_link *l;
-        if ((rc = dl__xfer_link(k, r, dl__mod(r + d, n), &l)) ||
-            (rc = dl__xfer_post(k, l, sbuf, bytes)))
+        dl_prims out;
+        if ((rc = dl__prims_open(&out, k, -1, dl__mod(r + d, n), t, op)) ||
+            (rc = dl__send(&out, sbuf, count)))
             return rc;
     }
     src[r] = sbuf;
     for (int d = 1; d < n; d++) { /* every input held at once: the fold reads them together */
         int from = dl__mod(r - d, n);
-        if ((rc = dl__xfer_link(k, from, r, &inl[from])) ||
-            (rc = dl__xfer_acquire(k, inl[from], bytes, &src[from])))
+        if ((rc = dl__prims_open(&in[from], k, from, -1, t, op)) ||
+            (rc = dl__recv_hold(&in[from], count, &src[from])))
             return rc;
     }
     if (n == 2 && op != DL_AVG && t != DL_BF16)
@@ -37,7 +36,7 @@ int dl__oneshot_allreduce(dl_call *k, const void *sbuf, void *rbuf, size_t count
     else
         dl__fold(t, rbuf, src, n, count, op, n);
     for (int d = 1; d < n; d++)
-        if ((rc = dl__xfer_release(k, inl[dl__mod(r - d, n)])))
+        if ((rc = dl__recv_done(&in[dl__mod(r - d, n)])))
             return rc;
     return DL_OK;
 }
