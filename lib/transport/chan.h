@@ -53,13 +53,15 @@ typedef struct dl_msg {
 } dl_msg;
 
 typedef struct dl_link_stats {
-    uint64_t bytes_sent, msgs_sent;
-    uint64_t bytes_recv, msgs_recv;
+    /* The sender's counters and the receiver's each on a cache line of their own: both sides
+     * write theirs on every message, and sharing a line cost about a hop per exchange. */
+    _Alignas(64) uint64_t bytes_sent, msgs_sent;
     uint64_t send_wait_ns; /* sender: time waiting for a free slot or for the receiver (flush) */
-    uint64_t recv_wait_ns; /* receiver: time waiting for a message */
     uint64_t copy_ns;      /* sender: time copying payload into slots (eager) */
     uint64_t send_sleeps;  /* sender: waits that went to sleep on the futex (the rest spun or
                             * yielded their way through) */
+    _Alignas(64) uint64_t bytes_recv, msgs_recv;
+    uint64_t recv_wait_ns; /* receiver: time waiting for a message */
     uint64_t recv_sleeps;  /* receiver: the same */
 } dl_link_stats;
 
@@ -93,7 +95,8 @@ typedef struct dl_link_ops {
 
 struct dl_link {
     const dl_link_ops *ops;
-    dl_link_stats stats; /* sender fields written by the sender, receiver fields by the receiver */
+    dl_link_stats stats; /* sender fields written by the sender, receiver fields by the receiver;
+                          * 64-byte aligned: allocate links with posix_memalign */
     int src, dst;        /* world ranks */
 };
 

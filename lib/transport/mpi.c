@@ -732,9 +732,10 @@ static int mpi_link_create(dl_world *w, uint64_t cid, int src, int dst, dl_link 
                         "can carry (%llu communicators with %d threads per process)",
                         src, dst, (unsigned long long)cid, (unsigned long long)mw->cid_max, mw->T);
     int T = mw->T;
-    mlink *ml = calloc(1, sizeof *ml);
-    if (!ml)
+    mlink *ml = NULL; /* dl_link is 64-byte aligned (chan.h) */
+    if (posix_memalign((void **)&ml, 64, sizeof *ml))
         return dl_error(DL_ENOMEM, "link %d->%d: out of memory", src, dst);
+    memset(ml, 0, sizeof *ml);
     ml->base.ops = &mpi_link_ops;
     ml->base.src = src;
     ml->base.dst = dst;
