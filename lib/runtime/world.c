@@ -96,13 +96,23 @@ void dl__world_abort(dl_world *w)
     }
 }
 
+/* The watchdog (seconds) and the flight recorder (hang reports, in ms) need only a coarse clock:
+ * CLOCK_MONOTONIC_COARSE is a vDSO load of the last tick (1-4 ms resolution), about a quarter of
+ * a CLOCK_MONOTONIC read, and an 8-byte collective is only a few such reads long. */
+static uint64_t coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void dl__op_begin(dl_comm *c, int op, size_t count, int dtype, int peer)
 {
     dl_ctx *x = c->ctx;
     /* point-to-point does not advance the collective sequence, which stays equal on all members */
     int coll = op != OP_SEND && op != OP_RECV;
     uint64_t seq = coll ? ++c->seq : c->seq;
-    uint64_t now = dl_now_ns();
+    uint64_t now = coarse_now_ns();
     if (coll)
         atomic_store_explicit(&c->sh->entered[c->rank], seq, memory_order_relaxed);
     atomic_store_explicit(&x->cur_peer, peer, memory_order_relaxed);
@@ -130,7 +140,7 @@ void dl__op_end(dl_comm *c, int status)
     atomic_store_explicit(&x->cur_active, 0, memory_order_release);
     dl_flight *f = &x->flight[(x->nflight - 1) % DL_FLIGHT_N];
     f->status = status;
-    f->t_end = dl_now_ns();
+    f->t_end = coarse_now_ns();
 }
 
 /* ---- watchdog ---- */
