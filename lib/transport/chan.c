@@ -81,21 +81,11 @@ static void futex_wake(atomic_uint *word)
  * Spins (or yields) first, then sleeps on the futex with a bounded timeout so that an abort is
  * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
  * the publisher's store-then-check (both seq_cst). */
-/* Polls (spinning waiters only) before a wait reads the clock: a message that arrives within
- * them, the common case of a back-to-back exchange, is counted as no wait time (a few hundred
- * ns at most go uncounted), which saves two clock reads per wait. */
-#define QUICK_POLLS 64
-
 static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
                       const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps)
 {
     int spins = w ? w->spins : 1000;
     int mode = w ? (int)w->mode : DL_WAIT_SPIN;
-    for (int i = 0; mode == DL_WAIT_SPIN && i < QUICK_POLLS; i++) {
-        if ((int32_t)(atomic_load_explicit(word, memory_order_acquire) - target) >= 0)
-            return DL_OK;
-        cpu_relax();
-    }
     int slept = 0;
     uint64_t t0 = dl_now_ns();
     atomic_int *abort_flag = w ? w->abort_flag : NULL;
