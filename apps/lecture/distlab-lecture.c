@@ -5,7 +5,7 @@
  * figures against a stated bound) and exits 1 on any DIFF. Nothing is re-implemented: the
  * accounting comes from the planner (lib/plan/plan.c), the schedules from lib/parallel/sched.c, the real runs
  * (section 02, apps/lecture/lecture_par.c; section 03's pipeline, apps/lecture/lecture_pipe.c; section 04,
- * apps/lecture/lecture_zero.c and apps/lecture/zero_mlp.c) from the runtime, the pipeline engine, the arenas, the
+ * apps/lecture/lecture_zero.c and apps/lecture/lecture_mlp.c) from the runtime, the pipeline engine, the arenas, the
  * collectives and the kernels. */
 #define _GNU_SOURCE
 #include <getopt.h>

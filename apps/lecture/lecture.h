@@ -38,7 +38,7 @@ int lecture_02(void);
 /* Section 03, code 03 part 2: the 8-layer MLP in 4 pipeline stages on rank threads vs the full
  * batch (apps/lecture/lecture_pipe.c). Returns 0, or -1 after lec_fail. */
 int lecture_03_pipe(void);
-/* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/zero_mlp.c). Returns 0, or -1 after lec_fail. */
+/* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/lecture_mlp.c). Returns 0, or -1 after lec_fail. */
 int lecture_04(void);
 
 #endif

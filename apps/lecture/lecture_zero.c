@@ -1,7 +1,7 @@
 /* distlab-lecture 04: lecture 17 §5 (ZeRO, its code 04) run for real on rank threads.
  *
  * Part 1: the four variants (plain data parallelism, P_os, P_os+g, P_os+g+p) of the lecture's
- * 1633-parameter MLP (apps/lecture/zero_mlp.c) on the library's ZeRO engine
+ * 1633-parameter MLP (apps/lecture/lecture_mlp.c) on the library's ZeRO engine
  * (lib/parallel/zero_engine.c), 4 rank threads, 5 Adam steps in mixed precision. Bytes per
  * parameter come from each rank's arena (peak params + grads + optimizer), the elements each rank
  * sends from its communicator's counters (dl_comm_get_stats), the difference from the single-rank
@@ -15,7 +15,7 @@
 #include <string.h>
 #include "distlab.h"
 #include "lecture.h"
-#include "zero_mlp.h"
+#include "lecture_mlp.h"
 
 #define ZN 4 /* ranks, the lecture's 4 "GPUs" */
 

@@ -1,6 +1,6 @@
 /* distlab: the ZeRO engine (stages 0-3) over any model cut into units of flat parameters: the
  * trainer's GPT (its module: lib/parallel/zero_module.c) and the lecture's MLP
- * (apps/lecture/zero_mlp.c) both run on it.
+ * (apps/lecture/lecture_mlp.c) both run on it.
  *
  * The model keeps one flat buffer of numel parameters (and, at stages 0-1, one of gradients), cut
  * into units at bounds[0] = 0 < ... < bounds[n] = numel (lib/parallel/zero.h, "per-unit

@@ -1,11 +1,11 @@
-/* distlab-lecture 04's experiment (apps/lecture/zero_mlp.c: the lecture's MLP on the library's ZeRO
+/* distlab-lecture 04's experiment (apps/lecture/lecture_mlp.c: the lecture's MLP on the library's ZeRO
  * engine, lib/parallel/zero_engine.c) on rank threads. Layout and padding; the model-state bytes
  * each stage's arena measures against the formulas at the padded size; elements sent per step;
  * stages 1-3 bitwise equal; f32 within round-off of one rank; the loss goes down; other rank counts
  * (padding in two layers); bad options. */
 #include "../unit/testutil.h" /* first: it sets _GNU_SOURCE before any system header */
 #include <check.h>
-#include "zero_mlp.h"
+#include "lecture_mlp.h"
 
 START_TEST(layout)
 {

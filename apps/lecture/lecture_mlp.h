@@ -1,5 +1,5 @@
 /* distlab-lecture 04: the lecture's ZeRO experiment (§5, code 04) on rank threads: a small MLP
- * (its forward, backward and data here, apps/lecture/zero_mlp.c) on the library's ZeRO engine
+ * (its forward, backward and data here, apps/lecture/lecture_mlp.c) on the library's ZeRO engine
  * (lib/parallel/zero_engine.c, the trainer's too) and the trainer's AdamW over the engine's blocks
  * (lib/train/optim.c); the section's printing is apps/lecture/lecture_zero.c.
  *
@@ -27,8 +27,8 @@
  *   stage 3  also the parameters as a shard: each layer's are all-gathered into a transient
  *            comm buffer before its forward and again before its backward, freed after use.
  * With nranks = 1 every stage is the single-rank run (the reference). */
-#ifndef DISTLAB_APPS_ZERO_MLP_H
-#define DISTLAB_APPS_ZERO_MLP_H
+#ifndef DISTLAB_APPS_LECTURE_MLP_H
+#define DISTLAB_APPS_LECTURE_MLP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* The lecture's ZeRO experiment on rank threads: see zero_mlp.h. */
+/* The lecture's ZeRO experiment on rank threads: see lecture_mlp.h. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 #include "model/ops.h"
 #include "parallel/zero_engine.h"
 #include "train/optim.h"
-#include "zero_mlp.h"
+#include "lecture_mlp.h"
 
 static const int DIMS[ZM_LAYERS + 1] = {16, 32, 32, 1};
 
