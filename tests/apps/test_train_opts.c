@@ -204,9 +204,5 @@ int main(void)
     tcase_add_test(tc, table_parses);
     tcase_add_test(tc, record_in_pos_order);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -23,8 +23,20 @@
 #include <stdio.h>
 #include <ctype.h>
 #include <time.h>
+#include <check.h>
 #include "distlab.h"
 #include "core/testhook.h"
+
+/* Every suite's main ends here: run S with CK_ENV's verbosity, free the runner, and return the
+ * process status (EXIT_FAILURE when any test failed). */
+static inline int tu_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
 
 /* ---- scale ---- */
 

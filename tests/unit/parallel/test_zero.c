@@ -538,9 +538,5 @@ int main(void)
         tcase_add_test(tc, bf16_dp2tp2_padding);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -239,9 +239,5 @@ int main(void)
     tcase_add_test(tc, stage2_bf16);
     tcase_add_test(tc, stage3_bf16);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }
