@@ -2,7 +2,8 @@
  * reference, communicators split across processes, and failure propagation.
  *
  *   test_mpi_coll coll T      every collective, f32/f64/bf16, sum/avg/max, every algorithm,
- *                             in place and out of place, mesh and split communicators
+ *                             in place and out of place, mesh and split communicators;
+ *                             all-to-all-v with uneven and zero counts and a count mismatch
  *   test_mpi_coll fail T      the last rank fails after a few collectives: every process's world
  *                             must return that rank's error (exit 0 when it does)
  *   test_mpi_coll hang T      the last rank stops calling collectives: the watchdog (1 s) of the
@@ -97,6 +98,68 @@ static void *xalloc(size_t bytes)
         abort();
     memset(p, 0xff, bytes ? bytes : 64);
     return p;
+}
+
+/* all-to-all-v: the elements world rank a sends world rank b: none for about a third of the
+ * pairs, 1 + 0 to 2 `per` for the rest (none at all when per == 0) */
+static size_t a2av_count(int a, int b, size_t per)
+{
+    return !per || (a + 2 * b) % 3 == 1 ? 0 : 1 + per * (size_t)((a * 3 + b * 7) % 5) / 2;
+}
+static double a2av_val(int a, int b, size_t i) { return a * 1e6 + b * 1e3 + (double)(i % 997); }
+
+/* dl_alltoallv over c against the serial reference: receive blocks in reverse member order with
+ * a one-element gap after each (the gaps must keep the 0xff sentinel), f64 (exact); then a
+ * receive count one too large on member 0 must give DL_EMISMATCH on every member, and the
+ * communicator must still work after it. */
+static int test_alltoallv(dl_comm *c, const int *wr, int wrank, const char *name, size_t per)
+{
+    int n = dl_comm_size(c), r = dl_comm_rank(c), rc;
+    size_t sc[MAXR], sd[MAXR], rcn[MAXR], rd[MAXR], stot = 0, rtot = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = a2av_count(wr[r], wr[j], per), sd[j] = stot, stot += sc[j];
+    }
+    for (int k = n - 1; k >= 0; k--) {
+        rcn[k] = a2av_count(wr[k], wr[r], per), rd[k] = rtot, rtot += rcn[k] + 1;
+    }
+    double *s = xalloc(stot * 8), *d = xalloc(rtot * 8);
+    unsigned char sentinel[8];
+    memset(sentinel, 0xff, 8);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++) s[sd[j] + i] = a2av_val(wr[r], wr[j], i);
+    char what[160];
+    snprintf(what, sizeof what, "%s alltoallv f64 per=%zu", name, per);
+    if ((rc = dl_alltoallv(c, s, sc, sd, d, rcn, rd, DL_F64, DL_PURPOSE_OTHER)))
+        goto out;
+    for (int k = 0; k < n; k++) {
+        for (size_t i = 0; i < rcn[k]; i++)
+            expect(wrank, what, d, DL_F64, rd[k] + i, a2av_val(wr[k], wr[r], i));
+        R[wrank].checks++;
+        if (memcmp(&d[rd[k] + rcn[k]], sentinel, 8))
+            fail(wrank, "%s: the gap after member %d's block was written", what, k);
+    }
+    /* negative control: the pattern moves data between members (else the checks above could
+     * pass on buffers nobody wrote) */
+    size_t cross = 0;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) cross += a != b ? a2av_count(wr[a], wr[b], per) : 0;
+    R[wrank].checks++;
+    if (per && n > 1 && !cross)
+        fail(wrank, "%s: the count pattern moves nothing between members", what);
+    if (n > 1) {
+        if (r == 0)
+            rcn[n - 1]++;
+        rc = dl_alltoallv(c, s, sc, sd, d, rcn, rd, DL_F64, DL_PURPOSE_OTHER);
+        R[wrank].checks++;
+        if (rc != DL_EMISMATCH || !strstr(dl_errmsg(), "expects"))
+            fail(wrank, "%s mismatch: %s (%s), expected DL_EMISMATCH", what, dl_strstatus(rc),
+                 dl_errmsg());
+        rc = dl_barrier(c);
+    }
+out:
+    free(s);
+    free(d);
+    return rc;
 }
 
 /* every collective on communicator c (members' world ranks from the communicator) */
@@ -198,6 +261,8 @@ static int test_comm(dl_comm *c, int wrank, const char *name)
         for (int k = 0; k < n; k++)
             for (size_t i = 0; i < per; i++)
                 expect(wrank, what, d, DL_F64, k * per + i, val(wr[k], i) * 100 + r);
+        if ((rc = test_alltoallv(c, wr, wrank, name, per)))
+            return rc;
         /* point-to-point around the ring: even ranks send first */
         if (n > 1) {
             int to = (r + 1) % n, from = (r + n - 1) % n;
