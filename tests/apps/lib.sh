@@ -1,5 +1,6 @@
 # What the app scripts share (sourced; set SELF, the script's name, first): the app binary's
-# path, a scratch directory removed at exit, fail and its count, run and has.
+# path, a scratch directory removed at exit, fail and its count, run, run_cmd, has,
+# has_re, usage_error and finish.
 
 # app_bin NAME: the path of apps/NAME in the build tree; 1 (and a line) when it is not built
 app_bin() {
@@ -21,20 +22,61 @@ fail() {
   fails=$((fails + 1))
 }
 
-# run NAME EXPECTED_STATUS ARGS...: "$APP" ARGS, output in $TMP/out, $TMP/err; 1 (counted as a
+# run_failed NAME CMD...: called after a wrong status's FAIL line, run_passed NAME after a right
+# one; no-ops here, a script redefines them after sourcing to print more (its DIFF lines, the
+# tail of stdout, an "ok:" line)
+run_failed() { :; }
+run_passed() { :; }
+
+# run_cmd NAME EXPECTED_STATUS CMD...: CMD, output in $TMP/out, $TMP/err; 1 (counted as a
 # failure) when the status is not the expected one
-run() {
+run_cmd() {
   name=$1; want=$2; shift 2
-  "$APP" "$@" >"$TMP/out" 2>"$TMP/err"
+  "$@" >"$TMP/out" 2>"$TMP/err"
   got=$?
   if [ "$got" -ne "$want" ]; then
     fail "$name: exit status $got, want $want (stderr: $(head -c 400 "$TMP/err"))"
+    run_failed "$name" "$@"
     return 1
   fi
+  run_passed "$name"
   return 0
+}
+
+# run NAME EXPECTED_STATUS ARGS...: run_cmd of "$APP" ARGS
+run() {
+  run_name=$1; run_want=$2; shift 2
+  run_cmd "$run_name" "$run_want" "$APP" "$@"
 }
 
 # has NAME STRING: $TMP/out contains the fixed string
 has() {
   grep -qF -- "$2" "$TMP/out" || fail "$1: output lacks '$2'"
+}
+
+# has_re NAME REGEX: $TMP/out has a line matching the (grep basic) regular expression
+has_re() {
+  grep -q -- "$2" "$TMP/out" || fail "$1: no line matching '$2'"
+}
+
+# usage_error NAME PATTERN ARGS...: status 2, exactly one line on stderr, matching PATTERN (grep
+# basic regular expression), and nothing on stdout
+usage_error() {
+  ue_name=$1; ue_pattern=$2; shift 2
+  run "$ue_name" 2 "$@" || return
+  lines=$(wc -l <"$TMP/err")
+  [ "$lines" -eq 1 ] || fail "$ue_name: $lines lines on stderr, want 1"
+  grep -q -- "$ue_pattern" "$TMP/err" || fail "$ue_name: stderr lacks '$ue_pattern': $(cat "$TMP/err")"
+  [ -s "$TMP/out" ] && fail "$ue_name: wrote to stdout on a usage error"
+}
+
+# finish [WHAT]: exit 1 after "SELF: N failure(s)" when a check failed, else exit 0 after
+# "SELF: WHAT" (default "all passed")
+finish() {
+  if [ "$fails" -ne 0 ]; then
+    echo "$SELF: $fails failure(s)"
+    exit 1
+  fi
+  echo "$SELF: ${1:-all passed}"
+  exit 0
 }

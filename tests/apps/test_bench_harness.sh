@@ -5,15 +5,9 @@
 # holds on synthetic timings (`distlab-bench selftest`, which exits 1 on any mismatch).
 # DISTLAB_TEST_SCALE=small: even smaller sizes (sanitizer builds).
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-bench" ]; then
-  BENCH="$abs_top_builddir/apps/distlab-bench"
-else
-  BENCH="./apps/distlab-bench"
-fi
-if [ ! -x "$BENCH" ]; then
-  echo "test_bench_harness: $BENCH not found (run from the build directory)"
-  exit 1
-fi
+SELF=test_bench_harness
+. "$(dirname "$0")/lib.sh"
+APP=$(app_bin distlab-bench) || exit 1
 : "${OPENBLAS_NUM_THREADS:=1}"
 export OPENBLAS_NUM_THREADS
 
@@ -30,24 +24,8 @@ else
   CONTENTION="--quick --ranks 2 --iters 20"
 fi
 
-TMP="${TMPDIR:-/tmp}/test_bench_harness.$$"
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
-# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
-run() {
-  name=$1; want=$2; shift 2
-  "$BENCH" "$@" >"$TMP/out" 2>"$TMP/err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    fail "$name: exit $got, want $want"
-    sed 's/^/  | /' "$TMP/err" | head -5
-  fi
-}
+# after a wrong status: the first lines of stderr
+run_failed() { sed 's/^/  | /' "$TMP/err" | head -5; }
 HAVE_PY=0
 command -v python3 >/dev/null 2>&1 && HAVE_PY=1
 
@@ -277,9 +255,4 @@ for sub in gemm stream overlap contention scaling overhead pipeline; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 
-if [ $fails -ne 0 ]; then
-  echo "test_bench_harness: $fails failure(s)"
-  exit 1
-fi
-echo "test_bench_harness: ok"
-exit 0
+finish "ok"

@@ -4,15 +4,9 @@
 # synthetic-topology report. Run by `make check` from the build directory.
 # DISTLAB_TEST_SCALE=small: smaller sizes (sanitizer builds).
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-bench" ]; then
-  BENCH="$abs_top_builddir/apps/distlab-bench"
-else
-  BENCH="./apps/distlab-bench"
-fi
-if [ ! -x "$BENCH" ]; then
-  echo "test_cli: $BENCH not found (run from the build directory)"
-  exit 1
-fi
+SELF=test_cli
+. "$(dirname "$0")/lib.sh"
+APP=$(app_bin distlab-bench) || exit 1
 : "${OPENBLAS_NUM_THREADS:=1}"
 export OPENBLAS_NUM_THREADS
 
@@ -24,33 +18,17 @@ fi
 # a small STREAM array keeps the test fast; the measurement itself is still exercised
 STREAM="--stream-mib 4"
 
-TMP="${TMPDIR:-/tmp}/test_cli.$$"
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
+# after a wrong status: the command, stderr and the tail of stdout; after a right one, "ok:"
+run_failed() {
+  shift
+  echo "  command: $*"
+  sed 's/^/  stderr: /' "$TMP/err" | head -20
+  sed 's/^/  stdout: /' "$TMP/out" | tail -10
 }
+run_passed() { echo "ok: $1"; }
 
-# run NAME EXPECTED_STATUS ARGS...: output in $TMP/out, $TMP/err
-run() {
-  name=$1; want=$2; shift 2
-  "$BENCH" "$@" >"$TMP/out" 2>"$TMP/err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    fail "$name: exit status $got, expected $want ($BENCH $*)"
-    sed 's/^/  stderr: /' "$TMP/err" | head -20
-    sed 's/^/  stdout: /' "$TMP/out" | tail -10
-    return 1
-  fi
-  echo "ok: $name"
-  return 0
-}
-
-# usage errors: status 2 and exactly one line on stderr
-usage_error() {
+# bad_usage NAME ARGS...: status 2 and exactly one line on stderr (any words)
+bad_usage() {
   name=$1; shift
   if run "$name" 2 "$@"; then
     n=$(wc -l <"$TMP/err")
@@ -65,14 +43,14 @@ if run "--help" 0 --help; then
   grep -q 'coll' "$TMP/out" && grep -q 'topo' "$TMP/out" || fail "--help does not list coll and topo"
 fi
 run "coll --help" 0 coll --help
-usage_error "bad option" --no-such-option
-usage_error "bad coll option" coll --no-such-option
-usage_error "unknown subcommand" no-such-subcommand
-usage_error "coll --ranks 0" coll --ranks 0
-usage_error "coll --ranks x" coll --ranks x
-usage_error "coll -b without a value" coll -b
-usage_error "coll --dtype f16" coll --dtype f16
-usage_error "coll --root 2 --ranks 2" coll --root 2 --ranks 2
+bad_usage "bad option" --no-such-option
+bad_usage "bad coll option" coll --no-such-option
+bad_usage "unknown subcommand" no-such-subcommand
+bad_usage "coll --ranks 0" coll --ranks 0
+bad_usage "coll --ranks x" coll --ranks x
+bad_usage "coll -b without a value" coll -b
+bad_usage "coll --dtype f16" coll --dtype f16
+bad_usage "coll --root 2 --ranks 2" coll --root 2 --ranks 2
 
 # CSV: every data row checked and right (3 ranks: uneven blocks, odd ring).
 if run "coll --ranks 3 --csv" 0 coll --ranks 3 -b 8 -e "$MAX3" -n "$ITERS" -w 1 --csv $STREAM; then
@@ -131,9 +109,4 @@ if run "topo mesh" 0 topo --ranks 16 --topology "pack:2 l3:2 core:4 pu:1" --tp 4
 fi
 run "topo mesh that does not divide" 2 topo --ranks 6 --tp 4
 
-if [ "$fails" -ne 0 ]; then
-  echo "test_cli: $fails check(s) failed"
-  exit 1
-fi
-echo "test_cli: all checks passed"
-exit 0
+finish "all checks passed"

@@ -8,18 +8,6 @@ SELF=test_plan_cli
 PLAN=$(app_bin distlab-plan) || exit 1
 APP=$PLAN
 
-# usage error: status 2 and exactly one line on stderr naming the problem
-usage_error() {
-  name=$1; pattern=$2; shift 2
-  if run "$name" 2 "$@"; then
-    lines=$(wc -l <"$TMP/err")
-    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1"
-    grep -q -- "$pattern" "$TMP/err" || fail "$name: stderr lacks '$pattern': $(cat "$TMP/err")"
-    [ -s "$TMP/out" ] && fail "$name: wrote to stdout on a usage error"
-  fi
-}
-
-
 # ---- version and help ----
 if run version 0 --version; then
   grep -q '^distlab-plan (distlab) [0-9]' "$TMP/out" || fail "version: $(cat "$TMP/out")"
@@ -118,9 +106,4 @@ run "profile" 0 search --hardware "$TMP/hw.txt" --csv &&
 echo "bogus = 1" >>"$TMP/hw.txt"
 usage_error "bad profile" "unknown key" search --hardware "$TMP/hw.txt"
 
-if [ "$fails" -ne 0 ]; then
-  echo "test_plan_cli: $fails failure(s)"
-  exit 1
-fi
-echo "test_plan_cli: all passed"
-exit 0
+finish

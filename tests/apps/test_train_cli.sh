@@ -409,9 +409,4 @@ if run "write corpus" 0 --write-corpus "$TMP/corpus.bin" && run "write corpus se
 fi
 refused "write corpus unwritable" "cannot write" --write-corpus "$TMP/no/such/dir/c.bin"
 
-if [ "$fails" -ne 0 ]; then
-  echo "test_train_cli: $fails failure(s)"
-  exit 1
-fi
-echo "test_train_cli: all passed"
-exit 0
+finish
