@@ -12,10 +12,8 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${abs_top_builddir:-.}
 command -v python3 >/dev/null 2>&1 || { echo "test_api: skipped (no python3)"; exit 77; }
 CHECK="python3 $src/tests/apps/api_check.py"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_api.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+SELF=test_api
+. "$src/tests/apps/lib.sh"
 
 # must_fail NAME PATTERN ARGS...: the checker exits 1 and names PATTERN
 must_fail() {
@@ -75,5 +73,4 @@ pkg=$(sed -n 's/^AC_INIT(\[distlab\], \[\([^]]*\)\].*/\1/p' "$src/configure.ac")
 hdr=$(sed -n 's/^#define DISTLAB_VERSION_STRING "\(.*\)"$/\1/p' "$src/include/distlab.h")
 if [ -n "$pkg" ] && [ "$pkg" = "$hdr" ]; then echo "ok: DISTLAB_VERSION_STRING $hdr"; else fail "DISTLAB_VERSION_STRING '$hdr', configure.ac '$pkg'"; fi
 
-[ $fails -eq 0 ] || { echo "test_api: $fails failure(s)"; exit 1; }
-echo "test_api: all passed"
+finish

@@ -10,10 +10,8 @@ LIB=${abs_top_builddir:-.}/lib/.libs
 DOC=$SRC/docs/API.md
 [ -e "$LIB/libdistlab.so" ] || { echo "test_api_examples: SKIPPED: no $LIB/libdistlab.so"; exit 77; }
 LIB=$(cd "$LIB" && pwd) || exit 1 # the examples run elsewhere: an absolute rpath
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_api_examples.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+SELF=test_api_examples
+. "$SRC/tests/apps/lib.sh"
 
 awk -v d="$TMP" '/^```c$/ { n++; f = sprintf("%s/ex%d.c", d, n); on = 1; next }
                  /^```$/ { on = 0 } on { print > f }' "$DOC"
@@ -51,5 +49,4 @@ elif build "$TMP/neg.c" "$TMP/neg" && (cd "$TMP" && OPENBLAS_NUM_THREADS=1 "$TMP
 elif ! grep -q 'DL_EUSER: rank .*: x\[0\]' "$TMP/neg.out"; then
   fail "negative control: unexpected output: $(cat "$TMP/neg.out")"
 fi
-[ "$fails" -eq 0 ] || { echo "test_api_examples: $fails failure(s)"; exit 1; }
-echo "test_api_examples: $blocks examples built and run; the negative control fails as it must"
+finish "$blocks examples built and run; the negative control fails as it must"

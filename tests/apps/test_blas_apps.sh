@@ -8,24 +8,10 @@
 # "static:Prescott" (an OpenBLAS without DYNAMIC_ARCH: the restart changes nothing) warns once,
 # on stderr (--csv stays clean), and under mpirun from process 0 only.
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-bench" ]; then
-  APPS="$abs_top_builddir/apps"
-else
-  APPS="./apps"
-fi
-BENCH="$APPS/distlab-bench"
-TRAIN="$APPS/distlab-train"
-if [ ! -x "$BENCH" ] || [ ! -x "$TRAIN" ]; then
-  echo "test_blas_apps: $BENCH or $TRAIN not found (run from the build directory)"
-  exit 1
-fi
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_blas_apps.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
+SELF=test_blas_apps
+. "$(dirname "$0")/lib.sh"
+BENCH=$(app_bin distlab-bench) || exit 1
+TRAIN=$(app_bin distlab-train) || exit 1
 G="gemm --quick --ranks 1 --d-model 32 --seq 16 --micro-batch 2 --iters 1"
 
 # gemm_run NAME ENV...: distlab-bench gemm under `env ENV`, stdout in $TMP/out, stderr in
@@ -117,8 +103,4 @@ else
     fail "OPENBLAS_CORETYPE=SkylakeX on $cpu: no warning (stderr: $(head -c 300 "$TMP/err"))"
 fi
 
-if [ "$fails" -ne 0 ]; then
-  echo "test_blas_apps: $fails failure(s)"
-  exit 1
-fi
-echo "test_blas_apps: all checks passed"
+finish "all checks passed"

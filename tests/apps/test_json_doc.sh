@@ -16,10 +16,8 @@ DOC=$SRC/docs/JSON.md
 for a in distlab-train distlab-lecture; do
   [ -x "$B/$a" ] || { echo "test_json_doc: $B/$a not found (run from the build directory)"; exit 1; }
 done
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_json_doc.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+SELF=test_json_doc
+. "$SRC/tests/apps/lib.sh"
 
 TINY="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --log-every 0 --eval-windows 2"
 # the training runs: every field of config, step and summary must occur in one of them
@@ -62,5 +60,4 @@ sed 's/"type":"figure",/"type":"figure","undocumented_key":1,/' "$TMP/lecture.js
   lecture="$TMP/lecture-more.jsonl" >"$TMP/neg2" 2>&1 && fail "negative control: an undocumented key passed"
 grep -q "undocumented_key" "$TMP/neg2" || fail "negative control 2 did not name the key: $(cat "$TMP/neg2")"
 
-[ "$fails" -eq 0 ] || { echo "test_json_doc: $fails failure(s)"; exit 1; }
-echo "test_json_doc: all passed"
+finish

@@ -4,19 +4,11 @@
 # Step times are not asserted here (a shared, noisy host); docs/PLANNER.md reports them.
 # DISTLAB_TEST_SCALE=small: the smaller model (--small).
 
-if [ -n "$abs_top_builddir" ] && [ -x "$abs_top_builddir/apps/distlab-plan" ]; then
-  PLAN="$abs_top_builddir/apps/distlab-plan"
-else
-  PLAN="./apps/distlab-plan"
-fi
-[ -x "$PLAN" ] || { echo "test_plan_validate: $PLAN not found"; exit 1; }
-TMP="${TMPDIR:-/tmp}/test_plan_validate.$$"
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+SELF=test_plan_validate
+. "$(dirname "$0")/lib.sh"
+PLAN=$(app_bin distlab-plan) || exit 1
 SMALL=
 [ "$DISTLAB_TEST_SCALE" = small ] && SMALL=--small
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # ---- the plausibility checks on fabricated figures (--figures: no measuring) ----
 # plausible: GEMMs 30 ms of a 36 ms step, 2 ranks at once 10% slower per rank, noise 5%; the
@@ -138,10 +130,5 @@ if [ "$(awk -F, 'NR > 1 { c[$1]++ } END { for (k in c) if (c[k] > 1) n++; print 
 fi
 
 
-if [ "$fails" -ne 0 ]; then
-  cat "$TMP/cal" "$TMP/val"
-  echo "test_plan_validate: $fails failure(s)"
-  exit 1
-fi
-echo "test_plan_validate: all passed"
-exit 0
+[ "$fails" -ne 0 ] && cat "$TMP/cal" "$TMP/val"
+finish
