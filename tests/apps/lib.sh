@@ -1,6 +1,6 @@
 # What the app scripts share (sourced; set SELF, the script's name, first): the app binary's
 # path, a scratch directory removed at exit, fail and its count, run, run_cmd, has,
-# has_re, usage_error and finish.
+# has_re, usage_error, refused and finish.
 
 # app_bin NAME: the path of apps/NAME in the build tree; 1 (and a line) when it is not built
 app_bin() {
@@ -59,15 +59,33 @@ has_re() {
   grep -q -- "$2" "$TMP/out" || fail "$1: no line matching '$2'"
 }
 
-# usage_error NAME PATTERN ARGS...: status 2, exactly one line on stderr, matching PATTERN (grep
-# basic regular expression), and nothing on stdout
+# one_error_line NAME GREP_OPTION PATTERN: after a status-2 run, exactly one line on stderr, that
+# matches PATTERN (GREP_OPTION -G: a basic regular expression, -E: an extended one), and nothing
+# on stdout
+one_error_line() {
+  lines=$(wc -l <"$TMP/err")
+  [ "$lines" -eq 1 ] || fail "$1: $lines lines on stderr, want 1: $(cat "$TMP/err")"
+  grep -q "$2" -- "$3" "$TMP/err" || fail "$1: stderr lacks '$3': $(cat "$TMP/err")"
+  [ -s "$TMP/out" ] && fail "$1: wrote to stdout: $(head -c 200 "$TMP/out")"
+}
+
+# usage_error NAME PATTERN ARGS...: run ARGS with status 2 and one_error_line (basic PATTERN)
 usage_error() {
   ue_name=$1; ue_pattern=$2; shift 2
-  run "$ue_name" 2 "$@" || return
-  lines=$(wc -l <"$TMP/err")
-  [ "$lines" -eq 1 ] || fail "$ue_name: $lines lines on stderr, want 1"
-  grep -q -- "$ue_pattern" "$TMP/err" || fail "$ue_name: stderr lacks '$ue_pattern': $(cat "$TMP/err")"
-  [ -s "$TMP/out" ] && fail "$ue_name: wrote to stdout on a usage error"
+  run "$ue_name" 2 "$@" && one_error_line "$ue_name" -G "$ue_pattern"
+}
+
+# refused NAME PATTERN ARGS...: run ARGS with status 2 and one_error_line (extended PATTERN), the
+# line starting with $REFUSED_PREFIX where a script sets it; the line is echoed
+refused() {
+  rf_name=$1; rf_pattern=$2; shift 2
+  if run "$rf_name" 2 "$@"; then
+    one_error_line "$rf_name" -E "$rf_pattern"
+    rf_prefix=${REFUSED_PREFIX:-}
+    [ -z "$rf_prefix" ] || grep -q "^$rf_prefix" "$TMP/err" ||
+      fail "$rf_name: message not prefixed '$rf_prefix'"
+  fi
+  echo "refused $rf_name: $(head -c 300 "$TMP/err")"
 }
 
 # finish [WHAT]: exit 1 after "SELF: N failure(s)" when a check failed, else exit 0 after

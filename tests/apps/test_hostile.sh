@@ -21,18 +21,8 @@ run() {
   run_cmd "$run_name" "$run_want" timeout 20 "$@" </dev/null
 }
 
-# refused NAME PATTERN PROG ARGS...: status 2, one line on stderr matching PATTERN (grep -E),
-# nothing on stdout (refused before the banner)
-refused() {
-  name=$1; pattern=$2; shift 2
-  if run "$name" 2 "$@"; then
-    lines=$(wc -l <"$TMP/err")
-    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1: $(cat "$TMP/err")"
-    grep -qE -- "$pattern" "$TMP/err" || fail "$name: stderr lacks /$pattern/: $(cat "$TMP/err")"
-    [ -s "$TMP/out" ] && fail "$name: wrote to stdout: $(head -c 200 "$TMP/out")"
-  fi
-  echo "refused $name: $(head -c 300 "$TMP/err")"
-}
+# refused NAME PATTERN PROG ARGS... (lib.sh's, through the run above): status 2, one line on
+# stderr matching PATTERN (grep -E), nothing on stdout (refused before the banner)
 
 mkfifo "$TMP/fifo" || { echo "test_hostile: mkfifo failed"; exit 1; }
 

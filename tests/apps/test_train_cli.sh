@@ -18,19 +18,10 @@ SMALL=0
 PY=
 if command -v python3 >/dev/null 2>&1; then PY=python3; fi
 
-# refused NAME PATTERN ARGS...: status 2, exactly one line on stderr that matches PATTERN (a
-# grep -E regular expression), nothing on stdout (no thread started, no banner)
-refused() {
-  name=$1; pattern=$2; shift 2
-  if run "$name" 2 "$@"; then
-    lines=$(wc -l <"$TMP/err")
-    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, want 1: $(cat "$TMP/err")"
-    grep -qE -- "$pattern" "$TMP/err" || fail "$name: stderr lacks /$pattern/: $(cat "$TMP/err")"
-    grep -q '^distlab-train: ' "$TMP/err" || fail "$name: message not prefixed 'distlab-train: '"
-    [ -s "$TMP/out" ] && fail "$name: wrote to stdout: $(head -c 200 "$TMP/out")"
-  fi
-  echo "refused $name: $(cat "$TMP/err")"
-}
+# refused NAME PATTERN ARGS... (lib.sh's): status 2, exactly one line on stderr that matches
+# PATTERN (a grep -E regular expression) and starts "distlab-train: ", nothing on stdout (no
+# thread started, no banner)
+REFUSED_PREFIX='distlab-train: '
 
 
 # ---- version and help ----
