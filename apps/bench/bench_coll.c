@@ -93,12 +93,13 @@ typedef struct bench {
     int nrows;
     size_t buf_bytes; /* per buffer per rank */
     size_t elt;
-    double *times;   /* [nrows][NMODES][iters][nranks] ns */
-    uint64_t *wrong; /* [nrows][NMODES][nranks] */
-    int *algo;       /* [nrows][NMODES], written by rank 0 */
-    cell *cells;     /* [nrows][NMODES], written by rank 0 */
-    double *scratch; /* [iters], rank 0 */
-    int *cpu, *node; /* [nranks] */
+    double *times;    /* [nrows][NMODES][iters][nranks] ns */
+    uint64_t *wrong;  /* [nrows][NMODES][nranks] */
+    int *algo;        /* [nrows][NMODES], written by rank 0 */
+    cell *cells;      /* [nrows][NMODES], written by rank 0 */
+    double *scratch;  /* [iters], rank 0 */
+    int *cpu, *node;  /* [nranks] */
+    char (*cpus)[24]; /* [nranks] the cpus each rank may run on (dl_ctx_cpus) */
     int nnodes, oversub;
     dl_topo_summary topo;
     int real_pus;
@@ -602,6 +603,7 @@ static int rank_fn(dl_ctx *ctx, void *arg)
         return dl_error(DL_ENOMEM, "out of memory");
 
     b->cpu[r] = dl_ctx_cpu(ctx);
+    snprintf(b->cpus[r], sizeof b->cpus[r], "%s", dl_ctx_cpus(ctx));
     b->node[r] = dl_ctx_node(ctx);
     if (r == 0) {
         b->nnodes = dl_ctx_nnodes(ctx);
@@ -622,9 +624,16 @@ static int rank_fn(dl_ctx *ctx, void *arg)
             goto out;
         }
         rc = dl_allgather(comm, mine, all, 2 * (size_t)n, DL_F32, PURPOSE);
+        int lo, nlocal;
+        dl_world_local(dl_ctx_world(ctx), &lo, &nlocal);
         for (int q = 0; rc == DL_OK && q < n; q++)
-            if (q != r)
+            if (q < lo || q >= lo + nlocal) { /* another process's: its pinned cpu, or none */
                 b->cpu[q] = all[2 * q], b->node[q] = all[2 * q + 1];
+                if (b->cpu[q] >= 0)
+                    snprintf(b->cpus[q], sizeof b->cpus[q], "%d", b->cpu[q]);
+                else
+                    snprintf(b->cpus[q], sizeof b->cpus[q], "not one");
+            }
         free(all);
         if (rc != DL_OK)
             goto out;
@@ -1016,7 +1025,7 @@ static void print_preamble(bench *b)
     }
     printf("# nodes: %d (%s)\n", b->nnodes, dl_node_kind_name(c->w.nodes));
     for (int r = 0; r < n; r++)
-        printf("#  Rank %3d  cpu %3d  node %2d\n", r, b->cpu[r], b->node[r]);
+        printf("#  Rank %3d  cpu %3s  node %2d\n", r, b->cpus[r], b->node[r]);
     if (b->oversub)
         printf("# WARNING: %d ranks on %d PUs: ranks share cores (oversubscribed); timings include "
                "contention\n",
@@ -1070,6 +1079,9 @@ static void usage(FILE *f)
 "  --eager SIZE          eager payload per slot (library default)\n"
 "  --slice SIZE          collective slice size (library default)\n"
 "  --wait auto|spin|yield  how ranks wait (default auto: yield when oversubscribed)\n"
+"  --bind auto|pu|package|none  how rank threads are bound (default auto: each to its own PU\n"
+"                        while the ranks fit the PUs; oversubscribed, each to its package's\n"
+"                        PUs, so the kernel can move a rank off a busy core)\n"
 "  --threads N           rank threads per process: under mpirun -np P the world is P x N ranks\n"
 "                        (default: --ranks over P); each process is one node, and the table adds\n"
 "                        intra- and inter-node link bandwidth per rank\n"
@@ -1182,9 +1194,27 @@ enum {
     O_EAGER,
     O_SLICE,
     O_WAIT,
+    O_BIND,
     O_THREADS,
     O_VSMPI
 };
+
+/* --bind's value as a dl_bind_kind; -1 after one line on stderr */
+static int parse_bind(const char *s, int *out)
+{
+    static const char *names[] = {"none", "pu", "package"}; /* DL_BIND_NONE.. */
+    if (strcmp(s, "auto") == 0) {
+        *out = DL_BIND_AUTO;
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (strcmp(s, names[k]) == 0) {
+            *out = k;
+            return 0;
+        }
+    cli_error("--bind: '%s' is not auto, pu, package or none", s);
+    return -1;
+}
 
 static int parse_args(int argc, char **argv, coll_cfg *c)
 {
@@ -1221,6 +1251,7 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                                        {"eager", required_argument, NULL, O_EAGER},
                                        {"slice", required_argument, NULL, O_SLICE},
                                        {"wait", required_argument, NULL, O_WAIT},
+                                       {"bind", required_argument, NULL, O_BIND},
                                        {"threads", required_argument, NULL, O_THREADS},
                                        {"vs-mpi", no_argument, NULL, O_VSMPI},
                                        {"help", no_argument, NULL, 'h'},
@@ -1382,6 +1413,10 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                 return -1;
             }
             break;
+        case O_BIND:
+            if (parse_bind(optarg, &c->w.bind))
+                return -1;
+            break;
         case ':':
             if (optopt)
                 cli_error("option '-%c' needs a value (see --help)", optopt);
@@ -1528,8 +1563,8 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             b->topo.synthetic ? "true" : "false", b->real_pus, b->oversub ? "true" : "false");
     fprintf(f, "  \"placement\": [");
     for (int r = 0; r < c->nranks; r++)
-        fprintf(f, "%s{\"rank\": %d, \"cpu\": %d, \"node\": %d}", r ? ", " : "", r, b->cpu[r],
-                b->node[r]);
+        fprintf(f, "%s{\"rank\": %d, \"cpu\": %d, \"cpus\": \"%s\", \"node\": %d}", r ? ", " : "",
+                r, b->cpu[r], b->cpus[r], b->node[r]);
     fprintf(f,
             "],\n  \"dtype\": \"%s\",\n  \"redop\": \"%s\",\n  \"root\": %d,\n  \"algo\": "
             "\"%s\",\n",
@@ -1776,6 +1811,7 @@ static int coll_main(int argc, char **argv, int nprocs)
     b.cells = calloc(ncells + 1, sizeof *b.cells);
     b.scratch = calloc((size_t)c.iters, sizeof *b.scratch);
     b.cpu = calloc((size_t)n, sizeof *b.cpu);
+    b.cpus = calloc((size_t)n, sizeof *b.cpus);
     b.node = calloc((size_t)n, sizeof *b.node);
     b.intra_b = calloc(ncells + 1, sizeof *b.intra_b);
     b.inter_b = calloc(ncells + 1, sizeof *b.inter_b);
@@ -1785,7 +1821,7 @@ static int coll_main(int argc, char **argv, int nprocs)
     pthread_mutex_init(&b.mpi_mu, NULL);
     pthread_cond_init(&b.mpi_cv, NULL);
     if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.times || !b.wrong || !b.algo || !b.cells ||
-        !b.scratch || !b.cpu || !b.node || pattern_init(&b, n) != 0) {
+        !b.scratch || !b.cpu || !b.cpus || !b.node || pattern_init(&b, n) != 0) {
         cli_error("out of memory");
         status = CLI_EXIT_FAIL;
         goto done;
@@ -1849,6 +1885,7 @@ done:
     free(b.cells);
     free(b.scratch);
     free(b.cpu);
+    free(b.cpus);
     free(b.node);
     free(b.intra_b);
     free(b.inter_b);

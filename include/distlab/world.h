@@ -1,7 +1,8 @@
 /* distlab: the world, its rank threads ("GPUs") and their contexts.
  *
  * dl_world_run() starts N rank threads (N may exceed the number of PUs; placement then wraps),
- * pins each to a PU, gives it a context (rank, size, node, world communicator, arena, stats),
+ * binds each (dl_world_opts.bind: to its own PU while the ranks fit the machine, to its package's
+ * PUs when they do not, so the kernel can move a rank off a busy core), gives it a context (rank, size, node, world communicator, arena, stats),
  * runs the rank function on each, joins them and returns the first error.
  *
  * Failure is loud and bounded: a rank whose function fails aborts the world, and every other
@@ -36,6 +37,16 @@ typedef enum dl_node_kind {
     DL_NODE_L3 = 2,      /* one node per L3 domain */
     DL_NODE_FIXED = 3    /* a fixed number of ranks per node (ranks_per_node) */
 } dl_node_kind;
+
+/* How rank threads are bound to the real machine's cpus (dl_world_opts.bind). Oversubscribed, a
+ * rank pinned to one PU that shares it with a busy thread (another rank, another process) waits a
+ * whole time slice per hand-off; bound to its package, the kernel moves it to a free PU. */
+typedef enum dl_bind_kind {
+    DL_BIND_AUTO = -1,  /* DL_BIND_PU when the ranks fit the real PUs, else DL_BIND_PACKAGE */
+    DL_BIND_NONE = 0,   /* not bound: the threads keep the process's affinity */
+    DL_BIND_PU = 1,     /* each rank to the one PU placement gave it */
+    DL_BIND_PACKAGE = 2 /* each rank to every PU of the package holding its placed PU */
+} dl_bind_kind;
 
 /* ---- a rank's memory ("GPU memory") ---------------------------------------------------------
  * Every tensor a rank owns is allocated from its arena (dl_ctx_arena) under a category, so that
@@ -85,7 +96,7 @@ typedef struct dl_world_opts {
     dl_place_policy policy; /* default compact */
     dl_node_kind nodes;     /* default package */
     int ranks_per_node;     /* for DL_NODE_FIXED */
-    int bind;               /* pin rank threads (default 1) */
+    int bind;               /* a dl_bind_kind (default DL_BIND_AUTO; 1 = DL_BIND_PU, 0 = none) */
     uint64_t gpu_mem;       /* arena capacity per rank in bytes, 0 = unlimited (default) */
     double timeout_s;       /* watchdog timeout (default 60; <= 0 disables) */
     int wait_mode;          /* -1 auto (default): yield when ranks exceed cores; 0 spin, 1 yield
@@ -118,7 +129,7 @@ int dl_world_run(const dl_world_opts *o, dl_rank_fn fn, void *arg);
  * dl_world_destroy. `*out` is set even when the run fails (NULL only on bad options). */
 int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world **out);
 void dl_world_destroy(dl_world *w);
-/* cpu each rank reported after pinning (-1 if not bound) */
+/* cpu each rank reported after pinning (-1 if not bound to one PU) */
 int dl_world_actual_cpu(const dl_world *w, int rank);
 /* rank whose error was first (-1 if none) */
 int dl_world_error_rank(const dl_world *w);
@@ -133,7 +144,10 @@ int dl_ctx_rank(const dl_ctx *c);
 int dl_ctx_size(const dl_ctx *c);
 int dl_ctx_node(const dl_ctx *c); /* node index of this rank */
 int dl_ctx_nnodes(const dl_ctx *c);
-int dl_ctx_cpu(const dl_ctx *c); /* cpu this rank reported after pinning (-1: not bound) */
+int dl_ctx_cpu(const dl_ctx *c); /* cpu this rank reported after pinning (-1: not on one PU) */
+/* The cpus this rank's threads may run on, as a cpu list: "3" when pinned to one PU, its
+ * package's set ("0-15") with DL_BIND_PACKAGE, "any" when not bound. */
+const char *dl_ctx_cpus(const dl_ctx *c);
 dl_comm *dl_ctx_comm(dl_ctx *c); /* the world communicator */
 dl_arena *dl_ctx_arena(dl_ctx *c);
 dl_world *dl_ctx_world(dl_ctx *c);

@@ -1,5 +1,5 @@
 /* The rank's communication thread: non-blocking requests run on it in the order started (started
- * on first use, pinned to the rank's cpu); a blocking call made while requests are pending queues
+ * on first use, bound as its rank is); a blocking call made while requests are pending queues
  * behind them, so each link end has one owner at a time. */
 #include "config.h"
 #include <pthread.h>
@@ -14,8 +14,7 @@ static void *progress_main(void *arg)
 {
     dl_ctx *x = arg;
     dl_progress *p = &x->prog;
-    if (x->cpu >= 0)
-        dl_topo_bind_self(x->w->topo, x->cpu, &(int){0});
+    dl__bind_thread(x, 0); /* where its rank runs */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mu);

@@ -428,10 +428,10 @@ void dl_placement_destroy(dl_placement *p) { free(p); }
 
 /* ---- binding ---- */
 
-int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual)
+/* The real machine's PU object of OS cpu `os_pu`, after refusing a topology that is not this
+ * machine's. */
+static int real_pu(const dl_topo *t, int os_pu, hwloc_obj_t *out)
 {
-    if (actual)
-        *actual = -1;
     if (!t)
         return dl_error(DL_EINVAL, "bind: null topology");
     /* hwloc loaded from XML or a synthetic string (HWLOC_XMLFILE / HWLOC_SYNTHETIC in the
@@ -440,15 +440,44 @@ int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual)
         return dl_error(DL_ESYS,
                         "bind: hwloc's topology is not this machine (HWLOC_XMLFILE or "
                         "HWLOC_SYNTHETIC set?); use DISTLAB_TOPOLOGY for planning instead");
-    hwloc_obj_t pu = os_pu >= 0 ? hwloc_get_pu_obj_by_os_index(t->real, (unsigned)os_pu) : NULL;
-    if (!pu)
+    *out = os_pu >= 0 ? hwloc_get_pu_obj_by_os_index(t->real, (unsigned)os_pu) : NULL;
+    if (!*out)
         return dl_error(DL_EINVAL, "bind: no cpu %d on this machine (%d PUs)", os_pu, t->real_pus);
+    return DL_OK;
+}
+
+int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual)
+{
+    if (actual)
+        *actual = -1;
+    hwloc_obj_t pu;
+    int rc = real_pu(t, os_pu, &pu);
+    if (rc)
+        return rc;
     if (hwloc_set_cpubind(t->real, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0)
         return dl_error(DL_ESYS, "bind: binding this thread to cpu %d: %s", os_pu, strerror(errno));
     if (actual) {
         /* sched_setaffinity on the calling thread migrates it before returning. */
         *actual = sched_getcpu();
     }
+    return DL_OK;
+}
+
+int dl_topo_bind_self_package(const dl_topo *t, int os_pu, char *cpus, size_t len)
+{
+    if (cpus && len)
+        snprintf(cpus, len, "any");
+    hwloc_obj_t pu;
+    int rc = real_pu(t, os_pu, &pu);
+    if (rc)
+        return rc;
+    hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t->real, HWLOC_OBJ_PACKAGE, pu);
+    hwloc_const_cpuset_t set = pkg ? pkg->cpuset : hwloc_topology_get_allowed_cpuset(t->real);
+    if (hwloc_set_cpubind(t->real, set, HWLOC_CPUBIND_THREAD) != 0)
+        return dl_error(DL_ESYS, "bind: binding this thread to the package of cpu %d: %s", os_pu,
+                        strerror(errno));
+    if (cpus && len)
+        hwloc_bitmap_list_snprintf(cpus, len, set);
     return DL_OK;
 }
 

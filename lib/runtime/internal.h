@@ -108,7 +108,8 @@ typedef struct dl_progress {
 struct dl_ctx {
     dl_world *w;
     int rank;
-    int cpu;
+    int cpu;       /* the PU the rank thread was pinned to, -1: not pinned to one */
+    char cpus[96]; /* the cpus it may run on (dl_ctx_cpus) */
     int node;
     dl_arena *arena;
     dl_comm *world_comm;
@@ -144,6 +145,7 @@ struct dl_world {
     dl_world_opts opts;
     int n;
     int oversub;
+    int bind; /* the dl_bind_kind in force (DL_BIND_AUTO resolved) */
     dl_topo *topo;
     dl_placement *place;
     struct dl_ctx *ctxs;
@@ -178,6 +180,9 @@ void dl__world_fail(dl_world *w, int rank, int status, const char *msg);
 /* an error another process reported (MPI worlds): recorded and aborts, not sent on */
 void dl__world_fail_remote(dl_world *w, int rank, int status, const char *msg);
 void dl__world_abort(dl_world *w);
+/* Bind the calling thread (a rank's, or its communication thread) as the world binds rank
+ * x->rank; with `note`, record in x->cpu / x->cpus what came of it. */
+void dl__bind_thread(dl_ctx *x, int note);
 void dl__op_begin(dl_comm *c, int op, size_t count, int dtype, int peer);
 void dl__op_end(dl_comm *c, int status);
 

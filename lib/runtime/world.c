@@ -22,7 +22,7 @@ void dl_world_opts_init(dl_world_opts *o)
     o->policy = DL_PLACE_COMPACT;
     o->nodes = DL_NODE_PACKAGE;
     o->ranks_per_node = 1;
-    o->bind = 1;
+    o->bind = DL_BIND_AUTO;
     o->gpu_mem = 0;
     o->timeout_s = 60.0;
     o->wait_mode = -1;
@@ -232,6 +232,22 @@ static void *watchdog_main(void *arg)
 
 /* ---- rank threads ---- */
 
+void dl__bind_thread(dl_ctx *x, int note)
+{
+    const dl_world *w = x->w;
+    int os = w->place->os_pu[x->rank], cpu = -1;
+    char cpus[sizeof x->cpus] = "any";
+    /* a failed binding (e.g. hwloc pointed at an XML file) leaves the thread where it was */
+    if (w->bind == DL_BIND_PU && dl_topo_bind_self(w->topo, os, &cpu) == DL_OK)
+        snprintf(cpus, sizeof cpus, "%d", cpu);
+    else if (w->bind == DL_BIND_PACKAGE)
+        (void)dl_topo_bind_self_package(w->topo, os, cpus, sizeof cpus);
+    if (note) {
+        x->cpu = cpu;
+        memcpy(x->cpus, cpus, sizeof cpus);
+    }
+}
+
 struct rank_arg {
     dl_ctx *ctx;
     dl_rank_fn fn;
@@ -244,12 +260,7 @@ static void *rank_main(void *p)
     dl_ctx *x = ra->ctx;
     dl_world *w = x->w;
     dl_error_clear();
-    x->cpu = -1;
-    if (w->opts.bind) {
-        int actual = -1;
-        if (dl_topo_bind_self(w->topo, w->place->os_pu[x->rank], &actual) == DL_OK)
-            x->cpu = actual;
-    }
+    dl__bind_thread(x, 1);
     int rc = ra->fn(x, ra->arg);
     if (x->prog.started)
         dl__progress_stop(x);
@@ -327,6 +338,10 @@ static int check_opts(const dl_world_opts *o, dl_rank_fn fn)
     if (o->slice_bytes < 64)
         return dl_error(DL_EINVAL, "dl_world_run: slice size %zu too small (>= 64)",
                         o->slice_bytes);
+    if (o->bind < DL_BIND_AUTO || o->bind > DL_BIND_PACKAGE)
+        return dl_error(DL_EINVAL,
+                        "dl_world_run: unknown binding %d (-1 auto, 0 none, 1 pu, 2 package)",
+                        o->bind);
     if (o->wait_mode < -1 || o->wait_mode > DL_WAIT_YIELD)
         return dl_error(DL_EINVAL, "dl_world_run: unknown wait mode %d", o->wait_mode);
     return DL_OK;
@@ -377,6 +392,7 @@ static int world_contexts(dl_world *w, int mode)
         x->w = w;
         x->rank = r;
         x->cpu = -1;
+        snprintf(x->cpus, sizeof x->cpus, "any");
         x->node = w->place->node[r];
         x->waiter.mode = (dl_wait_mode)mode;
         x->waiter.spins = mode == DL_WAIT_SPIN ? 4000 : 1000;
@@ -454,6 +470,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     }
     w->oversub = (w->mpi ? (w->hi - w->lo) * dl_mpi_host_size() : w->n) > dl_topo_real_pus(w->topo);
     int mode = o->wait_mode >= 0 ? o->wait_mode : (w->oversub ? DL_WAIT_YIELD : DL_WAIT_SPIN);
+    w->bind = o->bind != DL_BIND_AUTO ? o->bind : w->oversub ? DL_BIND_PACKAGE : DL_BIND_PU;
 
     w->ctxs = calloc((size_t)w->n, sizeof *w->ctxs);
     w->threads = calloc((size_t)w->n, sizeof *w->threads);
@@ -573,6 +590,7 @@ int dl_ctx_size(const dl_ctx *c) { return c->w->n; }
 int dl_ctx_node(const dl_ctx *c) { return c->node; }
 int dl_ctx_nnodes(const dl_ctx *c) { return c->w->place->nnodes; }
 int dl_ctx_cpu(const dl_ctx *c) { return c->cpu; }
+const char *dl_ctx_cpus(const dl_ctx *c) { return c->cpus; }
 dl_comm *dl_ctx_comm(dl_ctx *c) { return c->world_comm; }
 dl_arena *dl_ctx_arena(dl_ctx *c) { return c->arena; }
 const dl_waiter *dl_ctx_waiter(const dl_ctx *c) { return &c->waiter; }

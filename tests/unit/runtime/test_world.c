@@ -1,7 +1,9 @@
 /* World tests: options checking, contexts against the placement, pinning verified, first error
  * propagation, arena capacity through --gpu-mem, flight recorder, non-blocking requests,
- * oversubscription. Rank threads only record; the test thread asserts. */
+ * oversubscription, the binding policy. Rank threads only record; the test thread asserts. */
+#define _GNU_SOURCE /* sched_getaffinity, the CPU_ macros */
 #include "../testutil.h"
+#include <sched.h>
 #include <check.h>
 #include <stdio.h>
 #include "core/arena.h"
@@ -44,6 +46,7 @@ START_TEST(contexts_match_placement)
     dl_world_opts o = opts(8);
     o.topology = "pack:2 l3:2 core:4 pu:1";
     o.nodes = DL_NODE_L3;
+    o.bind = DL_BIND_PU; /* the default binds oversubscribed worlds to packages */
     dl_world *w;
     ck_assert_int_eq(dl_world_run_keep(&o, who, &r, &w), DL_OK);
     const dl_placement *p = dl_world_placement(w);
@@ -255,6 +258,116 @@ START_TEST(oversubscribed_16)
 }
 END_TEST
 
+/* ---- binding: each rank thread's own affinity against the policy ---- */
+
+typedef struct {
+    int cpu[MAXR];
+    char cpus[MAXR][96];
+    cpu_set_t aff[MAXR];
+} bind_rec;
+
+static int where(dl_ctx *x, void *arg)
+{
+    bind_rec *b = arg;
+    int k = dl_ctx_rank(x);
+    b->cpu[k] = dl_ctx_cpu(x);
+    snprintf(b->cpus[k], sizeof b->cpus[k], "%s", dl_ctx_cpus(x));
+    return sched_getaffinity(0, sizeof b->aff[k], &b->aff[k]) ? DL_ESYS : DL_OK;
+}
+
+/* A cpu list ("0-3,8") as a set; 0 when it is not one. */
+static int parse_cpulist(const char *s, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    for (;;) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s)
+            return 0;
+        if (*end == '-')
+            b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b; c++) CPU_SET((int)c, set);
+        if (*end != ',')
+            return *end == 0;
+        s = end + 1;
+    }
+}
+
+static dl_world *run_bound(int n, int bind, bind_rec *b)
+{
+    memset(b, 0, sizeof *b);
+    dl_world_opts o = opts(n);
+    o.bind = bind;
+    dl_world *w;
+    ck_assert_int_eq(dl_world_run_keep(&o, where, b, &w), DL_OK);
+    return w;
+}
+
+START_TEST(binding_policy)
+{
+    cpu_set_t proc; /* the test thread's affinity, which an unbound rank keeps */
+    ck_assert_int_eq(sched_getaffinity(0, sizeof proc, &proc), 0);
+    int over = CPU_COUNT(&proc) + 1;
+    static bind_rec b;
+    /* fits: auto pins each rank to its own PU */
+    dl_world *w = run_bound(1, DL_BIND_AUTO, &b);
+    ck_assert_int_eq(dl_world_oversubscribed(w), 0);
+    int os = dl_world_placement(w)->os_pu[0];
+    ck_assert_int_eq(b.cpu[0], os);
+    ck_assert_int_eq(CPU_COUNT(&b.aff[0]), 1);
+    ck_assert(CPU_ISSET(os, &b.aff[0]));
+    ck_assert_int_eq(atoi(b.cpus[0]), os);
+    dl_world_destroy(w);
+    /* not bound: the process's cpus */
+    w = run_bound(1, DL_BIND_NONE, &b);
+    ck_assert_int_eq(b.cpu[0], -1);
+    ck_assert_str_eq(b.cpus[0], "any");
+    ck_assert(CPU_EQUAL(&b.aff[0], &proc));
+    dl_world_destroy(w);
+    if (over > MAXR) {
+        fprintf(stderr, "binding_policy: %d cpus, oversubscribed part skipped\n", over - 1);
+        return;
+    }
+    /* oversubscribed: auto binds to the package; on one package that is every allowed cpu */
+    w = run_bound(over, DL_BIND_AUTO, &b);
+    ck_assert_int_eq(dl_world_oversubscribed(w), 1);
+    dl_topo_summary sum;
+    dl_topo_get_summary(dl_world_topo(w), &sum);
+    for (int k = 0; k < over; k++) {
+        cpu_set_t listed;
+        ck_assert_int_eq(b.cpu[k], -1);
+        ck_assert_msg(parse_cpulist(b.cpus[k], &listed), "rank %d cpus '%s'", k, b.cpus[k]);
+        ck_assert_msg(CPU_EQUAL(&listed, &b.aff[k]), "rank %d: '%s' is not its affinity", k,
+                      b.cpus[k]);
+        ck_assert(CPU_ISSET(dl_world_placement(w)->os_pu[k], &b.aff[k]));
+        cpu_set_t both;
+        CPU_AND(&both, &b.aff[k], &proc);
+        ck_assert(CPU_EQUAL(&both, &b.aff[k])); /* within the process's cpus */
+        if (sum.packages == 1)
+            ck_assert(CPU_EQUAL(&b.aff[k], &proc));
+    }
+    dl_world_destroy(w);
+    /* the old behaviour on request: one PU each, oversubscribed too */
+    w = run_bound(over, DL_BIND_PU, &b);
+    for (int k = 0; k < over; k++) {
+        ck_assert_int_eq(b.cpu[k], dl_world_placement(w)->os_pu[k]);
+        ck_assert_int_eq(CPU_COUNT(&b.aff[k]), 1);
+    }
+    dl_world_destroy(w);
+}
+END_TEST
+
+START_TEST(binding_bad)
+{
+    dl_world_opts o = opts(2);
+    o.bind = DL_BIND_PACKAGE + 1;
+    ck_assert_int_eq(dl_world_run(&o, who, NULL), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "binding"));
+    o.bind = DL_BIND_AUTO - 1;
+    ck_assert_int_eq(dl_world_run(&o, who, NULL), DL_EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("world");
@@ -267,6 +380,8 @@ int main(void)
     tcase_add_test(tc, flight_recorder);
     tcase_add_test(tc, nonblocking_in_order);
     tcase_add_test(tc, oversubscribed_16);
+    tcase_add_test(tc, binding_policy);
+    tcase_add_test(tc, binding_bad);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
