@@ -20,12 +20,8 @@ static int bf_unit(bf_state *b, int u)
     const dl_zero_unit *z = &b->zr.u[u];
     dl_comm *c = b->e->mesh->dp_comm;
     size_t ss = 2, n = (size_t)b->zr.dp * z->shard, r = (size_t)b->zr.rank;
-    char *full = (char *)dl_gpt_grads(b->e->g) + z->lo * ss, *buf = full;
-    if (n != z->numel) {
-        memcpy(b->stg, full, z->numel * ss);
-        memset(b->stg + z->numel * ss, 0, (n - z->numel) * ss);
-        buf = b->stg;
-    }
+    char *full = (char *)dl_gpt_grads(b->e->g) + z->lo * ss;
+    char *buf = dl_zero_unit_staged(&b->zr, u, dl_gpt_grads(b->e->g), b->stg, (int)ss);
     char *mine = buf + r * z->shard * ss;
     int rc = dl_reduce_scatter(c, buf, mine, n, DL_BF16, DL_SUM, DL_PURPOSE_GRADS);
     if (rc == DL_OK)
@@ -39,17 +35,13 @@ static int bf_setup(void *st)
 {
     bf_state *b = st;
     tr_env *e = b->e;
-    int nu = dl_gpt_num_units(e->g), rc;
-    size_t *bounds = malloc(sizeof(size_t) * (size_t)(nu + 1));
-    if (!bounds)
-        return dl_error(DL_ENOMEM, "bf16 data parallelism: out of memory");
-    for (int u = 0; u <= nu; u++) bounds[u] = dl_gpt_unit_offset(e->g, u);
-    rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->dp, e->mesh->dp_rank);
+    int nu;
+    size_t *bounds;
+    int rc = tr_unit_bounds(e, &bounds, &nu);
+    if (rc == DL_OK)
+        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->dp, e->mesh->dp_rank);
     free(bounds);
-    int padded = 0;
-    for (int u = 0; rc == DL_OK && u < b->zr.n; u++)
-        padded |= b->zr.u[u].numel != (size_t)b->zr.dp * b->zr.u[u].shard;
-    if (rc == DL_OK && padded)
+    if (rc == DL_OK && dl_zero_units_padded(&b->zr))
         rc = dl_arena_alloc(dl_ctx_arena(e->ctx), DL_MEM_COMM, b->zr.max_padded * 2,
                             (void **)&b->stg);
     return rc;

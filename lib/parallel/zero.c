@@ -100,6 +100,25 @@ int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, in
     return DL_OK;
 }
 
+int dl_zero_units_padded(const dl_zero_units *z)
+{
+    int padded = 0;
+    for (int u = 0; u < z->n; u++) padded |= z->u[u].numel != (size_t)z->dp * z->u[u].shard;
+    return padded;
+}
+
+char *dl_zero_unit_staged(const dl_zero_units *z, int u, char *full, char *stg, int dsize)
+{
+    const dl_zero_unit *b = &z->u[u];
+    size_t ss = (size_t)dsize, n = (size_t)z->dp * b->shard;
+    char *src = full + b->lo * ss;
+    if (n == b->numel)
+        return src;
+    memcpy(stg, src, b->numel * ss);
+    memset(stg + b->numel * ss, 0, (n - b->numel) * ss);
+    return stg;
+}
+
 void dl_zero_units_free(dl_zero_units *z)
 {
     free(z->u);

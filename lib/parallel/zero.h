@@ -88,6 +88,13 @@ typedef struct dl_zero_units {
 /* bounds[0] = 0 < bounds[1] < ... < bounds[n] = P (n >= 1). DL_ENOMEM only. */
 int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank);
 void dl_zero_units_free(dl_zero_units *z);
+/* 1 when some unit is padded (d S_u > n_u): its collectives then need a staging unit of
+ * max_padded elements */
+int dl_zero_units_padded(const dl_zero_units *z);
+/* Unit u of the flat buffer `full` (elements of dsize bytes) as the d S_u elements a unit's
+ * collective takes: `full` + lo itself when the unit is not padded, else `stg` holding a copy of
+ * the unit with its padding zeroed. */
+char *dl_zero_unit_staged(const dl_zero_units *z, int u, char *full, char *stg, int dsize);
 
 #ifdef __cplusplus
 }

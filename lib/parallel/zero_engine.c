@@ -25,9 +25,7 @@ static int alloc_buffers(dl_zero_engine *z)
 {
     dl_arena *a = z->arena;
     size_t Sh = z->zu.shard, ss = (size_t)z->dsize;
-    int padded = 0, rc = DL_OK;
-    for (int u = 0; u < z->zu.n; u++)
-        padded |= z->zu.u[u].numel != (size_t)z->zu.dp * z->zu.u[u].shard;
+    int padded = dl_zero_units_padded(&z->zu), rc = DL_OK;
     if ((z->bf16 && (rc = dl_arena_alloc(a, DL_MEM_OPTIMIZER, Sh * 4, (void **)&z->master))) ||
         (z->stage >= 2 && (rc = dl_arena_alloc(a, DL_MEM_GRADS, Sh * ss, (void **)&z->gshard))) ||
         (z->stage == 3 && (rc = dl_arena_alloc(a, DL_MEM_PARAMS, Sh * ss, (void **)&z->pshard))) ||
@@ -93,15 +91,11 @@ static int rs_unit(dl_zero_engine *z, int u)
     const dl_zero_unit *b = &z->zu.u[u];
     size_t ss = (size_t)z->dsize, n = (size_t)z->zu.dp * b->shard, r = (size_t)z->zu.rank;
     char *full = (char *)z->grads + b->lo * ss;
-    if (n == b->numel)
-        return dl_reduce_scatter(z->comm, full, full + r * b->shard * ss, n, z->dt, DL_SUM,
-                                 DL_PURPOSE_GRADS);
-    memcpy(z->stg, full, b->numel * ss);
-    memset(z->stg + b->numel * ss, 0, (n - b->numel) * ss);
-    int rc = dl_reduce_scatter(z->comm, z->stg, z->stg + r * b->shard * ss, n, z->dt, DL_SUM,
+    char *buf = dl_zero_unit_staged(&z->zu, u, z->grads, z->stg, z->dsize);
+    int rc = dl_reduce_scatter(z->comm, buf, buf + r * b->shard * ss, n, z->dt, DL_SUM,
                                DL_PURPOSE_GRADS);
-    if (rc == DL_OK)
-        memcpy(full + r * b->shard * ss, z->stg + r * b->shard * ss, b->owned * ss);
+    if (rc == DL_OK && buf != full)
+        memcpy(full + r * b->shard * ss, buf + r * b->shard * ss, b->owned * ss);
     return rc;
 }
 

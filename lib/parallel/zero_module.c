@@ -84,18 +84,27 @@ static int shard_load(zm_state *s)
     return rc;
 }
 
+int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n)
+{
+    *n = dl_gpt_num_units(e->g);
+    *bounds = malloc(sizeof(size_t) * (size_t)(*n + 1));
+    if (!*bounds)
+        return dl_error(DL_ENOMEM, "training: the units' bounds: out of memory");
+    for (int u = 0; u <= *n; u++) (*bounds)[u] = dl_gpt_unit_offset(e->g, u);
+    return DL_OK;
+}
+
 /* After the model: the units, the engine's buffers, the parameters. */
 static int shard_setup(void *st)
 {
     zm_state *s = st;
     tr_env *e = s->e;
-    int nu = dl_gpt_num_units(e->g), rc;
-    size_t *bounds = malloc(sizeof(size_t) * (size_t)(nu + 1));
-    if (!bounds)
-        return dl_error(DL_ENOMEM, "training: out of memory");
-    for (int u = 0; u <= nu; u++) bounds[u] = dl_gpt_unit_offset(e->g, u);
-    rc = dl_zero_engine_setup(&s->z, bounds, nu, e->o->dp, e->mesh->dp_rank, dl_gpt_params(e->g),
-                              dl_gpt_grads(e->g), dl_ctx_arena(e->ctx));
+    int nu;
+    size_t *bounds;
+    int rc = tr_unit_bounds(e, &bounds, &nu);
+    if (rc == DL_OK)
+        rc = dl_zero_engine_setup(&s->z, bounds, nu, e->o->dp, e->mesh->dp_rank,
+                                  dl_gpt_params(e->g), dl_gpt_grads(e->g), dl_ctx_arena(e->ctx));
     free(bounds);
     if (rc)
         return rc;
