@@ -32,6 +32,8 @@ int dl__chain_reduce(dl_call *k, const void *sbuf, void *rbuf, size_t count, dl_
 
 /* alltoall.c, barrier.c */
 int dl__alltoall(dl_call *k, const void *sbuf, void *rbuf, size_t count, dl_dtype t);
+/* every outgoing link of k's member: what was lent to the peer (rendezvous) is back */
+int dl__flush_peers(dl_call *k);
 int dl__barrier(dl_call *k);
 /* alltoallv.c: the per-peer counts and displacements are q->v; sets q->agreed when every
  * member fails alike */

@@ -1,5 +1,6 @@
 /* All-to-all: one message per peer (never two on one link, so posting everything first cannot
- * block), then every peer's block received in turn. */
+ * block), then every peer's block received in turn, then every outgoing link flushed
+ * (dl__flush_peers, which alltoallv.c's two phases end with too). */
 #include "config.h"
 #include <string.h>
 #include "distlab.h"
@@ -35,9 +36,15 @@ int dl__alltoall(dl_call *k, const void *sbuf, void *rbuf, size_t count, dl_dtyp
             (rc = dl__recv(&p, (char *)rbuf + (size_t)from * bytes, count)))
             return rc;
     }
+    return dl__flush_peers(k);
+}
+
+int dl__flush_peers(dl_call *k)
+{
+    int n = k->c->sh->n, r = k->c->rank, rc;
     for (int d = 1; d < n; d++) {
-        dl_prims p;
-        if ((rc = dl__prims_open(&p, k, -1, dl__mod(r + d, n), t, DL_SUM)) ||
+        dl_prims p; /* the type is not read: a flush moves no elements */
+        if ((rc = dl__prims_open(&p, k, -1, dl__mod(r + d, n), DL_F64, DL_SUM)) ||
             (rc = dl__prims_flush(&p)))
             return rc;
     }

@@ -142,19 +142,6 @@ static int move_data(dl_call *k, const dl_request *q, const char *sbuf)
     return DL_OK;
 }
 
-/* Every outgoing link: what was lent (rendezvous) is back. */
-static int flush_all(dl_call *k)
-{
-    int n = k->c->sh->n, r = k->c->rank, rc;
-    for (int d = 1; d < n; d++) {
-        dl_prims p;
-        if ((rc = dl__prims_open(&p, k, -1, dl__mod(r + d, n), DL_F64, DL_SUM)) ||
-            (rc = dl__prims_flush(&p)))
-            return rc;
-    }
-    return DL_OK;
-}
-
 int dl__alltoallv(dl_call *k, dl_request *q)
 {
     dl_comm *c = k->c;
@@ -180,12 +167,12 @@ int dl__alltoallv(dl_call *k, dl_request *q)
         return rc;
     if ((rc = agree((const uint64_t *)scratch, n))) {
         /* every member holds the same matrix, so every member fails here: nothing to abort */
-        q->agreed = flush_all(k) == DL_OK;
+        q->agreed = dl__flush_peers(k) == DL_OK;
         return rc;
     }
     if ((rc = move_data(k, q, sbuf)))
         return rc;
-    return flush_all(k);
+    return dl__flush_peers(k);
 }
 
 int dl_alltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
