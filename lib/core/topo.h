@@ -61,9 +61,9 @@ void dl_placement_destroy(dl_placement *p);
 /* Bind the calling thread to the real OS cpu `os_pu` and return (in *actual) the cpu it is
  * running on afterwards (sched_getcpu), so that pinning is verified. */
 int dl_topo_bind_self(const dl_topo *t, int os_pu, int *actual);
-/* Bind the calling thread to every PU of the real package holding OS cpu `os_pu` (all allowed
- * PUs when hwloc shows no package), so that the kernel may move it off a busy cpu; `cpus` (may be
- * NULL) gets that set as a cpu list ("0-7", "any" on failure). */
+/* Move the calling thread to OS cpu `os_pu`, then bind it to every PU of the real package
+ * holding it (all allowed PUs when hwloc shows no package), so that the kernel may move it off a
+ * busy cpu; `cpus` (may be NULL) gets that set as a cpu list ("0-7", "any" on failure). */
 int dl_topo_bind_self_package(const dl_topo *t, int os_pu, char *cpus, size_t len);
 
 /* Parse "compact"/"scatter" and "package"/"numa"/"l3"/"fixed" (names used on command lines). */
