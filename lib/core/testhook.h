@@ -1,9 +1,10 @@
 /* Private test hook: the negative controls of the equivalence tests (tests/unit/train/test_train.c,
  * test_zero.c, test_pipe.c, test_gpt.c) make a run deliberately wrong, in a known way, to prove
  * that the comparisons fail when a layout is wrong. Compiled into the library but not installed
- * and not in the public headers (tests include it as "../lib/testhook.h"); off unless a test
- * sets it, and then read at two places only: the collectives' argument check (lib/coll/coll.c) and
- * the trainer after initialisation (lib/train/train.c).
+ * and not in the public headers (tests include it as "core/testhook.h"); off unless a test
+ * sets it, and then read at three places only: the collectives' argument check (lib/coll/check.c),
+ * the parameters after initialisation (lib/parallel/zero_module.c) and rd's transport
+ * (lib/coll/small.c; the collective tests force each of its two transports).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
@@ -29,9 +30,14 @@ typedef struct dl__test_hook {
     double perturb_rel;
     int perturb_rank;
     size_t perturb_index;
+    /* rd's transport (lib/coll/small.c): 0 as the world chooses, DL__RD_EXCHANGES its log2 n
+     * exchanges, DL__RD_ONE_ROUND every input in one round and rd's tree folded locally. */
+    int rd_transport;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;
+
+enum { DL__RD_EXCHANGES = 1, DL__RD_ONE_ROUND = 2 };
 
 /* Install h (NULL: off); its counters are reset. */
 void dl__test_hook_set(dl__test_hook *h);

@@ -146,6 +146,10 @@ struct dl_world {
     int n;
     int oversub;
     int bind; /* the dl_bind_kind in force (DL_BIND_AUTO resolved) */
+    /* rd's small all-reduces gather every input in one round instead of log2 n exchanges
+     * (oversubscribed, where each exchange waits for the scheduler; one process: every member
+     * must agree) */
+    int rd_one_round;
     dl_topo *topo;
     dl_placement *place;
     struct dl_ctx *ctxs;

@@ -471,6 +471,7 @@ int dl_world_run_keep(const dl_world_opts *o, dl_rank_fn fn, void *arg, dl_world
     w->oversub = (w->mpi ? (w->hi - w->lo) * dl_mpi_host_size() : w->n) > dl_topo_real_pus(w->topo);
     int mode = o->wait_mode >= 0 ? o->wait_mode : (w->oversub ? DL_WAIT_YIELD : DL_WAIT_SPIN);
     w->bind = o->bind != DL_BIND_AUTO ? o->bind : w->oversub ? DL_BIND_PACKAGE : DL_BIND_PU;
+    w->rd_one_round = w->oversub && !w->mpi;
 
     w->ctxs = calloc((size_t)w->n, sizeof *w->ctxs);
     w->threads = calloc((size_t)w->n, sizeof *w->threads);
