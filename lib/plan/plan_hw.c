@@ -196,16 +196,11 @@ int dl_plan_hw_parse(const char *text, const char *origin, dl_plan_hw *hw)
         case K_INTRA_LAT: h.intra_lat = x; break;
         case K_INTER_LAT: h.inter_lat = x; break;
         case K_GPN:
+        case K_RANKS: /* counts: whole numbers */
             if (x != floor(x) || x < 1 || x > 1e6)
-                return dl_error(DL_EINVAL, "%s:%d: gpus_per_node: '%s' is not a positive integer",
-                                origin, lineno, val);
-            h.gpus_per_node = (int)x;
-            break;
-        case K_RANKS:
-            if (x != floor(x) || x < 1 || x > 1e6)
-                return dl_error(DL_EINVAL, "%s:%d: ranks: '%s' is not a positive integer", origin,
-                                lineno, val);
-            h.ranks = (int)x;
+                return dl_error(DL_EINVAL, "%s:%d: %s: '%s' is not a positive integer", origin,
+                                lineno, key, val);
+            *(k == K_GPN ? &h.gpus_per_node : &h.ranks) = (int)x;
             break;
         case K_FLOPS1: h.flops_alone = x; break;
         case K_P2P_BW: h.p2p_bw = x; break;
