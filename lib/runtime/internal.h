@@ -108,8 +108,7 @@ typedef struct dl_progress {
 struct dl_ctx {
     dl_world *w;
     int rank;
-    int cpu;       /* the PU the rank thread was pinned to, -1: not pinned to one */
-    char cpus[96]; /* the cpus it may run on (dl_ctx_cpus) */
+    int cpu; /* the PU the rank thread was pinned to, -1: not pinned to one */
     int node;
     dl_arena *arena;
     dl_comm *world_comm;
@@ -130,6 +129,7 @@ struct dl_ctx {
     unsigned long test_reductions; /* reductions of the test hook's purpose started (testhook.h) */
 
     dl_progress prog;
+    char cpus[96]; /* the cpus it may run on (dl_ctx_cpus); last: the hot fields keep their lines */
 };
 
 /* The transport between the processes of a world that spans several: links to ranks in other
@@ -145,11 +145,6 @@ struct dl_world {
     dl_world_opts opts;
     int n;
     int oversub;
-    int bind; /* the dl_bind_kind in force (DL_BIND_AUTO resolved) */
-    /* rd's small all-reduces gather every input in one round instead of log2 n exchanges
-     * (oversubscribed, where each exchange waits for the scheduler; one process: every member
-     * must agree) */
-    int rd_one_round;
     dl_topo *topo;
     dl_placement *place;
     struct dl_ctx *ctxs;
@@ -175,6 +170,11 @@ struct dl_world {
     const dl_remote_ops *remote; /* the transport between processes (NULL: one process) */
     int nprocs, proc, lo, hi;
     pthread_mutex_t hier_mu;
+    int bind; /* the dl_bind_kind in force (DL_BIND_AUTO resolved) */
+    /* rd's small all-reduces gather every input in one round instead of log2 n exchanges
+     * (oversubscribed, where each exchange waits for the scheduler; one process: every member
+     * must agree) */
+    int rd_one_round;
 };
 
 static inline int dl__local(const dl_world *w, int rank) { return rank >= w->lo && rank < w->hi; }
