@@ -19,8 +19,8 @@
 #define RD_FOLD_BYTES 32768 /* rd's one-round partials, on the stack */
 
 /* Every member's input in src[] (src[r] = sbuf; the others held in in[] until gather_done). */
-static int gather(dl_call *k, const void *sbuf, size_t count, dl_dtype t, dl_redop op,
-                  const void **src, dl_prims *in)
+static inline int gather(dl_call *k, const void *sbuf, size_t count, dl_dtype t, dl_redop op,
+                         const void **src, dl_prims *in)
 {
     int n = k->c->sh->n, r = k->c->rank, rc;
     for (int d = 1; d < n; d++) {
@@ -39,7 +39,7 @@ static int gather(dl_call *k, const void *sbuf, size_t count, dl_dtype t, dl_red
     return DL_OK;
 }
 
-static int gather_done(dl_call *k, dl_prims *in)
+static inline int gather_done(dl_call *k, dl_prims *in)
 {
     int n = k->c->sh->n, r = k->c->rank, rc;
     for (int d = 1; d < n; d++)
