@@ -467,15 +467,13 @@ int dl_topo_bind_self_package(const dl_topo *t, int os_pu, char *cpus, size_t le
 {
     if (cpus && len)
         snprintf(cpus, len, "any");
-    hwloc_obj_t pu;
-    int rc = real_pu(t, os_pu, &pu);
-    if (rc)
-        return rc;
     /* Start on os_pu, where placement put the rank, then widen: threads bound to the package
      * from the start began unevenly spread (8 ranks on 2 cores: 8.8 us per 8-byte all-reduce
      * against 6.2 us pinned, and 6.2 us started on their PU). */
-    if (hwloc_set_cpubind(t->real, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0)
-        return dl_error(DL_ESYS, "bind: binding this thread to cpu %d: %s", os_pu, strerror(errno));
+    int rc = dl_topo_bind_self(t, os_pu, NULL);
+    if (rc)
+        return rc;
+    hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(t->real, (unsigned)os_pu);
     hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t->real, HWLOC_OBJ_PACKAGE, pu);
     hwloc_const_cpuset_t set = pkg ? pkg->cpuset : hwloc_topology_get_allowed_cpuset(t->real);
     if (hwloc_set_cpubind(t->real, set, HWLOC_CPUBIND_THREAD) != 0)
