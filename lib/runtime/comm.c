@@ -82,7 +82,7 @@ int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared
     sh->w = w;
     sh->world_ranks = malloc(sizeof(int) * (size_t)n);
     sh->links = calloc((size_t)n * (size_t)n, sizeof *sh->links);
-    sh->entered = calloc((size_t)n, sizeof *sh->entered);
+    sh->entered = aligned_alloc(64, (size_t)n * sizeof *sh->entered);
     if (!sh->world_ranks || !sh->links || !sh->entered) {
         free(sh->world_ranks);
         free(sh->links);
@@ -92,7 +92,7 @@ int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared
     }
     memcpy(sh->world_ranks, world_ranks, sizeof(int) * (size_t)n);
     for (int i = 0; i < n * n; i++) atomic_init(&sh->links[i], NULL);
-    for (int i = 0; i < n; i++) atomic_init(&sh->entered[i], 0);
+    for (int i = 0; i < n; i++) atomic_init(&sh->entered[i].seq, 0);
     int nlocal =
         n; /* a world spanning processes: each process has its own record for its members */
     for (int i = 0; i < n; i++) nlocal -= !dl__local(w, world_ranks[i]);

@@ -114,7 +114,7 @@ void dl__op_begin(dl_comm *c, int op, size_t count, int dtype, int peer)
     uint64_t seq = coll ? ++c->seq : c->seq;
     uint64_t now = coarse_now_ns();
     if (coll)
-        atomic_store_explicit(&c->sh->entered[c->rank], seq, memory_order_relaxed);
+        atomic_store_explicit(&c->sh->entered[c->rank].seq, seq, memory_order_relaxed);
     atomic_store_explicit(&x->cur_peer, peer, memory_order_relaxed);
     atomic_store_explicit(&x->cur_sh, c->sh, memory_order_relaxed);
     atomic_store_explicit(&x->cur_seq, seq, memory_order_relaxed);
@@ -179,7 +179,7 @@ static void watchdog_check(dl_world *w)
             /* MPI worlds: only this process's members are known here */
             if (w->mpi && !dl__local(w, sh->world_ranks[m]))
                 continue;
-            if (atomic_load_explicit(&sh->entered[m], memory_order_relaxed) < seq) {
+            if (atomic_load_explicit(&sh->entered[m].seq, memory_order_relaxed) < seq) {
                 if (len < sizeof missing - 16)
                     len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                                             nmiss ? ", " : "", sh->world_ranks[m]);
