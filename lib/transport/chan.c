@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -78,7 +79,6 @@ static inline void cpu_relax(void)
  * calibrated once against CLOCK_MONOTONIC (over >= 1 ms, each end a tick read bracketed by two
  * clock reads at most 1 us apart: error <= 0.2%). Elsewhere, or if calibration fails, dl_now_ns. */
 static double ns_per_tick; /* 0: the waits read dl_now_ns */
-static pthread_once_t tick_once = PTHREAD_ONCE_INIT;
 
 #if defined(__x86_64__)
 static int tick_stamp(uint64_t *ns, uint64_t *tick)
@@ -128,6 +128,46 @@ static inline uint64_t wait_elapsed(uint64_t t0)
     return ns_per_tick > 0 ? (uint64_t)((double)(t1 - t0) * ns_per_tick) : t1 - t0;
 }
 
+/* The publisher's store-then-check and the sleeper's flag-then-re-check form a Dekker pair, so
+ * that a wake-up cannot be missed. Both sides used seq_cst (a full fence each); the publisher's
+ * fence sits on every message's path and drains its store buffer there. With membarrier's
+ * private expedited command (Linux >= 4.14) the pair becomes asymmetric: the publisher orders its
+ * store and its check by the compiler only, and a sleeper, before its re-check, has the kernel run
+ * a full barrier on every running thread of the process (membarrier(2): a compiler barrier on the
+ * fast side and membarrier on the slow side give the guarantee of a fence on both), so at least
+ * one of the two loads sees the other's store. Without it, seq_cst on both sides as before. */
+static int asym_fence; /* 1: membarrier registered, publishers use no fence */
+
+static void chan_init_once(void)
+{
+    tick_calibrate();
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        asym_fence = 1;
+}
+static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
+
+/* Publisher: store v to *word, then tell whether the other side sleeps on it. */
+static inline int publish(atomic_uint *word, uint32_t v, atomic_int *sleep_flag)
+{
+    if (!asym_fence) {
+        atomic_store(word, v);
+        return atomic_load(sleep_flag);
+    }
+    atomic_store_explicit(word, v, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    return atomic_load_explicit(sleep_flag, memory_order_relaxed);
+}
+
+/* Sleeper: raise the flag, then order it before the re-check of the word, on both sides. */
+static inline void announce_sleep(atomic_int *sleep_flag)
+{
+    atomic_store(sleep_flag, 1);
+    if (asym_fence)
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+}
+
 static void futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
 {
     struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
@@ -142,7 +182,7 @@ static void futex_wake(atomic_uint *word)
 /* Wait until *word has reached `target` (free-running counters: (int32)(word - target) >= 0).
  * Spins (or yields) first, then sleeps on the futex with a bounded timeout so that an abort is
  * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
- * the publisher's store-then-check (both seq_cst). */
+ * the publisher's store-then-check (publish / announce_sleep). */
 static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
                       const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps)
 {
@@ -166,7 +206,7 @@ static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag
                 sched_yield();
             continue;
         }
-        atomic_store(sleep_flag, 1);
+        announce_sleep(sleep_flag);
         if (atomic_load(word) == v) {
             futex_wait(word, v, 20 * 1000 * 1000);
             slept = 1;
@@ -208,8 +248,7 @@ static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
     c->p_head = h + 1;
     l->stats.bytes_sent += m->bytes;
     l->stats.msgs_sent++;
-    atomic_store(&s->seq, h + 1); /* seq_cst: ordered before the sleep-flag load below */
-    if (atomic_load(&c->head_sleep))
+    if (publish(&s->seq, h + 1, &c->head_sleep))
         futex_wake(&s->seq);
     return DL_OK;
 }
@@ -258,8 +297,7 @@ static int chan_release(dl_link *l)
         return dl_error(DL_EINVAL, "channel %d->%d: release without an acquired message", l->src,
                         l->dst);
     c->c_tail++;
-    atomic_store(&c->tail, c->c_tail); /* seq_cst: ordered before the sleep-flag load */
-    if (atomic_load(&c->tail_sleep))
+    if (publish(&c->tail, c->c_tail, &c->tail_sleep))
         futex_wake(&c->tail);
     return DL_OK;
 }
@@ -353,7 +391,7 @@ static const dl_link_ops chan_ops = {
 int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes)
 {
     *out = NULL;
-    pthread_once(&tick_once, tick_calibrate);
+    pthread_once(&chan_once, chan_init_once);
     if (nslots < 2 || (nslots & (nslots - 1)))
         return dl_error(DL_EINVAL, "channel %d->%d: slot count %d is not a power of two >= 2", src,
                         dst, nslots);
