@@ -59,8 +59,6 @@ int dl_alltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, cons
 /* Returns once every member has entered it. */
 int dl_barrier(dl_comm *c);
 
-/* A non-blocking collective in flight. */
-typedef struct dl_request dl_request;
 /* Non-blocking forms of the collectives above: *req completes through dl_wait / dl_test. */
 int dl_iallreduce(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, dl_dtype t,
                   dl_redop op, dl_purpose p, dl_request **req);
@@ -75,7 +73,8 @@ int dl_ibroadcast(dl_comm *c, const void *sendbuf, void *recvbuf, size_t count, 
 int dl_ialltoallv(dl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
                   void *recvbuf, const size_t *recvcounts, const size_t *rdispls, dl_dtype t,
                   dl_purpose p, dl_request **req);
-/* Wait for completion, free the request and return its status (NULL: DL_OK). */
+/* Wait for completion of a request (a non-blocking collective, dl_isend or dl_irecv), free it
+ * and return its status (NULL: DL_OK). */
 int dl_wait(dl_request *req);
 /* *done = 1 when complete (then call dl_wait to collect the status and free it). */
 int dl_test(dl_request *req, int *done);

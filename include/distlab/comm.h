@@ -100,24 +100,35 @@ void dl_comm_reset_stats(dl_comm *c);
 
 /* Point-to-point (comm ranks). dl_send returns when the receiver holds the data (small
  * messages: when it is copied). Messages between a pair arrive in order. Like a blocking
- * collective, a point-to-point call made while non-blocking collectives are pending on the rank
+ * collective, a point-to-point call made while non-blocking requests are pending on the rank
  * runs after them (every call below). */
 int dl_send(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 int dl_recv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, dl_purpose p);
 
-/* Non-blocking send (the pipeline's hand-offs): inline and eager messages are copied at once,
- * larger ones are lent, so buf must stay unchanged until dl_send_wait(c, peer, *ticket) returns
- * or dl_send_test reports it done. Blocks only while the link's ring is full. `tag` must equal
- * the receiver's (dl_recv_tag; DL_EMISMATCH otherwise): messages between a pair still arrive in
- * posting order, the tag only catches a receiver expecting a different one. dl_send and dl_recv
- * use tag 0. */
+/* A non-blocking operation in flight: a collective's (coll.h), dl_isend's or dl_irecv's. */
+typedef struct dl_request dl_request;
+/* Non-blocking send (the pipeline's hand-offs): *req completes through dl_wait / dl_test (like
+ * a non-blocking collective's) once the receiver has taken the message; until then buf must stay
+ * unchanged (large messages are lent, not copied). With nothing pending on the rank it posts at
+ * once and blocks only while the link's ring is full; otherwise it queues behind the pending
+ * requests. `tag` must equal the receiver's (dl_recv_tag / dl_irecv; DL_EMISMATCH otherwise):
+ * messages between a pair still arrive in posting order, the tag only catches a receiver
+ * expecting a different one. dl_send and dl_recv use tag 0. Errors found at once (bad
+ * arguments, a failed post) are returned with *req = NULL. */
 int dl_isend(dl_comm *c, const void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p,
-             uint64_t *ticket);
-int dl_send_test(dl_comm *c, int peer, uint64_t ticket, int *done);
-int dl_send_wait(dl_comm *c, int peer, uint64_t ticket);
+             dl_request **req);
+/* Non-blocking receive: *req completes through dl_wait / dl_test once buf holds the message.
+ * Receives from one peer match that peer's messages in the order they were started; a receive
+ * and the collectives on its communicator count in the order started (a collective first
+ * finishes the receives started before it). An irecv waiting for its message holds up nothing
+ * started after it; the world's abort or timeout completes it with DL_EABORT / DL_ETIMEOUT. */
+int dl_irecv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p,
+             dl_request **req);
+/* Blocking receive with a tag (dl_isend's). */
 int dl_recv_tag(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag, dl_purpose p);
 /* After a failure in the caller's own work: abort the world and wait until no peer still reads
- * a buffer this rank lent on c (dl_isend), so that the caller may free it. */
+ * a buffer this rank lent on c (dl_isend), so that the caller may free it (its requests still
+ * need their dl_wait, which then reports the abort). */
 void dl_comm_fail(dl_comm *c);
 
 /* The mesh: world = pp x dp x tp (x ep inside dp), tp fastest. */

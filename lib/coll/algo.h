@@ -63,8 +63,19 @@ void dl__fail_and_drain(dl_comm *c);
 /* the links' drain for c's outgoing links */
 void dl__drain_links(dl_comm *c);
 
-/* p2p.c: run a send or receive request */
+/* p2p.c: run a send or receive request on the calling thread */
 int dl__run_p2p(dl_request *q);
+/* an isend posted on the caller's thread (dl_request.own): poll it, wait for it */
+int dl__p2p_own_test(dl_request *q);
+int dl__p2p_own_wait(dl_request *q);
+/* the caller's own isends as a queue chain (*head .. *tail, oldest first); returns how many */
+int dl__p2p_hand_over(dl_progress *p, dl_request **head, dl_request **tail);
+/* the communication thread: start a queued point-to-point request (1: poll it, 0: complete with
+ * *rc), poll its list once (returns how many completed), and before a collective on c finish
+ * the receives c's links owe */
+int dl__p2p_start(dl_request *q, dl_request *poll, int *rc);
+int dl__p2p_poll(dl_progress *p);
+void dl__p2p_settle(dl_progress *p, dl_comm *c);
 
 /* check.c */
 int dl__check_common(dl_comm *c, const char *what, dl_dtype t, int need_op, dl_redop op);
@@ -78,5 +89,8 @@ int dl__prepare(dl_request *q, int kind, dl_comm *c, const void *sbuf, void *rbu
 int dl__submit_blocking(dl_request *q);
 /* queue a copy of proto on the rank's communication thread */
 int dl__submit_async(const dl_request *proto, dl_request **req);
+/* queue q itself; complete q with status rc (wakes dl_wait) */
+int dl__progress_enqueue(dl_request *q);
+void dl__progress_complete(dl_request *q, int rc);
 
 #endif

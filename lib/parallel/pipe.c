@@ -7,14 +7,12 @@
 #include "distlab/pipe.h"
 #include "distlab/trace.h"
 
-/* One staging buffer: a copy of an outgoing hand-off, lent to the receiver until its ticket is
- * released. Buffers are reused once done, so a stage holds about as many as it has sends in
- * flight (1F1B: p - s; GPipe: up to m). */
+/* One staging buffer: a copy of an outgoing hand-off, lent to the receiver until its send
+ * request completes. Buffers are reused once done, so a stage holds about as many as it has
+ * sends in flight (1F1B: p - s; GPipe: up to m). */
 typedef struct staging {
     void *buf;
-    dl_comm *comm;
-    int peer;
-    uint64_t ticket;
+    dl_request *req; /* the send in flight (busy) */
     int busy;
 } staging;
 
@@ -75,7 +73,7 @@ void dl_pipe_destroy(dl_pipe *e)
         return;
     for (int i = 0; i < e->nst; i++) {
         if (e->st[i].busy)
-            dl_send_wait(e->st[i].comm, e->st[i].peer, e->st[i].ticket);
+            dl_wait(e->st[i].req);
         if (e->arena)
             dl_arena_free(e->arena, e->st[i].buf);
         else
@@ -95,10 +93,14 @@ static int staging_get(dl_pipe *e, staging **out)
     for (int i = 0; i < e->nst; i++) {
         staging *s = &e->st[i];
         if (s->busy) {
-            int done, rc = dl_send_test(s->comm, s->peer, s->ticket, &done);
+            int done, rc = dl_test(s->req, &done);
             if (rc)
                 return rc;
-            s->busy = !done;
+            if (done) {
+                s->busy = 0;
+                if ((rc = dl_wait(s->req)))
+                    return rc;
+            }
         }
         if (!s->busy) {
             *out = s;
@@ -135,10 +137,8 @@ static int send_handoff(dl_pipe *e, dl_comm *c, int peer, int tag, const void *d
     if (rc)
         return rc;
     memcpy(s->buf, data, e->bytes);
-    if ((rc = dl_isend(c, s->buf, e->count, e->t, peer, tag, DL_PURPOSE_ACTIVATIONS, &s->ticket)))
+    if ((rc = dl_isend(c, s->buf, e->count, e->t, peer, tag, DL_PURPOSE_ACTIVATIONS, &s->req)))
         return rc;
-    s->comm = c;
-    s->peer = peer;
     s->busy = 1;
     return DL_OK;
 }
@@ -147,10 +147,10 @@ static int drain_sends(dl_pipe *e)
 {
     for (int i = 0; i < e->nst; i++)
         if (e->st[i].busy) {
-            int rc = dl_send_wait(e->st[i].comm, e->st[i].peer, e->st[i].ticket);
+            e->st[i].busy = 0;
+            int rc = dl_wait(e->st[i].req);
             if (rc)
                 return rc;
-            e->st[i].busy = 0;
         }
     return DL_OK;
 }
@@ -278,7 +278,14 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
         /* the staging buffers may be lent: make sure nobody reads them before they are reused */
         dl_comm_fail(e->act_comm);
         dl_comm_fail(e->grad_comm);
-        for (int k = 0; k < e->nst; k++) e->st[k].busy = 0;
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", dl_errmsg());
+        for (int k = 0; k < e->nst; k++)
+            if (e->st[k].busy) { /* the requests report the abort: the stage's error stays */
+                e->st[k].busy = 0;
+                dl_wait(e->st[k].req);
+            }
+        dl_error(rc, "%s", keep);
     }
     return rc;
 }

@@ -220,12 +220,14 @@ static int pp_tie_sync(pipe_state *s)
     const dl_tensor_info *t = &l->t[s->stage == 0 ? 0 : l->ntensors - 1];
     int peer = s->stage == 0 ? s->p - 1 : 0, rc;
     char *g = (char *)dl_gpt_grads(s->e->g) + t->offset * (size_t)s->e->pr.dsize;
-    uint64_t ticket;
+    dl_request *send;
     if ((rc = dl_isend(s->e->mesh->pp_comm, g, t->numel, s->e->pr.dt, peer, 77, DL_PURPOSE_GRADS,
-                       &ticket)) ||
-        (rc = dl_recv_tag(s->e->mesh->pp_comm, s->tie_buf, t->numel, s->e->pr.dt, peer, 77,
-                          DL_PURPOSE_GRADS)) ||
-        (rc = dl_send_wait(s->e->mesh->pp_comm, peer, ticket)))
+                       &send)))
+        return rc;
+    rc = dl_recv_tag(s->e->mesh->pp_comm, s->tie_buf, t->numel, s->e->pr.dt, peer, 77,
+                     DL_PURPOSE_GRADS);
+    int rc2 = dl_wait(send); /* freed either way; the first error is the one reported */
+    if (rc || (rc = rc2))
         return rc;
     s->e->pr.acc(g, s->tie_buf, t->numel);
     return DL_OK;

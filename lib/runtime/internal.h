@@ -88,8 +88,6 @@ struct dl_request {
     dl_redop op;
     int root; /* point-to-point: the peer */
     dl_purpose p;
-    int tag;          /* point-to-point */
-    uint64_t *ticket; /* isend: where its ticket goes (NULL: a blocking send, flushed) */
     int status;
     char errmsg[512];
     atomic_int done;
@@ -97,6 +95,14 @@ struct dl_request {
     /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (lib/coll/alltoallv.c) */
     const size_t *v[4];
     int agreed; /* the call failed alike on every member (alltoallv's count check): no abort */
+    /* point-to-point (lib/coll/p2p.c) */
+    int tag;
+    int nb;              /* dl_isend / dl_irecv: on the heap, freed by dl_wait */
+    int posted;          /* a send whose message is on its link */
+    int own;             /* an isend posted on the caller's thread, which polls it (not queued) */
+    dl_link *link;       /* a posted send's link */
+    uint64_t until;      /* a posted send is done once its link released this many messages */
+    atomic_ullong wait0; /* when the caller began waiting for it (the timeout counts from here) */
     struct dl_request *next;
 };
 
@@ -108,7 +114,9 @@ typedef struct dl_progress {
     pthread_cond_t cv;      /* new work or stop */
     pthread_cond_t done_cv; /* a request completed */
     dl_request *head, *tail;
-    atomic_int pending; /* requests queued or running */
+    dl_request *poll;   /* point-to-point requests the thread started and polls (p2p.c) */
+    dl_request *mine;   /* isends posted on the rank's own thread, not yet waited for */
+    atomic_int pending; /* requests queued, running or polled */
     int stop;
 } dl_progress;
 

@@ -85,14 +85,14 @@ void dl__world_abort(dl_world *w)
                 l->ops->wake(l);
         }
     pthread_mutex_unlock(&w->reg_mu);
+    /* every rank's queue wakes (its mutex exists from the start; `started` belongs to the rank,
+     * which may be starting its thread just now, and a broadcast nobody waits for is harmless) */
     for (int r = 0; r < w->n; r++) {
         dl_progress *p = &w->ctxs[r].prog;
-        if (p->started) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_broadcast(&p->cv);
-            pthread_cond_broadcast(&p->done_cv);
-            pthread_mutex_unlock(&p->mu);
-        }
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
     }
 }
 

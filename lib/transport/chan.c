@@ -290,6 +290,13 @@ static int chan_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     return DL_OK;
 }
 
+static int chan_ready(dl_link *l)
+{
+    chan *c = (chan *)l;
+    slot_hdr *s = &c->hdr[c->c_acq & c->mask];
+    return atomic_load_explicit(&s->seq, memory_order_acquire) == c->c_acq + 1;
+}
+
 static int chan_release(dl_link *l)
 {
     chan *c = (chan *)l;
@@ -379,6 +386,7 @@ static void chan_destroy(dl_link *l)
 static const dl_link_ops chan_ops = {
     .post = chan_post,
     .acquire = chan_acquire,
+    .ready = chan_ready,
     .release = chan_release,
     .flush = chan_flush,
     .drain = chan_drain,

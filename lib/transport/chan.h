@@ -74,6 +74,9 @@ typedef struct dl_link_ops {
     /* Receiver: wait for the next message not yet acquired; m->data points at its bytes,
      * valid until the matching release. Several may be acquired before releasing (FIFO). */
     int (*acquire)(dl_link *l, dl_msg *m, const dl_waiter *w);
+    /* Receiver: nonzero when the next message not yet acquired has arrived, so that acquire
+     * will not wait for it (never waits itself; what the point-to-point requests poll). */
+    int (*ready)(dl_link *l);
     /* Receiver: release the oldest acquired message (its slot returns to the sender). */
     int (*release)(dl_link *l);
     /* Sender: wait until the receiver released every lent (rendezvous) message, so the sender may
@@ -108,6 +111,7 @@ static inline int dl_link_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
 {
     return l->ops->acquire(l, m, w);
 }
+static inline int dl_link_ready(dl_link *l) { return l->ops->ready(l); }
 static inline int dl_link_release(dl_link *l) { return l->ops->release(l); }
 static inline int dl_link_flush(dl_link *l, const dl_waiter *w) { return l->ops->flush(l, w); }
 static inline uint64_t dl_link_released(dl_link *l) { return l->ops->released(l); }

@@ -435,6 +435,8 @@ typedef struct mlink {
     uint64_t r_acq, r_rel;
     int pre_on; /* a receive for message r_acq's header is already posted (pre_rq) */
     MPI_Request pre_rq;
+    int pre_done; /* ml_ready saw pre_rq complete: pre_st holds its status */
+    MPI_Status pre_st;
     int broken; /* a receive was abandoned: its buffers may still be written, never free them */
 } mlink;
 
@@ -536,8 +538,9 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     } else if ((rc = post_header(ml, ml->r_acq, &rq))) {
         return rc;
     }
-    rc = recv_wait(ml, &rq, &st, w);
-    if (rc)
+    if (ml->pre_done)
+        st = ml->pre_st, ml->pre_done = 0;
+    else if ((rc = recv_wait(ml, &rq, &st, w)))
         return rc;
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
@@ -582,6 +585,25 @@ static int ml_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     l->stats.bytes_recv += h.bytes;
     l->stats.msgs_recv++;
     return DL_OK;
+}
+
+/* The next header's receive goes up here if it is not yet; a header that arrived is kept for
+ * acquire. Anything wrong answers "ready", and acquire then reports it. */
+static int ml_ready(dl_link *l)
+{
+    mlink *ml = (mlink *)l;
+    if (ml->sender || ml->broken || ml->r_acq - ml->r_rel == ml->nslots || ml->pre_done)
+        return 1;
+    if (!ml->pre_on) {
+        if (post_header(ml, ml->r_acq, &ml->pre_rq))
+            return 1;
+        ml->pre_on = 1;
+    }
+    int flag = 0;
+    if (MPI_Test(&ml->pre_rq, &flag, &ml->pre_st) != MPI_SUCCESS)
+        return 1;
+    ml->pre_done = flag;
+    return flag;
 }
 
 static int ml_release(dl_link *l)
@@ -694,7 +716,8 @@ static void ml_destroy(dl_link *l)
         for (uint32_t i = 0; i < ml->nslots && !leak; i++) free(ml->s[i].buf);
         free(ml->s);
     } else if (ml->r) {
-        if (ml->pre_on) { /* the next header's receive, posted ahead: withdraw it */
+        if (ml->pre_on &&
+            !ml->pre_done) { /* the next header's receive, posted ahead: withdraw it */
             MPI_Cancel(&ml->pre_rq);
             if (poll_req(&ml->pre_rq, MPI_STATUS_IGNORE, NULL, 0, 1000000000ull, NULL, NULL))
                 ml->broken = 1;
@@ -711,6 +734,7 @@ static void ml_destroy(dl_link *l)
 static const dl_link_ops mpi_link_ops = {
     .post = ml_post,
     .acquire = ml_acquire,
+    .ready = ml_ready,
     .release = ml_release,
     .flush = ml_flush,
     .drain = ml_drain,

@@ -1142,14 +1142,13 @@ static int nb_rank(dl_ctx *ctx, void *argp)
      * isend to r + 1 and a receive from r - 1, then blocking ones, even ranks sending first) */
     if (n > 1) {
         int to = (r + 1) % n, from = (r + n - 1) % n;
-        uint64_t ticket = 0;
+        dl_request *sreq = NULL;
         NBCHK(dl_iallreduce(c, x, a->p2p_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &req),
               "E: iallreduce");
-        NBCHK(dl_isend(c, x2, NB_COUNT, DL_F32, to, 7, DL_PURPOSE_ACTIVATIONS, &ticket),
-              "E: isend");
+        NBCHK(dl_isend(c, x2, NB_COUNT, DL_F32, to, 7, DL_PURPOSE_ACTIVATIONS, &sreq), "E: isend");
         NBCHK(dl_recv_tag(c, a->p2p_tag[r], NB_COUNT, DL_F32, from, 7, DL_PURPOSE_ACTIVATIONS),
               "E: recv_tag");
-        NBCHK(dl_send_wait(c, to, ticket), "E: send_wait");
+        NBCHK(dl_wait(sreq), "E: wait for the isend");
         NBCHK(dl_iallreduce(c, x, a->p2p_nb[r], NB_COUNT, DL_F32, DL_SUM, DL_PURPOSE_GRADS, &q[0]),
               "E: iallreduce 2");
         if (r % 2 == 0)
