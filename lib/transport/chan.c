@@ -160,12 +160,13 @@ static inline int publish(atomic_uint *word, uint32_t v, atomic_int *sleep_flag)
     return atomic_load_explicit(sleep_flag, memory_order_relaxed);
 }
 
-/* Sleeper: raise the flag, then order it before the re-check of the word, on both sides. */
-static inline void announce_sleep(atomic_int *sleep_flag)
+/* Sleeper: raise the flag, then order it before the re-check of the word, on both sides. 0 if that
+ * ordering is not guaranteed (membarrier failed, say in a child forked after registering): the
+ * caller then sleeps briefly only, so a missed wake-up costs at most that. */
+static inline int announce_sleep(atomic_int *sleep_flag)
 {
     atomic_store(sleep_flag, 1);
-    if (asym_fence)
-        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    return !asym_fence || syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
 static void futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
@@ -206,9 +207,9 @@ static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag
                 sched_yield();
             continue;
         }
-        announce_sleep(sleep_flag);
+        long sleep_ns = announce_sleep(sleep_flag) ? 20 * 1000 * 1000 : 50 * 1000;
         if (atomic_load(word) == v) {
-            futex_wait(word, v, 20 * 1000 * 1000);
+            futex_wait(word, v, sleep_ns);
             slept = 1;
         }
         atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
