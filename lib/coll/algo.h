@@ -65,7 +65,10 @@ void dl__drain_links(dl_comm *c);
 
 /* p2p.c: run a send or receive request on the calling thread */
 int dl__run_p2p(dl_request *q);
-/* an isend posted on the caller's thread (dl_request.own): poll it, wait for it */
+/* an isend posted / irecv kept on the caller's thread (dl_request.own): poll it, wait for it;
+ * whether the caller keeps an irecv (a blocking call then queues, so that it cannot wait while
+ * its own receive owes the peer progress) */
+int dl__p2p_own_recvs(const dl_progress *p);
 int dl__p2p_own_test(dl_request *q);
 int dl__p2p_own_wait(dl_request *q);
 /* the caller's own isends as a queue chain (*head .. *tail, oldest first); returns how many */

@@ -1,7 +1,8 @@
 /* Point-to-point: sends and receives as requests on the collectives' machinery, so that one
  * owner at a time drives a rank's link ends. With nothing pending on the rank they run on the
  * caller's thread: a blocking call at once, dl_isend posts at once and the caller polls the
- * link's released count, dl_irecv completes at once when its message is already there. Otherwise
+ * link's released count, dl_irecv waits in the caller's list (dl_test polls its link, dl_wait
+ * receives; a blocking call made meanwhile hands the list to the communication thread). Otherwise
  * they queue on the rank's communication thread (progress.c), which never waits on one: it posts
  * sends, keeps the unfinished ones in its poll list (a receive until its link has a message, a
  * send until its link released it) and polls them between collectives; a collective first
@@ -119,27 +120,84 @@ int dl_recv_tag(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int t
 
 /* ---- non-blocking: dl_isend, dl_irecv ---- */
 
+/* Whether a post to peer would find a free slot (posts wait only for one). */
+static int ring_room(dl_comm *c, int peer, int *rc)
+{
+    dl_link *l;
+    if ((*rc = dl__link(c, c->rank, peer, &l)))
+        return 0;
+    return l->stats.msgs_sent - dl_link_released(l) < (uint64_t)c->ctx->w->opts.nslots;
+}
+
 /* Whether the rank's own thread drives its links now (nothing queued, running or polled). */
 static int caller_owns(const dl_comm *c)
 {
     return atomic_load_explicit(&c->ctx->prog.pending, memory_order_acquire) == 0;
 }
 
-/* Run at once on the caller's thread (done: the request is complete), or queue. */
+static void unlink_mine(dl_progress *p, const dl_request *q)
+{
+    for (dl_request **pp = &p->mine; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            return;
+        }
+}
+
+/* Run an own receive on the caller's thread: it leaves the caller's list complete (dl_wait and
+ * dl_test then find it done). */
+static int own_recv_run(dl_progress *p, dl_request *q)
+{
+    unlink_mine(p, q);
+    q->own = 0;
+    int rc = dl__run_p2p(q);
+    q->status = rc;
+    if (rc)
+        snprintf(q->errmsg, sizeof q->errmsg, "%s", dl_errmsg());
+    atomic_store_explicit(&q->done, 1, memory_order_release);
+    return rc;
+}
+
+/* Run the own receives of q's link up to q, oldest first (mine is newest first); with
+ * `only_ready`, only while their messages are there (or the world aborted). 1: q is complete. */
+static int own_recv_finish(dl_progress *p, dl_request *q, int only_ready)
+{
+    for (;;) {
+        dl_request *old = NULL;
+        for (dl_request *e = p->mine; e; e = e->next)
+            if (e->kind == OP_RECV && e->c == q->c && e->root == q->root)
+                old = e;
+        if (!old) /* q already ran */
+            return 1;
+        dl_link *l;
+        atomic_int *af = q->c->ctx->waiter.abort_flag;
+        if (only_ready && dl__link(q->c, q->root, q->c->rank, &l) == DL_OK && !dl_link_ready(l) &&
+            !(af && atomic_load_explicit(af, memory_order_relaxed)))
+            return 0;
+        own_recv_run(p, old);
+        if (old == q)
+            return 1;
+    }
+}
+
+/* Run at once on the caller's thread, or queue. The caller keeps what it ran (an isend until its
+ * link released it, an irecv until its message came) in its own list, polled by dl_test and
+ * completed by dl_wait on this thread, and hands the list to the communication thread when it
+ * next queues something. */
 static int nb_start(dl_request *q, int now, dl_request **req)
 {
     atomic_init(&q->done, 0);
     q->next = NULL;
-    int rc = now ? dl__run_p2p(q) : dl__progress_enqueue(q);
+    int rc = !now ? dl__progress_enqueue(q) : q->kind == OP_SEND ? dl__run_p2p(q) : DL_OK;
     if (rc) {
         free(q);
         return rc;
     }
-    if (now && q->kind == OP_SEND) { /* the caller polls it (handed over when it queues) */
+    if (now) {
         dl_progress *p = &q->c->ctx->prog;
         q->own = 1, q->next = p->mine, p->mine = q;
-    } else if (now) {
-        atomic_store_explicit(&q->done, 1, memory_order_release);
+        if (q->kind == OP_RECV) /* at once when its message is already there */
+            own_recv_finish(p, q, 1);
     }
     *req = q;
     return DL_OK;
@@ -160,14 +218,15 @@ static int nb_p2p(dl_comm *c, int kind, void *buf, size_t count, dl_dtype t, int
         free(q);
         return rc;
     }
+    /* the caller may not wait for a slot while it keeps receives the peer may need first */
     int now = caller_owns(c);
-    dl_link *l;
-    if (now && kind == OP_RECV) /* at once only when the message is already there */
-        now = (rc = dl__link(c, peer, c->rank, &l)) == DL_OK && dl_link_ready(l);
-    if (rc) {
-        rc = p2p_fail(q, rc);
-        free(q);
-        return rc;
+    if (now && kind == OP_SEND && dl__p2p_own_recvs(&c->ctx->prog) && !ring_room(c, peer, &rc)) {
+        if (rc) {
+            rc = p2p_fail(q, rc);
+            free(q);
+            return rc;
+        }
+        now = 0;
     }
     return nb_start(q, now, req);
 }
@@ -184,18 +243,32 @@ int dl_irecv(dl_comm *c, void *buf, size_t count, dl_dtype t, int peer, int tag,
     return nb_p2p(c, OP_RECV, buf, count, t, peer, tag, p, req);
 }
 
-/* ---- an isend the caller polls (dl_wait / dl_test come here for it) ---- */
+/* ---- what the caller polls (dl_wait / dl_test come here for it) ---- */
 
-int dl__p2p_own_test(dl_request *q) { return dl_link_released(q->link) >= q->until; }
+int dl__p2p_own_recvs(const dl_progress *p)
+{
+    for (const dl_request *e = p->mine; e; e = e->next)
+        if (e->kind == OP_RECV)
+            return 1;
+    return 0;
+}
+
+int dl__p2p_own_test(dl_request *q)
+{
+    if (q->kind == OP_RECV)
+        return own_recv_finish(&q->c->ctx->prog, q, 1);
+    return dl_link_released(q->link) >= q->until;
+}
 
 int dl__p2p_own_wait(dl_request *q)
 {
     dl_progress *p = &q->c->ctx->prog;
-    for (dl_request **pp = &p->mine; *pp; pp = &(*pp)->next)
-        if (*pp == q) {
-            *pp = q->next;
-            break;
-        }
+    if (q->kind == OP_RECV) {
+        own_recv_finish(p, q, 0);
+        int rc = q->status;
+        return rc ? dl_error(rc, "%s", q->errmsg) : DL_OK;
+    }
+    unlink_mine(p, q);
     dl_link *l = q->link;
     if (dl_link_released(l) >= q->until)
         return DL_OK;
@@ -207,7 +280,7 @@ int dl__p2p_own_wait(dl_request *q)
     return rc ? p2p_fail(q, rc) : DL_OK;
 }
 
-/* The caller's isends go to the communication thread ahead of what it queues next. */
+/* The caller's own requests go to the communication thread ahead of what it queues next. */
 int dl__p2p_hand_over(dl_progress *p, dl_request **head, dl_request **tail)
 {
     int n = 0;
@@ -241,13 +314,11 @@ static int earlier_on_link(const dl_request *list, const dl_request *q)
 /* Post q unless its link's ring is full (the thread never waits for a slot); 1 when posted. */
 static int try_post(dl_request *q, int *rc)
 {
-    dl_comm *c = q->c;
-    dl_link *l;
-    if ((*rc = dl__link(c, c->rank, q->root, &l)))
-        return 1;
-    if (l->stats.msgs_sent - dl_link_released(l) >= (uint64_t)c->ctx->w->opts.nslots)
+    int room = ring_room(q->c, q->root, rc);
+    if (!room && !*rc)
         return 0;
-    *rc = run_p2p(q, 0);
+    if (!*rc)
+        *rc = run_p2p(q, 0);
     return 1;
 }
 

@@ -112,7 +112,7 @@ void dl__progress_stop(dl_ctx *x)
     p->started = 0;
 }
 
-/* Queue q (after the caller's own isends, which the thread polls from now on). */
+/* Queue q (after the caller's own requests, which the thread polls from now on). */
 int dl__progress_enqueue(dl_request *q)
 {
     dl_ctx *x = q->c->ctx;
@@ -161,7 +161,8 @@ static int wait_req(dl_request *q)
 /* Run now on this thread, or behind the pending non-blocking requests of this rank. */
 int dl__submit_blocking(dl_request *q)
 {
-    if (atomic_load_explicit(&q->c->ctx->prog.pending, memory_order_acquire) == 0)
+    dl_progress *p = &q->c->ctx->prog;
+    if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0 && !dl__p2p_own_recvs(p))
         return dl__run_op(q);
     int rc = dl__progress_enqueue(q);
     return rc ? rc : wait_req(q);
