@@ -2,9 +2,10 @@
  * test_zero.c, test_pipe.c, test_gpt.c) make a run deliberately wrong, in a known way, to prove
  * that the comparisons fail when a layout is wrong. Compiled into the library but not installed
  * and not in the public headers (tests include it as "core/testhook.h"); off unless a test
- * sets it, and then read at three places only: the collectives' argument check (lib/coll/check.c),
- * the parameters after initialisation (lib/parallel/zero_module.c) and rd's transport
- * (lib/coll/small.c; the collective tests force each of its two transports).
+ * sets it, and then read at four places only: the collectives' argument check (lib/coll/check.c),
+ * the parameters after initialisation (lib/parallel/zero_module.c), rd's transport
+ * (lib/coll/small.c; the collective tests force each of its two transports) and the channel's
+ * fallbacks (lib/transport/chan.c, at configuration only; tests/unit/transport/test_chan_fallback.c).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
@@ -33,11 +34,19 @@ typedef struct dl__test_hook {
     /* rd's transport (lib/coll/small.c): 0 as the world chooses, DL__RD_EXCHANGES its log2 n
      * exchanges, DL__RD_ONE_ROUND every input in one round and rd's tree folded locally. */
     int rd_transport;
+    /* The channel's fallbacks to force (DL__CHAN_*, or-ed; 0: as the machine allows), read by
+     * lib/transport/chan.c when its first channel is created and by dl__chan_test_configure
+     * (transport/chan.h), which tests call after setting and after clearing the hook. */
+    int chan_fallbacks;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;
 
 enum { DL__RD_EXCHANGES = 1, DL__RD_ONE_ROUND = 2 };
+/* DL__CHAN_SEQ_CST: no membarrier, a full fence on both sides of the futex Dekker pair;
+ * DL__CHAN_MB_FAILS: publishers without a fence and every sleeper's membarrier failing, so it
+ * sleeps 50 us at a time; DL__CHAN_NO_TSC: waits timed with dl_now_ns instead of the TSC. */
+enum { DL__CHAN_SEQ_CST = 1, DL__CHAN_MB_FAILS = 2, DL__CHAN_NO_TSC = 4 };
 
 /* Install h (NULL: off); its counters are reset. */
 void dl__test_hook_set(dl__test_hook *h);

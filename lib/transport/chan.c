@@ -23,6 +23,7 @@
 #include <x86intrin.h>
 #endif
 #include "distlab.h"
+#include "core/testhook.h"
 #include "transport/chan.h"
 
 /* One slot header: exactly one cache line. The consumer polls the slot's own sequence word,
@@ -137,16 +138,41 @@ static inline uint64_t wait_elapsed(uint64_t t0)
  * fast side and membarrier on the slow side give the guarantee of a fence on both), so at least
  * one of the two loads sees the other's store. Without it, seq_cst on both sides as before. */
 static int asym_fence; /* 1: membarrier registered, publishers use no fence */
+/* The sleepers' membarrier command; the test hook's DL__CHAN_MB_FAILS makes it one the kernel
+ * rejects (EINVAL), the path of a sleeper whose membarrier fails. */
+static int sleep_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
 
-static void chan_init_once(void)
+/* The clock and the fence, as the machine allows, less the fallbacks the private test hook
+ * (core/testhook.h) forces; read here only, when no channel is in use. */
+static void chan_configure(void)
 {
-    tick_calibrate();
+    const dl__test_hook *h = dl__test_hook_get();
+    int force = h ? h->chan_fallbacks : 0;
+    ns_per_tick = 0;
+    if (!(force & DL__CHAN_NO_TSC))
+        tick_calibrate();
+    asym_fence = 0;
+    sleep_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
+    if (force & DL__CHAN_MB_FAILS) {
+        asym_fence = 1;
+        sleep_cmd = 1 << 30; /* no such command */
+        return;
+    }
     long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+    if (!(force & DL__CHAN_SEQ_CST) && cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
         asym_fence = 1;
 }
 static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
+
+int dl__chan_test_configure(void)
+{
+    pthread_once(&chan_once, chan_configure);
+    chan_configure();
+    return (asym_fence ? 0 : DL__CHAN_SEQ_CST) |
+           (sleep_cmd != MEMBARRIER_CMD_PRIVATE_EXPEDITED ? DL__CHAN_MB_FAILS : 0) |
+           (ns_per_tick > 0 ? 0 : DL__CHAN_NO_TSC);
+}
 
 /* Publisher: store v to *word, then tell whether the other side sleeps on it. */
 static inline int publish(atomic_uint *word, uint32_t v, atomic_int *sleep_flag)
@@ -166,7 +192,7 @@ static inline int publish(atomic_uint *word, uint32_t v, atomic_int *sleep_flag)
 static inline int announce_sleep(atomic_int *sleep_flag)
 {
     atomic_store(sleep_flag, 1);
-    return !asym_fence || syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+    return !asym_fence || syscall(SYS_membarrier, sleep_cmd, 0, 0) == 0;
 }
 
 static void futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
@@ -400,7 +426,7 @@ static const dl_link_ops chan_ops = {
 int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes)
 {
     *out = NULL;
-    pthread_once(&chan_once, chan_init_once);
+    pthread_once(&chan_once, chan_configure);
     if (nslots < 2 || (nslots & (nslots - 1)))
         return dl_error(DL_EINVAL, "channel %d->%d: slot count %d is not a power of two >= 2", src,
                         dst, nslots);

@@ -125,6 +125,11 @@ static inline int dl_link_wait_released(dl_link *l, uint64_t n, const dl_waiter 
 int dl_chan_create(dl_link **out, int src, int dst, int nslots, size_t eager_bytes);
 void dl_link_destroy(dl_link *l);
 
+/* Tests only: re-read the private test hook's channel fallbacks (core/testhook.h) from the
+ * test's thread while no channel is in use, and return the DL__CHAN_* fallbacks now in force
+ * (those forced, and those the machine imposes). */
+int dl__chan_test_configure(void);
+
 /* How a rank's threads wait (lib/runtime/world.c). */
 const dl_waiter *dl_ctx_waiter(const dl_ctx *c);
 
