@@ -4,6 +4,8 @@
 # the median per figure with its range. Each round: 2 ranks at 8 B and 1 MiB, the --dram sizes,
 # 8 ranks at 8 B, and 3 ranks at 8 B and 1 MiB while one external CPU-bound process spins.
 # Usage (from a build directory): SRC/docs/peers-goals.sh [rounds=6]
+# PEERS_GOALS_KEEP=DIR keeps every run's raw output in DIR. Besides the medians it prints each
+# round's hop and key figures: hosts that switch cache-transfer modes show it there.
 # Needs an MPI (apt-get install openmpi-bin libopenmpi-dev) and python3; MPICC and MPIRUN choose
 # another MPI. About 40 s per round on an idle 2-core machine (minutes when it is loaded).
 set -euo pipefail
@@ -13,7 +15,8 @@ B=./apps/distlab-bench
 [ -x "$B" ] || { echo "run from a build directory (./apps/distlab-bench not found)" >&2; exit 2; }
 command -v "${MPICC:-mpicc}" >/dev/null || { echo "no ${MPICC:-mpicc}: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "no python3" >&2; exit 2; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -n "${PEERS_GOALS_KEEP:-}" ]; then tmp=$PEERS_GOALS_KEEP; mkdir -p "$tmp"
+else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
 "${MPICC:-mpicc}" -O2 "$peers/mpi_coll.c" -o "$tmp/mpi_coll"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 M="${MPIRUN:-mpirun}"
@@ -63,6 +66,11 @@ for r in range(1, R + 1):
         a, _ = dl(f"d3.{r}", s); t = mp(f"m3.{r}", s)[0]
         add(f"3r+spinner {s} B dl us", a["time_us"]); add(f"3r+spinner {s} B mpi us", t)
         add(f"3r+spinner {s} B dl/mpi", a["time_us"] / t)
+keys = ["hop_ns", "2r 8B dl hops", "2r 8B dl/mpi", "2r 1M dl % copy", "2r 128M dl % dram",
+        "8r 8B dl/mpi", "3r+spinner 8 B dl/mpi"]
+print("# per round: " + " | ".join(k for k in keys if k in rows))
+for r in range(R):
+    print(f"round {r + 1:2d}: " + " | ".join(f"{rows[k][r]:.4g}" for k in keys if k in rows))
 print(f"# medians over {R} rounds (min - max); ratios per round, then their median")
 for k, v in rows.items():
     print(f"{k:28s} {statistics.median(v):10.4g}   ({min(v):.4g} - {max(v):.4g})")
