@@ -8,7 +8,7 @@
 int dl__prims_open(dl_prims *p, dl_call *k, int from, int to, dl_dtype t, dl_redop op)
 {
     int r = k->c->rank, rc;
-    *p = (dl_prims){.k = k, .t = t, .op = op, .es = dl_dtype_size(t)};
+    *p = (dl_prims){.k = k, .t = t, .op = op, .es = dl__dtype_size(t)};
     if (to >= 0 && (rc = dl__xfer_link(k, r, to, &p->out)))
         return rc;
     if (from >= 0 && (rc = dl__xfer_link(k, from, r, &p->in)))

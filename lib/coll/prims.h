@@ -50,14 +50,24 @@ uint32_t dl__fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t 
 dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op, size_t count,
                  int root, dl_purpose p);
 /* the link from member src to member dst of the call's communicator */
-int dl__xfer_link(dl_call *k, int src, int dst, dl_link **l);
+static inline int dl__xfer_link(dl_call *k, int src, int dst, dl_link **l)
+{
+    return dl__link(k->c, src, dst, l);
+}
 int dl__xfer_post(dl_call *k, dl_link *l, const void *data, size_t bytes);
 /* the next message; DL_EMISMATCH unless it carries the call's fingerprint and `bytes` bytes */
 int dl__xfer_acquire(dl_call *k, dl_link *l, size_t bytes, const void **data);
 int dl__xfer_release(dl_call *k, dl_link *l);
 int dl__xfer_flush(dl_call *k, dl_link *l);
 
-static inline int dl__mod(int a, int n) { return ((a % n) + n) % n; }
+/* a mod n in [0, n). The callers' a (a member plus or minus a distance below n) lie in [-n, 2n),
+ * where one compare does it: the two divisions of the general case sat on the 8-byte
+ * all-reduce's path (the one-shot's peers, before its post and after its receive). */
+static inline int dl__mod(int a, int n)
+{
+    int m = a < 0 ? a + n : a >= n ? a - n : a;
+    return m >= 0 && m < n ? m : ((a % n) + n) % n;
+}
 
 /* ---- named prims (prims.c); counts in elements ---- */
 

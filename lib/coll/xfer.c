@@ -33,8 +33,6 @@ dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op, 
                      p};
 }
 
-int dl__xfer_link(dl_call *k, int src, int dst, dl_link **l) { return dl__link(k->c, src, dst, l); }
-
 static int crosses_nodes(const dl_call *k, const dl_link *l)
 {
     const int *node = k->c->ctx->w->place->node;

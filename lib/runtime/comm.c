@@ -13,15 +13,7 @@ static const char *purpose_names[DL_NPURPOSES] = {"grads", "params", "activation
                                                   "other"};
 static const char *algo_names[DL_NALGOS] = {"auto", "ring", "oneshot", "rd", "hier"};
 
-size_t dl_dtype_size(dl_dtype t)
-{
-    switch (t) {
-    case DL_F32: return 4;
-    case DL_F64: return 8;
-    case DL_BF16: return 2;
-    default: return 0;
-    }
-}
+size_t dl_dtype_size(dl_dtype t) { return dl__dtype_size(t); }
 const char *dl_dtype_name(dl_dtype t) { return (unsigned)t < DL_NDTYPES ? dtype_names[t] : "?"; }
 const char *dl_redop_name(dl_redop op) { return (unsigned)op < DL_NREDOPS ? redop_names[op] : "?"; }
 const char *dl_purpose_name(dl_purpose p)
@@ -131,8 +123,9 @@ int dl__comm_create(dl_comm_shared *sh, int rank, dl_ctx *ctx, dl_comm **out)
     return DL_OK;
 }
 
-/* Link from member src to member dst, created by whichever end needs it first. */
-int dl__link(dl_comm *c, int src, int dst, dl_link **out)
+/* Link from member src to member dst, created by whichever end needs it first (dl__link looked
+ * first; another member may have created it since). */
+int dl__link_create(dl_comm *c, int src, int dst, dl_link **out)
 {
     dl_comm_shared *sh = c->sh;
     _Atomic(dl_link *) *slot = &sh->links[(size_t)src * (size_t)sh->n + (size_t)dst];

@@ -209,7 +209,29 @@ void dl__op_end(dl_comm *c, int status);
 int dl__shared_create(dl_world *w, int n, const int *world_ranks, dl_comm_shared **out);
 void dl__shared_unref(dl_comm_shared *sh);
 int dl__comm_create(dl_comm_shared *sh, int rank, dl_ctx *ctx, dl_comm **out);
-int dl__link(dl_comm *c, int src, int dst, dl_link **out);
+/* the link from member src to member dst of c, created by whichever end needs it first; the
+ * lookup of an existing one inline (it is on every collective's path, before its first post) */
+int dl__link_create(dl_comm *c, int src, int dst, dl_link **out);
+static inline int dl__link(dl_comm *c, int src, int dst, dl_link **out)
+{
+    dl_comm_shared *sh = c->sh;
+    dl_link *l = atomic_load_explicit(&sh->links[(size_t)src * (size_t)sh->n + (size_t)dst],
+                                      memory_order_acquire);
+    if (!l)
+        return dl__link_create(c, src, dst, out);
+    *out = l;
+    return DL_OK;
+}
+/* dl_dtype_size, inline for the collectives' paths */
+static inline size_t dl__dtype_size(dl_dtype t)
+{
+    switch (t) {
+    case DL_F32: return 4;
+    case DL_F64: return 8;
+    case DL_BF16: return 2;
+    default: return 0;
+    }
+}
 int dl__scratch(dl_comm *c, size_t bytes, void **out);
 
 /* coll.c */
