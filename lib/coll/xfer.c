@@ -33,12 +33,6 @@ dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op, 
                      p};
 }
 
-static int crosses_nodes(const dl_call *k, const dl_link *l)
-{
-    const int *node = k->c->ctx->w->place->node;
-    return node[l->src] != node[l->dst];
-}
-
 int dl__xfer_post(dl_call *k, dl_link *l, const void *data, size_t bytes)
 {
     dl_msg m = {data, bytes, k->check};
@@ -52,7 +46,7 @@ int dl__xfer_post(dl_call *k, dl_link *l, const void *data, size_t bytes)
         return rc;
     st->bytes_sent[k->p] += bytes;
     st->msgs_sent++;
-    if (crosses_nodes(k, l))
+    if (l->inter)
         st->bytes_sent_inter += bytes;
     return DL_OK;
 }
@@ -77,7 +71,7 @@ int dl__xfer_acquire(dl_call *k, dl_link *l, size_t bytes, const void **data)
     }
     st->bytes_recv[k->p] += bytes;
     st->msgs_recv++;
-    if (crosses_nodes(k, l))
+    if (l->inter)
         st->bytes_recv_inter += bytes;
     *data = m.data;
     return DL_OK;

@@ -143,6 +143,7 @@ int dl__link_create(dl_comm *c, int src, int dst, dl_link **out)
                  : w->remote->link_create(w, c->cid, ws, wd, &l);
     if (rc)
         return rc;
+    l->inter = w->place->node[l->src] != w->place->node[l->dst];
     dl_link *expected = NULL;
     if (!atomic_compare_exchange_strong_explicit(slot, &expected, l, memory_order_acq_rel,
                                                  memory_order_acquire)) {

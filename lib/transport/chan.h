@@ -101,6 +101,8 @@ struct dl_link {
     dl_link_stats stats; /* sender fields written by the sender, receiver fields by the receiver;
                           * 64-byte aligned: allocate links with posix_memalign */
     int src, dst;        /* world ranks */
+    int inter;           /* src and dst on different nodes (set by the communicator that
+                          * creates the link, before it is shared): the inter-node counters */
 };
 
 static inline int dl_link_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
