@@ -37,8 +37,10 @@ int dl__prepare(dl_request *q, int kind, dl_comm *c, const void *sbuf, void *rbu
     if (rc || (rc = dl__check_purpose(what, p)))
         return rc;
     int n = c->sh->n, r = c->rank;
-    size_t es = dl_dtype_size(t);
-    if (count > (SIZE_MAX / 4) / (es * (size_t)n)) /* = (SIZE_MAX / 4) / es / n, one division */
+    size_t es = dl__dtype_size(t), bytes;
+    /* count > (SIZE_MAX / 4) / (es * n) without the division (a 64-bit one on every call): for
+     * integers count > floor(M / k) exactly when count * k > M */
+    if (__builtin_mul_overflow(count, es * (size_t)n, &bytes) || bytes > SIZE_MAX / 4)
         return dl_error(DL_EINVAL, "%s: count %zu too large", what, count);
     size_t sneed = count, rneed = count; /* elements each buffer must hold */
     if (kind == OP_REDUCE_SCATTER || kind == OP_ALLGATHER) {

@@ -85,14 +85,15 @@ static int run_alone(const dl_request *q)
 }
 
 /* The all-reduce: `auto` picks by size and members; the hierarchical one takes over the ring
- * where it fits (forced `hier` runs it wherever it fits, the ring elsewhere). */
+ * where it fits (forced `hier` runs it wherever it fits, the ring elsewhere), so its test is
+ * asked only where the ring was chosen (not on the small all-reduces' path). */
 static int run_allreduce(dl_call *k, const dl_request *q, dl_algo *algo)
 {
     dl_comm *c = q->c;
-    int hier = (c->algo == DL_ALGO_AUTO || c->algo == DL_ALGO_HIER) && dl__hier_fits(c);
     *algo = c->algo == DL_ALGO_HIER ? DL_ALGO_RING
-                                    : dl__choose_allreduce(c, q->count * dl_dtype_size(q->t));
-    if (hier && *algo == DL_ALGO_RING) {
+                                    : dl__choose_allreduce(c, q->count * dl__dtype_size(q->t));
+    if (*algo == DL_ALGO_RING && (c->algo == DL_ALGO_AUTO || c->algo == DL_ALGO_HIER) &&
+        dl__hier_fits(c)) {
         *algo = DL_ALGO_HIER;
         return dl__hier_allreduce(k, q->sbuf, q->rbuf, q->count, q->t, q->op);
     }

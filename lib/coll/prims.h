@@ -45,10 +45,35 @@ typedef struct dl_call {
     dl_purpose p;   /* the byte counters' purpose */
 } dl_call;
 
-uint32_t dl__fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t count, int root);
-/* the call for operation `opcode` number `seq` on c */
-dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op, size_t count,
-                 int root, dl_purpose p);
+static inline uint64_t dl__rotl64(uint64_t x, int k) { return x << k | x >> (64 - k); }
+
+/* The call's fields mixed into 64 bits, folded to 32. Each field's product with an odd constant
+ * is a bijection of it, so calls differing in one field differ in the xor of the three; the
+ * final xorshift-multiply is a bijection too. The three products are independent (one
+ * multiply's latency instead of a chain of six: ~5 ns less on every call). */
+static inline uint32_t dl__fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t count,
+                                       int root)
+{
+    uint64_t small = (uint64_t)(uint32_t)root << 32 | (uint64_t)(op & 0xff) << 16 |
+                     (uint64_t)(t & 0xff) << 8 | (uint64_t)(rop & 0xff);
+    uint64_t h = seq * 0x9e3779b97f4a7c15ull ^
+                 dl__rotl64((uint64_t)count * 0xff51afd7ed558ccdull, 21) ^
+                 dl__rotl64(small * 0xc4ceb9fe1a85ec53ull, 42);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* the call for operation `opcode` number `seq` on c (inline, like the fingerprint: both are on
+ * every call's path before its first post) */
+static inline dl_call dl__call(dl_comm *c, int opcode, uint64_t seq, dl_dtype t, dl_redop op,
+                               size_t count, int root, dl_purpose p)
+{
+    return (dl_call){c, &c->ctx->waiter, opcode, dl__fingerprint(opcode, seq, t, op, count, root),
+                     p};
+}
+
 /* the link from member src to member dst of the call's communicator */
 static inline int dl__xfer_link(dl_call *k, int src, int dst, dl_link **l)
 {

@@ -158,11 +158,13 @@ static int wait_req(dl_request *q)
     return rc;
 }
 
-/* Run now on this thread, or behind the pending non-blocking requests of this rank. */
+/* Run now on this thread, or behind the pending non-blocking requests of this rank (the caller's
+ * own receives looked for only where it keeps own requests at all). */
 int dl__submit_blocking(dl_request *q)
 {
     dl_progress *p = &q->c->ctx->prog;
-    if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0 && !dl__p2p_own_recvs(p))
+    if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0 &&
+        (!p->mine || !dl__p2p_own_recvs(p)))
         return dl__run_op(q);
     int rc = dl__progress_enqueue(q);
     return rc ? rc : wait_req(q);
