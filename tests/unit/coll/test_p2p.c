@@ -58,14 +58,27 @@ static int note(targ *a, int r, int rc, const char *what)
             return note(a, r, rc_, what);                                                          \
     } while (0)
 
+/* The ring tests' rank (many, mixed): declares what CK and the test use, a and r, and the
+ * ring's neighbours: r sends to `to` = r + 1 and receives from `from` = r - 1 (of n). */
+#define RING_RANK(x, arg)                                                                          \
+    targ *a = (arg);                                                                               \
+    dl_comm *c = dl_ctx_comm(x);                                                                   \
+    int r = dl_ctx_rank(x), n = dl_ctx_size(x), to = (r + 1) % n, from = (r + n - 1) % n
+
 static void check_buf(targ *a, int r, const double *b, int from, int tag, size_t n)
 {
     a->bad[r] += wrong(b, from, tag, n);
     a->checked[r]++;
 }
 
-static void assert_clean(const targ *a, int n, int want_checked)
+/* Run fn on n ranks with a->flag = flag: the world and every rank succeed, no rank found a
+ * wrong element, and each checked at least want_checked buffers. */
+static void run_clean(targ *a, dl_rank_fn fn, int n, int flag, int want_checked)
 {
+    memset(a, 0, sizeof *a);
+    atomic_init(&a->flag, flag);
+    int rc = tu_run_world(n, fn, a);
+    ck_assert_msg(rc == DL_OK, "%s: %s", dl_strstatus(rc), dl_errmsg());
     for (int r = 0; r < n; r++) {
         ck_assert_msg(a->status[r] == DL_OK, "rank %d: %s", r, a->msg[r]);
         ck_assert_msg(a->bad[r] == 0, "rank %d: %d wrong", r, a->bad[r]);
@@ -112,9 +125,7 @@ static int pairs_rank(dl_ctx *x, void *arg)
 START_TEST(t_pairs)
 {
     targ a;
-    memset(&a, 0, sizeof a);
-    ck_assert_int_eq(tu_run_world(2, pairs_rank, &a), DL_OK);
-    assert_clean(&a, 2, 3 * NSIZES);
+    run_clean(&a, pairs_rank, 2, 0, 3 * NSIZES);
 }
 END_TEST
 
@@ -124,10 +135,7 @@ END_TEST
 
 static int many_rank(dl_ctx *x, void *arg)
 {
-    targ *a = arg;
-    dl_comm *c = dl_ctx_comm(x);
-    int r = dl_ctx_rank(x), n = dl_ctx_size(x);
-    int to = (r + 1) % n, from = (r + n - 1) % n;
+    RING_RANK(x, arg);
     static double out[MAXN][NMANY][20000], in[MAXN][NMANY][20000];
     dl_request *rq[NMANY], *sq[NMANY];
     for (int i = 0; i < NMANY; i++) {
@@ -150,12 +158,8 @@ static int many_rank(dl_ctx *x, void *arg)
 
 START_TEST(t_many)
 {
-    int n = 2 + _i; /* 2 and 3 ranks (a ring: everyone sends to r + 1) */
     targ a;
-    memset(&a, 0, sizeof a);
-    int rc = tu_run_world(n, many_rank, &a);
-    ck_assert_msg(rc == DL_OK, "%s: %s", dl_strstatus(rc), dl_errmsg());
-    assert_clean(&a, n, NMANY);
+    run_clean(&a, many_rank, 2 + _i, 0, NMANY); /* 2 and 3 ranks (a ring: r sends to r + 1) */
 }
 END_TEST
 
@@ -165,10 +169,7 @@ END_TEST
 
 static int mixed_rank(dl_ctx *x, void *arg)
 {
-    targ *a = arg;
-    dl_comm *c = dl_ctx_comm(x);
-    int r = dl_ctx_rank(x), n = dl_ctx_size(x);
-    int to = (r + 1) % n, from = (r + n - 1) % n;
+    RING_RANK(x, arg);
     static double out[MAXN][3][20000], in[MAXN][3][20000], cin[MAXN][NCOLL], cout[MAXN][2][NCOLL];
     for (int i = 0; i < NCOLL; i++) cin[r][i] = pval(r, 0, (size_t)i);
     for (int k = 0; k < 3; k++) {
@@ -217,11 +218,8 @@ static int mixed_rank(dl_ctx *x, void *arg)
 
 START_TEST(t_mixed)
 {
-    int n = 2 + _i;
     targ a;
-    memset(&a, 0, sizeof a);
-    ck_assert_int_eq(tu_run_world(n, mixed_rank, &a), DL_OK);
-    assert_clean(&a, n, 4);
+    run_clean(&a, mixed_rank, 2 + _i, 0, 4);
 }
 END_TEST
 
@@ -273,10 +271,7 @@ static int poll_rank(dl_ctx *x, void *arg)
 START_TEST(t_poll)
 {
     targ a;
-    memset(&a, 0, sizeof a);
-    atomic_init(&a.flag, _i ? 100 : 0);
-    ck_assert_int_eq(tu_run_world(2, poll_rank, &a), DL_OK);
-    assert_clean(&a, 2, 1);
+    run_clean(&a, poll_rank, 2, _i ? 100 : 0, 1);
     ck_assert_int_eq(a.checked[1], 2);
 }
 END_TEST
