@@ -8,6 +8,10 @@ void dl__test_hook_set(dl__test_hook *h)
     if (h) {
         atomic_store(&h->skipped, 0);
         atomic_store(&h->perturbed, 0);
+        atomic_store(&h->chan_asleep[0], 0);
+        atomic_store(&h->chan_asleep[1], 0);
+        atomic_store(&h->chan_asleep[2], 0);
+        atomic_store(&h->chan_timeouts, 0);
     }
     hook = h;
 }

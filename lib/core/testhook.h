@@ -1,11 +1,13 @@
 /* Private test hook: the negative controls of the equivalence tests (tests/unit/train/test_train.c,
  * test_zero.c, test_pipe.c, test_gpt.c) make a run deliberately wrong, in a known way, to prove
- * that the comparisons fail when a layout is wrong. Compiled into the library but not installed
+ * that the comparisons fail when a layout is wrong; the transport's tests force its fallbacks and
+ * watch its sleeps, so that a test can force a wait to sleep instead of hoping a delay does. Compiled into the library but not installed
  * and not in the public headers (tests include it as "core/testhook.h"); off unless a test
  * sets it, and then read at four places only: the collectives' argument check (lib/coll/check.c),
  * the parameters after initialisation (lib/parallel/zero_module.c), rd's transport
  * (lib/coll/small.c; the collective tests force each of its two transports) and the channel's
- * fallbacks (lib/transport/chan.c, at configuration only; tests/unit/transport/test_chan_fallback.c).
+ * fallbacks and sleep watch (lib/transport/chan.c, at configuration only; tests/unit/transport/,
+ * and the tests that force a rank asleep through tests/unit/testutil.h's tu_chan_watch).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
@@ -38,6 +40,16 @@ typedef struct dl__test_hook {
      * lib/transport/chan.c when its first channel is created and by dl__chan_test_configure
      * (transport/chan.h), which tests call after setting and after clearing the hook. */
     int chan_fallbacks;
+    /* The channels' sleeps watched (lib/transport/chan.c, read at configuration like the
+     * fallbacks): with chan_watch set, chan_asleep[DL__CHAN_RECEIVER] and [DL__CHAN_SENDER] count
+     * the threads now asleep on a channel's futex ([DL__CHAN_EITHER] both together), from past their re-check of the word to their
+     * wake-up (a test that waits for one and then publishes has forced that wait to sleep), and
+     * chan_timeouts the sleeps that ended by their long timeout (20 ms, or chan_sleep_ms if > 0)
+     * instead of a wake-up: where the Dekker pair holds (not DL__CHAN_MB_FAILS), a lost wake-up
+     * or a peer that stalled that long. Clear the hook and reconfigure before it goes out of
+     * scope: the channels keep a pointer to it. */
+    int chan_watch, chan_sleep_ms;
+    atomic_int chan_asleep[3], chan_timeouts;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;
@@ -46,7 +58,10 @@ enum { DL__RD_EXCHANGES = 1, DL__RD_ONE_ROUND = 2 };
 /* DL__CHAN_SEQ_CST: no membarrier, a full fence on both sides of the futex Dekker pair;
  * DL__CHAN_MB_FAILS: publishers without a fence and every sleeper's membarrier failing, so it
  * sleeps 50 us at a time; DL__CHAN_NO_TSC: waits timed with dl_now_ns instead of the TSC. */
-enum { DL__CHAN_SEQ_CST = 1, DL__CHAN_MB_FAILS = 2, DL__CHAN_NO_TSC = 4 };
+enum { DL__CHAN_SEQ_CST = 1, DL__CHAN_MB_FAILS = 2, DL__CHAN_NO_TSC = 4, DL__CHAN_NO_WAKE = 8 };
+/* DL__CHAN_NO_WAKE: publishers never wake a sleeper (an abort still does), so every sleep ends
+ * by its timeout: the negative control of the lost-wake-up checks. The sides of chan_asleep: */
+enum { DL__CHAN_RECEIVER = 0, DL__CHAN_SENDER = 1, DL__CHAN_EITHER = 2 };
 
 /* Install h (NULL: off); its counters are reset. */
 void dl__test_hook_set(dl__test_hook *h);

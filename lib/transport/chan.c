@@ -141,13 +141,24 @@ static int asym_fence; /* 1: membarrier registered, publishers use no fence */
 /* The sleepers' membarrier command; the test hook's DL__CHAN_MB_FAILS makes it one the kernel
  * rejects (EINVAL), the path of a sleeper whose membarrier fails. */
 static int sleep_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
+/* A sleep's timeout where the wake-up is guaranteed (the Dekker pair holds): it bounds only what
+ * an abort costs if a wake-up were lost. */
+#define LONG_SLEEP_NS (20L * 1000 * 1000)
+static long long_sleep_ns = LONG_SLEEP_NS;
+/* Tests only (core/testhook.h's chan_watch): the hook whose counters watch every sleep, and
+ * DL__CHAN_NO_WAKE, publishers that never wake a sleeper (a negative control). */
+static dl__test_hook *watch;
+static int no_wake;
 
 /* The clock and the fence, as the machine allows, less the fallbacks the private test hook
  * (core/testhook.h) forces; read here only, when no channel is in use. */
 static void chan_configure(void)
 {
-    const dl__test_hook *h = dl__test_hook_get();
+    dl__test_hook *h = dl__test_hook_get();
     int force = h ? h->chan_fallbacks : 0;
+    watch = h && h->chan_watch ? h : NULL;
+    long_sleep_ns = watch && h->chan_sleep_ms > 0 ? h->chan_sleep_ms * 1000000L : LONG_SLEEP_NS;
+    no_wake = (force & DL__CHAN_NO_WAKE) != 0;
     ns_per_tick = 0;
     if (!(force & DL__CHAN_NO_TSC))
         tick_calibrate();
@@ -171,7 +182,7 @@ int dl__chan_test_configure(void)
     chan_configure();
     return (asym_fence ? 0 : DL__CHAN_SEQ_CST) |
            (sleep_cmd != MEMBARRIER_CMD_PRIVATE_EXPEDITED ? DL__CHAN_MB_FAILS : 0) |
-           (ns_per_tick > 0 ? 0 : DL__CHAN_NO_TSC);
+           (ns_per_tick > 0 ? 0 : DL__CHAN_NO_TSC) | (no_wake ? DL__CHAN_NO_WAKE : 0);
 }
 
 /* Publisher: store v to *word, then tell whether the other side sleeps on it. */
@@ -195,10 +206,12 @@ static inline int announce_sleep(atomic_int *sleep_flag)
     return !asym_fence || syscall(SYS_membarrier, sleep_cmd, 0, 0) == 0;
 }
 
-static void futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
+/* 1 if the sleep ended by its timeout */
+static int futex_wait(atomic_uint *word, uint32_t val, long timeout_ns)
 {
     struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    return syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0) != 0 &&
+           errno == ETIMEDOUT;
 }
 
 static void futex_wake(atomic_uint *word)
@@ -206,12 +219,39 @@ static void futex_wake(atomic_uint *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Sleep on *word while it holds v. The watch (tests) counts the sleepers of each side, from
+ * past the re-check to the wake-up, and the long sleeps that ended by their timeout: where the
+ * wake-up is guaranteed, a lost one. */
+static void sleep_on(atomic_uint *word, uint32_t v, long timeout_ns, int side)
+{
+    dl__test_hook *h = watch;
+    if (h) {
+        atomic_fetch_add(&h->chan_asleep[side], 1);
+        atomic_fetch_add(&h->chan_asleep[DL__CHAN_EITHER], 1);
+    }
+    int timed_out = futex_wait(word, v, timeout_ns);
+    if (h) {
+        if (timed_out && timeout_ns == long_sleep_ns)
+            atomic_fetch_add(&h->chan_timeouts, 1);
+        atomic_fetch_sub(&h->chan_asleep[DL__CHAN_EITHER], 1);
+        atomic_fetch_sub(&h->chan_asleep[side], 1);
+    }
+}
+
+/* A publisher found the other side asleep: wake it (never, under the test hook's
+ * DL__CHAN_NO_WAKE). */
+static inline void wake_sleeper(atomic_uint *word)
+{
+    if (!no_wake)
+        futex_wake(word);
+}
+
 /* Wait until *word has reached `target` (free-running counters: (int32)(word - target) >= 0).
  * Spins (or yields) first, then sleeps on the futex with a bounded timeout so that an abort is
  * seen even if a wake-up were missed. The sleep flag and the re-check form a Dekker pair with
  * the publisher's store-then-check (publish / announce_sleep). */
 static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag,
-                      const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps)
+                      const dl_waiter *w, uint64_t *wait_ns, uint64_t *sleeps, int side)
 {
     int spins = w ? w->spins : 1000;
     int mode = w ? (int)w->mode : DL_WAIT_SPIN;
@@ -233,9 +273,9 @@ static int wait_reach(atomic_uint *word, uint32_t target, atomic_int *sleep_flag
                 sched_yield();
             continue;
         }
-        long sleep_ns = announce_sleep(sleep_flag) ? 20 * 1000 * 1000 : 50 * 1000;
+        long sleep_ns = announce_sleep(sleep_flag) ? long_sleep_ns : 50 * 1000;
         if (atomic_load(word) == v) {
-            futex_wait(word, v, sleep_ns);
+            sleep_on(word, v, sleep_ns, side);
             slept = 1;
         }
         atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
@@ -253,7 +293,7 @@ static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
     if (h - c->p_tail_cache >= c->nslots) {
         /* the ring looks full: slot h is free once message h - nslots was released */
         int rc = wait_reach(&c->tail, h - c->nslots + 1, &c->tail_sleep, w, &l->stats.send_wait_ns,
-                            &l->stats.send_sleeps);
+                            &l->stats.send_sleeps, DL__CHAN_SENDER);
         if (rc)
             return rc;
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
@@ -276,7 +316,7 @@ static int chan_post(dl_link *l, const dl_msg *m, const dl_waiter *w)
     l->stats.bytes_sent += m->bytes;
     l->stats.msgs_sent++;
     if (publish(&s->seq, h + 1, &c->head_sleep))
-        futex_wake(&s->seq);
+        wake_sleeper(&s->seq);
     return DL_OK;
 }
 
@@ -287,7 +327,7 @@ static int chan_acquire(dl_link *l, dl_msg *m, const dl_waiter *w)
     slot_hdr *s = &c->hdr[a & c->mask];
     if (atomic_load_explicit(&s->seq, memory_order_acquire) != a + 1) {
         int rc = wait_reach(&s->seq, a + 1, &c->head_sleep, w, &l->stats.recv_wait_ns,
-                            &l->stats.recv_sleeps);
+                            &l->stats.recv_sleeps, DL__CHAN_RECEIVER);
         if (rc)
             return rc;
     }
@@ -332,7 +372,7 @@ static int chan_release(dl_link *l)
                         l->dst);
     c->c_tail++;
     if (publish(&c->tail, c->c_tail, &c->tail_sleep))
-        futex_wake(&c->tail);
+        wake_sleeper(&c->tail);
     return DL_OK;
 }
 
@@ -342,7 +382,7 @@ static int chan_flush(dl_link *l, const dl_waiter *w)
 {
     chan *c = (chan *)l;
     int rc = wait_reach(&c->tail, c->p_rdv_end, &c->tail_sleep, w, &l->stats.send_wait_ns,
-                        &l->stats.send_sleeps);
+                        &l->stats.send_sleeps, DL__CHAN_SENDER);
     if (rc == DL_OK)
         c->p_tail_cache = atomic_load_explicit(&c->tail, memory_order_acquire);
     return rc;
@@ -392,7 +432,7 @@ static int chan_wait_released(dl_link *l, uint64_t n, const dl_waiter *w)
         return DL_OK;
     uint32_t target = c->p_head - (uint32_t)(l->stats.msgs_sent - n);
     return wait_reach(&c->tail, target, &c->tail_sleep, w, &l->stats.send_wait_ns,
-                      &l->stats.send_sleeps);
+                      &l->stats.send_sleeps, DL__CHAN_SENDER);
 }
 
 static void chan_wake(dl_link *l)

@@ -83,7 +83,9 @@ env --default-signal=INT $TRAIN $TINY --steps 1000000 --json "$TMP/run.jsonl" >/
 pid=$!
 i=0
 lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
-while [ "$i" -lt 100 ] && [ "$(lines "$TMP/run.jsonl")" -lt 30 ]; do
+# until 30 records are on disk, however slow the host (a sanitizer build under load); the 120 s
+# bound only ends a run that writes none (a bound on failure detection, not a speed)
+while [ "$i" -lt 1200 ] && [ "$(lines "$TMP/run.jsonl")" -lt 30 ]; do
   sleep 0.1; i=$((i + 1))
 done
 kill -INT "$pid"

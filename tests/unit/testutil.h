@@ -23,9 +23,11 @@
 #include <stdio.h>
 #include <ctype.h>
 #include <time.h>
+#include <sched.h>
 #include <check.h>
 #include "distlab.h"
 #include "core/testhook.h"
+#include "transport/chan.h"
 
 /* Every suite's main ends here: run S with CK_ENV's verbosity, free the runner, and return the
  * process status (EXIT_FAILURE when any test failed). */
@@ -215,6 +217,36 @@ static inline int tu_run_world(int nranks, dl_rank_fn fn, void *arg)
     dl_world_opts o;
     tu_world_opts(&o, nranks);
     return dl_world_run(&o, fn, arg);
+}
+
+/* ---- forcing a wait to sleep: the channels' sleep watch (core/testhook.h) ----
+ * A delay ("sleep 50 ms, the peer is asleep by then") is a guess about the host's scheduler; a
+ * test that waits until the watch counts its peer asleep and only then publishes has forced the
+ * peer's wait to sleep, on any host and under any load. */
+
+/* Install h with the watch on (sleep_ms > 0: the long sleep's timeout, so that a lost wake-up is
+ * told apart from a slow peer), from the test's thread while no channel is in use. */
+static inline void tu_chan_watch(dl__test_hook *h, int sleep_ms)
+{
+    h->chan_watch = 1;
+    h->chan_sleep_ms = sleep_ms;
+    dl__test_hook_set(h);
+    dl__chan_test_configure();
+}
+
+/* Remove the hook (before it goes out of scope: the channels keep a pointer to it). */
+static inline void tu_chan_unwatch(void)
+{
+    dl__test_hook_set(NULL);
+    dl__chan_test_configure();
+}
+
+/* Wait until at least n threads sleep on a channel's futex on `side` (DL__CHAN_RECEIVER,
+ * DL__CHAN_SENDER or DL__CHAN_EITHER). Each of those waits then counts a sleep, whatever comes
+ * next. A wait that never sleeps is a bug: Check's timeout ends the test. */
+static inline void tu_wait_asleep(dl__test_hook *h, int side, int n)
+{
+    while (atomic_load(&h->chan_asleep[side]) < n) sched_yield();
 }
 
 /* ---- message checks ---- */

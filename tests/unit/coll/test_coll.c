@@ -916,9 +916,14 @@ static int barrier_rank(dl_ctx *ctx, void *argp)
     barrier_arg *a = argp;
     int r = dl_ctx_rank(ctx), n = dl_ctx_size(ctx);
     for (int k = 0; k < a->rounds; k++) {
-        /* a different rank is late in each round */
-        if (r == k % n)
-            tu_sleep_ms(k < 4 ? 20 : 1);
+        /* a different rank is late in each round: it arrives once the others have (they count
+         * themselves in just before their barrier; the first rounds give them 20 ms more to be
+         * inside it, which the verdict does not depend on) */
+        if (r == k % n) {
+            while (atomic_load(&a->arrived[k]) < n - 1) sched_yield();
+            if (k < 4)
+                tu_sleep_ms(20);
+        }
         atomic_fetch_add(&a->arrived[k], 1);
         int st = dl_barrier(dl_ctx_comm(ctx));
         if (st != DL_OK) {
@@ -1121,7 +1126,7 @@ static int nb_rank(dl_ctx *ctx, void *argp)
           "C: iallreduce");
     double t0 = tu_now_s();
     int done = 0;
-    while (!done && tu_now_s() - t0 < 60) {
+    while (!done && tu_now_s() - t0 < 60) { /* a bound on failure detection, not a speed */
         NBCHK(dl_test(req, &done), "C: test");
         a->polls[r]++;
         if (!done)
@@ -1359,6 +1364,9 @@ START_TEST(t_abort)
             ck_assert_msg(a.bad_status[r] == DL_EABORT, "rank %d returned %s, expected DL_EABORT",
                           r, dl_strstatus(a.bad_status[r]));
         }
+        /* an upper bound on failure detection: the others leave their waits at the abort's
+         * wake-up or at worst their 20 ms long sleep, 500x below this bound; a world that
+         * waited for its 60 s watchdog instead fails it */
         ck_assert_msg(dt < 10.0,
                       "abort took %.1f s (watchdog 60 s): the others must leave their waits at "
                       "once",
@@ -1438,6 +1446,7 @@ START_TEST(t_watchdog)
             ck_assert_msg(a.status[r] == DL_ETIMEOUT || a.status[r] == DL_EABORT,
                           "rank %d: all-reduce returned %s, expected DL_ETIMEOUT or DL_EABORT", r,
                           dl_strstatus(a.status[r]));
+    /* an upper bound on failure detection, 10x the watchdog's configured 1 s */
     ck_assert_msg(dt < 10.0, "watchdog (1 s) took %.1f s", dt);
 }
 END_TEST
@@ -1598,10 +1607,8 @@ START_TEST(t_bad_args)
     bad_arg *a = calloc(1, sizeof *a);
     dl_world_opts o;
     tu_world_opts(&o, n);
-    o.timeout_s = 30;
-    double t0 = tu_now_s();
+    o.timeout_s = 30; /* a rejected call that hung would end as DL_ETIMEOUT, not DL_OK */
     int st = dl_world_run(&o, bad_rank, a);
-    double dt = tu_now_s() - t0;
     ck_assert_msg(st == DL_OK, "n=%d: %s: %s", n, dl_strstatus(st), dl_errmsg());
     errs e = {0};
     for (int r = 0; r < n; r++)
@@ -1622,7 +1629,6 @@ START_TEST(t_bad_args)
     }
     free(a);
     ASSERT_NO_ERRS(e);
-    ck_assert_msg(dt < 20, "bad-argument calls took %.1f s", dt);
 }
 END_TEST
 
@@ -1671,9 +1677,7 @@ START_TEST(t_mismatch)
     o.quiet = 1;
     FILE *logf = tmpfile();
     o.log = logf;
-    double t0 = tu_now_s();
-    int st = dl_world_run(&o, mm_rank, &a);
-    double dt = tu_now_s() - t0;
+    int st = dl_world_run(&o, mm_rank, &a); /* a hang: the watchdog's DL_ETIMEOUT */
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dl_errmsg());
     if (logf)
@@ -1683,7 +1687,6 @@ START_TEST(t_mismatch)
                   "DL_EABORT",
                   mm_cases[_i].n, aname(mm_cases[_i].algo), mm_cases[_i].what ? "dtype" : "count",
                   dl_strstatus(st), msg);
-    ck_assert_msg(dt < 15, "mismatch detection took %.1f s", dt);
 }
 END_TEST
 

@@ -388,6 +388,8 @@ int main(int argc, char **argv)
                dt, dl_errmsg());
         fflush(stdout);
         const char *want = mode == 1 ? "deliberate failure" : "watchdog";
+        /* dt: an upper bound on failure detection (20x the 1 s watchdog; a deliberate failure
+         * must end the world without waiting for its 30 s one) */
         status = !(rc && strstr(dl_errmsg(), want) && dt < 20);
         if (!strcmp(argv[1], "abort") && rc)
             MPI_Abort(MPI_COMM_WORLD, 3);

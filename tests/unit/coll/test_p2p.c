@@ -41,6 +41,7 @@ typedef struct targ {
     int checked[MAXN]; /* buffers compared (a zero would mean nothing was checked) */
     char msg[MAXN][256];
     atomic_int flag;
+    atomic_int waiting; /* t_abort: rank 1's receive is posted and being waited for or polled */
 } targ;
 
 static int note(targ *a, int r, int rc, const char *what)
@@ -338,6 +339,8 @@ END_TEST
 
 /* ---- the world's abort completes a waiting receive (waited for, or polled) ---- */
 
+/* Rank 0 fails only once rank 1 has posted its receive and polled it once or started waiting
+ * for it (a delay instead would let rank 0 fail first on a slow host, and test nothing). */
 static int abort_rank(dl_ctx *x, void *arg)
 {
     targ *a = arg;
@@ -345,14 +348,17 @@ static int abort_rank(dl_ctx *x, void *arg)
     int r = dl_ctx_rank(x), polled = atomic_load(&a->flag);
     double b[4];
     if (r == 0) {
-        tu_sleep_ms(50);
+        while (!atomic_load(&a->waiting)) sched_yield();
         return dl_error(DL_EUSER, "rank 0 fails on purpose");
     }
     dl_request *q;
     CK(dl_irecv(c, b, 4, DL_F64, 0, 1, DL_PURPOSE_OTHER, &q), "irecv");
-    for (int done = 0; polled && !done; sched_yield())
+    for (int done = 0; polled && !done; sched_yield()) {
         if (dl_test(q, &done))
             break;
+        atomic_store(&a->waiting, 1);
+    }
+    atomic_store(&a->waiting, 1);
     a->status[1] = dl_wait(q);
     snprintf(a->msg[1], sizeof a->msg[1], "%s", dl_errmsg());
     return a->status[1];
@@ -363,6 +369,7 @@ START_TEST(t_abort)
     targ a;
     memset(&a, 0, sizeof a);
     atomic_init(&a.flag, _i);
+    atomic_init(&a.waiting, 0);
     int rc = tu_run_world(2, abort_rank, &a);
     ck_assert_msg(rc == DL_EUSER, "world: %s", dl_strstatus(rc));
     ck_assert_msg(a.status[1] == DL_EABORT && strstr(a.msg[1], "irecv from rank 0"), "%s: %s",

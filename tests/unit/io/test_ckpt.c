@@ -181,7 +181,6 @@ typedef struct save_job {
     double poison; /* not 0: world rank 0 saves this value at element 3 of its tensor 1 */
     int status[NMAX];
     char msg[NMAX][MSG];
-    double secs;
 } save_job;
 
 static void save_job_init(save_job *j, dl_gpt_config cfg, int tp, int dp, int dsize, uint64_t seed,
@@ -229,15 +228,12 @@ static int save_rank(dl_ctx *ctx, void *arg)
     }
     int writer = j->writer_mode == 0 ? dp_rank == 0 : j->writer_mode == 1 ? w == 0 : 1;
     int ds = w == j->bad_dsize_rank ? 2 : j->dsize;
-    double t0 = tu_now_s();
     if (j->group_mode == 0 || dp_rank == 0) {
         j->status[w] = dl_ckpt_save(j->path, l, p, ds, g, writer);
         snprintf(j->msg[w], MSG, "%s", j->status[w] ? dl_errmsg() : "");
     } else {
         j->status[w] = DL_OK;
     }
-    if (w == 0)
-        j->secs = tu_now_s() - t0;
     if (j->group_mode == 1)
         dl_mesh_destroy(&m);
     free(p);
@@ -820,7 +816,8 @@ static void assert_all_failed(const save_job *j, int nranks, int want, const cha
     if (needle0)
         ck_assert_msg(strstr(j->msg[0], needle0) != NULL, "rank 0 message lacks \"%s\": %s",
                       needle0, j->msg[0]);
-    ck_assert_msg(j->secs < 30, "the failing save took %.1f s", j->secs);
+    /* nobody hung: a save still waiting would have ended the world by its watchdog
+     * (DL_ETIMEOUT), which the callers' world status rejects */
     ck_assert_msg(count_tmp() == 0, "a temporary file was left in %s", g_dir);
 }
 

@@ -561,6 +561,7 @@ END_TEST
  * and leaves no communicator behind (all NULL; the sanitizer build's leak check covers the rest). */
 typedef struct aborted_mesh_arg {
     int st[NMAX], left[NMAX];
+    dl__test_hook *watch;
 } aborted_mesh_arg;
 
 static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
@@ -572,8 +573,9 @@ static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
         /* dp 2 x tp 2: the mesh's first split is the tp group (color dp_rank, key tp_rank) */
         dl_comm *tp;
         int st = dl_comm_split(world, 0, 0, &tp);
-        struct timespec ms50 = {0, 50000000}; /* let the peers finish that split */
-        nanosleep(&ms50, NULL);
+        /* the peers finish that split without rank 0 and then wait for it in the next: fail
+         * once the channels' watch shows all three asleep (a delay would be a guess) */
+        tu_wait_asleep(a->watch, DL__CHAN_EITHER, 3);
         dl_comm_fail(world);
         if (st == DL_OK)
             dl_comm_free(tp);
@@ -591,7 +593,11 @@ static int aborted_mesh_rank(dl_ctx *ctx, void *argp)
 START_TEST(t_mesh_aborted)
 {
     aborted_mesh_arg a = {0};
+    dl__test_hook hook = {0};
+    tu_chan_watch(&hook, 0);
+    a.watch = &hook;
     int st = tu_run_world(4, aborted_mesh_rank, &a);
+    tu_chan_unwatch();
     ck_assert_int_ne(st, DL_OK);
     for (int r = 1; r < 4; r++) {
         ck_assert_msg(a.st[r] != DL_OK, "rank %d: mesh created in an aborted world", r);

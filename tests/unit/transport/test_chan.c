@@ -127,7 +127,6 @@ typedef struct {
     dl_waiter w;
     int rc;
     double secs;
-    atomic_int started; /* set after t0: the abort waits for it */
 } abort_arg;
 
 static void *blocked_consumer(void *p)
@@ -135,33 +134,37 @@ static void *blocked_consumer(void *p)
     abort_arg *a = p;
     dl_msg m;
     uint64_t t0 = dl_now_ns();
-    atomic_store(&a->started, 1);
     a->rc = dl_link_acquire(a->l, &m, &a->w);
     a->secs = (double)(dl_now_ns() - t0) / 1e9;
     return NULL;
 }
 
-/* A consumer asleep on an empty channel leaves with DL_EABORT soon after the flag is set. */
+/* A consumer asleep on an empty channel (the watch shows it asleep: core/testhook.h) leaves with
+ * DL_EABORT once the flag is set and the channel woken. Its wait lasts at least the 200 ms the
+ * test waits after seeing it asleep (a lower bound the test forces), and less than 5 s (an upper
+ * bound on failure detection: the abort costs at most a wake-up or the 20 ms long sleep, 250x
+ * less). */
 START_TEST(abort_wakes_waiter)
 {
     for (int mode = 0; mode < 2; mode++) {
+        dl__test_hook hook = {0};
+        tu_chan_watch(&hook, 0);
         atomic_int flag;
         atomic_init(&flag, 0);
         dl_link *l;
         ck_assert_int_eq(dl_chan_create(&l, 0, 1, 8, 0), DL_OK);
-        abort_arg a = {l, {(dl_wait_mode)mode, 100, &flag}, -1, 0, 0};
+        abort_arg a = {l, {(dl_wait_mode)mode, 100, &flag}, -1, 0};
         pthread_t t;
         pthread_create(&t, NULL, blocked_consumer, &a);
-        /* 200 ms from the consumer's start, not from its creation: under load the thread may
-         * start late (a fixed sleep from creation flaked in CI's ASan build) */
-        while (!atomic_load(&a.started)) usleep(1000);
+        tu_wait_asleep(&hook, DL__CHAN_RECEIVER, 1);
         usleep(200000);
         atomic_store(&flag, 1);
         l->ops->wake(l);
         pthread_join(t, NULL);
         ck_assert_int_eq(a.rc, DL_EABORT);
-        ck_assert(a.secs >= 0.15 && a.secs < 5.0);
+        ck_assert_msg(a.secs >= 0.2 && a.secs < 5.0, "the aborted wait took %.3f s", a.secs);
         dl_link_destroy(l);
+        tu_chan_unwatch();
     }
 }
 END_TEST
@@ -196,7 +199,6 @@ typedef struct {
     dl_link *l;
     dl_waiter w;
     int rc;
-    atomic_int started;  /* set just before the acquire: the post waits for it */
     uint64_t acquire_ns; /* the acquire's own duration, by dl_now_ns around it */
 } sleepy_arg;
 
@@ -204,7 +206,6 @@ static void *late_consumer(void *p)
 {
     sleepy_arg *a = p;
     dl_msg m;
-    atomic_store(&a->started, 1);
     uint64_t t0 = dl_now_ns();
     a->rc = dl_link_acquire(a->l, &m, &a->w);
     a->acquire_ns = dl_now_ns() - t0;
@@ -214,27 +215,31 @@ static void *late_consumer(void *p)
 }
 
 /* A long wait goes to sleep on the futex and is counted, with its time; a message already
- * there costs no wait at all. */
+ * there costs no wait at all. The post comes 150 ms after the watch (core/testhook.h) shows the
+ * consumer asleep, so exactly one sleep and at least 150 ms of wait are forced by the test, not
+ * hoped for from the scheduler. */
 START_TEST(sleep_counters)
 {
+    dl__test_hook hook = {0};
+    tu_chan_watch(&hook, 0);
     dl_link *l;
     ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 0), DL_OK);
-    sleepy_arg a = {l, {DL_WAIT_SPIN, 100, NULL}, -1, 0, 0};
+    sleepy_arg a = {l, {DL_WAIT_SPIN, 100, NULL}, -1, 0};
     pthread_t t;
     pthread_create(&t, NULL, late_consumer, &a);
-    /* under load the thread may start late: 300 ms from its acquire, not from its creation,
-     * leaves 100 spins ample time to reach the futex (a fixed 150 ms from creation flaked) */
-    while (!atomic_load(&a.started)) usleep(1000);
-    usleep(300000);
+    tu_wait_asleep(&hook, DL__CHAN_RECEIVER, 1);
+    uint64_t p0 = dl_now_ns();
+    usleep(150000);
     char x = 1;
     dl_msg m = {&x, 1, 0};
+    uint64_t lead = dl_now_ns() - p0;
     ck_assert_int_eq(dl_link_post(l, &m, &a.w), DL_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(a.rc, DL_OK);
-    ck_assert_uint_ge(l->stats.recv_sleeps, 1);
-    ck_assert_uint_ge(l->stats.recv_wait_ns, 100000000u);
-    /* the wait is counted in ns whatever clock the wait reads (TSC ticks are scaled, error
-     * <= 0.2%: chan.c): never more than the acquire took, allowing 1% */
+    ck_assert_uint_eq(l->stats.recv_sleeps, 1);
+    /* the wait is counted in ns whatever clock it reads (TSC ticks are scaled, error <= 0.2%:
+     * chan.c): at least the forced lead and never more than the acquire took, allowing 1% */
+    ck_assert_uint_ge(l->stats.recv_wait_ns + lead / 100, lead);
     ck_assert_uint_le(l->stats.recv_wait_ns, a.acquire_ns + a.acquire_ns / 100);
     ck_assert_uint_eq(l->stats.send_sleeps, 0);
     /* already there: no wait, no sleep */
@@ -246,6 +251,7 @@ START_TEST(sleep_counters)
     ck_assert_uint_eq(l->stats.recv_sleeps, s0);
     ck_assert_uint_eq(l->stats.recv_wait_ns, w0);
     dl_link_destroy(l);
+    tu_chan_unwatch();
 }
 END_TEST
 

@@ -1,14 +1,19 @@
 /* The channel's fallbacks, forced through the private test hook (core/testhook.h), since the fast
  * paths work on the machines we run on: a full fence on both sides of the futex Dekker pair (no
  * membarrier), publishers without a fence and sleepers whose membarrier fails (50 us sleeps), and
- * waits timed with dl_now_ns instead of the TSC. Each test runs in every configuration: a
- * ping-pong where nearly every wait sleeps on the futex (content checked; a lost wake-up costs the
- * 20 ms sleep timeout a wait, so the tcase timeout catches one), aborts waking sleepers on both
- * ends, the wait counters against a clock_gettime bracket, and collectives with a late rank and
- * an aborting one. */
+ * waits timed with dl_now_ns instead of the TSC. Each test runs in every configuration, with the
+ * hook's sleep watch on (a test forces a wait to sleep by publishing only once the watch counts
+ * the waiter asleep; a sleep that ends by its timeout where the wake-up is guaranteed is a lost
+ * wake-up): a free-running ping-pong (content checked, no lost wake-up), forced sleeps on both
+ * ends (every one counted, woken and intact) and their negative control (publishers that never
+ * wake: every forced sleep times out), aborts waking sleepers on both ends, the wait counters
+ * against a clock_gettime bracket, and collectives with a late rank and an aborting one. No
+ * assertion depends on how the host schedules the threads. */
 #include "../testutil.h"
 #include <check.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "transport/chan.h"
 
 static const int configs[] = {DL__CHAN_SEQ_CST, DL__CHAN_MB_FAILS, DL__CHAN_NO_TSC,
@@ -17,21 +22,37 @@ static const int configs[] = {DL__CHAN_SEQ_CST, DL__CHAN_MB_FAILS, DL__CHAN_NO_T
 
 static dl__test_hook hook;
 
-/* Force configuration i (from the test's thread, before any channel exists) and check it holds. */
-static void force(int i)
+/* A lost wake-up costs a waiter this long (the long sleep's timeout, 20 ms in use): far beyond
+ * any peer's delay on a loaded host, so that a timed-out sleep is a lost wake-up, not a slow
+ * peer (an upper bound on failure detection); the watch counts it. */
+#define LOST_MS 10000
+
+/* Force configuration i plus `extra` fallbacks (from the test's thread, before any channel
+ * exists) with the sleep watch on, and check they hold. */
+static void force_with(int i, int extra, int sleep_ms)
 {
     memset(&hook, 0, sizeof hook);
-    hook.chan_fallbacks = configs[i];
-    dl__test_hook_set(&hook);
+    hook.chan_fallbacks = configs[i] | extra;
+    tu_chan_watch(&hook, sleep_ms);
     int got = dl__chan_test_configure();
-    ck_assert_msg((got & configs[i]) == configs[i], "fallbacks %d forced, %d in force", configs[i],
-                  got);
+    ck_assert_msg((got & hook.chan_fallbacks) == hook.chan_fallbacks,
+                  "fallbacks %d forced, %d in force", hook.chan_fallbacks, got);
 }
 
-static void unforce(void)
+static void force(int i) { force_with(i, 0, LOST_MS); }
+
+static void unforce(void) { tu_chan_unwatch(); }
+
+/* The wake-up is guaranteed (the Dekker pair holds) unless membarrier fails: then a sleeper
+ * sleeps 50 us at a time and a missed wake-up costs that, by design. */
+static int wake_guaranteed(int i) { return !(configs[i] & DL__CHAN_MB_FAILS); }
+
+static void assert_no_lost_wakeup(int i)
 {
-    dl__test_hook_set(NULL);
-    dl__chan_test_configure();
+    if (wake_guaranteed(i))
+        ck_assert_msg(atomic_load(&hook.chan_timeouts) == 0,
+                      "%d sleeps ended by the %d ms timeout: a lost wake-up",
+                      atomic_load(&hook.chan_timeouts), LOST_MS);
 }
 
 static uint64_t mono_ns(void)
@@ -41,7 +62,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- ping-pong: one spin before each sleep, so (almost) every wait sleeps ---- */
+/* ---- ping-pong: one spin before each sleep, running free (the Dekker pair's races) ---- */
 
 #define PP_MAX 6000 /* > 4096 eager bytes: rendezvous */
 
@@ -94,7 +115,10 @@ static void *pp_thread(void *p)
     return NULL;
 }
 
-START_TEST(pingpong_sleeps)
+/* Whether each wait sleeps is the scheduler's choice here: what must hold on any schedule is
+ * that every message arrives intact and no sleep waits for its timeout (forced_sleeps below
+ * forces and counts the sleeps). */
+START_TEST(pingpong)
 {
     force(_i);
     dl_link *ab, *ba;
@@ -111,15 +135,139 @@ START_TEST(pingpong_sleeps)
     ck_assert_int_eq(a.rc, DL_OK);
     ck_assert_int_eq(b.rc, DL_OK);
     ck_assert_int_eq(a.bad + b.bad, 0);
-    /* every round trip has two receive waits; the peer is asleep or busy each time, so with one
-     * spin nearly all of them sleep (a quarter leaves room for the scheduler's luck) */
-    uint64_t sleeps = ab->stats.recv_sleeps + ba->stats.recv_sleeps;
-    ck_assert_msg(sleeps >= (uint64_t)n / 2, "%llu sleeps in %ld round trips",
-                  (unsigned long long)sleeps, n);
-    /* a third of the messages are lent: their flushes wait for the release, and some sleep */
-    ck_assert_uint_ge(ab->stats.send_sleeps + ba->stats.send_sleeps, 1);
+    ck_assert_uint_eq(ab->stats.msgs_recv + ba->stats.msgs_recv, 2 * (uint64_t)n);
+    assert_no_lost_wakeup(_i);
     dl_link_destroy(ab);
     dl_link_destroy(ba);
+    unforce();
+}
+END_TEST
+
+/* ---- forced sleeps: the sender publishes only once the receiver sleeps, and the receiver
+ * releases a lent buffer only once the sender sleeps in its flush ---- */
+
+typedef struct {
+    dl_link *l;
+    dl_waiter w;
+    long n, bad;
+    int rc;
+    int in_kernel;       /* wait for the peer's thread to be in the kernel's sleep too */
+    atomic_int recv_tid; /* the receiver's thread id, once it runs */
+    int send_tid;        /* the sender's (the test's thread) */
+} fs_arg;
+
+/* 1 when thread tid of this process is in an interruptible sleep (its state in /proc). The
+ * watch counts a sleeper from just before its futex call, and a publish that lands in between
+ * makes the call return at once: the negative control needs the sleeper in the kernel, where
+ * only a wake-up or the timeout ends the sleep. A waiter's thread blocks nowhere else. */
+static int in_kernel_sleep(int tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *e = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return e && e[1] == ' ' && e[2] == 'S';
+}
+
+static void wait_asleep(fs_arg *a, int side, int tid)
+{
+    tu_wait_asleep(&hook, side, 1);
+    while (a->in_kernel && !in_kernel_sleep(tid)) sched_yield();
+}
+
+static void *fs_receiver(void *p)
+{
+    fs_arg *a = p;
+    atomic_store(&a->recv_tid, (int)syscall(SYS_gettid));
+    for (long j = 0; !a->rc && j < a->n; j++) {
+        dl_msg m;
+        if ((a->rc = dl_link_acquire(a->l, &m, &a->w)))
+            break;
+        int ok = m.bytes == pp_size(j) && m.check == (uint32_t)j;
+        for (size_t i = 0; ok && i < m.bytes; i++)
+            ok = ((const unsigned char *)m.data)[i] == pp_byte(j, i);
+        a->bad += !ok;
+        if (m.bytes > 4096) /* lent: the sender waits in its flush; release once it sleeps */
+            wait_asleep(a, DL__CHAN_SENDER, a->send_tid);
+        a->rc = dl_link_release(a->l);
+    }
+    return NULL;
+}
+
+/* Message j is posted once the receiver's release of j - 1 is seen (its wait for j - 1 is over)
+ * and the watch counts it asleep again (in its wait for j): every receive wait sleeps, and so
+ * does every flush of a lent message (counted in *lent). */
+static void run_forced(dl_link *l, fs_arg *r, long *lent)
+{
+    dl_waiter w = {DL_WAIT_SPIN, 1, NULL};
+    unsigned char *buf = malloc(PP_MAX);
+    ck_assert_ptr_nonnull(buf);
+    *lent = 0;
+    r->send_tid = (int)syscall(SYS_gettid);
+    atomic_init(&r->recv_tid, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, fs_receiver, r);
+    while (!atomic_load(&r->recv_tid)) sched_yield();
+    for (long j = 0; j < r->n; j++) {
+        while (dl_link_released(l) < (uint64_t)j && !r->rc) sched_yield();
+        if (r->rc)
+            break;
+        wait_asleep(r, DL__CHAN_RECEIVER, atomic_load(&r->recv_tid));
+        for (size_t i = 0; i < pp_size(j); i++) buf[i] = pp_byte(j, i);
+        dl_msg m = {buf, pp_size(j), (uint32_t)j};
+        ck_assert_int_eq(dl_link_post(l, &m, &w), DL_OK);
+        if (pp_size(j) > 4096) {
+            ck_assert_int_eq(dl_link_flush(l, &w), DL_OK);
+            ++*lent;
+        }
+    }
+    pthread_join(t, NULL);
+    free(buf);
+    ck_assert_int_eq(r->rc, DL_OK);
+    ck_assert_int_eq(r->bad, 0);
+    ck_assert_uint_eq(l->stats.msgs_recv, (uint64_t)r->n);
+}
+
+/* Counts exact, content intact, every sleep woken. */
+START_TEST(forced_sleeps)
+{
+    force(_i);
+    dl_link *l;
+    ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 4096), DL_OK);
+    long n = DL_TEST_SMALL ? 150 : 300, lent;
+    fs_arg r = {.l = l, .w = {DL_WAIT_SPIN, 1, NULL}, .n = n};
+    run_forced(l, &r, &lent);
+    ck_assert_uint_eq(l->stats.recv_sleeps, (uint64_t)n);
+    ck_assert_uint_eq(l->stats.send_sleeps, (uint64_t)lent);
+    assert_no_lost_wakeup(_i);
+    dl_link_destroy(l);
+    unforce();
+}
+END_TEST
+
+/* The negative control: publishers that never wake (DL__CHAN_NO_WAKE) and a 20 ms long sleep;
+ * each message published while its peer sleeps in the kernel. Every forced sleep must then end
+ * by its timeout and be counted (where the wake-up is otherwise guaranteed; with membarrier
+ * failing the 50 us sleeps are not counted), and the messages still arrive: the check above
+ * cannot pass with wake-ups missing. */
+START_TEST(lost_wakeup_control)
+{
+    force_with(_i, DL__CHAN_NO_WAKE, 20);
+    dl_link *l;
+    ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 4096), DL_OK);
+    long n = 6, lent;
+    fs_arg r = {.l = l, .w = {DL_WAIT_SPIN, 1, NULL}, .n = n, .in_kernel = 1};
+    run_forced(l, &r, &lent);
+    ck_assert_uint_eq(l->stats.recv_sleeps, (uint64_t)n);
+    ck_assert_uint_eq(l->stats.send_sleeps, (uint64_t)lent);
+    if (wake_guaranteed(_i))
+        ck_assert_int_ge(atomic_load(&hook.chan_timeouts), n + lent);
+    dl_link_destroy(l);
     unforce();
 }
 END_TEST
@@ -130,7 +278,6 @@ typedef struct {
     dl_link *l;
     dl_waiter w;
     int send; /* 1: post into the full ring, 0: acquire from the empty one */
-    atomic_int started;
     int rc;
 } ab_arg;
 
@@ -139,14 +286,15 @@ static void *ab_thread(void *p)
     ab_arg *a = p;
     char x = 0;
     dl_msg m = {&x, 1, 0};
-    atomic_store(&a->started, 1);
     a->rc = a->send ? dl_link_post(a->l, &m, &a->w) : dl_link_acquire(a->l, &m, &a->w);
     return NULL;
 }
 
 START_TEST(abort_wakes_sleepers)
 {
-    force(_i);
+    /* the abort flag is no part of the Dekker pair: a sleeper that read it just before it was
+     * raised misses the wake-up and sees it at its timeout (20 ms here), by design */
+    force_with(_i, 0, 0);
     atomic_int flag;
     atomic_init(&flag, 0);
     dl_link *full, *empty;
@@ -158,14 +306,12 @@ START_TEST(abort_wakes_sleepers)
         dl_msg m = {&x, 1, (uint32_t)i};
         ck_assert_int_eq(dl_link_post(full, &m, &w), DL_OK);
     }
-    ab_arg s = {full, w, 1, 0, -1}, r = {empty, w, 0, 0, -1};
-    atomic_init(&s.started, 0);
-    atomic_init(&r.started, 0);
+    ab_arg s = {full, w, 1, -1}, r = {empty, w, 0, -1};
     pthread_t ts, tr;
     pthread_create(&ts, NULL, ab_thread, &s);
     pthread_create(&tr, NULL, ab_thread, &r);
-    while (!atomic_load(&s.started) || !atomic_load(&r.started)) tu_sleep_ms(1);
-    tu_sleep_ms(100); /* one spin: both are asleep long before */
+    tu_wait_asleep(&hook, DL__CHAN_SENDER, 1);
+    tu_wait_asleep(&hook, DL__CHAN_RECEIVER, 1);
     atomic_store(&flag, 1);
     full->ops->wake(full);
     empty->ops->wake(empty);
@@ -185,7 +331,6 @@ END_TEST
 typedef struct {
     dl_link *l;
     dl_waiter w;
-    atomic_int started;
     uint64_t a, b; /* clock_gettime just before and after the acquire */
     int rc;
 } late_arg;
@@ -194,7 +339,6 @@ static void *late_consumer(void *p)
 {
     late_arg *a = p;
     dl_msg m;
-    atomic_store(&a->started, 1);
     a->a = mono_ns();
     a->rc = dl_link_acquire(a->l, &m, &a->w);
     a->b = mono_ns();
@@ -203,22 +347,23 @@ static void *late_consumer(void *p)
     return NULL;
 }
 
-/* The acquire waits for a post made 30 ms after the consumer's start; its counted wait lies in
- * the acquire's bracket [a, b] and covers [a + G, p], p read by the sender before posting, G the
- * consumer's time from its clock read to the wait's (~100 ns; 1 ms allowed for preemption). The
- * TSC's scale factor errs by <= 0.2% (chan.c), dl_now_ns is this same clock: counted <= (b - a)
- * (1 + 0.002) + 1 us and >= (p - a)(1 - 0.002) - 1 ms. In us or unscaled ticks (>= 1 GHz) it
- * would fail one side by a factor of 1000 or >= 1.5. */
+/* The post comes 30 ms after the watch counts the consumer asleep, that is inside its wait: the
+ * counted wait covers [p0, p] (p0 read once the consumer is seen asleep, p just before the post)
+ * and lies in the acquire's bracket [a, b]. The TSC's scale factor errs by <= 0.2% (chan.c) and
+ * dl_now_ns is this same clock, so counted <= (b - a)(1 + 0.002) + 1 us and >= (p - p0)(1 -
+ * 0.002) - 1 us (the 1 us for the scaled clocks' rounding). Both bounds are forced by the test,
+ * not by the scheduler. In us or unscaled ticks (>= 1 GHz) it would fail one side by a factor of
+ * 1000 or >= 1.5. */
 START_TEST(wait_counted_in_ns)
 {
     force(_i);
     dl_link *l;
     ck_assert_int_eq(dl_chan_create(&l, 0, 1, 4, 0), DL_OK);
-    late_arg a = {l, {DL_WAIT_SPIN, 1, NULL}, 0, 0, 0, -1};
-    atomic_init(&a.started, 0);
+    late_arg a = {l, {DL_WAIT_SPIN, 1, NULL}, 0, 0, -1};
     pthread_t t;
     pthread_create(&t, NULL, late_consumer, &a);
-    while (!atomic_load(&a.started)) tu_sleep_ms(1);
+    tu_wait_asleep(&hook, DL__CHAN_RECEIVER, 1);
+    uint64_t p0 = mono_ns();
     tu_sleep_ms(30);
     char x = 1;
     dl_msg m = {&x, 1, 0};
@@ -226,11 +371,12 @@ START_TEST(wait_counted_in_ns)
     ck_assert_int_eq(dl_link_post(l, &m, &a.w), DL_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(a.rc, DL_OK);
-    uint64_t got = l->stats.recv_wait_ns, span = a.b - a.a, lead = p - a.a;
-    ck_assert_uint_ge(l->stats.recv_sleeps, 1);
+    uint64_t got = l->stats.recv_wait_ns, span = a.b - a.a, lead = p - p0;
+    ck_assert_uint_eq(l->stats.recv_sleeps, 1);
     ck_assert_msg(got <= span + span / 500 + 1000, "counted %llu ns in a %llu ns acquire",
                   (unsigned long long)got, (unsigned long long)span);
-    ck_assert_msg(got + lead / 500 + 1000000 >= lead, "counted %llu ns, the post came %llu ns in",
+    ck_assert_msg(got + lead / 500 + 1000 >= lead,
+                  "counted %llu ns, the post came %llu ns after the wait slept",
                   (unsigned long long)got, (unsigned long long)lead);
     dl_link_destroy(l);
     unforce();
@@ -259,8 +405,8 @@ static int late_rank_fn(dl_ctx *ctx, void *p)
     for (int k = 0; rc == DL_OK && k < ROUNDS; k++) {
         size_t n = k % 2 ? BIG : 2;
         for (size_t i = 0; i < n; i++) x[i] = (float)((r + 1) * (k + (int)i % 7));
-        if (k % NRANKS == r)
-            tu_sleep_ms(2); /* > the 4000 spins: the others sleep */
+        if (k % NRANKS == r) /* late: until both others sleep, waiting for this rank */
+            tu_wait_asleep(&hook, DL__CHAN_EITHER, NRANKS - 1);
         rc = dl_allreduce(c, x, y, n, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
         for (size_t i = 0; rc == DL_OK && i < n; i++) /* 1 + 2 + 3 = 6, exact in f32 */
             A->bad[r] += y[i] != (float)(6 * (k + (int)i % 7));
@@ -279,7 +425,7 @@ static int abort_rank_fn(dl_ctx *ctx, void *p)
     int r = dl_ctx_rank(ctx);
     float x[2] = {1, 2}, y[2];
     if (r == NRANKS - 1) {
-        tu_sleep_ms(50); /* the others are asleep in the all-reduce by then */
+        tu_wait_asleep(&hook, DL__CHAN_EITHER, NRANKS - 1); /* the others, in the all-reduce */
         return dl_error(DL_EINVAL, "rank %d gives up", r);
     }
     A->rc[r] = dl_allreduce(dl_ctx_comm(ctx), x, y, 2, DL_F32, DL_SUM, DL_PURPOSE_GRADS);
@@ -300,8 +446,12 @@ START_TEST(collectives_sleep_and_abort)
         ck_assert_int_eq(A.bad[r], 0);
         sleeps += A.sleeps[r];
     }
-    /* each round two ranks wait 2 ms for the late one: far past their spins */
-    ck_assert_msg(sleeps >= ROUNDS, "%llu sleeps in %d rounds", (unsigned long long)sleeps, ROUNDS);
+    /* each round the late rank waits until the two others sleep at once (two waits, each
+     * counted once; the late rank completes the round only after both left them) */
+    ck_assert_msg(sleeps >= 2 * ROUNDS, "%llu sleeps in %d rounds", (unsigned long long)sleeps,
+                  ROUNDS);
+    assert_no_lost_wakeup(_i);
+    force_with(_i, 0, 0); /* an abort may miss a sleeper: it sees the flag at its 20 ms timeout */
     o.quiet = 1;
     o.log = NULL;
     ck_assert_int_eq(dl_world_run(&o, abort_rank_fn, &A), DL_EINVAL);
@@ -315,9 +465,11 @@ int main(void)
 {
     Suite *s = suite_create("chan_fallback");
     TCase *tc = tcase_create("chan_fallback");
-    /* a lost wake-up costs a ping-pong 20 ms a wait (minutes in all): caught here */
+    /* Check's own timeout: a wait that never sleeps or never wakes holds a test up */
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, pingpong_sleeps, 0, NCONFIGS);
+    tcase_add_loop_test(tc, pingpong, 0, NCONFIGS);
+    tcase_add_loop_test(tc, forced_sleeps, 0, NCONFIGS);
+    tcase_add_loop_test(tc, lost_wakeup_control, 0, NCONFIGS);
     tcase_add_loop_test(tc, abort_wakes_sleepers, 0, NCONFIGS);
     tcase_add_loop_test(tc, wait_counted_in_ns, 0, NCONFIGS);
     tcase_add_loop_test(tc, collectives_sleep_and_abort, 0, NCONFIGS);
