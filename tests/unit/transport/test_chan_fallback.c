@@ -150,7 +150,8 @@ typedef struct {
     dl_link *l;
     dl_waiter w;
     long n, bad;
-    int rc;
+    int rc;              /* the receiver's, read after the join */
+    atomic_int failed;   /* rc != 0, for the sender's loop to stop waiting */
     int in_kernel;       /* wait for the peer's thread to be in the kernel's sleep too */
     atomic_int recv_tid; /* the receiver's thread id, once it runs */
     int send_tid;        /* the sender's (the test's thread) */
@@ -196,6 +197,7 @@ static void *fs_receiver(void *p)
             wait_asleep(a, DL__CHAN_SENDER, a->send_tid);
         a->rc = dl_link_release(a->l);
     }
+    atomic_store(&a->failed, a->rc != 0);
     return NULL;
 }
 
@@ -210,12 +212,13 @@ static void run_forced(dl_link *l, fs_arg *r, long *lent)
     *lent = 0;
     r->send_tid = (int)syscall(SYS_gettid);
     atomic_init(&r->recv_tid, 0);
+    atomic_init(&r->failed, 0);
     pthread_t t;
     pthread_create(&t, NULL, fs_receiver, r);
     while (!atomic_load(&r->recv_tid)) sched_yield();
     for (long j = 0; j < r->n; j++) {
-        while (dl_link_released(l) < (uint64_t)j && !r->rc) sched_yield();
-        if (r->rc)
+        while (dl_link_released(l) < (uint64_t)j && !atomic_load(&r->failed)) sched_yield();
+        if (atomic_load(&r->failed))
             break;
         wait_asleep(r, DL__CHAN_RECEIVER, atomic_load(&r->recv_tid));
         for (size_t i = 0; i < pp_size(j); i++) buf[i] = pp_byte(j, i);
