@@ -94,6 +94,10 @@ int dl__submit_blocking(dl_request *q);
 int dl__submit_async(const dl_request *proto, dl_request **req);
 /* queue q itself; complete q with status rc (wakes dl_wait) */
 int dl__progress_enqueue(dl_request *q);
+/* hand the caller's own requests to the thread, which polls them from now on; wait for a
+ * queued request */
+int dl__progress_adopt(dl_ctx *x);
+int dl__progress_wait(dl_request *q);
 void dl__progress_complete(dl_request *q, int rc);
 
 #endif

@@ -2,7 +2,8 @@
  * owner at a time drives a rank's link ends. With nothing pending on the rank they run on the
  * caller's thread: a blocking call at once, dl_isend posts at once and the caller polls the
  * link's released count, dl_irecv waits in the caller's list (dl_test polls its link, dl_wait
- * receives; a blocking call made meanwhile hands the list to the communication thread). Otherwise
+ * receives; a blocking call made meanwhile, or a wait on an isend not yet released, hands the
+ * list to the communication thread). Otherwise
  * they queue on the rank's communication thread (progress.c), which never waits on one: it posts
  * sends, keeps the unfinished ones in its poll list (a receive until its link has a message, a
  * send until its link released it) and polls them between collectives; a collective first
@@ -268,8 +269,17 @@ int dl__p2p_own_wait(dl_request *q)
         int rc = q->status;
         return rc ? dl_error(rc, "%s", q->errmsg) : DL_OK;
     }
-    unlink_mine(p, q);
     dl_link *l = q->link;
+    if (dl_link_released(l) < q->until && dl__p2p_own_recvs(p)) {
+        /* The peer may release this send only after one of the caller's own receives ran: it
+         * may be waiting on its own send just so, each rank's look for the other's message
+         * having come before that message was visible (the store-buffer reordering of two
+         * posts and two looks). Never block one for the other: the communication thread polls
+         * them all from now on, and the caller waits for this one there. */
+        int rc = dl__progress_adopt(q->c->ctx);
+        return rc ? rc : dl__progress_wait(q);
+    }
+    unlink_mine(p, q);
     if (dl_link_released(l) >= q->until)
         return DL_OK;
     dl_comm *c = q->c;

@@ -112,38 +112,63 @@ void dl__progress_stop(dl_ctx *x)
     p->started = 0;
 }
 
-/* Queue q (after the caller's own requests, which the thread polls from now on). */
-int dl__progress_enqueue(dl_request *q)
+/* Append first .. last (n requests, chained) to the thread's queue, starting it if needed. */
+static int queue_chain(dl_ctx *x, dl_request *first, dl_request *last, int n)
 {
-    dl_ctx *x = q->c->ctx;
     dl_progress *p = &x->prog;
-    if (!p->started) {
-        p->stop = 0;
-        if (pthread_create(&p->th, NULL, progress_main, x) != 0)
-            return dl_error(DL_ESYS, "rank %d: cannot start its communication thread", x->rank);
-        p->started = 1;
-    }
-    atomic_init(&q->done, 0);
-    q->next = NULL;
-    dl_request *first = q, *last = NULL;
-    int n = dl__p2p_hand_over(p, &first, &last);
-    if (n)
-        last->next = q;
-    else
-        first = q;
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->pending, 1 + n, memory_order_acq_rel);
+    atomic_fetch_add_explicit(&p->pending, n, memory_order_acq_rel);
     if (p->tail)
         p->tail->next = first;
     else
         p->head = first;
-    p->tail = q;
+    p->tail = last;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return DL_OK;
 }
 
-static int wait_req(dl_request *q)
+static int start_thread(dl_ctx *x)
+{
+    dl_progress *p = &x->prog;
+    if (p->started)
+        return DL_OK;
+    p->stop = 0;
+    if (pthread_create(&p->th, NULL, progress_main, x) != 0)
+        return dl_error(DL_ESYS, "rank %d: cannot start its communication thread", x->rank);
+    p->started = 1;
+    return DL_OK;
+}
+
+/* Queue q (after the caller's own requests, which the thread polls from now on). */
+int dl__progress_enqueue(dl_request *q)
+{
+    dl_ctx *x = q->c->ctx;
+    int rc = start_thread(x);
+    if (rc)
+        return rc;
+    atomic_init(&q->done, 0);
+    q->next = NULL;
+    dl_request *first = q, *last = NULL;
+    int n = dl__p2p_hand_over(&x->prog, &first, &last);
+    if (n)
+        last->next = q;
+    else
+        first = q;
+    return queue_chain(x, first, q, 1 + n);
+}
+
+int dl__progress_adopt(dl_ctx *x)
+{
+    int rc = start_thread(x);
+    if (rc)
+        return rc;
+    dl_request *first = NULL, *last = NULL;
+    int n = dl__p2p_hand_over(&x->prog, &first, &last);
+    return n ? queue_chain(x, first, last, n) : DL_OK;
+}
+
+int dl__progress_wait(dl_request *q)
 {
     dl_progress *p = &q->c->ctx->prog;
     if (q->kind == OP_SEND || q->kind == OP_RECV) /* the timeout of a polled request (p2p.c) */
@@ -167,7 +192,7 @@ int dl__submit_blocking(dl_request *q)
         (!p->mine || !dl__p2p_own_recvs(p)))
         return dl__run_op(q);
     int rc = dl__progress_enqueue(q);
-    return rc ? rc : wait_req(q);
+    return rc ? rc : dl__progress_wait(q);
 }
 
 int dl__submit_async(const dl_request *proto, dl_request **req)
@@ -193,7 +218,7 @@ int dl_wait(dl_request *req)
 {
     if (!req)
         return DL_OK;
-    int rc = req->own ? dl__p2p_own_wait(req) : wait_req(req);
+    int rc = req->own ? dl__p2p_own_wait(req) : dl__progress_wait(req);
     free(req);
     return rc;
 }

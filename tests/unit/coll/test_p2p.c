@@ -42,6 +42,7 @@ typedef struct targ {
     char msg[MAXN][256];
     atomic_int flag;
     atomic_int waiting; /* t_abort: rank 1's receive is posted and being waited for or polled */
+    atomic_int arrived; /* pairs_rank's order 3: ranks past their receive requests */
 } targ;
 
 static int note(targ *a, int r, int rc, const char *what)
@@ -90,6 +91,11 @@ static void run_clean(targ *a, dl_rank_fn fn, int n, int flag, int want_checked)
 
 /* ---- pairs in both orders, and a receive request before a blocking send ---- */
 
+/* Order 3: each rank's receive request exists before either message is posted, and each waits
+ * for its send first. The send's release needs the peer's receive, kept on the peer's own
+ * thread: a wait that blocked on the send alone would deadlock both (what two posts and two
+ * looks reordered by the store buffer did to order 1, rarely, under load). */
+
 static int pairs_rank(dl_ctx *x, void *arg)
 {
     targ *a = arg;
@@ -97,9 +103,9 @@ static int pairs_rank(dl_ctx *x, void *arg)
     int r = dl_ctx_rank(x), peer = 1 - r;
     static double out[2][20000], in[2][20000];
     for (int si = 0; si < NSIZES; si++)
-        for (int order = 0; order < 3; order++) {
+        for (int order = 0; order < 4; order++) {
             size_t n = sizes[si];
-            int tag = si * 3 + order;
+            int tag = si * 4 + order;
             dl_request *sq = NULL, *rq = NULL;
             fill(out[r], r, tag, n);
             for (size_t i = 0; i < n; i++) in[r][i] = -1;
@@ -111,6 +117,13 @@ static int pairs_rank(dl_ctx *x, void *arg)
             } else if (order == 1) { /* send first, waited for in the other order */
                 CK(dl_isend(c, out[r], n, DL_F64, peer, tag, DL_PURPOSE_OTHER, &sq), "isend");
                 CK(dl_irecv(c, in[r], n, DL_F64, peer, tag, DL_PURPOSE_OTHER, &rq), "irecv");
+                CK(dl_wait(sq), "wait isend");
+                CK(dl_wait(rq), "wait irecv");
+            } else if (order == 3) { /* both receive requests first, then sends waited first */
+                CK(dl_irecv(c, in[r], n, DL_F64, peer, tag, DL_PURPOSE_OTHER, &rq), "irecv");
+                atomic_fetch_add(&a->arrived, 1);
+                while (atomic_load(&a->arrived) < 2 * (si + 1)) sched_yield();
+                CK(dl_isend(c, out[r], n, DL_F64, peer, tag, DL_PURPOSE_OTHER, &sq), "isend");
                 CK(dl_wait(sq), "wait isend");
                 CK(dl_wait(rq), "wait irecv");
             } else { /* a receive request, then a blocking send (tag 0, dl_send's) */
@@ -126,7 +139,7 @@ static int pairs_rank(dl_ctx *x, void *arg)
 START_TEST(t_pairs)
 {
     targ a;
-    run_clean(&a, pairs_rank, 2, 0, 3 * NSIZES);
+    run_clean(&a, pairs_rank, 2, 0, 4 * NSIZES);
 }
 END_TEST
 
