@@ -30,9 +30,9 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_field config[] = {{150, "global_batch", j_global, NULL},
-                                  {160, "micro_batch", j_micro, NULL},
-                                  {170, "microbatches", j_count, NULL},
+static const tg_field config[] = {{"global_batch", j_global, NULL},
+                                  {"micro_batch", j_micro, NULL},
+                                  {"microbatches", j_count, NULL},
                                   {0}};
 
 const tg_group tg_batch = {.heading = "Batch (give any two; global = dp x microbatches x "

@@ -117,9 +117,8 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{110, setup_check}, {0}};
-static const tg_hook finish[] = {{130, run_check}, {0}};
-static const tg_field summary[] = {{160, "check", j_check, has_check}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, setup_check}, {TG_VERIFY, run_check}, {0}};
+static const tg_field summary[] = {{"check", j_check, has_check}, {0}};
 
 /* under the output heading */
-const tg_group tg_check = {.opts = opts, .setup = setup, .finish = finish, .summary = summary};
+const tg_group tg_check = {.opts = opts, .hooks = hooks, .summary = summary};

@@ -119,12 +119,12 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{130, check_save},
-                                {133, check_dump},
-                                {140, check_eval_only},
-                                {160, check_load},
-                                {0}};
-static const tg_hook finish[] = {{5, eval_only}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_eval_only}, {TG_FILES, check_save},
+                                {TG_FILES, check_dump},      {TG_FILES, check_load},
+                                {TG_INSTEAD, eval_only},     {0}};
 
 /* under the output heading */
-const tg_group tg_ckpt = {.opts = opts, .setup = setup, .finish = finish};
+const tg_group tg_ckpt = {
+    .opts = opts,
+    .hooks = hooks,
+};

@@ -65,17 +65,17 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{50, bytes_sent}, {0}};
-static const tg_field config[] = {{230, "bucket_mb", j_bucket, NULL},
-                                  {240, "overlap", j_overlap, NULL},
-                                  {250, "algo", j_algo, NULL},
+static const tg_hook hooks[] = {{TG_REPORT, bytes_sent}, {0}};
+static const tg_field config[] = {{"bucket_mb", j_bucket, NULL},
+                                  {"overlap", j_overlap, NULL},
+                                  {"algo", j_algo, NULL},
                                   {0}};
-static const tg_field summary[] = {{100, "grad_bytes_per_rank", j_grad_bytes, NULL},
-                                   {110, "bytes_sent_per_rank_per_step", j_sent, NULL},
+static const tg_field summary[] = {{"grad_bytes_per_rank", j_grad_bytes, NULL},
+                                   {"bytes_sent_per_rank_per_step", j_sent, NULL},
                                    {0}};
 
 const tg_group tg_comm = {.heading = "Communication:\n",
                           .opts = opts,
-                          .finish = finish,
+                          .hooks = hooks,
                           .config = config,
                           .summary = summary};

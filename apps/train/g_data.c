@@ -99,12 +99,15 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{10, write_corpus}, {150, readable}, {190, opens}, {0}};
-static const tg_field config[] = {{260, "data", j_data, NULL}, {0}};
-static const tg_field summary[] = {{10, "loss_floor", j_floor, NULL}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, write_corpus},
+                                {TG_FILES, readable},
+                                {TG_FILES, opens},
+                                {0}};
+static const tg_field config[] = {{"data", j_data, NULL}, {0}};
+static const tg_field summary[] = {{"loss_floor", j_floor, NULL}, {0}};
 
 const tg_group tg_data = {.heading = "Data:\n",
                           .opts = opts,
-                          .setup = setup,
+                          .hooks = hooks,
                           .config = config,
                           .summary = summary};

@@ -25,8 +25,8 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_field step[] = {{30, "val_loss", j_val, NULL}, {0}};
-static const tg_field summary[] = {{30, "final_val_loss", j_final, NULL}, {0}};
+static const tg_field step[] = {{"val_loss", j_val, NULL}, {0}};
+static const tg_field summary[] = {{"final_val_loss", j_final, NULL}, {0}};
 
 /* under the data's heading: the validation split is the data's */
 const tg_group tg_eval = {.opts = opts, .init = init, .step = step, .summary = summary};

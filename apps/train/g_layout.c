@@ -60,14 +60,11 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{80, world}, {180, resolve}, {0}};
-static const tg_field config[] = {{10, "dp", j_dp, NULL},
-                                  {20, "tp", j_tp, NULL},
-                                  {30, "pp", j_pp, NULL},
-                                  {0}};
+static const tg_hook hooks[] = {{TG_RESOLVE, world}, {TG_RESOLVE, resolve}, {0}};
+static const tg_field config[] = {{"dp", j_dp, NULL}, {"tp", j_tp, NULL}, {"pp", j_pp, NULL}, {0}};
 
 const tg_group tg_layout = {.heading = "Layout:\n",
                             .opts = opts,
+                            .hooks = hooks,
                             .init = init,
-                            .setup = setup,
                             .config = config};

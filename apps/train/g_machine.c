@@ -64,10 +64,10 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{170, check_topology}, {0}};
-static const tg_field config[] = {{280, "blas_kernel", j_kernel, NULL}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_topology}, {0}};
+static const tg_field config[] = {{"blas_kernel", j_kernel, NULL}, {0}};
 
 const tg_group tg_machine = {.heading = "Machine:\n",
                              .opts = opts,
-                             .setup = setup,
+                             .hooks = hooks,
                              .config = config};

@@ -1,4 +1,5 @@
-/* Optimisation: steps, AdamW and its learning-rate schedule, clipping, the initialisation. */
+/* Optimisation: steps, AdamW and its learning-rate schedule, clipping, the initialisation; the
+ * loss each step, and the steps not taken. */
 #include <stdint.h>
 #include "group.h"
 #include "cli.h"
@@ -44,13 +45,25 @@ static int min_lr(tg_run *r)
     return TG_NEXT;
 }
 
+/* a step whose gradient is not finite is not taken (bf16's guard; any dtype's NaN) */
+static int skipped(tg_run *run)
+{
+    if (run->r->skipped_steps)
+        printf("%d step(s) skipped: non-finite gradient\n", run->r->skipped_steps);
+    return TG_NEXT;
+}
+
 static void j_steps(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.steps); }
 static void j_lr(FILE *f, const tg_run *r) { tg_put_num(f, r->o.lr); }
 static void j_min_lr(FILE *f, const tg_run *r) { tg_put_num(f, r->o.min_lr); }
 static void j_warmup(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.warmup); }
 static void j_seed(FILE *f, const tg_run *r) { fprintf(f, "%llu", (unsigned long long)r->o.seed); }
+static void j_loss(FILE *f, const tg_run *r) { tg_put_num(f, r->step->loss); }
 static void j_step_lr(FILE *f, const tg_run *r) { tg_put_num(f, r->step->lr); }
 static void j_norm(FILE *f, const tg_run *r) { tg_put_num(f, r->step->grad_norm); }
+static void j_skipped(FILE *f, const tg_run *r) { tg_put_bool(f, r->step->skipped); }
+static void j_final(FILE *f, const tg_run *r) { tg_put_num(f, r->r->final_loss); }
+static void j_nskipped(FILE *f, const tg_run *r) { fprintf(f, "%d", r->r->skipped_steps); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -70,15 +83,23 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{20, min_lr}, {0}};
-static const tg_field config[] = {{180, "steps", j_steps, NULL},   {200, "lr", j_lr, NULL},
-                                  {210, "min_lr", j_min_lr, NULL}, {220, "warmup", j_warmup, NULL},
-                                  {270, "seed", j_seed, NULL},     {0}};
-static const tg_field step[] = {{40, "lr", j_step_lr, NULL}, {50, "grad_norm", j_norm, NULL}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, min_lr}, {TG_REPORT, skipped}, {0}};
+static const tg_field config[] = {{"steps", j_steps, NULL},   {"lr", j_lr, NULL},
+                                  {"min_lr", j_min_lr, NULL}, {"warmup", j_warmup, NULL},
+                                  {"seed", j_seed, NULL},     {0}};
+static const tg_field step[] = {{"loss", j_loss, NULL},
+                                {"lr", j_step_lr, NULL},
+                                {"grad_norm", j_norm, NULL},
+                                {"skipped", j_skipped, NULL},
+                                {0}};
+static const tg_field summary[] = {{"final_loss", j_final, NULL},
+                                   {"skipped_steps", j_nskipped, NULL},
+                                   {0}};
 
 const tg_group tg_optim = {.heading = "Optimisation:\n",
                            .opts = opts,
+                           .hooks = hooks,
                            .init = init,
-                           .setup = setup,
                            .config = config,
-                           .step = step};
+                           .step = step,
+                           .summary = summary};

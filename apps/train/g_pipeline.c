@@ -155,17 +155,19 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{70, idle}, {120, count_costs}, {220, measure_costs}, {0}};
-static const tg_hook finish[] = {{90, summary}, {0}};
-static const tg_field config[] = {{40, "schedule", j_sched, NULL},
-                                  {50, "virtual_stages", j_virt, NULL},
-                                  {60, "weight_stashing", j_stash, NULL},
+static const tg_hook hooks[] = {{TG_CHECK, idle},
+                                {TG_CHECK, count_costs},
+                                {TG_PREPARE, measure_costs},
+                                {TG_REPORT, summary},
+                                {0}};
+static const tg_field config[] = {{"schedule", j_sched, NULL},
+                                  {"virtual_stages", j_virt, NULL},
+                                  {"weight_stashing", j_stash, NULL},
                                   {0}};
 
 const tg_group tg_pipeline =
     {.heading =
          "Pipeline (with --pp N >= 2, refused without; --microbatches is the pipeline's m):\n",
      .opts = opts,
-     .setup = setup,
-     .finish = finish,
+     .hooks = hooks,
      .config = config};

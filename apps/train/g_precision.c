@@ -1,5 +1,4 @@
-/* Precision and recomputation: the dtype (bf16: mixed precision, non-finite steps skipped)
- * and what backward recomputes. */
+/* Precision and recomputation: the dtype (bf16: mixed precision) and what backward recomputes. */
 #include <string.h>
 #include "group.h"
 #include "cli.h"
@@ -32,20 +31,11 @@ static int p_recompute(tg_run *r, const char *a)
     return 0;
 }
 
-static int skipped(tg_run *run)
-{
-    if (run->r->skipped_steps)
-        printf("%d step(s) skipped: non-finite gradient\n", run->r->skipped_steps);
-    return TG_NEXT;
-}
-
 static void j_dtype(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_dtype_name(r->o.dtype)); }
 static void j_recompute(FILE *f, const tg_run *r)
 {
     fputs(r->o.recompute ? "\"full\"" : "\"none\"", f);
 }
-static void j_skipped(FILE *f, const tg_run *r) { tg_put_bool(f, r->step->skipped); }
-static void j_nskipped(FILE *f, const tg_run *r) { fprintf(f, "%d", r->r->skipped_steps); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -58,16 +48,11 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{80, skipped}, {0}};
-static const tg_field config[] = {{130, "dtype", j_dtype, NULL},
-                                  {140, "recompute", j_recompute, NULL},
-                                  {0}};
-static const tg_field step[] = {{80, "skipped", j_skipped, NULL}, {0}};
-static const tg_field summary[] = {{140, "skipped_steps", j_nskipped, NULL}, {0}};
+static const tg_field config[] = {{"dtype", j_dtype, NULL}, {"recompute", j_recompute, NULL}, {0}};
 
 /* under the model's heading */
-const tg_group tg_precision = {.opts = opts,
-                               .finish = finish,
-                               .config = config,
-                               .step = step,
-                               .summary = summary};
+const tg_group tg_precision = {
+    .opts = opts,
+
+    .config = config,
+};

@@ -125,11 +125,8 @@ static int peak_memory(tg_run *run)
     return TG_NEXT;
 }
 
-static void j_step(FILE *f, const tg_run *r) { fprintf(f, "%d", r->step->step); }
-static void j_loss(FILE *f, const tg_run *r) { tg_put_num(f, r->step->loss); }
 static void j_ms(FILE *f, const tg_run *r) { tg_put_num(f, r->step->ms); }
 static void j_tps(FILE *f, const tg_run *r) { tg_put_num(f, r->step->tokens_per_s); }
-static void j_final(FILE *f, const tg_run *r) { tg_put_num(f, r->r->final_loss); }
 static void j_rtps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->tokens_per_s); }
 static void j_msps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->ms_per_step); }
 static void j_gemm(FILE *f, const tg_run *r) { tg_put_num(f, r->r->gemm_gflops); }
@@ -163,28 +160,23 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{30, set_quiet}, {210, banner}, {225, flush}, {0}};
-static const tg_hook finish[] = {{10, header}, {110, peak_memory}, {0}};
-static const tg_field step[] = {{10, "step", j_step, NULL},
-                                {20, "loss", j_loss, NULL},
-                                {60, "ms", j_ms, NULL},
-                                {70, "tokens_per_s", j_tps, NULL},
-                                {0}};
-static const tg_field summary[] = {{20, "final_loss", j_final, NULL},
-                                   {40, "tokens_per_s", j_rtps, NULL},
-                                   {50, "ms_per_step", j_msps, NULL},
-                                   {60, "gemm_gflops", j_gemm, NULL},
-                                   {70, "model_gflops_per_rank", j_model, NULL},
-                                   {80, "gemm_utilisation", j_util, NULL},
-                                   {150, "peak_bytes_per_rank", j_peak, NULL},
+static const tg_hook hooks[] = {{TG_CHECK, set_quiet},    {TG_ANNOUNCE, banner},
+                                {TG_PREPARE, flush},      {TG_HEAD, header},
+                                {TG_REPORT, peak_memory}, {0}};
+static const tg_field step[] = {{"ms", j_ms, NULL}, {"tokens_per_s", j_tps, NULL}, {0}};
+static const tg_field summary[] = {{"tokens_per_s", j_rtps, NULL},
+                                   {"ms_per_step", j_msps, NULL},
+                                   {"gemm_gflops", j_gemm, NULL},
+                                   {"model_gflops_per_rank", j_model, NULL},
+                                   {"gemm_utilisation", j_util, NULL},
+                                   {"peak_bytes_per_rank", j_peak, NULL},
                                    {0}};
 
 const tg_group tg_report =
     {.heading = "Output (an existing output FILE must be a regular file, not a symlink: nothing "
                 "else is\nreplaced; checked with its directory before the run, exit 2):\n",
      .opts = opts,
+     .hooks = hooks,
      .init = init,
-     .setup = setup,
-     .finish = finish,
      .step = step,
      .summary = summary};

@@ -31,7 +31,10 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{120, print_sample}, {0}};
+static const tg_hook hooks[] = {{TG_REPORT, print_sample}, {0}};
 
 /* under the output heading */
-const tg_group tg_sample = {.opts = opts, .finish = finish};
+const tg_group tg_sample = {
+    .opts = opts,
+    .hooks = hooks,
+};

@@ -73,8 +73,13 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{40, check_steps}, {131, check_output}, {0}};
-static const tg_hook finish[] = {{100, timeline}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_steps},
+                                {TG_FILES, check_output},
+                                {TG_REPORT, timeline},
+                                {0}};
 
 /* under the pipeline's heading: the timeline shows the schedule */
-const tg_group tg_trace = {.opts = opts, .setup = setup, .finish = finish};
+const tg_group tg_trace = {
+    .opts = opts,
+    .hooks = hooks,
+};

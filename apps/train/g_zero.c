@@ -119,11 +119,9 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{60, shards}, {70, state_lines}, {0}};
-static const tg_field config[] = {{190, "zero", j_zero, NULL}, {0}};
-static const tg_field summary[] = {{120, "zero", j_shards, NULL},
-                                   {130, "model_state", j_state, NULL},
-                                   {0}};
+static const tg_hook hooks[] = {{TG_REPORT, shards}, {TG_REPORT, state_lines}, {0}};
+static const tg_field config[] = {{"zero", j_zero, NULL}, {0}};
+static const tg_field summary[] = {{"zero", j_shards, NULL}, {"model_state", j_state, NULL}, {0}};
 
 /* under the communication heading: ZeRO changes what the dp group sends */
-const tg_group tg_zero = {.opts = opts, .finish = finish, .config = config, .summary = summary};
+const tg_group tg_zero = {.opts = opts, .hooks = hooks, .config = config, .summary = summary};
