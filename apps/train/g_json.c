@@ -62,8 +62,8 @@ static int config_record(tg_run *r)
         cli_error("%s", dl_errmsg());
         return tg_stop(r, CLI_EXIT_FAIL);
     }
-    r->o.on_step = step_record;
-    r->o.on_step_arg = r;
+    r->o.output.on_step = step_record;
+    r->o.output.on_step_arg = r;
     return TG_NEXT;
 }
 

@@ -6,11 +6,11 @@
 static int p_dtype(tg_run *r, const char *a)
 {
     if (!strcmp(a, "f32"))
-        r->o.dtype = DL_F32;
+        r->o.precision.dtype = DL_F32;
     else if (!strcmp(a, "f64"))
-        r->o.dtype = DL_F64;
+        r->o.precision.dtype = DL_F64;
     else if (!strcmp(a, "bf16"))
-        r->o.dtype = DL_BF16;
+        r->o.precision.dtype = DL_BF16;
     else {
         cli_error("--dtype: '%s' is not f32, f64 or bf16", a);
         return -1;
@@ -21,9 +21,9 @@ static int p_dtype(tg_run *r, const char *a)
 static int p_recompute(tg_run *r, const char *a)
 {
     if (!strcmp(a, "none"))
-        r->o.recompute = DL_RECOMPUTE_NONE;
+        r->o.precision.recompute = DL_RECOMPUTE_NONE;
     else if (!strcmp(a, "full"))
-        r->o.recompute = DL_RECOMPUTE_FULL;
+        r->o.precision.recompute = DL_RECOMPUTE_FULL;
     else {
         cli_error("--recompute: '%s' is not none or full", a);
         return -1;
@@ -31,10 +31,13 @@ static int p_recompute(tg_run *r, const char *a)
     return 0;
 }
 
-static void j_dtype(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_dtype_name(r->o.dtype)); }
+static void j_dtype(FILE *f, const tg_run *r)
+{
+    fprintf(f, "\"%s\"", dl_dtype_name(r->o.precision.dtype));
+}
 static void j_recompute(FILE *f, const tg_run *r)
 {
-    fputs(r->o.recompute ? "\"full\"" : "\"none\"", f);
+    fputs(r->o.precision.recompute ? "\"full\"" : "\"none\"", f);
 }
 
 /* clang-format off */

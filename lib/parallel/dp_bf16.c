@@ -39,7 +39,7 @@ static int bf_setup(void *st)
     size_t *bounds;
     int rc = tr_unit_bounds(e, &bounds, &nu);
     if (rc == DL_OK)
-        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->dp, e->mesh->dp_rank);
+        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->layout.dp, e->mesh->dp_rank);
     free(bounds);
     if (rc == DL_OK && dl_zero_units_padded(&b->zr))
         rc = dl_arena_alloc(dl_ctx_arena(e->ctx), DL_MEM_COMM, b->zr.max_padded * 2,
@@ -74,7 +74,7 @@ static void bf_teardown(void *st)
 int tr_dp_bf16_make(tr_env *e, tr_module *m)
 {
     const dl_train_opts *o = e->o;
-    if (!e->pr.bf16 || o->zero || o->dp < 2 || o->eval_only)
+    if (!e->pr.bf16 || o->zero.stage || o->layout.dp < 2 || o->eval.only)
         return DL_OK;
     bf_state *b = calloc(1, sizeof *b);
     if (!b)

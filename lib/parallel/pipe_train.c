@@ -55,8 +55,8 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
     if (rc)
         return rc;
     int first = s->stage == 0 && ch == 0, last = s->stage == s->p - 1 && ch == s->v - 1;
-    int G = o->global_batch, mbs = o->micro_batch;
-    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->dp,
+    int G = o->batch.global, mbs = o->batch.micro;
+    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->layout.dp,
                                                s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
         return rc;
     if (s->stash)
@@ -89,8 +89,8 @@ static int pp_bwd(void *arg, int mb, int ch, const void **din)
     /* flush: the mean over the global batch; async: each update applies one micro-batch (over
      * the dp group), so its mean */
     double T = o->model.seq;
-    double dloss = s->sched->flush ? 1.0 / ((double)o->global_batch * T)
-                                   : 1.0 / ((double)o->micro_batch * o->dp * T);
+    double dloss = s->sched->flush ? 1.0 / ((double)o->batch.global * T)
+                                   : 1.0 / ((double)o->batch.micro * o->layout.dp * T);
     int fv = s->fwd_version[mb * s->v + ch];
     int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
     if (used - fv > s->max_gap)
@@ -118,7 +118,7 @@ static int pp_opt(void *arg, int mb)
     if (s->sched->flush)
         return DL_OK;
     int rc = DL_OK;
-    if (o->dp > 1)
+    if (o->layout.dp > 1)
         rc = dl_allreduce(s->e->mesh->dp_comm, dl_gpt_grads(s->e->g), dl_gpt_grads(s->e->g),
                           s->e->numel, s->e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
     if (rc == DL_OK)
@@ -140,20 +140,20 @@ static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
     double *c = malloc(sizeof(double) * (size_t)L);
     if (!c)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
-    for (int i = 0; i < L; i++) c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
-    int rc = dl_sched_partition(c, L, k, o->layer_costs != NULL, bounds, NULL, NULL);
+    for (int i = 0; i < L; i++) c[i] = o->pipeline.layer_costs ? o->pipeline.layer_costs[i] : 1.0;
+    int rc = dl_sched_partition(c, L, k, o->pipeline.layer_costs != NULL, bounds, NULL, NULL);
     free(c);
     return rc;
 }
 
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 {
-    int p = o->pp, m = o->microbatches;
-    switch (o->schedule) {
+    int p = o->layout.pp, m = o->batch.microbatches;
+    switch (o->pipeline.schedule) {
     case DL_SCHED_NAIVE: return dl_sched_naive(p, out);
     case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, out);
-    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->virtual_stages, out);
-    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->weight_stashing, out);
+    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->pipeline.virtual_stages, out);
+    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->pipeline.weight_stashing, out);
     default: return dl_sched_gpipe(p, m, out);
     }
 }
@@ -162,8 +162,8 @@ int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 static int pp_setup(pipe_state *s, dl_gpt_part *part)
 {
     const dl_train_opts *o = s->e->o;
-    s->p = o->pp;
-    s->v = o->virtual_stages;
+    s->p = o->layout.pp;
+    s->v = o->pipeline.virtual_stages;
     s->stage = s->e->mesh->pp_rank;
     int rc = tr_pipe_make_sched(o, &s->sched);
     if (rc)
@@ -179,20 +179,20 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     if ((rc = pp_bounds(o, k, bounds)) ||
         (rc = dl_gpt_part_stage(&o->model, s->p, s->v, s->stage, bounds, part)))
         return rc;
-    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pp_bounds)
-        memcpy(s->e->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
-    int m = o->microbatches, T = o->model.seq;
+    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pipeline.bounds)
+        memcpy(s->e->res->pipeline.bounds, bounds, sizeof(int) * (size_t)(k + 1));
+    int m = o->batch.microbatches, T = o->model.seq;
     s->slot_of = malloc(sizeof(int) * (size_t)m * s->v);
     s->fwd_version = calloc((size_t)m * s->v, sizeof(int));
     s->free_slot = malloc(sizeof(int) * (size_t)s->nslots);
-    s->pin = malloc(sizeof(int) * (size_t)o->micro_batch * T);
-    s->ptg = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    s->pin = malloc(sizeof(int) * (size_t)o->batch.micro * T);
+    s->ptg = malloc(sizeof(int) * (size_t)o->batch.micro * T);
     if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
     for (int i = 0; i < m * s->v; i++) s->slot_of[i] = -1;
     for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
-    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->micro_batch * T * o->model.d_model,
+    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
                           s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
 }
 
@@ -283,7 +283,7 @@ static int pp_alloc(void *st)
     dl_arena *a = dl_ctx_arena(s->e->ctx);
     size_t ds = (size_t)s->e->pr.dsize;
     int rc = DL_OK;
-    if (o->weight_stashing &&
+    if (o->pipeline.weight_stashing &&
         (rc = dl_arena_alloc(a, DL_MEM_PARAMS, (size_t)s->nslots * s->e->numel * ds,
                              (void **)&s->stash)))
         return rc;
@@ -339,7 +339,7 @@ static int pp_from_head(void *st, double *v, int n)
 
 int tr_pipe_make(tr_env *e, tr_module *m)
 {
-    if (e->o->pp < 2)
+    if (e->o->layout.pp < 2)
         return DL_OK;
     pipe_state *s = calloc(1, sizeof *s);
     if (!s)
@@ -355,7 +355,7 @@ int tr_pipe_make(tr_env *e, tr_module *m)
                      .reduce_loss = pp_sum,
                      .reduce_norm = pp_norm,
                      .teardown = pp_teardown};
-    e->head = e->mesh->pp_rank == e->o->pp - 1;
+    e->head = e->mesh->pp_rank == e->o->layout.pp - 1;
     e->runner_span = 1; /* a pipeline's step span is the engine's (its bubble's window) */
     return DL_OK;
 }

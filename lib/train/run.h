@@ -23,7 +23,7 @@ struct tr_run {
     int steps_done;
     atomic_int *finished; /* [steps] ranks of this process that finished the step */
     int local_ranks;      /* ranks of this process */
-    int emitted;          /* steps handed to o->on_step */
+    int emitted;          /* steps handed to o->output.on_step */
     dl_gemm_log *gemm;    /* rank 0's GEMMs of one step (the second: the first warms up) */
     dl_trace *trace;      /* NULL unless a trace or timeline was asked for */
     /* pipeline: per step and rank */

@@ -146,22 +146,22 @@ START_TEST(table_parses)
                         "2",    "--schedule", "1f1b",    "--pp", "2",           "--dtype",
                         "bf16", "--overlap",  "--steps", "7",    "--threads=5", NULL};
     ck_assert_int_eq(parse(&r, 17, a1), TG_NEXT);
-    ck_assert_int_eq(r.o.dp, 3);
-    ck_assert_int_eq(r.o.tp, 2);
-    ck_assert_int_eq(r.o.pp, 2);
-    ck_assert_int_eq(r.o.zero, 2);
-    ck_assert_int_eq(r.o.schedule, DL_SCHED_1F1B);
-    ck_assert_int_eq(r.o.dtype, DL_BF16);
-    ck_assert_int_eq(r.o.overlap, 1);
-    ck_assert_int_eq(r.o.steps, 7);
+    ck_assert_int_eq(r.o.layout.dp, 3);
+    ck_assert_int_eq(r.o.layout.tp, 2);
+    ck_assert_int_eq(r.o.layout.pp, 2);
+    ck_assert_int_eq(r.o.zero.stage, 2);
+    ck_assert_int_eq(r.o.pipeline.schedule, DL_SCHED_1F1B);
+    ck_assert_int_eq(r.o.precision.dtype, DL_BF16);
+    ck_assert_int_eq(r.o.comm.overlap, 1);
+    ck_assert_int_eq(r.o.optim.steps, 7);
     ck_assert_int_eq(r.threads, 5);
     /* the groups' defaults where nothing was given */
     const char *a2[] = {"t", NULL};
     ck_assert_int_eq(parse(&r, 1, a2), TG_NEXT);
-    ck_assert_int_eq(r.o.steps, 1500);
+    ck_assert_int_eq(r.o.optim.steps, 1500);
     ck_assert_int_eq(r.o.model.layers, 4);
-    ck_assert_int_eq(r.o.dp, 0);
-    ck_assert_int_eq(r.o.pp, 1);
+    ck_assert_int_eq(r.o.layout.dp, 0);
+    ck_assert_int_eq(r.o.layout.pp, 1);
     /* refusals: exit 2 */
     const char *a3[] = {"t", "--no-such-option", NULL};
     ck_assert_int_eq(parse(&r, 2, a3), TG_STOP);
