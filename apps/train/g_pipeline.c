@@ -4,6 +4,7 @@
 #include "group.h"
 #include "cli.h"
 #include "layer_costs.h"
+#include "parallel/pipe_train.h"
 
 enum { MAX_LAYERS = 4096 };
 static int have_sched, have_virt, measure, ncosts;
@@ -12,8 +13,10 @@ static double costs[MAX_LAYERS];
 static int p_sched(tg_run *r, const char *a)
 {
     dl_sched_kind k;
-    if (dl_sched_kind_parse(a, &k) || k == DL_SCHED_TERAPIPE) {
-        cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive", a);
+    if (dl_sched_kind_parse(a, &k) || !tr_pipe_trains((int)k)) {
+        char list[128];
+        tr_pipe_kind_list(list, sizeof list);
+        cli_error("--schedule: '%s' is not %s", a, list);
         return -1;
     }
     r->o.pipeline.schedule = (int)k;
@@ -113,8 +116,8 @@ static int summary(tg_run *run)
         printf(" %d-%d", r->pipeline.bounds[i], r->pipeline.bounds[i + 1] - 1);
     printf("\n  measured bubble per stage (1 - busy/wall, median step):");
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %.1f%%", 100 * r->pipeline.bubble[st]);
-    printf("\n  total %.1f%% vs the lecture's (p-1)/(vm+p-1) = %.1f%%; activation slots per "
-           "stage:",
+    printf("\n  total %.1f%% vs the schedule's own %.1f%% (simulated, a backward twice a "
+           "forward); activation slots per stage:",
            100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %d", r->pipeline.slots[st]);
     printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead per action (the "

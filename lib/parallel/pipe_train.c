@@ -146,16 +146,64 @@ static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
     return rc;
 }
 
+static int mk_gpipe(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_gpipe(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_1f1b(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_1f1b(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_interleaved(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_interleaved(o->layout.pp, o->batch.microbatches, o->pipeline.virtual_stages,
+                                out);
+}
+static int mk_async(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_async(o->layout.pp, o->batch.microbatches, o->pipeline.weight_stashing, out);
+}
+static int mk_naive(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_naive(o->layout.pp, out);
+}
+
+/* The schedules the trainer runs, in --help's order (GPipe the default): the one list. */
+static const struct {
+    dl_sched_kind kind;
+    int (*make)(const dl_train_opts *o, dl_sched **out);
+} schedules[] = {{DL_SCHED_GPIPE, mk_gpipe},
+                 {DL_SCHED_1F1B, mk_1f1b},
+                 {DL_SCHED_INTERLEAVED, mk_interleaved},
+                 {DL_SCHED_ASYNC, mk_async},
+                 {DL_SCHED_NAIVE, mk_naive}};
+enum { NSCHEDULES = sizeof schedules / sizeof schedules[0] };
+
+int tr_pipe_trains(int k)
+{
+    for (int i = 0; i < NSCHEDULES; i++)
+        if ((int)schedules[i].kind == k)
+            return 1;
+    return 0;
+}
+
+void tr_pipe_kind_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    for (int i = 0; i < NSCHEDULES && at < n; i++) {
+        const char *sep = i == 0 ? "" : i == NSCHEDULES - 1 ? " or " : ", ";
+        int w = snprintf(buf + at, n - at, "%s%s", sep, dl_sched_kind_name(schedules[i].kind));
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 {
-    int p = o->layout.pp, m = o->batch.microbatches;
-    switch (o->pipeline.schedule) {
-    case DL_SCHED_NAIVE: return dl_sched_naive(p, out);
-    case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, out);
-    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->pipeline.virtual_stages, out);
-    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->pipeline.weight_stashing, out);
-    default: return dl_sched_gpipe(p, m, out);
-    }
+    for (int i = 0; i < NSCHEDULES; i++)
+        if ((int)schedules[i].kind == o->pipeline.schedule)
+            return schedules[i].make(o, out);
+    return dl_error(DL_EINVAL, "pipeline: schedule %s does not train",
+                    dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule));
 }
 
 /* The stage's part, its slots and the engine (after the mesh exists, before the model). */
@@ -299,7 +347,7 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
 {
     pipe_state *s = st;
     tr_env *e = s->e;
-    tr_pp_rows *R = &e->pp;
+    tr_pp_rows *R = e->pp;
     dl_pipe_stats ps;
     s->loss_sum = 0;
     s->max_gap = 0;
@@ -311,7 +359,7 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
     R->engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
     R->gap[at] = s->max_gap;
     if (e->rank == 0)
-        *R->bytes += ps.bytes_sent;
+        R->bytes += ps.bytes_sent;
     if (rc == DL_OK && s->sched->flush && (rc = pp_tie_sync(s)) == DL_OK)
         rc = e->call.grads_ready(0, e->comp);
     return rc;

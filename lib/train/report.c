@@ -1,6 +1,6 @@
 /* The trainer's reporting (train/report.h): per-step records, the progress line, the callers'
- * on_step records, the run's summary (medians, the pipeline's bubbles), the trace and timeline,
- * and, under MPI, the ranks' figures shared across processes. */
+ * on_step records, the run's summary (medians; the pipeline module makes its own figures), the
+ * trace and timeline, and, under MPI, the ranks' figures shared across processes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +28,8 @@ int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *pea
     for (int i = 0; i < S; i++) {
         size_t at = (size_t)i * n + rank;
         double *v = mine + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-        v[0] = R->step_ms[at], v[1] = R->pp_busy[at], v[2] = R->pp_wall[at];
-        v[3] = R->pp_engine[at], v[4] = R->pp_gap[at];
+        v[0] = R->step_ms[at], v[1] = R->pp.busy[at], v[2] = R->pp.wall[at];
+        v[3] = R->pp.engine[at], v[4] = R->pp.gap[at];
     }
     int rc = dl_allgather(world, mine, all, per * (size_t)n, DL_F64, DL_PURPOSE_OTHER);
     int local = n / P, first = dl_mpi_rank() * local;
@@ -43,8 +43,8 @@ int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *pea
             for (int i = 0; i < S; i++) {
                 size_t at = (size_t)i * n + r;
                 const double *w = v + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-                R->step_ms[at] = w[0], R->pp_busy[at] = w[1], R->pp_wall[at] = w[2];
-                R->pp_engine[at] = w[3], R->pp_gap[at] = (int)w[4];
+                R->step_ms[at] = w[0], R->pp.busy[at] = w[1], R->pp.wall[at] = w[2];
+                R->pp.engine[at] = w[3], R->pp.gap[at] = (int)w[4];
             }
         }
     free(all);
@@ -112,7 +112,7 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
     const tr_run *R = e->R;
     const dl_train_opts *o = R->o;
     dl_comm *c[3] = {dl_ctx_comm(e->ctx), e->mesh->dp_comm, e->mesh->tp_comm};
-    uint64_t sent = R->pp_bytes;
+    uint64_t sent = R->pp.bytes;
     for (int i = 0; i < 3; i++) {
         dl_comm_stats st;
         dl_comm_get_stats(c[i], &st);
@@ -137,56 +137,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-/* Measured bubbles (each stage's first rank: world rank stage x dp x tp), over the steps after
- * the first when there are more, the engine's overhead per action, the version gaps. */
-static void pp_summary(const dl_train_opts *o, const tr_run *R, dl_train_result *res)
-{
-    int n = R->nranks, p = o->layout.pp, per = o->layout.dp * o->layout.tp, S = R->steps_done;
-    int skip = S > 1 ? 1 : 0, k = S - skip;
-    /* per step: a stage's figure, or every rank's engine overhead (n >= p) */
-    double *x = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1) * (size_t)n);
-    if (!x)
-        return;
-    for (int st = 0; st < p; st++) {
-        int r = st * per;
-        for (int i = 0; i < k; i++) {
-            size_t at = (size_t)(i + skip) * n + r;
-            x[i] = R->pp_wall[at] > 0 ? 1.0 - R->pp_busy[at] / R->pp_wall[at] : NAN;
-        }
-        res->pipeline.bubble[st] = dl__median(x, (size_t)k);
-        int gap = 0;
-        for (int i = 0; i < S; i++)
-            if (R->pp_gap[(size_t)i * n + r] > gap)
-                gap = R->pp_gap[(size_t)i * n + r];
-        res->pipeline.max_gap[st] = gap;
-    }
-    for (int i = 0; i < k; i++) {
-        double busy = 0, wall = 0;
-        for (int st = 0; st < p; st++) {
-            size_t at = (size_t)(i + skip) * n + (size_t)st * per;
-            busy += R->pp_busy[at];
-            if (R->pp_wall[at] > wall)
-                wall = R->pp_wall[at];
-        }
-        x[i] = wall > 0 ? 1.0 - busy / (p * wall) : NAN;
-    }
-    res->pipeline.bubble_total = dl__median(x, (size_t)k);
-    for (int i = 0; i < k; i++)
-        for (int r = 0; r < n; r++)
-            x[(size_t)i * n + r] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
-    res->pipeline.engine_us =
-        dl__median(x, (size_t)(k * n)); /* sorted x: the 90th percentile is an index */
-    res->pipeline.engine_p90_us = k * n > 0 ? x[(size_t)((k * n - 1) * 0.9 + 0.5)] : NAN;
-    res->pipeline.bytes_per_step = (double)R->pp_bytes / S;
-    free(x);
-    dl_sched *sc = NULL;
-    dl_sched_sim *sim = NULL;
-    if (tr_pipe_make_sched(o, &sc) == DL_OK && dl_sched_simulate(sc, NULL, &sim) == DL_OK)
-        for (int st = 0; st < p; st++) res->pipeline.slots[st] = sim->peak_act[st];
-    dl_sched_sim_free(sim);
-    dl_sched_free(sc);
 }
 
 /* The grid's widest: past it the per-stage list carries what the cells merge. */
@@ -328,5 +278,5 @@ void tr_summarise(tr_run *R, dl_train_result *res)
     }
     free(med);
     if (o->layout.pp > 1 && S > 0)
-        pp_summary(o, R, res);
+        tr_pipe_summarise(&R->pp, o, S, &res->pipeline);
 }

@@ -5,6 +5,7 @@
 #include "distlab.h"
 #include "distlab/train.h"
 #include "model/gpt_priv.h"
+#include "parallel/pipe_train.h"
 
 void dl_train_opts_init(dl_train_opts *o)
 {
@@ -43,12 +44,12 @@ static int pp_resolve(dl_train_opts *o)
     if (o->pipeline.schedule == DL_SCHED_CUSTOM)
         o->pipeline.schedule = DL_SCHED_GPIPE;
     int k = o->pipeline.schedule;
-    if (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
-        k != DL_SCHED_ASYNC && k != DL_SCHED_NAIVE)
-        return dl_error(DL_EINVAL,
-                        "schedule %s cannot train: use gpipe, 1f1b, interleaved or "
-                        "async",
-                        dl_sched_kind_name((dl_sched_kind)k));
+    if (!tr_pipe_trains(k)) {
+        char list[128];
+        tr_pipe_kind_list(list, sizeof list);
+        return dl_error(DL_EINVAL, "schedule %s cannot train: use %s",
+                        dl_sched_kind_name((dl_sched_kind)k), list);
+    }
     if (k == DL_SCHED_NAIVE && m != 1)
         return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
     if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1)

@@ -34,21 +34,8 @@ int tr_run_open(tr_run *R, const dl_train_opts *o, dl_train_result *res, int n)
         res->output.params = calloc((size_t)res->nparams, sizeof(double));
     if (o->output.want_grads)
         res->output.grads = calloc((size_t)res->nparams, sizeof(double));
-    res->pipeline.stages = o->layout.pp;
-    res->pipeline.v = o->pipeline.virtual_stages;
-    res->pipeline.bubble_theory =
-        (double)(o->layout.pp - 1) /
-        ((double)o->pipeline.virtual_stages * o->batch.microbatches + o->layout.pp - 1);
-    size_t sn = (size_t)(steps + 1) * (size_t)n;
-    R->pp_busy = calloc(sn, sizeof(double));
-    R->pp_wall = calloc(sn, sizeof(double));
-    R->pp_engine = calloc(sn, sizeof(double));
-    R->pp_gap = calloc(sn, sizeof(int));
-    res->pipeline.bounds =
-        calloc((size_t)o->layout.pp * o->pipeline.virtual_stages + 1, sizeof(int));
-    res->pipeline.bubble = calloc((size_t)o->layout.pp, sizeof(double));
-    res->pipeline.slots = calloc((size_t)o->layout.pp, sizeof(int));
-    res->pipeline.max_gap = calloc((size_t)o->layout.pp, sizeof(int));
+    if ((rc = tr_pipe_figures_open(&R->pp, o, steps, n, &res->pipeline)))
+        return rc;
     int traced = o->trace.last ? o->trace.last - o->trace.first + 1 : steps;
     if (o->trace.into)
         R->trace = o->trace.into;
@@ -60,9 +47,7 @@ int tr_run_open(tr_run *R, const dl_train_opts *o, dl_train_result *res, int n)
                                    &R->trace)))
         return rc;
     if (!res->memory.peak || !R->step_ms || !R->loss || !R->val || !R->norm || !R->lr || !R->skip ||
-        !R->finished || !R->pp_busy || !R->pp_wall || !R->pp_engine || !R->pp_gap ||
-        !res->pipeline.bounds || !res->pipeline.bubble || !res->pipeline.slots ||
-        !res->pipeline.max_gap || (o->output.want_params && !res->output.params) ||
+        !R->finished || (o->output.want_params && !res->output.params) ||
         (o->output.want_grads && !res->output.grads)) {
         return dl_error(DL_ENOMEM, "training: out of memory");
     }
@@ -73,7 +58,7 @@ void tr_run_close(tr_run *R)
 {
     if (R->trace != R->o->trace.into)
         dl_trace_destroy(R->trace);
-    free(R->pp_busy), free(R->pp_wall), free(R->pp_engine), free(R->pp_gap);
+    tr_pipe_rows_close(&R->pp);
     free(R->step_ms), free(R->loss), free(R->val), free(R->norm), free(R->lr), free(R->skip);
     free(R->finished);
     dl_data_free(R->data);

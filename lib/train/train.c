@@ -136,7 +136,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 .R = R,
                 .data = R->data,
                 .res = R->res,
-                .pp = {R->nranks, R->pp_busy, R->pp_wall, R->pp_engine, R->pp_gap, &R->pp_bytes},
+                .pp = &R->pp,
                 .ctx = ctx,
                 .rank = dl_ctx_rank(ctx),
                 .mesh = &mesh,
@@ -213,10 +213,7 @@ done:
 
 void dl_train_result_free(dl_train_result *r)
 {
-    free(r->pipeline.bounds);
-    free(r->pipeline.bubble);
-    free(r->pipeline.slots);
-    free(r->pipeline.max_gap);
+    tr_pipe_result_free(&r->pipeline);
     free(r->output.timeline);
     free(r->steps);
     free(r->memory.peak);

@@ -402,6 +402,39 @@ START_TEST(activation_memory)
 }
 END_TEST
 
+/* ---- the schedule's own bubble: each schedule's simulation, not one formula for all -------- */
+
+START_TEST(own_bubble)
+{
+    const int kinds[] = {DL_SCHED_GPIPE, DL_SCHED_1F1B, DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC,
+                         DL_SCHED_NAIVE};
+    for (int k = 0; k < 5; k++) {
+        int m = kinds[k] == DL_SCHED_NAIVE ? 1 : 4;
+        dl_train_opts o = base(2, m, kinds[k], DL_F64);
+        o.output.want_params = 0;
+        o.optim.steps = 1;
+        dl_train_result r;
+        ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
+        dl_sched *sc;
+        dl_sched_sim *sim;
+        int v = kinds[k] == DL_SCHED_INTERLEAVED ? 2 : 1;
+        ck_assert_int_eq(kinds[k] == DL_SCHED_GPIPE         ? dl_sched_gpipe(2, m, &sc)
+                         : kinds[k] == DL_SCHED_1F1B        ? dl_sched_1f1b(2, m, &sc)
+                         : kinds[k] == DL_SCHED_INTERLEAVED ? dl_sched_interleaved(2, m, v, &sc)
+                         : kinds[k] == DL_SCHED_ASYNC       ? dl_sched_async(2, m, 0, &sc)
+                                                            : dl_sched_naive(2, &sc),
+                         DL_OK);
+        ck_assert_int_eq(dl_sched_simulate(sc, NULL, &sim), DL_OK);
+        ck_assert(r.pipeline.bubble_theory == sim->bubble_total);
+        if (kinds[k] == DL_SCHED_GPIPE || kinds[k] == DL_SCHED_1F1B)
+            ck_assert(fabs(r.pipeline.bubble_theory - 1.0 / (m + 1)) < 1e-12);
+        dl_sched_sim_free(sim);
+        dl_sched_free(sc);
+        dl_train_result_free(&r);
+    }
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 START_TEST(bad_configs)
@@ -445,6 +478,7 @@ int main(void)
     tcase_add_test(tc, pp_bf16_same_as_dp);
     tcase_add_test(tc, async_versions);
     tcase_add_test(tc, activation_memory);
+    tcase_add_test(tc, own_bubble);
     if (!DL_TEST_SMALL) {
         tcase_add_test(tc, pp_interleaved4_f64);
         tcase_add_test(tc, pp_dp_tp_f64);
