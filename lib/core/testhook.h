@@ -10,8 +10,8 @@
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
-#ifndef DISTLAB_TESTHOOK_H
-#define DISTLAB_TESTHOOK_H
+#ifndef DISTLAB_CORE_TESTHOOK_H
+#define DISTLAB_CORE_TESTHOOK_H
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  * module (fills a tr_module) or leaves it empty. The step then calls each phase's hooks over the
  * added modules in the list's order, so the order of modules.def is the order of every sum the
  * hooks extend (the loss: dp, then pp; the gradient norm: dp, tp, pp). */
-#ifndef DL_PARALLEL_MODULE_H
-#define DL_PARALLEL_MODULE_H
+#ifndef DISTLAB_PARALLEL_MODULE_H
+#define DISTLAB_PARALLEL_MODULE_H
 #include <stddef.h>
 #include <stdint.h>
 #include "distlab.h"

@@ -1,7 +1,7 @@
 /* The pipeline module's interface to the layers above it (parallel/pipe_train.c,
  * parallel/pipe_figures.c): the schedules the trainer runs, and the pipeline's own figures. */
-#ifndef DL_PARALLEL_PIPE_TRAIN_H
-#define DL_PARALLEL_PIPE_TRAIN_H
+#ifndef DISTLAB_PARALLEL_PIPE_TRAIN_H
+#define DISTLAB_PARALLEL_PIPE_TRAIN_H
 #include <stddef.h>
 #include <stdint.h>
 #include "distlab.h"

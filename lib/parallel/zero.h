@@ -18,8 +18,8 @@
  * row-0 part is (gradients become final from the end of the buffer towards its start, and row 0
  * comes first): dl_zero_final_column. Element counts only: the same arithmetic serves any element
  * type (f32, f64; bf16 and stage 3 later). */
-#ifndef DISTLAB_ZERO_H
-#define DISTLAB_ZERO_H
+#ifndef DISTLAB_PARALLEL_ZERO_H
+#define DISTLAB_PARALLEL_ZERO_H
 
 #include <stddef.h>
 

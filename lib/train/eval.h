@@ -1,6 +1,6 @@
 /* Evaluation and sampling in the trainer (train/eval.c). */
-#ifndef DL_TRAIN_EVAL_H
-#define DL_TRAIN_EVAL_H
+#ifndef DISTLAB_TRAIN_EVAL_H
+#define DISTLAB_TRAIN_EVAL_H
 #include <stdint.h>
 #include "parallel/module.h"
 

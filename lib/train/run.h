@@ -1,7 +1,7 @@
 /* The run's tables, shared between dl_train_run and the rank threads (each rank writes its own
  * rows; rank 0 the per-step records). */
-#ifndef DL_TRAIN_RUN_H
-#define DL_TRAIN_RUN_H
+#ifndef DISTLAB_TRAIN_RUN_H
+#define DISTLAB_TRAIN_RUN_H
 #include <stdatomic.h>
 #include <stdint.h>
 #include "distlab.h"

@@ -10,8 +10,8 @@
  *
  * Rule for every test: never call ck_assert from a rank thread; ranks record what they saw in
  * buffers the test thread allocated, and the test thread asserts after dl_world_run returns. */
-#ifndef DISTLAB_TESTUTIL_H
-#define DISTLAB_TESTUTIL_H
+#ifndef DISTLAB_TESTS_UNIT_TESTUTIL_H
+#define DISTLAB_TESTS_UNIT_TESTUTIL_H
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
