@@ -1,4 +1,4 @@
-/* ZeRO 0-3 as the trainer's sharding module (lib/train/module.h): the engine
+/* ZeRO 0-3 as the trainer's sharding module (lib/parallel/module.h): the engine
  * (lib/parallel/zero_engine.h) under the GPT, its blocks handed to the optimizer as the shards
  * (stage 0: one shard, d = 1). See docs/ARCHITECTURE.md, "The trainer". */
 #include "config.h"
