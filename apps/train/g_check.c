@@ -64,8 +64,8 @@ static void one_rank(const tg_run *run, dl_train_opts *one)
     one->trace.timeline = 0;
     one->batch.microbatches = o->layout.dp * o->batch.microbatches;
     one->batch.global = o->batch.global;
-    one->output.log =
-        o->output.log ? stderr : NULL; /* its progress: a second run as long as the first */
+    /* its progress: a second run as long as the first */
+    one->output.log = o->output.log ? stderr : NULL;
     one->trace.first = one->trace.last = 0;
     one->ckpt.save = NULL;
     one->output.dump_grads = NULL;

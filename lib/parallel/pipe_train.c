@@ -206,6 +206,60 @@ int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
                     dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule));
 }
 
+/* The pipeline's part of the configuration, after the batch sizes are known (modules.def:
+ * dl_train_resolve calls it). */
+int tr_pipe_resolve(dl_train_opts *o)
+{
+    int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    if (o->pipeline.schedule == DL_SCHED_CUSTOM)
+        o->pipeline.schedule = DL_SCHED_GPIPE;
+    int k = o->pipeline.schedule;
+    if (!tr_pipe_trains(k)) {
+        char list[128];
+        tr_pipe_kind_list(list, sizeof list);
+        return dl_error(DL_EINVAL, "schedule %s cannot train: use %s",
+                        dl_sched_kind_name((dl_sched_kind)k), list);
+    }
+    if (k == DL_SCHED_NAIVE && m != 1)
+        return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
+    if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1)
+        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
+                        o->pipeline.virtual_stages);
+    int v = k == DL_SCHED_INTERLEAVED
+                ? (o->pipeline.virtual_stages > 0 ? o->pipeline.virtual_stages : 2)
+                : 1;
+    o->pipeline.virtual_stages = v;
+    if (p > L)
+        return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
+                        p, L);
+    if (v > DL_GPT_MAX_CHUNKS)
+        return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
+    if (k == DL_SCHED_INTERLEAVED) {
+        if (p < 2)
+            return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
+        if (L % (p * v))
+            return dl_error(DL_EINVAL,
+                            "interleaving: layers %d are not divisible by pp %d x "
+                            "virtual stages %d",
+                            L, p, v);
+        if (m % p)
+            return dl_error(DL_EINVAL,
+                            "interleaving: micro-batches %d must be a multiple of pp "
+                            "%d (try --microbatches %d)",
+                            m, p, (m / p + 1) * p);
+    }
+    if (o->pipeline.weight_stashing && k != DL_SCHED_ASYNC)
+        return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
+    if (p == 1)
+        return DL_OK;
+    if (k == DL_SCHED_ASYNC && (o->zero.stage || o->model.tie))
+        return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
+                                   "not combine with ZeRO or tied embeddings");
+    if (o->model.tie && o->zero.stage)
+        return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
+    return DL_OK;
+}
+
 /* The stage's part, its slots and the engine (after the mesh exists, before the model). */
 static int pp_setup(pipe_state *s, dl_gpt_part *part)
 {

@@ -166,6 +166,14 @@ static void shard_teardown(void *st)
     free(s);
 }
 
+/* ZeRO's part of the configuration (modules.def: dl_train_resolve calls it). */
+int tr_shard_resolve(dl_train_opts *o)
+{
+    if (o->zero.stage < 0 || o->zero.stage > 3)
+        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1, 2 or 3 (got %d)", o->zero.stage);
+    return DL_OK;
+}
+
 int tr_shard_make(tr_env *e, tr_module *m)
 {
     const dl_train_opts *o = e->o;

@@ -5,12 +5,12 @@
 #include "train/compose.h"
 #include "model/gpt_priv.h"
 
-#define TR_MODULE(fn) int fn(tr_env *e, tr_module *m);
+#define TR_MODULE(fn, resolve) int fn(tr_env *e, tr_module *m);
 #include "train/modules.def"
 #undef TR_MODULE
 
 static const tr_make_fn makers[] = {
-#define TR_MODULE(fn) fn,
+#define TR_MODULE(fn, resolve) fn,
 #include "train/modules.def"
 #undef TR_MODULE
 };

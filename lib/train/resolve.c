@@ -1,11 +1,10 @@
-/* The trainer's option resolution: defaults, the batch sizes from any two of them, and the
- * checks every strategy's options must pass before a rank starts (the pipeline's part in
- * pp_resolve). */
+/* The trainer's option resolution: defaults, the batch sizes from any two of them, the common
+ * checks, then each strategy module's own (modules.def: ZeRO's, the pipeline's) before a rank
+ * starts. */
 #include <string.h>
 #include "distlab.h"
 #include "distlab/train.h"
 #include "model/gpt_priv.h"
-#include "parallel/pipe_train.h"
 
 void dl_train_opts_init(dl_train_opts *o)
 {
@@ -37,58 +36,18 @@ void dl_train_opts_init(dl_train_opts *o)
     o->machine.timeout_s = 120;
 }
 
-/* The pipeline's part of the configuration (after the batch sizes are known). */
-static int pp_resolve(dl_train_opts *o)
-{
-    int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
-    if (o->pipeline.schedule == DL_SCHED_CUSTOM)
-        o->pipeline.schedule = DL_SCHED_GPIPE;
-    int k = o->pipeline.schedule;
-    if (!tr_pipe_trains(k)) {
-        char list[128];
-        tr_pipe_kind_list(list, sizeof list);
-        return dl_error(DL_EINVAL, "schedule %s cannot train: use %s",
-                        dl_sched_kind_name((dl_sched_kind)k), list);
-    }
-    if (k == DL_SCHED_NAIVE && m != 1)
-        return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
-    if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1)
-        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
-                        o->pipeline.virtual_stages);
-    int v = k == DL_SCHED_INTERLEAVED
-                ? (o->pipeline.virtual_stages > 0 ? o->pipeline.virtual_stages : 2)
-                : 1;
-    o->pipeline.virtual_stages = v;
-    if (p > L)
-        return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
-                        p, L);
-    if (v > DL_GPT_MAX_CHUNKS)
-        return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
-    if (k == DL_SCHED_INTERLEAVED) {
-        if (p < 2)
-            return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
-        if (L % (p * v))
-            return dl_error(DL_EINVAL,
-                            "interleaving: layers %d are not divisible by pp %d x "
-                            "virtual stages %d",
-                            L, p, v);
-        if (m % p)
-            return dl_error(DL_EINVAL,
-                            "interleaving: micro-batches %d must be a multiple of pp "
-                            "%d (try --microbatches %d)",
-                            m, p, (m / p + 1) * p);
-    }
-    if (o->pipeline.weight_stashing && k != DL_SCHED_ASYNC)
-        return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
-    if (p == 1)
-        return DL_OK;
-    if (k == DL_SCHED_ASYNC && (o->zero.stage || o->model.tie))
-        return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
-                                   "not combine with ZeRO or tied embeddings");
-    if (o->model.tie && o->zero.stage)
-        return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
-    return DL_OK;
-}
+/* The strategy modules' own checks (modules.def), after the common ones. */
+#define TR_MODULE(make, resolve) int resolve(dl_train_opts *o);
+#include "train/modules.def"
+#undef TR_MODULE
+
+static int (*const resolvers[])(dl_train_opts *o) = {
+#define TR_MODULE(make, resolve) resolve,
+#include "train/modules.def"
+#undef TR_MODULE
+};
+
+int tr_no_resolve(dl_train_opts *o) { return (void)o, DL_OK; }
 
 int dl_train_resolve(dl_train_opts *o, int nranks)
 {
@@ -164,9 +123,10 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
     if (o->precision.dtype != DL_F32 && o->precision.dtype != DL_F64 &&
         o->precision.dtype != DL_BF16)
         return dl_error(DL_EINVAL, "dtype must be f32, f64 or bf16");
-    if (o->zero.stage < 0 || o->zero.stage > 3)
-        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1, 2 or 3 (got %d)", o->zero.stage);
-    return pp_resolve(o);
+    for (size_t i = 0; i < sizeof resolvers / sizeof resolvers[0]; i++)
+        if ((rc = resolvers[i](o)))
+            return rc;
+    return DL_OK;
 }
 
 double dl_train_step_flops(const dl_gpt_config *c, int G)
