@@ -9,6 +9,7 @@
  *  - 1F1B's peak activation memory on the first stage is p/m of GPipe's (arena, m >= p);
  *  - bad configurations are refused with a message. */
 #include "../testutil.h"
+#include "parallel/pipe_train.h"
 #include <time.h>
 #include <check.h>
 #include <math.h>
@@ -402,22 +403,22 @@ START_TEST(activation_memory)
 }
 END_TEST
 
-/* ---- the schedule's own bubble: each schedule's simulation, not one formula for all -------- */
+/* ---- the schedule's own bubble: each schedule's simulation, not one formula for all (the
+ * pipeline module's figures, no run needed) ------------------------------------------------- */
 
 START_TEST(own_bubble)
 {
     const int kinds[] = {DL_SCHED_GPIPE, DL_SCHED_1F1B, DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC,
                          DL_SCHED_NAIVE};
     for (int k = 0; k < 5; k++) {
-        int m = kinds[k] == DL_SCHED_NAIVE ? 1 : 4;
+        int m = kinds[k] == DL_SCHED_NAIVE ? 1 : 4, v = kinds[k] == DL_SCHED_INTERLEAVED ? 2 : 1;
         dl_train_opts o = base(2, m, kinds[k], DL_F64);
-        o.output.want_params = 0;
-        o.optim.steps = 1;
-        dl_train_result r;
-        ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
+        ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
+        tr_pp_rows rows;
+        dl_train_pipeline_result r = {0};
+        ck_assert_int_eq(tr_pipe_figures_open(&rows, &o, 1, 2, &r), DL_OK);
         dl_sched *sc;
         dl_sched_sim *sim;
-        int v = kinds[k] == DL_SCHED_INTERLEAVED ? 2 : 1;
         ck_assert_int_eq(kinds[k] == DL_SCHED_GPIPE         ? dl_sched_gpipe(2, m, &sc)
                          : kinds[k] == DL_SCHED_1F1B        ? dl_sched_1f1b(2, m, &sc)
                          : kinds[k] == DL_SCHED_INTERLEAVED ? dl_sched_interleaved(2, m, v, &sc)
@@ -425,12 +426,13 @@ START_TEST(own_bubble)
                                                             : dl_sched_naive(2, &sc),
                          DL_OK);
         ck_assert_int_eq(dl_sched_simulate(sc, NULL, &sim), DL_OK);
-        ck_assert(r.pipeline.bubble_theory == sim->bubble_total);
+        ck_assert(r.bubble_theory == sim->bubble_total);
         if (kinds[k] == DL_SCHED_GPIPE || kinds[k] == DL_SCHED_1F1B)
-            ck_assert(fabs(r.pipeline.bubble_theory - 1.0 / (m + 1)) < 1e-12);
+            ck_assert(fabs(r.bubble_theory - 1.0 / (m + 1)) < 1e-12);
         dl_sched_sim_free(sim);
         dl_sched_free(sc);
-        dl_train_result_free(&r);
+        tr_pipe_rows_close(&rows);
+        tr_pipe_result_free(&r);
     }
 }
 END_TEST
