@@ -140,8 +140,9 @@ typedef struct dl_train_machine {
     const char *topology; /* synthetic topology for grouping, or NULL */
 } dl_train_machine;
 
+/* The options, one group per concern (dl_train_opts_init: the defaults). */
 typedef struct dl_train_opts {
-    dl_gpt_config model;
+    dl_gpt_config model; /* the model's shape */
     dl_train_precision precision;
     dl_train_layout layout;
     dl_train_batch batch;
@@ -161,9 +162,11 @@ typedef struct dl_train_opts {
  * steps (lr 3e-3 decaying to 3e-4, 20 warm-up steps, clip 1), the synthetic corpus. */
 void dl_train_opts_init(dl_train_opts *o);
 
-/* Complete the batch sizes from any two of global_batch, micro_batch and microbatches (0 means
- * unset; global_batch alone gives micro_batch = global_batch / dp and microbatches = 1; otherwise
- * a missing micro_batch defaults to 8 and microbatches to 1) and check the whole configuration. DL_EINVAL with one line saying what is wrong and what would fit. */
+/* Complete the batch sizes from any two of batch.global, batch.micro and batch.microbatches (0
+ * means unset; global alone gives micro = global / dp and microbatches = 1; otherwise a missing
+ * micro defaults to 8 and microbatches to 1) and check the whole configuration: the common
+ * checks, then each strategy's own. DL_EINVAL with one line saying what is wrong and what would
+ * fit. */
 int dl_train_resolve(dl_train_opts *o, int nranks);
 
 typedef struct dl_train_step {
@@ -176,21 +179,24 @@ typedef struct dl_train_step {
     int skipped; /* the gradient was not finite: no update (mixed-precision guard) */
 } dl_train_step;
 
-/* The result's groups, as the options'. */
+/* The optimisation: the last step's loss and the steps not taken. */
 typedef struct dl_train_optim_result {
     double final_loss;
     int skipped_steps; /* steps skipped for a non-finite gradient */
 } dl_train_optim_result;
 
+/* Validation. */
 typedef struct dl_train_eval_result {
     double final_val_loss;
     int windows; /* validation windows of the last evaluation */
 } dl_train_eval_result;
 
+/* The corpus. */
 typedef struct dl_train_data_result {
     double floor; /* entropy rate of the synthetic corpus (NAN for a file) */
 } dl_train_data_result;
 
+/* Throughput. */
 typedef struct dl_train_speed {
     double tokens_per_s;          /* median over steps after the first */
     double ms_per_step;           /* median */
@@ -252,6 +258,7 @@ typedef struct dl_train_output_result {
     char *timeline; /* trace.timeline: the last step's grid, legend, every stage's actions */
 } dl_train_output_result;
 
+/* The run's figures, grouped as the options are. */
 typedef struct dl_train_result {
     int nranks, nsteps;
     dl_train_step *steps; /* [nsteps] */
