@@ -61,6 +61,18 @@ void tr_pipe_result_free(dl_train_pipeline_result *r)
     memset(r, 0, sizeof *r);
 }
 
+void tr_pipe_row_get(const tr_pp_rows *t, int i, int rank, double *v)
+{
+    size_t at = (size_t)i * t->nranks + rank;
+    v[0] = t->busy[at], v[1] = t->wall[at], v[2] = t->engine[at], v[3] = t->gap[at];
+}
+
+void tr_pipe_row_set(tr_pp_rows *t, int i, int rank, const double *v)
+{
+    size_t at = (size_t)i * t->nranks + rank;
+    t->busy[at] = v[0], t->wall[at] = v[1], t->engine[at] = v[2], t->gap[at] = (int)v[3];
+}
+
 /* Per stage (its first rank: world rank stage x dp x tp): the measured bubble, median over the
  * steps after the first (x: k of them, from step skip), and the largest version gap. */
 static void per_stage(const tr_pp_rows *t, int p, int per, int S, int skip, double *x,

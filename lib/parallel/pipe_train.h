@@ -29,6 +29,12 @@ typedef struct tr_pp_rows {
     uint64_t bytes;               /* rank 0: the hand-offs' bytes, all steps */
 } tr_pp_rows;
 
+/* Rank `rank`'s row of step i (0-based) as TR_PP_ROW doubles and back: under MPI the ranks'
+ * rows travel between processes (train/report.c). */
+enum { TR_PP_ROW = 4 };
+void tr_pipe_row_get(const tr_pp_rows *t, int i, int rank, double *v);
+void tr_pipe_row_set(tr_pp_rows *t, int i, int rank, const double *v);
+
 /* The rows for `steps` steps of n ranks and the result's arrays (zeroed), with the schedule's
  * own theoretical bubble when o has a pipeline. tr_pipe_rows_close frees the rows, also after an
  * error; the result's arrays are the result's (tr_pipe_result_free). */

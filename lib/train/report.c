@@ -12,24 +12,23 @@
 #include "distlab/mpi.h"
 
 /* Under MPI the world spans processes and each process has its own copy of the run's tables,
- * filled by its own ranks: every rank shares its peaks and per-step figures with all (an
- * all-gather over the world), and each process's first rank fills the other processes' rows, so
- * that every process's summary covers every rank. */
+ * filled by its own ranks: every rank shares its peaks and per-step figures (its step time and
+ * the pipeline module's row) with all (an all-gather over the world), and each process's first
+ * rank fills the other processes' rows, so that every process's summary covers every rank. */
 int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *peak)
 {
     int n = R->nranks, S = R->o->eval.only ? 0 : R->o->optim.steps;
     int P = dl_mpi_size();
-    size_t per = DL_MEM_NCATEGORIES + 5 * (size_t)S;
+    size_t row = 1 + TR_PP_ROW, per = DL_MEM_NCATEGORIES + row * (size_t)S;
     double *all = calloc(per * (size_t)n, sizeof(double)), *mine;
     if (!all)
         return dl_error(DL_ENOMEM, "training: out of memory sharing the ranks' figures");
     mine = all + per * (size_t)rank;
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++) mine[c] = (double)peak[c];
     for (int i = 0; i < S; i++) {
-        size_t at = (size_t)i * n + rank;
-        double *v = mine + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-        v[0] = R->step_ms[at], v[1] = R->pp.busy[at], v[2] = R->pp.wall[at];
-        v[3] = R->pp.engine[at], v[4] = R->pp.gap[at];
+        double *v = mine + DL_MEM_NCATEGORIES + row * (size_t)i;
+        v[0] = R->step_ms[(size_t)i * n + rank];
+        tr_pipe_row_get(&R->pp, i, rank, v + 1);
     }
     int rc = dl_allgather(world, mine, all, per * (size_t)n, DL_F64, DL_PURPOSE_OTHER);
     int local = n / P, first = dl_mpi_rank() * local;
@@ -41,10 +40,9 @@ int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *pea
             for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
                 R->res->memory.peak[(size_t)r * DL_MEM_NCATEGORIES + c] = (uint64_t)v[c];
             for (int i = 0; i < S; i++) {
-                size_t at = (size_t)i * n + r;
-                const double *w = v + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-                R->step_ms[at] = w[0], R->pp.busy[at] = w[1], R->pp.wall[at] = w[2];
-                R->pp.engine[at] = w[3], R->pp.gap[at] = (int)w[4];
+                const double *w = v + DL_MEM_NCATEGORIES + row * (size_t)i;
+                R->step_ms[(size_t)i * n + r] = w[0];
+                tr_pipe_row_set(&R->pp, i, r, w + 1);
             }
         }
     free(all);
