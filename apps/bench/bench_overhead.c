@@ -190,18 +190,18 @@ typedef struct scen {
 static int measure_step(const dl_train_opts *base, double *ms)
 {
     dl_train_opts o = *base;
-    o.steps = 2;
-    o.warmup = 1;
-    o.eval_windows = 1;
-    o.log_every = 0;
-    o.log = NULL;
+    o.optim.steps = 2;
+    o.optim.warmup = 1;
+    o.eval.windows = 1;
+    o.output.log_every = 0;
+    o.output.log = NULL;
     dl_train_result r;
     int rc = dl_train_run(&o, &r);
     if (rc == DL_OK) {
         double v[16];
         int n = 0;
         for (int i = 1; i < r.nsteps && n < 16; i++) v[n++] = r.steps[i].ms;
-        *ms = n ? dl__median_copy(v, (size_t)n) : r.ms_per_step;
+        *ms = n ? dl__median_copy(v, (size_t)n) : r.speed.ms_per_step;
     }
     dl_train_result_free(&r);
     return rc;
@@ -232,7 +232,7 @@ int bench_overhead_main(int argc, char **argv)
     }
     size_t nparams = lay->numel;
     dl_gpt_layout_destroy(lay);
-    size_t bucket_elems = (size_t)(to.bucket_mb * 1048576.0 / 4.0);
+    size_t bucket_elems = (size_t)(to.comm.bucket_mb * 1048576.0 / 4.0);
     long buckets =
         bucket_elems ? (long)((nparams + bucket_elems - 1) / bucket_elems) : to.model.layers + 1;
 
@@ -261,7 +261,7 @@ int bench_overhead_main(int argc, char **argv)
 
     /* the scenarios: events one rank records per step */
     scen sc[2];
-    sc[0] = (scen){.name = "trainer", .pp = 1, .m = to.microbatches};
+    sc[0] = (scen){.name = "trainer", .pp = 1, .m = to.batch.microbatches};
     sc[0].events = 2L * sc[0].m + 1 + buckets + 1;
     sc[0].step_ms = step_ms;
     sc[1] = (scen){.name = "pipeline", .pp = c.pp, .m = c.m};
@@ -287,7 +287,7 @@ int bench_overhead_main(int argc, char **argv)
         bu_json_int(f, "d_model", to.model.d_model);
         bu_json_int(f, "heads", to.model.heads);
         bu_json_int(f, "seq", to.model.seq);
-        bu_json_int(f, "global_batch", to.global_batch);
+        bu_json_int(f, "global_batch", to.batch.global);
         bu_json_int(f, "params", (long long)nparams);
         bu_json_int(f, "grad_buckets", buckets);
         bu_json_end(f);
@@ -343,7 +343,7 @@ int bench_overhead_main(int argc, char **argv)
                 "# step: %.3f ms (%s; default trainer: %d layers, d-model %d, %d heads, seq %d, "
                 "batch %d, 1 rank), %zu parameters, %ld gradient bucket%s of %.3g MiB\n",
                 step_ms, step_src, to.model.layers, to.model.d_model, to.model.heads, to.model.seq,
-                to.global_batch, nparams, buckets, buckets == 1 ? "" : "s", to.bucket_mb);
+                to.batch.global, nparams, buckets, buckets == 1 ? "" : "s", to.comm.bucket_mb);
         fprintf(f, "# %-9s %3s %4s %12s %9s %12s %11s\n", "scenario", "pp", "m", "events/step",
                 "step ms", "overhead us", "overhead %");
         for (int i = 0; i < 2; i++)

@@ -705,34 +705,35 @@ static int run_model(const pcfg *c, pres *o, const char *trace_path)
     t.model.d_model = c->d_model;
     t.model.heads = 4;
     t.model.seq = c->seq;
-    t.pp = o->p;
-    t.schedule = o->sched;
-    t.virtual_stages = o->v;
-    t.micro_batch = c->micro_batch;
-    t.microbatches = o->m;
-    t.global_batch = c->micro_batch * o->m;
-    t.steps = c->steps;
-    t.warmup = 1;
-    t.eval_windows = 1;
-    t.log_every = 0;
-    t.log = NULL;
-    t.trace_path = trace_path;
+    t.layout.pp = o->p;
+    t.pipeline.schedule = o->sched;
+    t.pipeline.virtual_stages = o->v;
+    t.batch.micro = c->micro_batch;
+    t.batch.microbatches = o->m;
+    t.batch.global = c->micro_batch * o->m;
+    t.optim.steps = c->steps;
+    t.optim.warmup = 1;
+    t.eval.windows = 1;
+    t.output.log_every = 0;
+    t.output.log = NULL;
+    t.trace.path = trace_path;
     int rc = dl_train_resolve(&t, o->p);
     dl_train_result r;
     memset(&r, 0, sizeof r);
     if (rc == DL_OK)
         rc = dl_train_run(&t, &r);
     if (rc == DL_OK) {
-        o->bubble = r.pp_bubble_total;
+        o->bubble = r.pipeline.bubble_total;
         o->bubble_trace = NAN;
-        o->step_ms = r.ms_per_step;
-        o->engine_us = r.pp_engine_us;
+        o->step_ms = r.speed.ms_per_step;
+        o->engine_us = r.pipeline.engine_us;
         for (int s = 0; s < o->p; s++) {
-            o->stage_bubble[s] = r.pp_bubble ? r.pp_bubble[s] : NAN;
+            o->stage_bubble[s] = r.pipeline.bubble ? r.pipeline.bubble[s] : NAN;
             o->act_mib[s] =
-                r.peak ? (double)r.peak[(size_t)s * DL_MEM_NCATEGORIES + DL_MEM_ACTIVATIONS] /
-                             1048576.0
-                       : NAN;
+                r.memory.peak
+                    ? (double)r.memory.peak[(size_t)s * DL_MEM_NCATEGORIES + DL_MEM_ACTIVATIONS] /
+                          1048576.0
+                    : NAN;
         }
     }
     dl_train_result_free(&r);

@@ -262,36 +262,37 @@ static int run_point(const scfg *c, point *p)
     o.model.d_model = c->m.d_model;
     o.model.heads = c->m.heads;
     o.model.seq = c->m.seq;
-    o.dp = p->dp;
-    o.tp = p->tp;
-    o.pp = p->pp;
-    o.global_batch = p->global;
+    o.layout.dp = p->dp;
+    o.layout.tp = p->tp;
+    o.layout.pp = p->pp;
+    o.batch.global = p->global;
     if (p->pp > 1) { /* micro-batches of --seqs sequences through the stages */
-        o.schedule = DL_SCHED_1F1B;
-        o.micro_batch = c->seqs;
-        o.microbatches = p->global / (p->dp * c->seqs);
+        o.pipeline.schedule = DL_SCHED_1F1B;
+        o.batch.micro = c->seqs;
+        o.batch.microbatches = p->global / (p->dp * c->seqs);
     } else {
-        o.micro_batch = p->global / p->dp;
-        o.microbatches = 1;
+        o.batch.micro = p->global / p->dp;
+        o.batch.microbatches = 1;
     }
-    o.steps = c->steps;
-    o.warmup = 1;
-    o.eval_windows = 1;
-    o.log_every = 0;
+    o.optim.steps = c->steps;
+    o.optim.warmup = 1;
+    o.eval.windows = 1;
+    o.output.log_every = 0;
     dl_trace *t = NULL;
     int n = p->dp * p->tp * p->pp;
-    int rc = dl_trace_create(n, (size_t)(c->steps + 1) * ((size_t)o.microbatches * 8 + 16), &t);
+    int rc =
+        dl_trace_create(n, (size_t)(c->steps + 1) * ((size_t)o.batch.microbatches * 8 + 16), &t);
     if (rc)
         return rc;
-    o.trace = t;
+    o.trace.into = t;
     dl_train_result r;
     rc = dl_train_run(&o, &r);
     if (rc == DL_OK) {
-        p->tps = r.tokens_per_s;
-        p->ms = r.ms_per_step;
-        p->grad_bytes = r.dp_grad_bytes_per_step;
-        p->act_bytes = r.tp_act_bytes_per_step + r.pp_bytes_per_step;
-        p->bubble = p->pp > 1 ? r.pp_bubble_total : NAN;
+        p->tps = r.speed.tokens_per_s;
+        p->ms = r.speed.ms_per_step;
+        p->grad_bytes = r.comm.dp_grads;
+        p->act_bytes = r.comm.tp_activations + r.pipeline.bytes_per_step;
+        p->bubble = p->pp > 1 ? r.pipeline.bubble_total : NAN;
         breakdown(t, r.nsteps, p);
     }
     dl_train_result_free(&r);

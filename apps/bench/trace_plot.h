@@ -1,6 +1,6 @@
 /* distlab-bench: pictures of traces (include/distlab/trace.h) with gnuplot. */
-#ifndef DISTLAB_APPS_TRACE_PLOT_H
-#define DISTLAB_APPS_TRACE_PLOT_H
+#ifndef DISTLAB_APPS_BENCH_TRACE_PLOT_H
+#define DISTLAB_APPS_BENCH_TRACE_PLOT_H
 
 #include "distlab.h"
 

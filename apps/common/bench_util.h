@@ -2,8 +2,8 @@
  * JSON Lines / CSV helpers, the gnuplot driver, the model's GEMM shapes, and the harness's
  * arithmetic (contention factor, hidden fraction) as small pure functions so that
  * `distlab-bench selftest` can check them on synthetic timings. */
-#ifndef DISTLAB_APPS_BENCH_UTIL_H
-#define DISTLAB_APPS_BENCH_UTIL_H
+#ifndef DISTLAB_APPS_COMMON_BENCH_UTIL_H
+#define DISTLAB_APPS_COMMON_BENCH_UTIL_H
 
 #include <getopt.h>
 #include <stddef.h>

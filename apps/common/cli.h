@@ -1,8 +1,8 @@
 /* Small helpers shared by the distlab apps: strict number parsing, error printing, the version
  * line and the list splitter. Every parser prints its own "distlab-bench: ..." message and
  * returns -1 on bad input, so that callers only map -1 to exit status 2. */
-#ifndef DISTLAB_APPS_CLI_H
-#define DISTLAB_APPS_CLI_H
+#ifndef DISTLAB_APPS_COMMON_CLI_H
+#define DISTLAB_APPS_COMMON_CLI_H
 
 #include <stddef.h>
 #include <stdint.h>

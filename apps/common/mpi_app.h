@@ -1,6 +1,6 @@
 /* The apps under mpirun: start MPI when launched by mpirun, end with MPI_Abort on failure. */
-#ifndef DISTLAB_MPI_APP_H
-#define DISTLAB_MPI_APP_H
+#ifndef DISTLAB_APPS_COMMON_MPI_APP_H
+#define DISTLAB_APPS_COMMON_MPI_APP_H
 
 /* When this build has MPI and the process was launched by mpirun (or mpiexec): initialise MPI
  * (MPI_THREAD_MULTIPLE) so that worlds span the processes, and silence stdout on every process

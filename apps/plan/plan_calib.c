@@ -227,23 +227,23 @@ static int run_layout(const pc_model *m, const pc_layout *L, int steps, dl_train
     dl_train_opts o;
     dl_train_opts_init(&o);
     o.model = m->cfg;
-    o.dp = L->dp;
-    o.tp = L->tp;
-    o.pp = L->pp > 1 ? L->pp : 1;
-    o.schedule = L->sched;
-    o.zero = L->zero;
-    o.micro_batch = m->micro_batch;
-    o.microbatches = L->pp > 1 ? L->m : 1;
-    o.global_batch = L->dp * o.microbatches * m->micro_batch;
-    o.steps = steps;
-    o.warmup = 1;
-    o.eval_every = 0;
-    o.eval_windows = 1;
-    o.log_every = 0;
-    o.log = NULL;
-    o.timeout_s = 0;
+    o.layout.dp = L->dp;
+    o.layout.tp = L->tp;
+    o.layout.pp = L->pp > 1 ? L->pp : 1;
+    o.pipeline.schedule = L->sched;
+    o.zero.stage = L->zero;
+    o.batch.micro = m->micro_batch;
+    o.batch.microbatches = L->pp > 1 ? L->m : 1;
+    o.batch.global = L->dp * o.batch.microbatches * m->micro_batch;
+    o.optim.steps = steps;
+    o.optim.warmup = 1;
+    o.eval.every = 0;
+    o.eval.windows = 1;
+    o.output.log_every = 0;
+    o.output.log = NULL;
+    o.machine.timeout_s = 0;
     memset(res, 0, sizeof *res);
-    if (dl_train_resolve(&o, L->dp * L->tp * o.pp) != DL_OK)
+    if (dl_train_resolve(&o, L->dp * L->tp * o.layout.pp) != DL_OK)
         return -1;
     return dl_train_run(&o, res) == DL_OK ? 0 : -1;
 }
@@ -1062,7 +1062,7 @@ static void pc_vrow_memory(const pc_model *m, const dl_train_result *res, pc_vro
         else
             pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
         double spred = pb[0] + pb[1] + pb[2];
-        const uint64_t *pk = res->peak + (size_t)rk * DL_MEM_NCATEGORIES;
+        const uint64_t *pk = res->memory.peak + (size_t)rk * DL_MEM_NCATEGORIES;
         double sm =
             (double)pk[DL_MEM_PARAMS] + (double)pk[DL_MEM_GRADS] + (double)pk[DL_MEM_OPTIMIZER];
         double e = 100.0 * (sm - spred) / spred;

@@ -39,7 +39,7 @@ static int train_main(int argc, char **argv, int nprocs)
     dl_train_opts_init(&run.o);
     run.nprocs = nprocs;
     tg_groups(groups, (int)(sizeof groups / sizeof groups[0]), intro, outro);
-    if (tg_parse(&run, argc, argv) == TG_STOP || tg_hooks(&run, 0) == TG_STOP) {
+    if (tg_parse(&run, argc, argv) == TG_STOP || tg_hooks(&run, TG_CHECK, TG_PREPARE) == TG_STOP) {
         if (run.json.f)
             tg_json_close(&run.json, 1);
         return run.status;
@@ -50,7 +50,7 @@ static int train_main(int argc, char **argv, int nprocs)
     } else {
         run.r = &r;
         run.status = CLI_EXIT_OK;
-        tg_hooks(&run, 1);
+        tg_hooks(&run, TG_INSTEAD, TG_CLOSE);
     }
     if (run.json.f)
         tg_json_close(&run.json, 1);

@@ -4,20 +4,20 @@
 
 static int p_global(tg_run *r, const char *a)
 {
-    return cli_parse_int("--global-batch", a, 1, 1 << 24, &r->o.global_batch);
+    return cli_parse_int("--global-batch", a, 1, 1 << 24, &r->o.batch.global);
 }
 static int p_micro(tg_run *r, const char *a)
 {
-    return cli_parse_int("--micro-batch", a, 1, 1 << 20, &r->o.micro_batch);
+    return cli_parse_int("--micro-batch", a, 1, 1 << 20, &r->o.batch.micro);
 }
 static int p_count(tg_run *r, const char *a)
 {
-    return cli_parse_int("--microbatches", a, 1, 1 << 20, &r->o.microbatches);
+    return cli_parse_int("--microbatches", a, 1, 1 << 20, &r->o.batch.microbatches);
 }
 
-static void j_global(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.global_batch); }
-static void j_micro(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.micro_batch); }
-static void j_count(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.microbatches); }
+static void j_global(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.batch.global); }
+static void j_micro(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.batch.micro); }
+static void j_count(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.batch.microbatches); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -30,9 +30,9 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_field config[] = {{150, "global_batch", j_global, NULL},
-                                  {160, "micro_batch", j_micro, NULL},
-                                  {170, "microbatches", j_count, NULL},
+static const tg_field config[] = {{"global_batch", j_global, NULL},
+                                  {"micro_batch", j_micro, NULL},
+                                  {"microbatches", j_count, NULL},
                                   {0}};
 
 const tg_group tg_batch = {.heading = "Batch (give any two; global = dp x microbatches x "

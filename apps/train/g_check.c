@@ -24,7 +24,7 @@ static int setup_check(tg_run *r)
                       "(compare with a single-process run of the same world instead)");
         return tg_stop(r, CLI_EXIT_USAGE);
     }
-    r->o.want_params = check;
+    r->o.output.want_params = check;
     return TG_NEXT;
 }
 
@@ -57,19 +57,20 @@ static void one_rank(const tg_run *run, dl_train_opts *one)
 {
     const dl_train_opts *o = &run->o;
     *one = *o;
-    one->dp = one->tp = one->pp = 1;
-    one->schedule = 0;
-    one->virtual_stages = 0;
-    one->trace_path = NULL;
-    one->timeline = 0;
-    one->microbatches = o->dp * o->microbatches;
-    one->global_batch = o->global_batch;
-    one->log = o->log ? stderr : NULL; /* its progress: a second run as long as the first */
-    one->trace_first = one->trace_last = 0;
-    one->save_path = NULL;
-    one->dump_grads = NULL;
-    one->sample = 0;
-    one->on_step = NULL;
+    one->layout.dp = one->layout.tp = one->layout.pp = 1;
+    one->pipeline.schedule = 0;
+    one->pipeline.virtual_stages = 0;
+    one->trace.path = NULL;
+    one->trace.timeline = 0;
+    one->batch.microbatches = o->layout.dp * o->batch.microbatches;
+    one->batch.global = o->batch.global;
+    /* its progress: a second run as long as the first */
+    one->output.log = o->output.log ? stderr : NULL;
+    one->trace.first = one->trace.last = 0;
+    one->ckpt.save = NULL;
+    one->output.dump_grads = NULL;
+    one->output.sample = 0;
+    one->output.on_step = NULL;
 }
 
 static int run_check(tg_run *run)
@@ -89,7 +90,8 @@ static int run_check(tg_run *run)
         for (int i = 0; i < r->nsteps && i < r1.nsteps; i++)
             loss_diff =
                 fmax(loss_diff, fabs(r->steps[i].loss - r1.steps[i].loss) / fabs(r1.steps[i].loss));
-        param_diff = compare_params(&run->o.model, r->params, r1.params, worst_tensor);
+        param_diff =
+            compare_params(&run->o.model, r->output.params, r1.output.params, worst_tensor);
         ran = 1;
         printf("largest relative difference vs one rank: losses %.3g, parameters %.3g (%s; "
                "per tensor max|a-b|/max|b|)\n",
@@ -117,9 +119,8 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{110, setup_check}, {0}};
-static const tg_hook finish[] = {{130, run_check}, {0}};
-static const tg_field summary[] = {{160, "check", j_check, has_check}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, setup_check}, {TG_VERIFY, run_check}, {0}};
+static const tg_field summary[] = {{"check", j_check, has_check}, {0}};
 
 /* under the output heading */
-const tg_group tg_check = {.opts = opts, .setup = setup, .finish = finish, .summary = summary};
+const tg_group tg_check = {.opts = opts, .hooks = hooks, .summary = summary};

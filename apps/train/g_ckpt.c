@@ -7,38 +7,38 @@
 
 static int p_save(tg_run *r, const char *a)
 {
-    r->o.save_path = a;
+    r->o.ckpt.save = a;
     return 0;
 }
 static int p_dump(tg_run *r, const char *a)
 {
-    r->o.dump_grads = a;
+    r->o.output.dump_grads = a;
     return 0;
 }
 static int p_load(tg_run *r, const char *a)
 {
-    r->o.load_path = a;
+    r->o.ckpt.load = a;
     return 0;
 }
 static int p_eval_only(tg_run *r, const char *a)
 {
     (void)a;
-    r->o.eval_only = 1;
+    r->o.eval.only = 1;
     return 0;
 }
 
 static int check_save(tg_run *r)
 {
-    if (r->o.save_path && cli_check_output("--save", r->o.save_path))
+    if (r->o.ckpt.save && cli_check_output("--save", r->o.ckpt.save))
         return tg_stop(r, CLI_EXIT_USAGE);
-    cli_remove_tmp_on_signal(r->o.save_path);
+    cli_remove_tmp_on_signal(r->o.ckpt.save);
     return TG_NEXT;
 }
 
 /* the gradients' file and its FILE.tokens */
 static int check_dump(tg_run *r)
 {
-    const char *p = r->o.dump_grads;
+    const char *p = r->o.output.dump_grads;
     char tok[4096];
     if (!p)
         return TG_NEXT;
@@ -53,7 +53,7 @@ static int check_dump(tg_run *r)
 
 static int check_eval_only(tg_run *r)
 {
-    if (r->o.eval_only && !r->o.load_path)
+    if (r->o.eval.only && !r->o.ckpt.load)
         return tg_refuse(r, "--eval-only needs --load FILE");
     return TG_NEXT;
 }
@@ -61,7 +61,7 @@ static int check_eval_only(tg_run *r)
 /* refuse a file that is not a checkpoint of this model before any thread starts */
 static int check_load(tg_run *r)
 {
-    const char *p = r->o.load_path;
+    const char *p = r->o.ckpt.load;
     dl_ckpt_info info;
     if (!p)
         return TG_NEXT;
@@ -84,22 +84,22 @@ static int check_load(tg_run *r)
 static int eval_only(tg_run *run)
 {
     const dl_train_result *r = run->r;
-    if (!run->o.eval_only)
+    if (!run->o.eval.only)
         return TG_NEXT;
-    if (!isfinite(r->final_val_loss)) {
-        cli_error("--eval-only: the validation loss of '%s' is %g, not finite", run->o.load_path,
-                  r->final_val_loss);
+    if (!isfinite(r->eval.final_val_loss)) {
+        cli_error("--eval-only: the validation loss of '%s' is %g, not finite", run->o.ckpt.load,
+                  r->eval.final_val_loss);
         return tg_stop(run, CLI_EXIT_FAIL);
     }
     printf("validation loss %.6f over %d windows of %d bytes (window i starts at byte i*%d of "
            "the validation split)\n",
-           r->final_val_loss, r->eval_windows_used, run->o.model.seq, run->o.model.seq);
+           r->eval.final_val_loss, r->eval.windows, run->o.model.seq, run->o.model.seq);
     run->status = CLI_EXIT_OK;
     if (run->json.f) {
         FILE *jf = run->json.f;
         fprintf(jf, "{\"type\":\"summary\",");
-        tg_put_keynum(jf, "final_val_loss", r->final_val_loss, 1);
-        fprintf(jf, "\"eval_windows\":%d}\n", r->eval_windows_used);
+        tg_put_keynum(jf, "final_val_loss", r->eval.final_val_loss, 1);
+        fprintf(jf, "\"eval_windows\":%d}\n", r->eval.windows);
         if (tg_json_close(&run->json, 0))
             run->status = CLI_EXIT_FAIL;
     }
@@ -119,12 +119,12 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{130, check_save},
-                                {133, check_dump},
-                                {140, check_eval_only},
-                                {160, check_load},
-                                {0}};
-static const tg_hook finish[] = {{5, eval_only}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_eval_only}, {TG_FILES, check_save},
+                                {TG_FILES, check_dump},      {TG_FILES, check_load},
+                                {TG_INSTEAD, eval_only},     {0}};
 
 /* under the output heading */
-const tg_group tg_ckpt = {.opts = opts, .setup = setup, .finish = finish};
+const tg_group tg_ckpt = {
+    .opts = opts,
+    .hooks = hooks,
+};

@@ -5,17 +5,17 @@
 
 static int p_bucket(tg_run *r, const char *a)
 {
-    return cli_parse_double("--bucket-mb", a, 0, 1 << 20, &r->o.bucket_mb);
+    return cli_parse_double("--bucket-mb", a, 0, 1 << 20, &r->o.comm.bucket_mb);
 }
 static int p_overlap(tg_run *r, const char *a)
 {
     (void)a;
-    r->o.overlap = 1;
+    r->o.comm.overlap = 1;
     return 0;
 }
 static int p_algo(tg_run *r, const char *a)
 {
-    if (dl_algo_parse(a, &r->o.algo)) {
+    if (dl_algo_parse(a, &r->o.comm.algo)) {
         cli_error("--algo: %s", dl_errmsg());
         return -1;
     }
@@ -25,30 +25,30 @@ static int p_algo(tg_run *r, const char *a)
 static int bytes_sent(tg_run *run)
 {
     const dl_train_result *r = run->r;
-    int dp = run->o.dp;
+    int dp = run->o.layout.dp;
     printf("bytes sent per rank per step: dp gradients %.3f MB (gradient buffer %.3f MB; ring "
            "2(d-1)/d = %.3f MB), tp activations %.3f MB, loss/norm %.0f B\n",
-           r->dp_grad_bytes_per_step / 1e6, (double)r->grad_bytes / 1e6,
-           dp > 1 ? 2.0 * (dp - 1) / dp * (double)r->grad_bytes / 1e6 : 0.0,
-           r->tp_act_bytes_per_step / 1e6, r->loss_bytes_per_step);
+           r->comm.dp_grads / 1e6, (double)r->memory.grad_bytes / 1e6,
+           dp > 1 ? 2.0 * (dp - 1) / dp * (double)r->memory.grad_bytes / 1e6 : 0.0,
+           r->comm.tp_activations / 1e6, r->comm.loss_and_norm);
     return TG_NEXT;
 }
 
-static void j_bucket(FILE *f, const tg_run *r) { tg_put_num(f, r->o.bucket_mb); }
-static void j_overlap(FILE *f, const tg_run *r) { tg_put_bool(f, r->o.overlap); }
-static void j_algo(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_algo_name(r->o.algo)); }
+static void j_bucket(FILE *f, const tg_run *r) { tg_put_num(f, r->o.comm.bucket_mb); }
+static void j_overlap(FILE *f, const tg_run *r) { tg_put_bool(f, r->o.comm.overlap); }
+static void j_algo(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_algo_name(r->o.comm.algo)); }
 static void j_grad_bytes(FILE *f, const tg_run *r)
 {
-    fprintf(f, "%llu", (unsigned long long)r->r->grad_bytes);
+    fprintf(f, "%llu", (unsigned long long)r->r->memory.grad_bytes);
 }
 static void j_sent(FILE *f, const tg_run *run)
 {
     const dl_train_result *r = run->r;
     fputc('{', f);
-    tg_put_keynum(f, "dp_grads", r->dp_grad_bytes_per_step, 1);
-    tg_put_keynum(f, "tp_activations", r->tp_act_bytes_per_step, 1);
-    tg_put_keynum(f, "loss_and_norm", r->loss_bytes_per_step, 1);
-    tg_put_keynum(f, "dp_params", r->dp_param_bytes_per_step, 0);
+    tg_put_keynum(f, "dp_grads", r->comm.dp_grads, 1);
+    tg_put_keynum(f, "tp_activations", r->comm.tp_activations, 1);
+    tg_put_keynum(f, "loss_and_norm", r->comm.loss_and_norm, 1);
+    tg_put_keynum(f, "dp_params", r->comm.dp_params, 0);
     fputc('}', f);
 }
 
@@ -65,17 +65,17 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{50, bytes_sent}, {0}};
-static const tg_field config[] = {{230, "bucket_mb", j_bucket, NULL},
-                                  {240, "overlap", j_overlap, NULL},
-                                  {250, "algo", j_algo, NULL},
+static const tg_hook hooks[] = {{TG_REPORT, bytes_sent}, {0}};
+static const tg_field config[] = {{"bucket_mb", j_bucket, NULL},
+                                  {"overlap", j_overlap, NULL},
+                                  {"algo", j_algo, NULL},
                                   {0}};
-static const tg_field summary[] = {{100, "grad_bytes_per_rank", j_grad_bytes, NULL},
-                                   {110, "bytes_sent_per_rank_per_step", j_sent, NULL},
+static const tg_field summary[] = {{"grad_bytes_per_rank", j_grad_bytes, NULL},
+                                   {"bytes_sent_per_rank_per_step", j_sent, NULL},
                                    {0}};
 
 const tg_group tg_comm = {.heading = "Communication:\n",
                           .opts = opts,
-                          .finish = finish,
+                          .hooks = hooks,
                           .config = config,
                           .summary = summary};

@@ -10,16 +10,16 @@ static const char *corpus_path;
 
 static int p_data(tg_run *r, const char *a)
 {
-    r->o.data_path = a;
+    r->o.data.path = a;
     return 0;
 }
 static int p_max(tg_run *r, const char *a)
 {
-    return cli_parse_size("--data-max", a, 1, UINT64_MAX, &r->o.data_max);
+    return cli_parse_size("--data-max", a, 1, UINT64_MAX, &r->o.data.max_bytes);
 }
 static int p_seed(tg_run *r, const char *a)
 {
-    return cli_parse_size("--data-seed", a, 0, UINT64_MAX, &r->o.data_seed);
+    return cli_parse_size("--data-seed", a, 0, UINT64_MAX, &r->o.data.seed);
 }
 static int p_corpus(tg_run *r, const char *a)
 {
@@ -37,7 +37,7 @@ static int write_corpus(tg_run *r)
     if (!corpus_path)
         return TG_NEXT;
     dl_data_opts_init(&dop);
-    dop.seed = r->o.data_seed;
+    dop.seed = r->o.data.seed;
     if (dl_data_open(&dop, &d)) {
         cli_error("--write-corpus: %s", dl_errmsg());
         return tg_stop(r, CLI_EXIT_FAIL);
@@ -56,8 +56,8 @@ static int write_corpus(tg_run *r)
 
 static int readable(tg_run *r)
 {
-    if (r->o.data_path && access(r->o.data_path, R_OK) != 0)
-        return tg_refuse(r, "--data: cannot read '%s'", r->o.data_path);
+    if (r->o.data.path && access(r->o.data.path, R_OK) != 0)
+        return tg_refuse(r, "--data: cannot read '%s'", r->o.data.path);
     return TG_NEXT;
 }
 
@@ -67,10 +67,10 @@ static int opens(tg_run *r)
     dl_data_opts dop;
     dl_data *dd;
     dl_data_opts_init(&dop);
-    dop.path = r->o.data_path;
+    dop.path = r->o.data.path;
     dop.seq = r->o.model.seq;
-    dop.seed = r->o.data_seed;
-    dop.max_bytes = r->o.data_max;
+    dop.seed = r->o.data.seed;
+    dop.max_bytes = r->o.data.max_bytes;
     if (dl_data_open(&dop, &dd))
         return tg_refuse(r, "%s", dl_errmsg());
     dl_data_free(dd);
@@ -79,9 +79,9 @@ static int opens(tg_run *r)
 
 static void j_data(FILE *f, const tg_run *r)
 {
-    tg_put_str(f, r->o.data_path ? r->o.data_path : "synthetic");
+    tg_put_str(f, r->o.data.path ? r->o.data.path : "synthetic");
 }
-static void j_floor(FILE *f, const tg_run *r) { tg_put_num(f, r->r->floor); }
+static void j_floor(FILE *f, const tg_run *r) { tg_put_num(f, r->r->data.floor); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -99,12 +99,15 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{10, write_corpus}, {150, readable}, {190, opens}, {0}};
-static const tg_field config[] = {{260, "data", j_data, NULL}, {0}};
-static const tg_field summary[] = {{10, "loss_floor", j_floor, NULL}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, write_corpus},
+                                {TG_FILES, readable},
+                                {TG_FILES, opens},
+                                {0}};
+static const tg_field config[] = {{"data", j_data, NULL}, {0}};
+static const tg_field summary[] = {{"loss_floor", j_floor, NULL}, {0}};
 
 const tg_group tg_data = {.heading = "Data:\n",
                           .opts = opts,
-                          .setup = setup,
+                          .hooks = hooks,
                           .config = config,
                           .summary = summary};

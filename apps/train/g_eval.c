@@ -4,17 +4,17 @@
 
 static int p_every(tg_run *r, const char *a)
 {
-    return cli_parse_int("--eval-every", a, 0, 1 << 30, &r->o.eval_every);
+    return cli_parse_int("--eval-every", a, 0, 1 << 30, &r->o.eval.every);
 }
 static int p_windows(tg_run *r, const char *a)
 {
-    return cli_parse_int("--eval-windows", a, 0, 1 << 30, &r->o.eval_windows);
+    return cli_parse_int("--eval-windows", a, 0, 1 << 30, &r->o.eval.windows);
 }
 
-static void init(tg_run *r) { r->o.eval_every = 250; }
+static void init(tg_run *r) { r->o.eval.every = 250; }
 
 static void j_val(FILE *f, const tg_run *r) { tg_put_num(f, r->step->val_loss); }
-static void j_final(FILE *f, const tg_run *r) { tg_put_num(f, r->r->final_val_loss); }
+static void j_final(FILE *f, const tg_run *r) { tg_put_num(f, r->r->eval.final_val_loss); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -25,8 +25,8 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_field step[] = {{30, "val_loss", j_val, NULL}, {0}};
-static const tg_field summary[] = {{30, "final_val_loss", j_final, NULL}, {0}};
+static const tg_field step[] = {{"val_loss", j_val, NULL}, {0}};
+static const tg_field summary[] = {{"final_val_loss", j_final, NULL}, {0}};
 
 /* under the data's heading: the validation split is the data's */
 const tg_group tg_eval = {.opts = opts, .init = init, .step = step, .summary = summary};

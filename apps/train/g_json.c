@@ -33,24 +33,37 @@ static int open_json(tg_run *r)
     return TG_NEXT;
 }
 
+static void j_schema(FILE *f, const tg_run *r) { (void)r, fputs("\"distlab/1\"", f); }
+static void j_app(FILE *f, const tg_run *r) { (void)r, fputs("\"distlab-train\"", f); }
+static void j_version(FILE *f, const tg_run *r) { (void)r, fprintf(f, "\"%s\"", dl_version()); }
+
+static void j_step(FILE *f, const tg_run *r) { fprintf(f, "%d", r->step->step); }
+
+/* the records' own fields, before the groups' */
+static const tg_field config_own[] = {{"schema", j_schema, NULL},
+                                      {"app", j_app, NULL},
+                                      {"version", j_version, NULL},
+                                      {0}};
+static const tg_field step_own[] = {{"step", j_step, NULL}, {0}};
+
 /* dl_train_opts.on_step: one step record. */
 static int step_record(const dl_train_step *s, void *arg)
 {
     tg_run *r = arg;
     r->step = s;
-    return tg_record(r, TG_STEP, "step");
+    return tg_record(r, TG_STEP, "step", step_own);
 }
 
 static int config_record(tg_run *r)
 {
     if (!r->json.f)
         return TG_NEXT;
-    if (tg_record(r, TG_CONFIG, "config")) {
+    if (tg_record(r, TG_CONFIG, "config", config_own)) {
         cli_error("%s", dl_errmsg());
         return tg_stop(r, CLI_EXIT_FAIL);
     }
-    r->o.on_step = step_record;
-    r->o.on_step_arg = r;
+    r->o.output.on_step = step_record;
+    r->o.output.on_step_arg = r;
     return TG_NEXT;
 }
 
@@ -58,15 +71,11 @@ static int summary_record(tg_run *r)
 {
     if (!r->json.f)
         return TG_NEXT;
-    tg_record(r, TG_SUMMARY, "summary"); /* a failed write is the close's error */
+    tg_record(r, TG_SUMMARY, "summary", NULL); /* a failed write is the close's error */
     if (tg_json_close(&r->json, 0))
         r->status = CLI_EXIT_FAIL;
     return TG_NEXT;
 }
-
-static void j_schema(FILE *f, const tg_run *r) { (void)r, fputs("\"distlab/1\"", f); }
-static void j_app(FILE *f, const tg_run *r) { (void)r, fputs("\"distlab-train\"", f); }
-static void j_version(FILE *f, const tg_run *r) { (void)r, fprintf(f, "\"%s\"", dl_version()); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -76,12 +85,11 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{132, check_output}, {200, open_json}, {230, config_record}, {0}};
-static const tg_hook finish[] = {{1000, summary_record}, {0}};
-static const tg_field config[] = {{1, "schema", j_schema, NULL},
-                                  {2, "app", j_app, NULL},
-                                  {3, "version", j_version, NULL},
-                                  {0}};
+static const tg_hook hooks[] = {{TG_FILES, check_output},
+                                {TG_OPEN, open_json},
+                                {TG_ANNOUNCE, config_record},
+                                {TG_CLOSE, summary_record},
+                                {0}};
 
 /* under the output heading */
-const tg_group tg_json_out = {.opts = opts, .setup = setup, .finish = finish, .config = config};
+const tg_group tg_json_out = {.opts = opts, .hooks = hooks};

@@ -11,7 +11,7 @@ static int p_mem(tg_run *r, const char *a)
     uint64_t u;
     int bad = cli_parse_size("--gpu-mem", a, 1, UINT64_MAX, &u);
     if (!bad)
-        r->o.gpu_mem = u;
+        r->o.machine.gpu_mem = u;
     return bad;
 }
 static int p_timeout(tg_run *r, const char *a)
@@ -19,12 +19,12 @@ static int p_timeout(tg_run *r, const char *a)
     double d;
     int bad = cli_parse_double("--timeout", a, 0, 1e9, &d);
     if (!bad)
-        r->o.timeout_s = d;
+        r->o.machine.timeout_s = d;
     return bad;
 }
 static int p_topo(tg_run *r, const char *a)
 {
-    r->o.topology = a;
+    r->o.machine.topology = a;
     return 0;
 }
 static int p_threads(tg_run *r, const char *a)
@@ -36,7 +36,7 @@ static int p_threads(tg_run *r, const char *a)
 static int check_topology(tg_run *r)
 {
     dl_topo *t;
-    if (dl_topo_load(&t, r->o.topology))
+    if (dl_topo_load(&t, r->o.machine.topology))
         return tg_refuse(r, "--topology: %s", dl_errmsg());
     dl_topo_destroy(t);
     return TG_NEXT;
@@ -64,10 +64,10 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{170, check_topology}, {0}};
-static const tg_field config[] = {{280, "blas_kernel", j_kernel, NULL}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_topology}, {0}};
+static const tg_field config[] = {{"blas_kernel", j_kernel, NULL}, {0}};
 
 const tg_group tg_machine = {.heading = "Machine:\n",
                              .opts = opts,
-                             .setup = setup,
+                             .hooks = hooks,
                              .config = config};

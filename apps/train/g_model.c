@@ -50,14 +50,14 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_field config[] = {{70, "layers", j_layers, NULL},
-                                  {80, "d_model", j_dmodel, NULL},
-                                  {90, "heads", j_heads, NULL},
-                                  {100, "seq", j_seq, NULL},
-                                  {110, "vocab", j_vocab, NULL},
-                                  {120, "tie_embeddings", j_tie, NULL},
+static const tg_field config[] = {{"layers", j_layers, NULL},
+                                  {"d_model", j_dmodel, NULL},
+                                  {"heads", j_heads, NULL},
+                                  {"seq", j_seq, NULL},
+                                  {"vocab", j_vocab, NULL},
+                                  {"tie_embeddings", j_tie, NULL},
                                   {0}};
-static const tg_field summary[] = {{90, "params", j_params, NULL}, {0}};
+static const tg_field summary[] = {{"params", j_params, NULL}, {0}};
 
 const tg_group tg_model = {.heading = "Model:\n",
                            .opts = opts,

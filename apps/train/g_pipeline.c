@@ -4,6 +4,7 @@
 #include "group.h"
 #include "cli.h"
 #include "layer_costs.h"
+#include "parallel/pipe_train.h"
 
 enum { MAX_LAYERS = 4096 };
 static int have_sched, have_virt, measure, ncosts;
@@ -12,11 +13,13 @@ static double costs[MAX_LAYERS];
 static int p_sched(tg_run *r, const char *a)
 {
     dl_sched_kind k;
-    if (dl_sched_kind_parse(a, &k) || k == DL_SCHED_TERAPIPE) {
-        cli_error("--schedule: '%s' is not gpipe, 1f1b, interleaved, async or naive", a);
+    if (dl_sched_kind_parse(a, &k) || !tr_pipe_trains((int)k)) {
+        char list[128];
+        tr_pipe_kind_list(list, sizeof list);
+        cli_error("--schedule: '%s' is not %s", a, list);
         return -1;
     }
-    r->o.schedule = (int)k;
+    r->o.pipeline.schedule = (int)k;
     have_sched = 1;
     return 0;
 }
@@ -24,13 +27,14 @@ static int p_sched(tg_run *r, const char *a)
 static int p_virt(tg_run *r, const char *a)
 {
     have_virt = 1;
-    return cli_parse_int("--virtual-stages", a, 1, DL_GPT_MAX_CHUNKS, &r->o.virtual_stages);
+    return cli_parse_int("--virtual-stages", a, 1, DL_GPT_MAX_CHUNKS,
+                         &r->o.pipeline.virtual_stages);
 }
 
 static int p_stash(tg_run *r, const char *a)
 {
     (void)a;
-    r->o.weight_stashing = 1;
+    r->o.pipeline.weight_stashing = 1;
     return 0;
 }
 
@@ -40,7 +44,7 @@ static int p_costs(tg_run *r, const char *a)
     static char buf[65536];
     static char *items[MAX_LAYERS];
     int bad = 0;
-    r->o.layer_costs = costs;
+    r->o.pipeline.layer_costs = costs;
     if (!strcmp(a, "measure")) {
         measure = 1;
         return 0;
@@ -55,11 +59,11 @@ static int p_costs(tg_run *r, const char *a)
 /* the rule: an option that would have no effect in the configuration given is refused */
 static int idle(tg_run *r)
 {
-    const char *opt = have_sched         ? "--schedule"
-                      : have_virt        ? "--virtual-stages"
-                      : r->o.layer_costs ? "--layer-costs"
-                                         : NULL;
-    if (r->o.pp == 1 && opt)
+    const char *opt = have_sched                  ? "--schedule"
+                      : have_virt                 ? "--virtual-stages"
+                      : r->o.pipeline.layer_costs ? "--layer-costs"
+                                                  : NULL;
+    if (r->o.layout.pp == 1 && opt)
         return tg_refuse(r, "%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect",
                          opt);
     return TG_NEXT;
@@ -67,7 +71,7 @@ static int idle(tg_run *r)
 
 static int count_costs(tg_run *r)
 {
-    if (r->o.layer_costs && !measure && ncosts != r->o.model.layers)
+    if (r->o.pipeline.layer_costs && !measure && ncosts != r->o.model.layers)
         return tg_refuse(r, "--layer-costs: %d costs for %d layers", ncosts, r->o.model.layers);
     return TG_NEXT;
 }
@@ -79,7 +83,7 @@ static int measure_costs(tg_run *r)
     char desc[300];
     if (!measure)
         return TG_NEXT;
-    if (measure_layer_costs(&r->o.model, r->o.dtype, r->o.micro_batch, 5, costs, desc,
+    if (measure_layer_costs(&r->o.model, r->o.precision.dtype, r->o.batch.micro, 5, costs, desc,
                             sizeof desc)) {
         cli_error("--layer-costs measure: %s", dl_errmsg());
         r->status = CLI_EXIT_FAIL;
@@ -94,47 +98,50 @@ static void print_gap(const tg_run *run)
     const dl_train_result *r = run->r;
     printf("  weight updates between a micro-batch's forward and the weights its backward "
            "used, per stage:");
-    for (int st = 0; st < r->pp; st++) printf(" %d", r->pp_max_gap[st]);
-    printf("%s\n", run->o.weight_stashing ? " (stashing)" : " (no stashing: p - s)");
+    for (int st = 0; st < r->pipeline.stages; st++) printf(" %d", r->pipeline.max_gap[st]);
+    printf("%s\n", run->o.pipeline.weight_stashing ? " (stashing)" : " (no stashing: p - s)");
 }
 
 static int summary(tg_run *run)
 {
     const dl_train_result *r = run->r;
     const dl_train_opts *o = &run->o;
-    if (r->pp <= 1)
+    if (r->pipeline.stages <= 1)
         return TG_NEXT;
     printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s; layers per virtual stage:",
-           r->pp, r->pp_v, tg_plural(r->pp_v, "s"), dl_sched_kind_name((dl_sched_kind)o->schedule),
-           o->microbatches, tg_plural(o->microbatches, "es"));
-    for (int i = 0; i < r->pp * r->pp_v; i++)
-        printf(" %d-%d", r->pp_bounds[i], r->pp_bounds[i + 1] - 1);
+           r->pipeline.stages, r->pipeline.v, tg_plural(r->pipeline.v, "s"),
+           dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule), o->batch.microbatches,
+           tg_plural(o->batch.microbatches, "es"));
+    for (int i = 0; i < r->pipeline.stages * r->pipeline.v; i++)
+        printf(" %d-%d", r->pipeline.bounds[i], r->pipeline.bounds[i + 1] - 1);
     printf("\n  measured bubble per stage (1 - busy/wall, median step):");
-    for (int st = 0; st < r->pp; st++) printf(" %.1f%%", 100 * r->pp_bubble[st]);
-    printf("\n  total %.1f%% vs the lecture's (p-1)/(vm+p-1) = %.1f%%; activation slots per "
-           "stage:",
-           100 * r->pp_bubble_total, 100 * r->pp_bubble_theory);
-    for (int st = 0; st < r->pp; st++) printf(" %d", r->pp_slots[st]);
+    for (int st = 0; st < r->pipeline.stages; st++) printf(" %.1f%%", 100 * r->pipeline.bubble[st]);
+    printf("\n  total %.1f%% vs the schedule's own %.1f%% (simulated, a backward twice a "
+           "forward); activation slots per stage:",
+           100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
+    for (int st = 0; st < r->pipeline.stages; st++) printf(" %d", r->pipeline.slots[st]);
     printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead per action (the "
            "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
            "90th percentile %.1f us over the steps and ranks\n",
-           r->pp_bytes_per_step / 1e6, r->pp_engine_us, r->pp_engine_p90_us);
-    if (o->schedule == DL_SCHED_ASYNC)
+           r->pipeline.bytes_per_step / 1e6, r->pipeline.engine_us, r->pipeline.engine_p90_us);
+    if (o->pipeline.schedule == DL_SCHED_ASYNC)
         print_gap(run);
     return TG_NEXT;
 }
 
 static void j_sched(FILE *f, const tg_run *r)
 {
-    fprintf(f, "\"%s\"", r->o.pp > 1 ? dl_sched_kind_name((dl_sched_kind)r->o.schedule) : "none");
+    fprintf(f, "\"%s\"",
+            r->o.layout.pp > 1 ? dl_sched_kind_name((dl_sched_kind)r->o.pipeline.schedule)
+                               : "none");
 }
 static void j_virt(FILE *f, const tg_run *r)
 {
-    fprintf(f, "%d", r->o.pp > 1 ? r->o.virtual_stages : 1);
+    fprintf(f, "%d", r->o.layout.pp > 1 ? r->o.pipeline.virtual_stages : 1);
 }
 static void j_stash(FILE *f, const tg_run *r)
 {
-    tg_put_bool(f, r->o.pp > 1 && r->o.weight_stashing);
+    tg_put_bool(f, r->o.layout.pp > 1 && r->o.pipeline.weight_stashing);
 }
 
 /* clang-format off */
@@ -155,17 +162,19 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{70, idle}, {120, count_costs}, {220, measure_costs}, {0}};
-static const tg_hook finish[] = {{90, summary}, {0}};
-static const tg_field config[] = {{40, "schedule", j_sched, NULL},
-                                  {50, "virtual_stages", j_virt, NULL},
-                                  {60, "weight_stashing", j_stash, NULL},
+static const tg_hook hooks[] = {{TG_CHECK, idle},
+                                {TG_CHECK, count_costs},
+                                {TG_PREPARE, measure_costs},
+                                {TG_REPORT, summary},
+                                {0}};
+static const tg_field config[] = {{"schedule", j_sched, NULL},
+                                  {"virtual_stages", j_virt, NULL},
+                                  {"weight_stashing", j_stash, NULL},
                                   {0}};
 
 const tg_group tg_pipeline =
     {.heading =
          "Pipeline (with --pp N >= 2, refused without; --microbatches is the pipeline's m):\n",
      .opts = opts,
-     .setup = setup,
-     .finish = finish,
+     .hooks = hooks,
      .config = config};

@@ -1,5 +1,4 @@
-/* Precision and recomputation: the dtype (bf16: mixed precision, non-finite steps skipped)
- * and what backward recomputes. */
+/* Precision and recomputation: the dtype (bf16: mixed precision) and what backward recomputes. */
 #include <string.h>
 #include "group.h"
 #include "cli.h"
@@ -7,11 +6,11 @@
 static int p_dtype(tg_run *r, const char *a)
 {
     if (!strcmp(a, "f32"))
-        r->o.dtype = DL_F32;
+        r->o.precision.dtype = DL_F32;
     else if (!strcmp(a, "f64"))
-        r->o.dtype = DL_F64;
+        r->o.precision.dtype = DL_F64;
     else if (!strcmp(a, "bf16"))
-        r->o.dtype = DL_BF16;
+        r->o.precision.dtype = DL_BF16;
     else {
         cli_error("--dtype: '%s' is not f32, f64 or bf16", a);
         return -1;
@@ -22,9 +21,9 @@ static int p_dtype(tg_run *r, const char *a)
 static int p_recompute(tg_run *r, const char *a)
 {
     if (!strcmp(a, "none"))
-        r->o.recompute = DL_RECOMPUTE_NONE;
+        r->o.precision.recompute = DL_RECOMPUTE_NONE;
     else if (!strcmp(a, "full"))
-        r->o.recompute = DL_RECOMPUTE_FULL;
+        r->o.precision.recompute = DL_RECOMPUTE_FULL;
     else {
         cli_error("--recompute: '%s' is not none or full", a);
         return -1;
@@ -32,20 +31,14 @@ static int p_recompute(tg_run *r, const char *a)
     return 0;
 }
 
-static int skipped(tg_run *run)
+static void j_dtype(FILE *f, const tg_run *r)
 {
-    if (run->r->skipped_steps)
-        printf("%d step(s) skipped: non-finite gradient\n", run->r->skipped_steps);
-    return TG_NEXT;
+    fprintf(f, "\"%s\"", dl_dtype_name(r->o.precision.dtype));
 }
-
-static void j_dtype(FILE *f, const tg_run *r) { fprintf(f, "\"%s\"", dl_dtype_name(r->o.dtype)); }
 static void j_recompute(FILE *f, const tg_run *r)
 {
-    fputs(r->o.recompute ? "\"full\"" : "\"none\"", f);
+    fputs(r->o.precision.recompute ? "\"full\"" : "\"none\"", f);
 }
-static void j_skipped(FILE *f, const tg_run *r) { tg_put_bool(f, r->step->skipped); }
-static void j_nskipped(FILE *f, const tg_run *r) { fprintf(f, "%d", r->r->skipped_steps); }
 
 /* clang-format off */
 static const tg_opt opts[] = {
@@ -58,16 +51,11 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{80, skipped}, {0}};
-static const tg_field config[] = {{130, "dtype", j_dtype, NULL},
-                                  {140, "recompute", j_recompute, NULL},
-                                  {0}};
-static const tg_field step[] = {{80, "skipped", j_skipped, NULL}, {0}};
-static const tg_field summary[] = {{140, "skipped_steps", j_nskipped, NULL}, {0}};
+static const tg_field config[] = {{"dtype", j_dtype, NULL}, {"recompute", j_recompute, NULL}, {0}};
 
 /* under the model's heading */
-const tg_group tg_precision = {.opts = opts,
-                               .finish = finish,
-                               .config = config,
-                               .step = step,
-                               .summary = summary};
+const tg_group tg_precision = {
+    .opts = opts,
+
+    .config = config,
+};

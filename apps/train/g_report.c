@@ -11,7 +11,7 @@ static const char *cat_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "opt
 
 static int p_every(tg_run *r, const char *a)
 {
-    return cli_parse_int("--log-every", a, 0, 1 << 30, &r->o.log_every);
+    return cli_parse_int("--log-every", a, 0, 1 << 30, &r->o.output.log_every);
 }
 static int p_quiet(tg_run *r, const char *a)
 {
@@ -22,14 +22,14 @@ static int p_quiet(tg_run *r, const char *a)
 
 static void init(tg_run *r)
 {
-    r->o.log_every = 100;
-    r->o.log = stdout;
+    r->o.output.log_every = 100;
+    r->o.output.log = stdout;
 }
 
 static int set_quiet(tg_run *r)
 {
     if (quiet)
-        r->o.log = NULL;
+        r->o.output.log = NULL;
     return TG_NEXT;
 }
 
@@ -37,21 +37,21 @@ static int set_quiet(tg_run *r)
  * interleaved, and ZeRO's stage), for the banner and the summary header alike. */
 static void layout_desc(const dl_train_opts *o, char *buf, size_t n)
 {
-    int k = snprintf(buf, n, "dp %d x tp %d x pp %d", o->dp, o->tp, o->pp);
-    if (o->pp > 1 && k >= 0 && (size_t)k < n)
+    int k = snprintf(buf, n, "dp %d x tp %d x pp %d", o->layout.dp, o->layout.tp, o->layout.pp);
+    if (o->layout.pp > 1 && k >= 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, "; schedule %s%s",
-                      dl_sched_kind_name((dl_sched_kind)o->schedule),
-                      o->weight_stashing ? " with weight stashing" : "");
-    if (o->pp > 1 && o->virtual_stages > 1 && k >= 0 && (size_t)k < n)
-        k += snprintf(buf + k, n - (size_t)k, ", %d virtual stages", o->virtual_stages);
-    if (o->zero && o->dp > 1 && k >= 0 && (size_t)k < n)
-        snprintf(buf + k, n - (size_t)k, "; ZeRO %d", o->zero);
+                      dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule),
+                      o->pipeline.weight_stashing ? " with weight stashing" : "");
+    if (o->layout.pp > 1 && o->pipeline.virtual_stages > 1 && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, ", %d virtual stages", o->pipeline.virtual_stages);
+    if (o->zero.stage && o->layout.dp > 1 && k >= 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, "; ZeRO %d", o->zero.stage);
 }
 
 static int banner(tg_run *r)
 {
     const dl_train_opts *o = &r->o;
-    int n = o->dp * o->tp * o->pp, np = r->nprocs;
+    int n = o->layout.dp * o->layout.tp * o->layout.pp, np = r->nprocs;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char lay[160];
     layout_desc(o, lay, sizeof lay);
@@ -61,21 +61,22 @@ static int banner(tg_run *r)
            n > cores ? " (oversubscribed: timings include contention)" : "", o->model.layers,
            tg_plural(o->model.layers, "s"), o->model.d_model, o->model.heads,
            tg_plural(o->model.heads, "s"), o->model.seq, (long long)dl_gpt_num_params(&o->model),
-           dl_dtype_name(o->dtype), o->recompute ? ", full recompute" : "");
+           dl_dtype_name(o->precision.dtype), o->precision.recompute ? ", full recompute" : "");
     if (np > 1)
         printf("MPI: %d processes x %d rank threads (process k hosts ranks %dk ... %dk+%d; each "
                "process is one node)\n",
                np, n / np, n / np, n / np, n / np - 1);
-    if (o->eval_only)
-        printf("evaluating '%s' on the validation split of %s\n", o->load_path,
-               o->data_path ? o->data_path : "the synthetic corpus");
+    if (o->eval.only)
+        printf("evaluating '%s' on the validation split of %s\n", o->ckpt.load,
+               o->data.path ? o->data.path : "the synthetic corpus");
     else
         printf("batch: global %d = dp %d x %d micro-batch%s x %d sequence%s of %d bytes; %d "
                "step%s, lr %g (warm-up %d, cosine to %g); data: %s\n",
-               o->global_batch, o->dp, o->microbatches, tg_plural(o->microbatches, "es"),
-               o->micro_batch, tg_plural(o->micro_batch, "s"), o->model.seq, o->steps,
-               tg_plural(o->steps, "s"), o->lr, o->warmup, o->min_lr,
-               o->data_path ? o->data_path : "synthetic order-2 Markov corpus");
+               o->batch.global, o->layout.dp, o->batch.microbatches,
+               tg_plural(o->batch.microbatches, "es"), o->batch.micro,
+               tg_plural(o->batch.micro, "s"), o->model.seq, o->optim.steps,
+               tg_plural(o->optim.steps, "s"), o->optim.lr, o->optim.warmup, o->optim.min_lr,
+               o->data.path ? o->data.path : "synthetic order-2 Markov corpus");
     return TG_NEXT;
 }
 
@@ -94,19 +95,21 @@ static int header(tg_run *run)
     layout_desc(&run->o, lay, sizeof lay);
     printf("\n== summary: %d step%s, %d rank%s (%s), %lld parameters, %s\n", r->nsteps,
            tg_plural(r->nsteps, "s"), r->nranks, tg_plural(r->nranks, "s"), lay,
-           (long long)r->nparams, dl_dtype_name(run->o.dtype));
-    if (!isnan(r->floor))
+           (long long)r->nparams, dl_dtype_name(run->o.precision.dtype));
+    if (!isnan(r->data.floor))
         printf("final loss %.4f (validation %.4f) vs the corpus's entropy rate %.4f nats: %.4f "
                "above the floor\n",
-               r->final_loss, r->final_val_loss, r->floor, r->final_val_loss - r->floor);
+               r->optim.final_loss, r->eval.final_val_loss, r->data.floor,
+               r->eval.final_val_loss - r->data.floor);
     else
-        printf("final loss %.4f (validation %.4f)\n", r->final_loss, r->final_val_loss);
-    printf("throughput %.0f tokens/s, %.1f ms/step (median)\n", r->tokens_per_s, r->ms_per_step);
-    if (r->gemm_gflops > 0)
+        printf("final loss %.4f (validation %.4f)\n", r->optim.final_loss, r->eval.final_val_loss);
+    printf("throughput %.0f tokens/s, %.1f ms/step (median)\n", r->speed.tokens_per_s,
+           r->speed.ms_per_step);
+    if (r->speed.gemm_gflops > 0)
         printf("GEMM utilisation %.0f%%: model %.1f GFLOP/s per rank vs %.1f GFLOP/s single-thread "
                "GEMM on the model's shapes\n",
-               100 * r->model_gflops_per_rank / r->gemm_gflops, r->model_gflops_per_rank,
-               r->gemm_gflops);
+               100 * r->speed.model_gflops_per_rank / r->speed.gemm_gflops,
+               r->speed.model_gflops_per_rank, r->speed.gemm_gflops);
     return TG_NEXT;
 }
 
@@ -119,25 +122,23 @@ static int peak_memory(tg_run *run)
     for (int k = 0; k < r->nranks; k++) {
         printf("  rank %3d                   ", k);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-            printf(" %11.3f", (double)r->peak[(size_t)k * DL_MEM_NCATEGORIES + c] / 1e6);
+            printf(" %11.3f", (double)r->memory.peak[(size_t)k * DL_MEM_NCATEGORIES + c] / 1e6);
         printf("\n");
     }
     return TG_NEXT;
 }
 
-static void j_step(FILE *f, const tg_run *r) { fprintf(f, "%d", r->step->step); }
-static void j_loss(FILE *f, const tg_run *r) { tg_put_num(f, r->step->loss); }
 static void j_ms(FILE *f, const tg_run *r) { tg_put_num(f, r->step->ms); }
 static void j_tps(FILE *f, const tg_run *r) { tg_put_num(f, r->step->tokens_per_s); }
-static void j_final(FILE *f, const tg_run *r) { tg_put_num(f, r->r->final_loss); }
-static void j_rtps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->tokens_per_s); }
-static void j_msps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->ms_per_step); }
-static void j_gemm(FILE *f, const tg_run *r) { tg_put_num(f, r->r->gemm_gflops); }
-static void j_model(FILE *f, const tg_run *r) { tg_put_num(f, r->r->model_gflops_per_rank); }
+static void j_rtps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->speed.tokens_per_s); }
+static void j_msps(FILE *f, const tg_run *r) { tg_put_num(f, r->r->speed.ms_per_step); }
+static void j_gemm(FILE *f, const tg_run *r) { tg_put_num(f, r->r->speed.gemm_gflops); }
+static void j_model(FILE *f, const tg_run *r) { tg_put_num(f, r->r->speed.model_gflops_per_rank); }
 static void j_util(FILE *f, const tg_run *run)
 {
     const dl_train_result *r = run->r;
-    tg_put_num(f, r->gemm_gflops > 0 ? r->model_gflops_per_rank / r->gemm_gflops : NAN);
+    tg_put_num(f, r->speed.gemm_gflops > 0 ? r->speed.model_gflops_per_rank / r->speed.gemm_gflops
+                                           : NAN);
 }
 static void j_peak(FILE *f, const tg_run *run)
 {
@@ -147,7 +148,7 @@ static void j_peak(FILE *f, const tg_run *run)
         fprintf(f, "%s{\"rank\":%d", k ? "," : "", k);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
             fprintf(f, ",\"%s\":%llu", cat_names[c],
-                    (unsigned long long)r->peak[(size_t)k * DL_MEM_NCATEGORIES + c]);
+                    (unsigned long long)r->memory.peak[(size_t)k * DL_MEM_NCATEGORIES + c]);
         fputc('}', f);
     }
     fputc(']', f);
@@ -163,28 +164,23 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{30, set_quiet}, {210, banner}, {225, flush}, {0}};
-static const tg_hook finish[] = {{10, header}, {110, peak_memory}, {0}};
-static const tg_field step[] = {{10, "step", j_step, NULL},
-                                {20, "loss", j_loss, NULL},
-                                {60, "ms", j_ms, NULL},
-                                {70, "tokens_per_s", j_tps, NULL},
-                                {0}};
-static const tg_field summary[] = {{20, "final_loss", j_final, NULL},
-                                   {40, "tokens_per_s", j_rtps, NULL},
-                                   {50, "ms_per_step", j_msps, NULL},
-                                   {60, "gemm_gflops", j_gemm, NULL},
-                                   {70, "model_gflops_per_rank", j_model, NULL},
-                                   {80, "gemm_utilisation", j_util, NULL},
-                                   {150, "peak_bytes_per_rank", j_peak, NULL},
+static const tg_hook hooks[] = {{TG_CHECK, set_quiet},    {TG_ANNOUNCE, banner},
+                                {TG_PREPARE, flush},      {TG_HEAD, header},
+                                {TG_REPORT, peak_memory}, {0}};
+static const tg_field step[] = {{"ms", j_ms, NULL}, {"tokens_per_s", j_tps, NULL}, {0}};
+static const tg_field summary[] = {{"tokens_per_s", j_rtps, NULL},
+                                   {"ms_per_step", j_msps, NULL},
+                                   {"gemm_gflops", j_gemm, NULL},
+                                   {"model_gflops_per_rank", j_model, NULL},
+                                   {"gemm_utilisation", j_util, NULL},
+                                   {"peak_bytes_per_rank", j_peak, NULL},
                                    {0}};
 
 const tg_group tg_report =
     {.heading = "Output (an existing output FILE must be a regular file, not a symlink: nothing "
                 "else is\nreplaced; checked with its directory before the run, exit 2):\n",
      .opts = opts,
+     .hooks = hooks,
      .init = init,
-     .setup = setup,
-     .finish = finish,
      .step = step,
      .summary = summary};

@@ -4,16 +4,16 @@
 
 static int p_sample(tg_run *r, const char *a)
 {
-    return cli_parse_int("--sample", a, 0, 1 << 20, &r->o.sample);
+    return cli_parse_int("--sample", a, 0, 1 << 20, &r->o.output.sample);
 }
 
 static int print_sample(tg_run *run)
 {
-    const char *s = run->r->sample;
+    const char *s = run->r->output.sample;
     if (!s)
         return TG_NEXT;
-    printf("sample (%d bytes): \"", run->o.sample);
-    for (int i = 0; i < run->o.sample; i++) {
+    printf("sample (%d bytes): \"", run->o.output.sample);
+    for (int i = 0; i < run->o.output.sample; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\')
             putchar(ch);
@@ -31,7 +31,10 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{120, print_sample}, {0}};
+static const tg_hook hooks[] = {{TG_REPORT, print_sample}, {0}};
 
 /* under the output heading */
-const tg_group tg_sample = {.opts = opts, .finish = finish};
+const tg_group tg_sample = {
+    .opts = opts,
+    .hooks = hooks,
+};

@@ -6,14 +6,14 @@
 
 static int p_trace(tg_run *r, const char *a)
 {
-    r->o.trace_path = a;
+    r->o.trace.path = a;
     return 0;
 }
 
 static int p_timeline(tg_run *r, const char *a)
 {
     (void)a;
-    r->o.timeline = 1;
+    r->o.trace.timeline = 1;
     return 0;
 }
 
@@ -24,10 +24,10 @@ static int p_steps(tg_run *r, const char *arg)
     char a[32];
     size_t la = colon ? (size_t)(colon - arg) : strlen(arg);
     snprintf(a, sizeof a, "%.*s", (int)(la < sizeof a ? la : sizeof a - 1), arg);
-    int bad = cli_parse_int("--trace-steps", a, 1, 1 << 30, &r->o.trace_first) ||
-              cli_parse_int("--trace-steps", colon ? colon + 1 : a, 1, 1 << 30, &r->o.trace_last);
-    if (!bad && r->o.trace_last < r->o.trace_first) {
-        cli_error("--trace-steps: %d:%d ends before it starts", r->o.trace_first, r->o.trace_last);
+    int bad = cli_parse_int("--trace-steps", a, 1, 1 << 30, &r->o.trace.first) ||
+              cli_parse_int("--trace-steps", colon ? colon + 1 : a, 1, 1 << 30, &r->o.trace.last);
+    if (!bad && r->o.trace.last < r->o.trace.first) {
+        cli_error("--trace-steps: %d:%d ends before it starts", r->o.trace.first, r->o.trace.last);
         bad = 1;
     }
     return bad ? -1 : 0;
@@ -35,27 +35,27 @@ static int p_steps(tg_run *r, const char *arg)
 
 static int check_steps(tg_run *r)
 {
-    if (r->o.trace_first && !r->o.trace_path && !r->o.timeline)
+    if (r->o.trace.first && !r->o.trace.path && !r->o.trace.timeline)
         return tg_refuse(r, "--trace-steps needs --trace FILE or --timeline");
-    if (r->o.trace_last > r->o.steps)
-        return tg_refuse(r, "--trace-steps: step %d is past --steps %d", r->o.trace_last,
-                         r->o.steps);
+    if (r->o.trace.last > r->o.optim.steps)
+        return tg_refuse(r, "--trace-steps: step %d is past --steps %d", r->o.trace.last,
+                         r->o.optim.steps);
     return TG_NEXT;
 }
 
 static int check_output(tg_run *r)
 {
-    if (r->o.trace_path && cli_check_output("--trace", r->o.trace_path))
+    if (r->o.trace.path && cli_check_output("--trace", r->o.trace.path))
         return tg_stop(r, CLI_EXIT_USAGE);
-    cli_remove_tmp_on_signal(r->o.trace_path);
+    cli_remove_tmp_on_signal(r->o.trace.path);
     return TG_NEXT;
 }
 
 static int timeline(tg_run *run)
 {
-    if (run->r->timeline)
+    if (run->r->output.timeline)
         printf("measured timeline of step %d: %s",
-               run->o.trace_last ? run->o.trace_last : run->r->nsteps, run->r->timeline);
+               run->o.trace.last ? run->o.trace.last : run->r->nsteps, run->r->output.timeline);
     return TG_NEXT;
 }
 
@@ -73,8 +73,13 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook setup[] = {{40, check_steps}, {131, check_output}, {0}};
-static const tg_hook finish[] = {{100, timeline}, {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_steps},
+                                {TG_FILES, check_output},
+                                {TG_REPORT, timeline},
+                                {0}};
 
 /* under the pipeline's heading: the timeline shows the schedule */
-const tg_group tg_trace = {.opts = opts, .setup = setup, .finish = finish};
+const tg_group tg_trace = {
+    .opts = opts,
+    .hooks = hooks,
+};

@@ -7,9 +7,9 @@
 
 static int p_zero(tg_run *r, const char *a)
 {
-    int bad = cli_parse_int("--zero", a, INT_MIN, INT_MAX, &r->o.zero);
-    if (!bad && (r->o.zero < 0 || r->o.zero > 3)) {
-        cli_error("--zero: %d is out of range [0, 3]", r->o.zero);
+    int bad = cli_parse_int("--zero", a, INT_MIN, INT_MAX, &r->o.zero.stage);
+    if (!bad && (r->o.zero.stage < 0 || r->o.zero.stage > 3)) {
+        cli_error("--zero: %d is out of range [0, 3]", r->o.zero.stage);
         bad = 1;
     }
     return bad ? -1 : 0;
@@ -27,33 +27,36 @@ typedef struct model_state_t {
 
 static void model_state(const dl_train_opts *o, const dl_train_result *r, model_state_t *m)
 {
-    int ss = (int)dl_dtype_size(o->dtype), cs = o->dtype == DL_F64 ? 8 : 4, st = r->zero;
-    int N = st ? o->dp : 1;
-    m->bytes = r->peak[DL_MEM_PARAMS] + r->peak[DL_MEM_GRADS] + r->peak[DL_MEM_OPTIMIZER];
-    m->P = (int64_t)(r->grad_bytes / (uint64_t)ss);
-    m->K = 2 * cs + (o->dtype == DL_BF16 ? 4 : 0);
+    int ss = (int)dl_dtype_size(o->precision.dtype), cs = o->precision.dtype == DL_F64 ? 8 : 4,
+        st = r->zero.stage;
+    int N = st ? o->layout.dp : 1;
+    m->bytes = r->memory.peak[DL_MEM_PARAMS] + r->memory.peak[DL_MEM_GRADS] +
+               r->memory.peak[DL_MEM_OPTIMIZER];
+    m->P = (int64_t)(r->memory.grad_bytes / (uint64_t)ss);
+    m->K = 2 * cs + (o->precision.dtype == DL_BF16 ? 4 : 0);
     m->per_param = m->P ? (double)m->bytes / (double)m->P : 0;
-    double P = (double)m->P, Pp = st ? (double)r->zero_padded : P, K = m->K;
+    double P = (double)m->P, Pp = st ? (double)r->zero.padded : P, K = m->K;
     static const char *f[4] = {"(2+2+K) Psi", "2 Psi + 2 Psi + K Psi/N", "2 Psi + (2+K) Psi/N",
                                "(2+2+K) Psi/N"};
     m->formula = f[st];
     double b[4] = {(2.0 * ss + K) * P, 2.0 * ss * P + K * Pp / N, ss * P + (ss + K) * Pp / N,
                    (2.0 * ss + K) * Pp / N};
     m->formula_bytes = b[st];
-    m->formula_elems = o->dp > 1 ? (st == 3 ? 3.0 : 2.0) * Pp * (o->dp - 1) / o->dp : 0;
+    m->formula_elems =
+        o->layout.dp > 1 ? (st == 3 ? 3.0 : 2.0) * Pp * (o->layout.dp - 1) / o->layout.dp : 0;
 }
 
 static int shards(tg_run *run)
 {
     const dl_train_result *r = run->r;
-    int dp = run->o.dp;
-    if (r->zero)
+    int dp = run->o.layout.dp;
+    if (r->zero.stage)
         printf("ZeRO stage %d over dp %d: %lld elements per rank in %d units, each padded to a "
                "multiple of %d: %lld (+%lld) = %d shards of %lld; per step dp gradients "
                "(reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB\n",
-               r->zero, dp, (long long)(r->zero_padded - r->zero_padding), r->zero_units, dp,
-               (long long)r->zero_padded, (long long)r->zero_padding, dp, (long long)r->zero_shard,
-               r->dp_grad_bytes_per_step / 1e6, r->dp_param_bytes_per_step / 1e6);
+               r->zero.stage, dp, (long long)(r->zero.padded - r->zero.padding), r->zero.units, dp,
+               (long long)r->zero.padded, (long long)r->zero.padding, dp, (long long)r->zero.shard,
+               r->comm.dp_grads / 1e6, r->comm.dp_params / 1e6);
     return TG_NEXT;
 }
 
@@ -63,34 +66,37 @@ static int state_lines(tg_run *run)
     const dl_train_opts *o = &run->o;
     model_state_t ms;
     model_state(o, r, &ms);
-    if (!r->zero && o->dtype != DL_BF16)
+    if (!r->zero.stage && o->precision.dtype != DL_BF16)
         return TG_NEXT;
     printf("model state per rank (rank 0's arena peaks): params %llu + grads %llu + optimizer "
            "%llu = %llu bytes = %.2f bytes per parameter (P = %lld, K = %d; the paper's %s = "
            "%.0f)\n",
-           (unsigned long long)r->peak[DL_MEM_PARAMS], (unsigned long long)r->peak[DL_MEM_GRADS],
-           (unsigned long long)r->peak[DL_MEM_OPTIMIZER], (unsigned long long)ms.bytes,
+           (unsigned long long)r->memory.peak[DL_MEM_PARAMS],
+           (unsigned long long)r->memory.peak[DL_MEM_GRADS],
+           (unsigned long long)r->memory.peak[DL_MEM_OPTIMIZER], (unsigned long long)ms.bytes,
            ms.per_param, (long long)ms.P, ms.K, ms.formula, ms.formula_bytes);
     printf("  unit buffers (comm/other, outside the model state): %llu bytes, of which "
            "gathered parameters %llu\n",
-           (unsigned long long)r->unit_bytes, (unsigned long long)r->gathered_bytes);
+           (unsigned long long)r->memory.unit_bytes, (unsigned long long)r->memory.gathered_bytes);
     printf("  dp elements sent per rank per step: %.0f (the paper's %s = %.0f with one "
            "micro-batch%s)\n",
-           r->dp_elems_per_step, r->zero == 3 ? "3 Psi (N-1)/N" : "2 Psi (N-1)/N", ms.formula_elems,
-           o->microbatches > 1 && r->zero >= 2 ? "; stages 2-3 reduce (and stage 3 gathers) "
-                                                 "once per micro-batch"
-                                               : "");
+           r->comm.dp_elems, r->zero.stage == 3 ? "3 Psi (N-1)/N" : "2 Psi (N-1)/N",
+           ms.formula_elems,
+           o->batch.microbatches > 1 && r->zero.stage >= 2
+               ? "; stages 2-3 reduce (and stage 3 gathers) "
+                 "once per micro-batch"
+               : "");
     return TG_NEXT;
 }
 
-static void j_zero(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.zero); }
+static void j_zero(FILE *f, const tg_run *r) { fprintf(f, "%d", r->o.zero.stage); }
 
 static void j_shards(FILE *f, const tg_run *run)
 {
     const dl_train_result *r = run->r;
     fprintf(f, "{\"stage\":%d,\"padded_elements\":%lld,\"padding\":%lld,\"shard_elements\":%lld}",
-            r->zero, (long long)r->zero_padded, (long long)r->zero_padding,
-            (long long)r->zero_shard);
+            r->zero.stage, (long long)r->zero.padded, (long long)r->zero.padding,
+            (long long)r->zero.shard);
 }
 
 static void j_state(FILE *f, const tg_run *run)
@@ -102,10 +108,10 @@ static void j_state(FILE *f, const tg_run *run)
     tg_put_keynum(f, "bytes_per_param", ms.per_param, 1);
     fprintf(f, "\"K\":%d,", ms.K);
     tg_put_keynum(f, "formula_bytes", ms.formula_bytes, 1);
-    tg_put_keynum(f, "elements_sent_per_step", r->dp_elems_per_step, 1);
+    tg_put_keynum(f, "elements_sent_per_step", r->comm.dp_elems, 1);
     tg_put_keynum(f, "formula_elements", ms.formula_elems, 1);
     fprintf(f, "\"unit_buffer_bytes\":%llu,\"gathered_param_bytes\":%llu}",
-            (unsigned long long)r->unit_bytes, (unsigned long long)r->gathered_bytes);
+            (unsigned long long)r->memory.unit_bytes, (unsigned long long)r->memory.gathered_bytes);
 }
 
 /* clang-format off */
@@ -119,11 +125,9 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook finish[] = {{60, shards}, {70, state_lines}, {0}};
-static const tg_field config[] = {{190, "zero", j_zero, NULL}, {0}};
-static const tg_field summary[] = {{120, "zero", j_shards, NULL},
-                                   {130, "model_state", j_state, NULL},
-                                   {0}};
+static const tg_hook hooks[] = {{TG_REPORT, shards}, {TG_REPORT, state_lines}, {0}};
+static const tg_field config[] = {{"zero", j_zero, NULL}, {0}};
+static const tg_field summary[] = {{"zero", j_shards, NULL}, {"model_state", j_state, NULL}, {0}};
 
 /* under the communication heading: ZeRO changes what the dp group sends */
-const tg_group tg_zero = {.opts = opts, .finish = finish, .config = config, .summary = summary};
+const tg_group tg_zero = {.opts = opts, .hooks = hooks, .config = config, .summary = summary};

@@ -1,5 +1,5 @@
 /* The option groups' engine: getopt's table, --help and the JSON records built from the
- * groups distlab-train.c lists, and their hooks run in order. */
+ * groups distlab-train.c lists, and their hooks run by phase in the groups' order. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "core/json.h"
 
-enum { MAX_OPTS = 128, MAX_ITEMS = 128, OPT_BASE = 256 };
+enum { MAX_OPTS = 128, OPT_BASE = 256 };
 
 static const tg_group *const *groups;
 static int ngroups;
@@ -90,29 +90,13 @@ int tg_parse(tg_run *run, int argc, char **argv)
     return TG_NEXT;
 }
 
-/* Stable insertion of item (at pos) into v sorted by pos; n items so far. */
-static void insert_sorted(const void **v, int *pos, int n, const void *item, int p)
+int tg_hooks(tg_run *run, tg_phase first, tg_phase last)
 {
-    int k = n;
-    for (; k > 0 && pos[k - 1] > p; k--) {
-        v[k] = v[k - 1];
-        pos[k] = pos[k - 1];
-    }
-    v[k] = item;
-    pos[k] = p;
-}
-
-int tg_hooks(tg_run *run, int finish)
-{
-    const void *v[MAX_ITEMS];
-    int pos[MAX_ITEMS], n = 0;
-    for (int i = 0; i < ngroups; i++)
-        for (const tg_hook *h = finish ? groups[i]->finish : groups[i]->setup;
-             h && h->run && n < MAX_ITEMS; h++)
-            insert_sorted(v, pos, n++, h, h->pos);
-    for (int k = 0; k < n; k++)
-        if (((const tg_hook *)v[k])->run(run) == TG_STOP)
-            return TG_STOP;
+    for (tg_phase p = first; p <= last; p++)
+        for (int i = 0; i < ngroups; i++)
+            for (const tg_hook *h = groups[i]->hooks; h && h->run; h++)
+                if (h->phase == p && h->run(run) == TG_STOP)
+                    return TG_STOP;
     return TG_NEXT;
 }
 
@@ -121,22 +105,22 @@ static const tg_field *fields_of(const tg_group *g, tg_kind kind)
     return kind == TG_CONFIG ? g->config : kind == TG_STEP ? g->step : g->summary;
 }
 
-int tg_record(tg_run *run, tg_kind kind, const char *type)
+static void put_fields(FILE *f, const tg_run *run, const tg_field *fl)
 {
-    const void *v[MAX_ITEMS];
-    int pos[MAX_ITEMS], n = 0;
-    for (int i = 0; i < ngroups; i++)
-        for (const tg_field *fl = fields_of(groups[i], kind); fl && fl->key && n < MAX_ITEMS; fl++)
-            insert_sorted(v, pos, n++, fl, fl->pos);
-    FILE *f = run->json.f;
-    fprintf(f, "{\"type\":\"%s\"", type);
-    for (int k = 0; k < n; k++) {
-        const tg_field *fl = v[k];
+    for (; fl && fl->key; fl++) {
         if (fl->present && !fl->present(run))
             continue;
         fprintf(f, ",\"%s\":", fl->key);
         fl->put(f, run);
     }
+}
+
+int tg_record(tg_run *run, tg_kind kind, const char *type, const tg_field *own)
+{
+    FILE *f = run->json.f;
+    fprintf(f, "{\"type\":\"%s\"", type);
+    put_fields(f, run, own);
+    for (int i = 0; i < ngroups; i++) put_fields(f, run, fields_of(groups[i], kind));
     fputs("}\n", f);
     return tg_json_flush(&run->json);
 }

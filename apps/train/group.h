@@ -22,7 +22,7 @@ typedef struct tg_run {
     int threads;               /* --threads (0: not given) */
     int status;                /* the exit status once a hook returns TG_STOP */
     tg_json json;              /* --json */
-    const dl_train_result *r;  /* the finished run (finish hooks, summary fields) */
+    const dl_train_result *r;  /* the finished run (the report's hooks, summary fields) */
     const dl_train_step *step; /* the step whose record is being written (step fields) */
 } tg_run;
 
@@ -39,19 +39,37 @@ typedef struct tg_opt {
     const char *help;
 } tg_opt;
 
-/* A step before the run (checks: a refusal prints one line, sets status 2 and stops) or
- * after it (summary lines, the --check run, the summary record). pos orders the hooks of
- * every group of one kind: a new hook takes a free number where it belongs. */
+/* When a hook runs. The phases run in this order, and within a phase the groups' hooks run in
+ * the order the groups are listed (groups.h) and each group lists them: so which refusal a command
+ * line with several errors sees first is a rule (the options before the configuration as a whole,
+ * that before the files), not a number. */
+typedef enum {
+    /* before the run; a refusal prints one line, sets status 2 and stops */
+    TG_CHECK,    /* the options alone: their refusals, values derived from them */
+    TG_RESOLVE,  /* the configuration as a whole: the world, the library's resolution */
+    TG_FILES,    /* the files: inputs readable and valid, outputs writable; nothing written */
+    TG_OPEN,     /* the outputs opened (--json) */
+    TG_ANNOUNCE, /* the banner and the config record */
+    TG_PREPARE,  /* work before the ranks start (--layer-costs measure), stdout flushed */
+    /* after a successful run */
+    TG_INSTEAD, /* what replaces the summary (--eval-only's loss; it stops) */
+    TG_HEAD,    /* the summary's header */
+    TG_REPORT,  /* the summary's lines */
+    TG_VERIFY,  /* --check's run on one rank */
+    TG_CLOSE,   /* the summary record, --json closed */
+    TG_NPHASES
+} tg_phase;
+
+/* A step of the run's set-up or of its report, in its phase. */
 typedef struct tg_hook {
-    int pos;
+    tg_phase phase;
     int (*run)(tg_run *run);
 } tg_hook;
 
-/* A field "key":value of a JSON record; put writes the value. pos orders the fields of every
- * group in a record (docs/JSON.md's order; a new field takes a free number). present: NULL
+/* A field "key":value of a JSON record; put writes the value. A record's fields are in the order
+ * the groups are listed and each group lists them (docs/JSON.md follows it). present: NULL
  * (always) or whether the field is written. */
 typedef struct tg_field {
-    int pos;
     const char *key;
     void (*put)(FILE *f, const tg_run *run);
     int (*present)(const tg_run *run);
@@ -62,8 +80,7 @@ typedef struct tg_group {
     const char *heading; /* --help's heading above the options; NULL: the previous group's */
     const tg_opt *opts;
     void (*init)(tg_run *run);               /* defaults, before parsing */
-    const tg_hook *setup;                    /* before the run, after parsing */
-    const tg_hook *finish;                   /* after a successful run */
+    const tg_hook *hooks;                    /* after parsing: before and after the run */
     const tg_field *config, *step, *summary; /* the JSON records' fields */
 } tg_group;
 
@@ -76,10 +93,11 @@ void tg_groups(const tg_group *const *groups, int n, const char *intro, const ch
 void tg_usage(FILE *f);
 /* Every group's init, then the command line: TG_NEXT, or TG_STOP with run->status set. */
 int tg_parse(tg_run *run, int argc, char **argv);
-/* The setup (finish = 0) or finish hooks in pos order: TG_NEXT, or TG_STOP. */
-int tg_hooks(tg_run *run, int finish);
-/* {"type":TYPE,...every group's fields of kind}\n on --json, flushed: DL_OK or DL_ESYS. */
-int tg_record(tg_run *run, tg_kind kind, const char *type);
+/* The hooks of phases first..last (tg_phase's order): TG_NEXT, or TG_STOP. */
+int tg_hooks(tg_run *run, tg_phase first, tg_phase last);
+/* {"type":TYPE,...own,...every group's fields of kind}\n on --json, flushed: DL_OK or DL_ESYS.
+ * own: the record's own fields before the groups' (NULL: none). */
+int tg_record(tg_run *run, tg_kind kind, const char *type, const tg_field *own);
 /* Flush --json and check: DL_OK, or DL_ESYS with the message set. */
 int tg_json_flush(tg_json *j);
 /* Close --json, reporting a failed write (message printed) unless quiet (the run failed

@@ -1,5 +1,6 @@
 /* distlab-train's option groups, in --help's order (a group without a heading continues the
- * one above): a new module is its file (Makefile.am's TRAIN_GROUPS) and one line here. */
+ * one above), which is also the order of their hooks within a phase and of their JSON fields: a
+ * new module is its file (Makefile.am's TRAIN_GROUPS) and one line here. */
 #ifndef DISTLAB_APPS_TRAIN_GROUPS_H
 #define DISTLAB_APPS_TRAIN_GROUPS_H
 

@@ -1,6 +1,6 @@
 /* Per-layer costs measured on this machine (apps/train/layer_costs.c). */
-#ifndef DISTLAB_APPS_LAYER_COSTS_H
-#define DISTLAB_APPS_LAYER_COSTS_H
+#ifndef DISTLAB_APPS_TRAIN_LAYER_COSTS_H
+#define DISTLAB_APPS_TRAIN_LAYER_COSTS_H
 
 #include <stddef.h>
 #include "distlab.h"

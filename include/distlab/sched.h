@@ -3,7 +3,7 @@
  * A schedule is, for each of p stages, an ordered array of actions: the forward (F) or backward
  * (B) of micro-batch j through model chunk c of that stage, or an optimizer step (OPT). The
  * generators below write those arrays; the validator, the simulator, the grid printer, the
- * weight-version analysis and (later) the engine and the timing harness all read the same
+ * weight-version analysis, the engine (distlab/pipe.h) and the timing harness all read the same
  * arrays, so what is simulated is what runs.
  *
  * Indices are 0-based in the API: stage s = 0 .. p-1 (the lecture's "GPU s+1", and its 1-based

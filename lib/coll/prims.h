@@ -49,8 +49,9 @@ static inline uint64_t dl__rotl64(uint64_t x, int k) { return x << k | x >> (64 
 
 /* The call's fields mixed into 64 bits, folded to 32. Each field's product with an odd constant
  * is a bijection of it, so calls differing in one field differ in the xor of the three; the
- * final xorshift-multiply is a bijection too. The three products are independent (one
- * multiply's latency instead of a chain of six: ~5 ns less on every call). */
+ * final xorshift-multiply is a bijection too. The three products are independent: one
+ * multiply's latency on every call instead of a chain of six (docs/PERFORMANCE.md, the 8-byte
+ * path). */
 static inline uint32_t dl__fingerprint(int op, uint64_t seq, dl_dtype t, dl_redop rop, size_t count,
                                        int root)
 {
@@ -86,8 +87,8 @@ int dl__xfer_release(dl_call *k, dl_link *l);
 int dl__xfer_flush(dl_call *k, dl_link *l);
 
 /* a mod n in [0, n). The callers' a (a member plus or minus a distance below n) lie in [-n, 2n),
- * where one compare does it: the two divisions of the general case sat on the 8-byte
- * all-reduce's path (the one-shot's peers, before its post and after its receive). */
+ * where one compare does it, keeping the general case's two divisions off the 8-byte
+ * all-reduce's path (docs/PERFORMANCE.md, the 8-byte path). */
 static inline int dl__mod(int a, int n)
 {
     int m = a < 0 ? a + n : a >= n ? a - n : a;

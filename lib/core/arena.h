@@ -7,8 +7,8 @@
  * An optional capacity turns an over-allocation into DL_ENOMEM with a message naming the rank,
  * the category, the bytes asked and the bytes left. An arena is used by its rank's threads
  * (compute and communication thread); it is thread-safe. */
-#ifndef DISTLAB_ARENA_H
-#define DISTLAB_ARENA_H
+#ifndef DISTLAB_CORE_ARENA_H
+#define DISTLAB_CORE_ARENA_H
 
 #include <stddef.h>
 #include <stdint.h>

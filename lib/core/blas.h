@@ -8,8 +8,8 @@
  * the decision is a pure function of (the kernel OpenBLAS reports, the CPU's features), so it can
  * be tested on any machine; detecting the features is separate. The apps use it to restart
  * themselves once with OPENBLAS_CORETYPE set (apps/common/cli.c; docs/API.md, "BLAS kernel"). */
-#ifndef DISTLAB_BLAS_H
-#define DISTLAB_BLAS_H
+#ifndef DISTLAB_CORE_BLAS_H
+#define DISTLAB_CORE_BLAS_H
 
 #ifdef __cplusplus
 extern "C" {

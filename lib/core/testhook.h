@@ -1,18 +1,20 @@
 /* Private test hook: the negative controls of the equivalence tests (tests/unit/train/test_train.c,
  * test_zero.c, test_pipe.c, test_gpt.c) make a run deliberately wrong, in a known way, to prove
  * that the comparisons fail when a layout is wrong; the transport's tests force its fallbacks and
- * watch its sleeps, so that a test can force a wait to sleep instead of hoping a delay does. Compiled into the library but not installed
- * and not in the public headers (tests include it as "core/testhook.h"); off unless a test
- * sets it, and then read at four places only: the collectives' argument check (lib/coll/check.c),
- * the parameters after initialisation (lib/parallel/zero_module.c), rd's transport
- * (lib/coll/small.c; the collective tests force each of its two transports) and the channel's
- * fallbacks and sleep watch (lib/transport/chan.c, at configuration only; tests/unit/transport/,
- * and the tests that force a rank asleep through tests/unit/testutil.h's tu_chan_watch).
+ * watch its sleeps, so that a test can force a wait to sleep instead of hoping a delay does.
+ * Compiled into the library but not installed and not in the public headers (tests include it as
+ * "core/testhook.h"); off unless a test sets it, and then read at five places only: the
+ * collectives' argument check (lib/coll/check.c), the parameters after initialisation
+ * (lib/parallel/zero_module.c), the plain runner's loss gradient (lib/train/plain.c; the
+ * mixed-precision guard's test), rd's transport (lib/coll/small.c; the collective tests force each
+ * of its two transports) and the channel's fallbacks and sleep watch (lib/transport/chan.c, at
+ * configuration only; tests/unit/transport/, and the tests that force a rank asleep through
+ * tests/unit/testutil.h's tu_chan_watch).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
-#ifndef DISTLAB_TESTHOOK_H
-#define DISTLAB_TESTHOOK_H
+#ifndef DISTLAB_CORE_TESTHOOK_H
+#define DISTLAB_CORE_TESTHOOK_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -33,6 +35,9 @@ typedef struct dl__test_hook {
     double perturb_rel;
     int perturb_rank;
     size_t perturb_index;
+    /* dp rank 0's first micro-batch of step nan_step (1-based; 0: off) has a NaN loss gradient:
+     * the step's gradient is not finite (the plain runner only: not with pp). */
+    int nan_step;
     /* rd's transport (lib/coll/small.c): 0 as the world chooses, DL__RD_EXCHANGES its log2 n
      * exchanges, DL__RD_ONE_ROUND every input in one round and rd's tree folded locally. */
     int rd_transport;

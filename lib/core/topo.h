@@ -4,8 +4,8 @@
  * takes it, e.g. "pack:2 l3:2 core:4 pu:1") only changes how ranks are grouped into "nodes" and
  * what the report says; with one, placement is computed on the synthetic machine and rank r is
  * bound to real PU (r mod the real PU count), so that ranks stay spread over the real cpus. */
-#ifndef DISTLAB_TOPO_H
-#define DISTLAB_TOPO_H
+#ifndef DISTLAB_CORE_TOPO_H
+#define DISTLAB_CORE_TOPO_H
 
 #include <stdio.h>
 #include "distlab/world.h" /* dl_place_policy, dl_node_kind */

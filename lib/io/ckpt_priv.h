@@ -1,7 +1,7 @@
 /* distlab (private): what the checkpoint files share (io/ckpt.c: the format's pieces and the
  * I/O helpers; ckpt_header.c: reading and checking a header; ckpt_save.c; ckpt_load.c). */
-#ifndef DISTLAB_CKPT_PRIV_H
-#define DISTLAB_CKPT_PRIV_H
+#ifndef DISTLAB_IO_CKPT_PRIV_H
+#define DISTLAB_IO_CKPT_PRIV_H
 
 #include <stdint.h>
 #include <sys/types.h>

@@ -7,8 +7,8 @@
  * PATH must be a regular file, not a symlink (a rename replaces the link itself rather than
  * following it, so the rule is the same for both ways of writing), and the directory must let us
  * create files. The checks are made up front, so that a long run cannot end in "cannot write". */
-#ifndef DISTLAB_PATH_H
-#define DISTLAB_PATH_H
+#ifndef DISTLAB_IO_PATH_H
+#define DISTLAB_IO_PATH_H
 
 #include <stdint.h>
 

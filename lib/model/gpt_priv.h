@@ -1,6 +1,6 @@
 /* distlab (private): what the trainer does to a GPT instance beyond the public API. */
-#ifndef DISTLAB_GPT_PRIV_H
-#define DISTLAB_GPT_PRIV_H
+#ifndef DISTLAB_MODEL_GPT_PRIV_H
+#define DISTLAB_MODEL_GPT_PRIV_H
 
 #include "distlab/gpt.h"
 

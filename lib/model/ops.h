@@ -31,8 +31,8 @@
  * Heads: Q, K and V have head h in channels [h*HS, (h+1)*HS) (as torch_gpt.py's view(b, t, 3,
  * H, D/H)), so a rank's heads are a contiguous channel range of each of Q, K and V.
  * The tied LM head is a linear with W = wte (V, C), no bias. */
-#ifndef DISTLAB_OPS_H
-#define DISTLAB_OPS_H
+#ifndef DISTLAB_MODEL_OPS_H
+#define DISTLAB_MODEL_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>

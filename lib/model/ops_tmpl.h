@@ -17,8 +17,8 @@
  * polynomial versions (within a few ulp, tested against expl / erfl): glibc's erff alone cost
  * about 12 ns per element on typical activations. The f64 variants use libm's exp and erf: they
  * are the reference the tests check against. */
-#ifndef DISTLAB_OPS_TMPL_H
-#define DISTLAB_OPS_TMPL_H
+#ifndef DISTLAB_MODEL_OPS_TMPL_H
+#define DISTLAB_MODEL_OPS_TMPL_H
 
 #include <math.h>
 #include <stddef.h>

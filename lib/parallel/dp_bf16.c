@@ -3,10 +3,11 @@
  * padded unit, in place (through a staging buffer when padded). The same volume as one
  * all-reduce, but every element's sum is formed in the ring order of ZeRO's reduce-scatter, so
  * in bf16 (one rounding per hop) stage 0 reduces to bitwise the gradient stages 1-3 reduce (one
- * micro-batch), not merely to within bf16 rounding. Units go as soon as they are final. */
+ * micro-batch), not merely to within bf16 rounding. Units go as soon as they are final, each
+ * through the ZeRO engine's dl_zero_unit_reduce. */
 #include <stdlib.h>
-#include <string.h>
 #include "parallel/module.h"
+#include "parallel/zero_engine.h"
 
 typedef struct bf_state {
     tr_env *e;
@@ -14,22 +15,6 @@ typedef struct bf_state {
     char *stg;        /* one padded unit, when some unit is padded */
     int next_unit;    /* units >= next_unit are reduced (this step) */
 } bf_state;
-
-static int bf_unit(bf_state *b, int u)
-{
-    const dl_zero_unit *z = &b->zr.u[u];
-    dl_comm *c = b->e->mesh->dp_comm;
-    size_t ss = 2, n = (size_t)b->zr.dp * z->shard, r = (size_t)b->zr.rank;
-    char *full = (char *)dl_gpt_grads(b->e->g) + z->lo * ss;
-    char *buf = dl_zero_unit_staged(&b->zr, u, dl_gpt_grads(b->e->g), b->stg, (int)ss);
-    char *mine = buf + r * z->shard * ss;
-    int rc = dl_reduce_scatter(c, buf, mine, n, DL_BF16, DL_SUM, DL_PURPOSE_GRADS);
-    if (rc == DL_OK)
-        rc = dl_allgather(c, mine, buf, n, DL_BF16, DL_PURPOSE_GRADS);
-    if (rc == DL_OK && buf != full)
-        memcpy(full, buf, z->numel * ss);
-    return rc;
-}
 
 static int bf_setup(void *st)
 {
@@ -39,7 +24,7 @@ static int bf_setup(void *st)
     size_t *bounds;
     int rc = tr_unit_bounds(e, &bounds, &nu);
     if (rc == DL_OK)
-        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->dp, e->mesh->dp_rank);
+        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->layout.dp, e->mesh->dp_rank);
     free(bounds);
     if (rc == DL_OK && dl_zero_units_padded(&b->zr))
         rc = dl_arena_alloc(dl_ctx_arena(e->ctx), DL_MEM_COMM, b->zr.max_padded * 2,
@@ -59,7 +44,8 @@ static int bf_ready(void *st, size_t first)
     bf_state *b = st;
     int rc = DL_OK;
     while (rc == DL_OK && b->next_unit > 0 && b->zr.u[b->next_unit - 1].lo >= first)
-        rc = bf_unit(b, --b->next_unit);
+        rc = dl_zero_unit_reduce(&b->zr, --b->next_unit, b->e->mesh->dp_comm, DL_BF16,
+                                 dl_gpt_grads(b->e->g), b->stg, 1);
     return rc;
 }
 
@@ -74,7 +60,7 @@ static void bf_teardown(void *st)
 int tr_dp_bf16_make(tr_env *e, tr_module *m)
 {
     const dl_train_opts *o = e->o;
-    if (!e->pr.bf16 || o->zero || o->dp < 2 || o->eval_only)
+    if (!e->pr.bf16 || o->zero.stage || o->layout.dp < 2 || o->eval.only)
         return DL_OK;
     bf_state *b = calloc(1, sizeof *b);
     if (!b)

@@ -42,7 +42,7 @@ static int dp_grads_ready(void *st, size_t first)
     char *base = (char *)dl_gpt_grads(e->g) + lo * (size_t)e->pr.dsize;
     int rc;
     uint64_t t0 = dl_now_ns();
-    if (e->o->overlap && d->nreq < MAX_REQ)
+    if (e->o->comm.overlap && d->nreq < MAX_REQ)
         rc = dl_iallreduce(e->mesh->dp_comm, base, base, n, e->pr.dt, DL_SUM, DL_PURPOSE_GRADS,
                            &d->req[d->nreq++]);
     else
@@ -76,16 +76,16 @@ static void dp_teardown(void *st) { free(st); }
 int tr_dp_make(tr_env *e, tr_module *m)
 {
     const dl_train_opts *o = e->o;
-    if (o->dp < 2)
+    if (o->layout.dp < 2)
         return DL_OK;
     dp_state *d = calloc(1, sizeof *d);
     if (!d)
         return dl_error(DL_ENOMEM, "data parallelism: out of memory");
     d->e = e;
-    d->bucket_elems = (size_t)(o->bucket_mb * 1048576.0 / e->pr.dsize);
+    d->bucket_elems = (size_t)(o->comm.bucket_mb * 1048576.0 / e->pr.dsize);
     *m = (tr_module){.name = "dp", .st = d, .reduce_loss = dp_reduce_loss, .teardown = dp_teardown};
     /* ZeRO and bf16 reduce the gradient their own way (tr_shard_make, tr_dp_bf16_make) */
-    if (o->zero == 0 && !e->pr.bf16)
+    if (o->zero.stage == 0 && !e->pr.bf16)
         m->begin = dp_begin, m->grads_ready = dp_grads_ready, m->reduce = dp_wait;
     return DL_OK;
 }

@@ -1,6 +1,6 @@
 /* Data parallelism's gradient buckets (the trainer's dp module, parallel/dp_buckets.c). */
-#ifndef DL_PARALLEL_DP_BUCKETS_H
-#define DL_PARALLEL_DP_BUCKETS_H
+#ifndef DISTLAB_PARALLEL_DP_BUCKETS_H
+#define DISTLAB_PARALLEL_DP_BUCKETS_H
 #include <stddef.h>
 
 /* The bucket planner. The backward reports gradients final from `first` to the end, first

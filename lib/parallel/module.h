@@ -7,8 +7,8 @@
  * module (fills a tr_module) or leaves it empty. The step then calls each phase's hooks over the
  * added modules in the list's order, so the order of modules.def is the order of every sum the
  * hooks extend (the loss: dp, then pp; the gradient norm: dp, tp, pp). */
-#ifndef DL_PARALLEL_MODULE_H
-#define DL_PARALLEL_MODULE_H
+#ifndef DISTLAB_PARALLEL_MODULE_H
+#define DISTLAB_PARALLEL_MODULE_H
 #include <stddef.h>
 #include <stdint.h>
 #include "distlab.h"
@@ -30,13 +30,7 @@ typedef struct tr_calls {
     int (*norm_update)(tr_comp *c);
 } tr_calls;
 
-/* This rank's row of the run's per-step pipeline figures (report.c's summary reads them) */
-typedef struct tr_pp_rows {
-    int nranks;                   /* the tables are [step * nranks + rank] */
-    double *busy, *wall, *engine; /* ns; engine: per action */
-    int *gap;                     /* the largest weight-version gap */
-    uint64_t *bytes;              /* rank 0: the hand-offs' bytes, all steps */
-} tr_pp_rows;
+typedef struct tr_pp_rows tr_pp_rows; /* the pipeline's rows (parallel/pipe_train.h) */
 
 /* What every module reads: fixed at set-up (g and numel from the model's creation on), except
  * step and tr, which the step loop sets. */
@@ -45,7 +39,7 @@ typedef struct tr_env {
     tr_run *R;            /* the train layer's own (opaque here) */
     dl_data *data;        /* the corpus */
     dl_train_result *res; /* the caller's result (rank 0 writes its figures) */
-    tr_pp_rows pp;
+    tr_pp_rows *pp;       /* the pipeline's per-step rows (its runner writes this rank's) */
     dl_ctx *ctx;
     int rank; /* world rank */
     dl_mesh *mesh;

@@ -258,7 +258,7 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
     st->drain_ns = t - d0;
     st->wall_ns = t - t_start;
     /* waiting for a busy neighbour to take the last hand-offs is not the engine's overhead (it
-     * was: 366 and 786 us "per action" on the last stages of some runs, 1.4 us in others) */
+     * would swamp it on the last stages: docs/PERFORMANCE.md, "Engine overhead per action") */
     uint64_t acc = st->busy_ns + st->recv_ns + st->send_ns + st->opt_ns + st->drain_ns;
     st->engine_ns = st->wall_ns > acc ? st->wall_ns - acc : 0;
     st->staging_bytes = e->staging_peak;

@@ -55,8 +55,8 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
     if (rc)
         return rc;
     int first = s->stage == 0 && ch == 0, last = s->stage == s->p - 1 && ch == s->v - 1;
-    int G = o->global_batch, mbs = o->micro_batch;
-    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->dp,
+    int G = o->batch.global, mbs = o->batch.micro;
+    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->layout.dp,
                                                s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
         return rc;
     if (s->stash)
@@ -89,8 +89,8 @@ static int pp_bwd(void *arg, int mb, int ch, const void **din)
     /* flush: the mean over the global batch; async: each update applies one micro-batch (over
      * the dp group), so its mean */
     double T = o->model.seq;
-    double dloss = s->sched->flush ? 1.0 / ((double)o->global_batch * T)
-                                   : 1.0 / ((double)o->micro_batch * o->dp * T);
+    double dloss = s->sched->flush ? 1.0 / ((double)o->batch.global * T)
+                                   : 1.0 / ((double)o->batch.micro * o->layout.dp * T);
     int fv = s->fwd_version[mb * s->v + ch];
     int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
     if (used - fv > s->max_gap)
@@ -118,7 +118,7 @@ static int pp_opt(void *arg, int mb)
     if (s->sched->flush)
         return DL_OK;
     int rc = DL_OK;
-    if (o->dp > 1)
+    if (o->layout.dp > 1)
         rc = dl_allreduce(s->e->mesh->dp_comm, dl_gpt_grads(s->e->g), dl_gpt_grads(s->e->g),
                           s->e->numel, s->e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
     if (rc == DL_OK)
@@ -140,30 +140,132 @@ static int pp_bounds(const dl_train_opts *o, int k, int *bounds)
     double *c = malloc(sizeof(double) * (size_t)L);
     if (!c)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
-    for (int i = 0; i < L; i++) c[i] = o->layer_costs ? o->layer_costs[i] : 1.0;
-    int rc = dl_sched_partition(c, L, k, o->layer_costs != NULL, bounds, NULL, NULL);
+    for (int i = 0; i < L; i++) c[i] = o->pipeline.layer_costs ? o->pipeline.layer_costs[i] : 1.0;
+    int rc = dl_sched_partition(c, L, k, o->pipeline.layer_costs != NULL, bounds, NULL, NULL);
     free(c);
     return rc;
 }
 
+static int mk_gpipe(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_gpipe(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_1f1b(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_1f1b(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_interleaved(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_interleaved(o->layout.pp, o->batch.microbatches, o->pipeline.virtual_stages,
+                                out);
+}
+static int mk_async(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_async(o->layout.pp, o->batch.microbatches, o->pipeline.weight_stashing, out);
+}
+static int mk_naive(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_naive(o->layout.pp, out);
+}
+
+/* The schedules the trainer runs, in --help's order (GPipe the default): the one list. */
+static const struct {
+    dl_sched_kind kind;
+    int (*make)(const dl_train_opts *o, dl_sched **out);
+} schedules[] = {{DL_SCHED_GPIPE, mk_gpipe},
+                 {DL_SCHED_1F1B, mk_1f1b},
+                 {DL_SCHED_INTERLEAVED, mk_interleaved},
+                 {DL_SCHED_ASYNC, mk_async},
+                 {DL_SCHED_NAIVE, mk_naive}};
+enum { NSCHEDULES = sizeof schedules / sizeof schedules[0] };
+
+int tr_pipe_trains(int k)
+{
+    for (int i = 0; i < NSCHEDULES; i++)
+        if ((int)schedules[i].kind == k)
+            return 1;
+    return 0;
+}
+
+void tr_pipe_kind_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    for (int i = 0; i < NSCHEDULES && at < n; i++) {
+        const char *sep = i == 0 ? "" : i == NSCHEDULES - 1 ? " or " : ", ";
+        int w = snprintf(buf + at, n - at, "%s%s", sep, dl_sched_kind_name(schedules[i].kind));
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 {
-    int p = o->pp, m = o->microbatches;
-    switch (o->schedule) {
-    case DL_SCHED_NAIVE: return dl_sched_naive(p, out);
-    case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, out);
-    case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, o->virtual_stages, out);
-    case DL_SCHED_ASYNC: return dl_sched_async(p, m, o->weight_stashing, out);
-    default: return dl_sched_gpipe(p, m, out);
+    for (int i = 0; i < NSCHEDULES; i++)
+        if ((int)schedules[i].kind == o->pipeline.schedule)
+            return schedules[i].make(o, out);
+    return dl_error(DL_EINVAL, "pipeline: schedule %s does not train",
+                    dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule));
+}
+
+/* The pipeline's part of the configuration, after the batch sizes are known (modules.def:
+ * dl_train_resolve calls it). */
+int tr_pipe_resolve(dl_train_opts *o)
+{
+    int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    if (o->pipeline.schedule == DL_SCHED_CUSTOM)
+        o->pipeline.schedule = DL_SCHED_GPIPE;
+    int k = o->pipeline.schedule;
+    if (!tr_pipe_trains(k)) {
+        char list[128];
+        tr_pipe_kind_list(list, sizeof list);
+        return dl_error(DL_EINVAL, "schedule %s cannot train: use %s",
+                        dl_sched_kind_name((dl_sched_kind)k), list);
     }
+    if (k == DL_SCHED_NAIVE && m != 1)
+        return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
+    if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1)
+        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
+                        o->pipeline.virtual_stages);
+    int v = k == DL_SCHED_INTERLEAVED
+                ? (o->pipeline.virtual_stages > 0 ? o->pipeline.virtual_stages : 2)
+                : 1;
+    o->pipeline.virtual_stages = v;
+    if (p > L)
+        return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
+                        p, L);
+    if (v > DL_GPT_MAX_CHUNKS)
+        return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
+    if (k == DL_SCHED_INTERLEAVED) {
+        if (p < 2)
+            return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
+        if (L % (p * v))
+            return dl_error(DL_EINVAL,
+                            "interleaving: layers %d are not divisible by pp %d x "
+                            "virtual stages %d",
+                            L, p, v);
+        if (m % p)
+            return dl_error(DL_EINVAL,
+                            "interleaving: micro-batches %d must be a multiple of pp "
+                            "%d (try --microbatches %d)",
+                            m, p, (m / p + 1) * p);
+    }
+    if (o->pipeline.weight_stashing && k != DL_SCHED_ASYNC)
+        return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
+    if (p == 1)
+        return DL_OK;
+    if (k == DL_SCHED_ASYNC && (o->zero.stage || o->model.tie))
+        return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
+                                   "not combine with ZeRO or tied embeddings");
+    if (o->model.tie && o->zero.stage)
+        return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
+    return DL_OK;
 }
 
 /* The stage's part, its slots and the engine (after the mesh exists, before the model). */
 static int pp_setup(pipe_state *s, dl_gpt_part *part)
 {
     const dl_train_opts *o = s->e->o;
-    s->p = o->pp;
-    s->v = o->virtual_stages;
+    s->p = o->layout.pp;
+    s->v = o->pipeline.virtual_stages;
     s->stage = s->e->mesh->pp_rank;
     int rc = tr_pipe_make_sched(o, &s->sched);
     if (rc)
@@ -179,20 +281,20 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     if ((rc = pp_bounds(o, k, bounds)) ||
         (rc = dl_gpt_part_stage(&o->model, s->p, s->v, s->stage, bounds, part)))
         return rc;
-    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pp_bounds)
-        memcpy(s->e->res->pp_bounds, bounds, sizeof(int) * (size_t)(k + 1));
-    int m = o->microbatches, T = o->model.seq;
+    if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pipeline.bounds)
+        memcpy(s->e->res->pipeline.bounds, bounds, sizeof(int) * (size_t)(k + 1));
+    int m = o->batch.microbatches, T = o->model.seq;
     s->slot_of = malloc(sizeof(int) * (size_t)m * s->v);
     s->fwd_version = calloc((size_t)m * s->v, sizeof(int));
     s->free_slot = malloc(sizeof(int) * (size_t)s->nslots);
-    s->pin = malloc(sizeof(int) * (size_t)o->micro_batch * T);
-    s->ptg = malloc(sizeof(int) * (size_t)o->micro_batch * T);
+    s->pin = malloc(sizeof(int) * (size_t)o->batch.micro * T);
+    s->ptg = malloc(sizeof(int) * (size_t)o->batch.micro * T);
     if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
     for (int i = 0; i < m * s->v; i++) s->slot_of[i] = -1;
     for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
-    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->micro_batch * T * o->model.d_model,
+    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
                           s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
 }
 
@@ -283,7 +385,7 @@ static int pp_alloc(void *st)
     dl_arena *a = dl_ctx_arena(s->e->ctx);
     size_t ds = (size_t)s->e->pr.dsize;
     int rc = DL_OK;
-    if (o->weight_stashing &&
+    if (o->pipeline.weight_stashing &&
         (rc = dl_arena_alloc(a, DL_MEM_PARAMS, (size_t)s->nslots * s->e->numel * ds,
                              (void **)&s->stash)))
         return rc;
@@ -299,7 +401,7 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
 {
     pipe_state *s = st;
     tr_env *e = s->e;
-    tr_pp_rows *R = &e->pp;
+    tr_pp_rows *R = e->pp;
     dl_pipe_stats ps;
     s->loss_sum = 0;
     s->max_gap = 0;
@@ -311,7 +413,7 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
     R->engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
     R->gap[at] = s->max_gap;
     if (e->rank == 0)
-        *R->bytes += ps.bytes_sent;
+        R->bytes += ps.bytes_sent;
     if (rc == DL_OK && s->sched->flush && (rc = pp_tie_sync(s)) == DL_OK)
         rc = e->call.grads_ready(0, e->comp);
     return rc;
@@ -339,7 +441,7 @@ static int pp_from_head(void *st, double *v, int n)
 
 int tr_pipe_make(tr_env *e, tr_module *m)
 {
-    if (e->o->pp < 2)
+    if (e->o->layout.pp < 2)
         return DL_OK;
     pipe_state *s = calloc(1, sizeof *s);
     if (!s)
@@ -355,7 +457,7 @@ int tr_pipe_make(tr_env *e, tr_module *m)
                      .reduce_loss = pp_sum,
                      .reduce_norm = pp_norm,
                      .teardown = pp_teardown};
-    e->head = e->mesh->pp_rank == e->o->pp - 1;
+    e->head = e->mesh->pp_rank == e->o->layout.pp - 1;
     e->runner_span = 1; /* a pipeline's step span is the engine's (its bubble's window) */
     return DL_OK;
 }

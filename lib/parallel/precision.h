@@ -3,8 +3,8 @@
  * once from the dtype so that no phase tests it. bf16 stores parameters and gradients in bf16,
  * computes in f32 and keeps fp32 master weights (AdamW updates the master, the parameters are
  * its rounding). */
-#ifndef DL_TRAIN_PRECISION_H
-#define DL_TRAIN_PRECISION_H
+#ifndef DISTLAB_PARALLEL_PRECISION_H
+#define DISTLAB_PARALLEL_PRECISION_H
 #include <stddef.h>
 #include "distlab.h"
 

@@ -19,7 +19,7 @@ static int tp_reduce_norm(void *st, double *sq)
 
 int tr_tp_make(tr_env *e, tr_module *m)
 {
-    if (e->o->tp > 1)
+    if (e->o->layout.tp > 1)
         *m = (tr_module){.name = "tp", .st = e, .reduce_norm = tp_reduce_norm};
     return DL_OK;
 }

@@ -1,7 +1,7 @@
 /* Tensor parallelism's rules for the trainer (the model's own part, the f and g collectives and
  * the shard kinds, is lib/model/): which tensors a rank counts in sums over the whole model. */
-#ifndef DL_PARALLEL_TP_RULES_H
-#define DL_PARALLEL_TP_RULES_H
+#ifndef DISTLAB_PARALLEL_TP_RULES_H
+#define DISTLAB_PARALLEL_TP_RULES_H
 #include "model/gpt_priv.h"
 
 /* Whether tensor k of this rank's layout counts in a whole-model sum (the gradient norm, the

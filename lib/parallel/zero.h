@@ -17,9 +17,9 @@
  * ITS shard, and one all-gather spreads every rank's columns to all. A round is final when its
  * row-0 part is (gradients become final from the end of the buffer towards its start, and row 0
  * comes first): dl_zero_final_column. Element counts only: the same arithmetic serves any element
- * type (f32, f64; bf16 and stage 3 later). */
-#ifndef DISTLAB_ZERO_H
-#define DISTLAB_ZERO_H
+ * type (f32, f64, bf16). */
+#ifndef DISTLAB_PARALLEL_ZERO_H
+#define DISTLAB_PARALLEL_ZERO_H
 
 #include <stddef.h>
 
@@ -57,7 +57,7 @@ void dl_zero_unpack(const dl_zero_shard *z, void *full, size_t lo, size_t k, int
  * first when first < S, S (no column) otherwise. */
 size_t dl_zero_final_column(const dl_zero_shard *z, size_t first);
 
-/* ---- per-unit sharding (what the trainer uses: stages 1, 2 and 3) ---------------------------
+/* ---- per-unit sharding (what the trainer uses: stages 0-3, and bf16's dp at stage 0) ---------
  * FSDP's flat parameters: the rank's flat buffer is cut into units (the model's: embeddings, each
  * layer, head; dl_gpt_num_units), each unit padded to a multiple of d and cut into d blocks of
  * S_u = ceil(n_u / d) elements; dp rank r owns block r of every unit: [lo + r S_u, lo + (r+1) S_u)

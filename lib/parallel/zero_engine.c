@@ -84,19 +84,30 @@ char *dl_zero_param_block(dl_zero_engine *z, int u)
     return (char *)z->params + b->begin * (size_t)z->dsize;
 }
 
+int dl_zero_unit_reduce(const dl_zero_units *zu, int u, dl_comm *comm, dl_dtype dt, void *grads,
+                        char *stg, int whole)
+{
+    const dl_zero_unit *b = &zu->u[u];
+    size_t ss = dl_dtype_size(dt), n = (size_t)zu->dp * b->shard, r = (size_t)zu->rank;
+    char *full = (char *)grads + b->lo * ss;
+    char *buf = dl_zero_unit_staged(zu, u, grads, stg, (int)ss), *mine = buf + r * b->shard * ss;
+    int rc = dl_reduce_scatter(comm, buf, mine, n, dt, DL_SUM, DL_PURPOSE_GRADS);
+    if (rc == DL_OK && whole)
+        rc = dl_allgather(comm, mine, buf, n, dt, DL_PURPOSE_GRADS);
+    if (rc == DL_OK && buf != full) {
+        if (whole)
+            memcpy(full, buf, b->numel * ss);
+        else
+            memcpy(full + r * b->shard * ss, mine, b->owned * ss);
+    }
+    return rc;
+}
+
 /* Stage 1: reduce-scatter unit u of the model's gradient buffer over the dp group; this rank's
- * block of the sum lands in place (through the staging buffer when the unit is padded). */
+ * block of the sum lands in place. */
 static int rs_unit(dl_zero_engine *z, int u)
 {
-    const dl_zero_unit *b = &z->zu.u[u];
-    size_t ss = (size_t)z->dsize, n = (size_t)z->zu.dp * b->shard, r = (size_t)z->zu.rank;
-    char *full = (char *)z->grads + b->lo * ss;
-    char *buf = dl_zero_unit_staged(&z->zu, u, z->grads, z->stg, z->dsize);
-    int rc = dl_reduce_scatter(z->comm, buf, buf + r * b->shard * ss, n, z->dt, DL_SUM,
-                               DL_PURPOSE_GRADS);
-    if (rc == DL_OK && buf != full)
-        memcpy(full + r * b->shard * ss, buf + r * b->shard * ss, b->owned * ss);
-    return rc;
+    return dl_zero_unit_reduce(&z->zu, u, z->comm, z->dt, z->grads, z->stg, 0);
 }
 
 /* Stages 1-2: all-gather unit u's updated parameters into the model's buffer. */

@@ -20,8 +20,8 @@
  * After the optimizer has updated this rank's blocks (dl_zero_grad_block, dl_zero_param_block,
  * z->master), stages 1-2 all-gather the parameters (dl_zero_gather_params). Storage f32, f64 or
  * bf16 (compute f32). */
-#ifndef DISTLAB_ZERO_ENGINE_H
-#define DISTLAB_ZERO_ENGINE_H
+#ifndef DISTLAB_PARALLEL_ZERO_ENGINE_H
+#define DISTLAB_PARALLEL_ZERO_ENGINE_H
 
 #include "distlab.h"
 #include "parallel/zero.h"
@@ -69,6 +69,13 @@ int dl_zero_gather_hook(void *arg, int u, void *dst);
 /* Gradients at [first, numel) are final: stage 1 reduce-scatters every unit that is complete
  * (other stages: nothing). */
 int dl_zero_ready(dl_zero_engine *z, size_t first);
+
+/* Unit u of the flat gradient buffer `grads` (storage type dt) reduce-scattered in place over
+ * comm: this rank's block of the sum lands in its place (through stg, one padded unit, when the
+ * unit is padded); with whole, all-gathered back too: the whole sum in place, the ring
+ * all-reduce's two halves (bf16 data parallelism at stage 0, parallel/dp_bf16.c). */
+int dl_zero_unit_reduce(const dl_zero_units *zu, int u, dl_comm *comm, dl_dtype dt, void *grads,
+                        char *stg, int whole);
 
 /* Stages 1-2, after the optimizer: every unit's updated parameters all-gathered into the model's
  * buffer, unit by unit. */

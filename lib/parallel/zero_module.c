@@ -1,4 +1,4 @@
-/* ZeRO 0-3 as the trainer's sharding module (lib/train/module.h): the engine
+/* ZeRO 0-3 as the trainer's sharding module (lib/parallel/module.h): the engine
  * (lib/parallel/zero_engine.h) under the GPT, its blocks handed to the optimizer as the shards
  * (stage 0: one shard, d = 1). See docs/ARCHITECTURE.md, "The trainer". */
 #include "config.h"
@@ -52,7 +52,7 @@ static char *shard_param(void *arg, int u) { return dl_zero_param_block(arg, u);
 static int shard_model_opts(void *st, dl_gpt_opts *go)
 {
     zm_state *s = st;
-    go->unit_pad = s->z.stage ? s->e->o->dp : 1;
+    go->unit_pad = s->z.stage ? s->e->o->layout.dp : 1;
     go->gather = s->z.stage == 3 ? dl_zero_gather_hook : NULL;
     go->reduce = s->z.stage >= 2 ? dl_zero_reduce_hook : NULL;
     go->hook_arg = &s->z;
@@ -68,16 +68,16 @@ static int shard_load(zm_state *s)
     const dl_gpt_layout *l = dl_gpt_get_layout(s->e->g);
     dl_zero_engine *z = &s->z;
     if (!z->bf16 && z->stage < 3)
-        return o->load_path ? dl_ckpt_load(o->load_path, l, z->params, z->dsize) : DL_OK;
+        return o->ckpt.load ? dl_ckpt_load(o->ckpt.load, l, z->params, z->dsize) : DL_OK;
     size_t es = z->bf16 ? 4 : (size_t)z->dsize;
     void *full = malloc(z->numel * es + 64);
     if (!full)
         return dl_error(DL_ENOMEM, "training: out of host memory for the initial parameters");
     int rc = DL_OK;
-    if (o->load_path)
-        rc = dl_ckpt_load(o->load_path, l, full, (int)es);
+    if (o->ckpt.load)
+        rc = dl_ckpt_load(o->ckpt.load, l, full, (int)es);
     else
-        dl_gpt_init(l, full, (int)es, o->seed);
+        dl_gpt_init(l, full, (int)es, o->optim.seed);
     if (rc == DL_OK)
         dl_zero_import(z, full);
     free(full);
@@ -103,7 +103,7 @@ static int shard_setup(void *st)
     size_t *bounds;
     int rc = tr_unit_bounds(e, &bounds, &nu);
     if (rc == DL_OK)
-        rc = dl_zero_engine_setup(&s->z, bounds, nu, e->o->dp, e->mesh->dp_rank,
+        rc = dl_zero_engine_setup(&s->z, bounds, nu, e->o->layout.dp, e->mesh->dp_rank,
                                   dl_gpt_params(e->g), dl_gpt_grads(e->g), dl_ctx_arena(e->ctx));
     free(bounds);
     if (rc)
@@ -152,11 +152,11 @@ static void *shard_whole(void *st)
 static void shard_report(void *st, dl_train_result *res)
 {
     const dl_zero_engine *z = &((zm_state *)st)->z;
-    res->zero = z->stage;
-    res->zero_padded = (int64_t)z->zu.padded;
-    res->zero_padding = (int64_t)z->zu.padding;
-    res->zero_shard = (int64_t)z->zu.shard;
-    res->zero_units = z->zu.n;
+    res->zero.stage = z->stage;
+    res->zero.padded = (int64_t)z->zu.padded;
+    res->zero.padding = (int64_t)z->zu.padding;
+    res->zero.shard = (int64_t)z->zu.shard;
+    res->zero.units = z->zu.n;
 }
 
 static void shard_teardown(void *st)
@@ -164,6 +164,14 @@ static void shard_teardown(void *st)
     zm_state *s = st;
     dl_zero_engine_free(&s->z);
     free(s);
+}
+
+/* ZeRO's part of the configuration (modules.def: dl_train_resolve calls it). */
+int tr_shard_resolve(dl_train_opts *o)
+{
+    if (o->zero.stage < 0 || o->zero.stage > 3)
+        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1, 2 or 3 (got %d)", o->zero.stage);
+    return DL_OK;
 }
 
 int tr_shard_make(tr_env *e, tr_module *m)
@@ -174,7 +182,7 @@ int tr_shard_make(tr_env *e, tr_module *m)
         return dl_error(DL_ENOMEM, "training: out of memory");
     s->e = e;
     /* with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
-    int stage = o->dp > 1 && !o->eval_only ? o->zero : 0;
+    int stage = o->layout.dp > 1 && !o->eval.only ? o->zero.stage : 0;
     dl_zero_engine_init(&s->z, stage, e->pr.dt, e->mesh->dp_comm);
     e->lockstep_fwd = stage == 3;
     *m = (tr_module){.name = "zero",

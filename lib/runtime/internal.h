@@ -1,6 +1,6 @@
 /* Internal structures shared by world.c, comm.c and coll.c. Not installed. */
-#ifndef DISTLAB_INTERNAL_H
-#define DISTLAB_INTERNAL_H
+#ifndef DISTLAB_RUNTIME_INTERNAL_H
+#define DISTLAB_RUNTIME_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -5,12 +5,12 @@
 #include "train/compose.h"
 #include "model/gpt_priv.h"
 
-#define TR_MODULE(fn) int fn(tr_env *e, tr_module *m);
+#define TR_MODULE(fn, resolve) int fn(tr_env *e, tr_module *m);
 #include "train/modules.def"
 #undef TR_MODULE
 
 static const tr_make_fn makers[] = {
-#define TR_MODULE(fn) fn,
+#define TR_MODULE(fn, resolve) fn,
 #include "train/modules.def"
 #undef TR_MODULE
 };
@@ -33,8 +33,9 @@ static int norm_update(tr_comp *c)
     int rc = tr_grad_norm(c, &norm);
     if (rc)
         return rc;
-    return tr_update(c, tr_clip_scale(o->clip, norm),
-                     tr_lr_at(o->lr, o->min_lr, o->warmup, o->steps, c->e->step));
+    return tr_update(c, tr_clip_scale(o->optim.clip, norm),
+                     tr_lr_at(o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.steps,
+                              c->e->step));
 }
 
 int tr_compose(tr_env *e, tr_comp **out)
@@ -72,7 +73,7 @@ int tr_setup(tr_comp *c)
 {
     EACH(c, setup, );
     const dl_train_opts *o = c->e->o;
-    tr_adam_hp hp = {o->beta1, o->beta2, o->eps, o->weight_decay};
+    tr_adam_hp hp = {o->optim.beta1, o->optim.beta2, o->optim.eps, o->optim.weight_decay};
     return tr_optim_init(&c->opt, c->sh, &c->e->pr, &hp, dl_ctx_arena(c->e->ctx));
 }
 

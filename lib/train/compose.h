@@ -1,6 +1,6 @@
 /* The composition of the strategy modules (train/compose.c, the list in train/modules.def). */
-#ifndef DL_TRAIN_COMPOSE_H
-#define DL_TRAIN_COMPOSE_H
+#ifndef DISTLAB_TRAIN_COMPOSE_H
+#define DISTLAB_TRAIN_COMPOSE_H
 #include "parallel/module.h"
 #include "train/optim.h"
 

@@ -14,18 +14,18 @@
 static int dump_step(tr_env *e, const void *grads, int es)
 {
     const dl_train_opts *o = e->o;
-    int rc = dl_ckpt_save(o->dump_grads, dl_gpt_get_layout(e->g), grads, es, dl_ctx_comm(e->ctx),
-                          e->mesh->dp_rank == 0);
+    int rc = dl_ckpt_save(o->output.dump_grads, dl_gpt_get_layout(e->g), grads, es,
+                          dl_ctx_comm(e->ctx), e->mesh->dp_rank == 0);
     if (rc || dl_ctx_rank(e->ctx) != 0)
         return rc;
     char path[4096];
-    snprintf(path, sizeof path, "%s.tokens", o->dump_grads);
+    snprintf(path, sizeof path, "%s.tokens", o->output.dump_grads);
     if ((rc = dl_path_check_output(path, "gradient dump")))
         return rc;
     FILE *f = fopen(path, "wb");
     if (!f)
         return dl_error(DL_ESYS, "cannot write '%s'", path);
-    int T = o->model.seq, G = o->global_batch;
+    int T = o->model.seq, G = o->batch.global;
     int *in = malloc(sizeof(int) * (size_t)T * G), *tg = malloc(sizeof(int) * (size_t)T * G);
     for (int i = 0; in && tg && i < G && rc == DL_OK; i++)
         rc = dl_data_sample(e->data, i, in + (size_t)i * T, tg + (size_t)i * T);
@@ -51,7 +51,8 @@ static int dump_step(tr_env *e, const void *grads, int es)
 int tr_dump_grads(tr_env *e)
 {
     const dl_train_opts *o = e->o;
-    int last = o->want_grads && e->step == o->steps, first = o->dump_grads && e->step == 1;
+    int last = o->output.want_grads && e->step == o->optim.steps,
+        first = o->output.dump_grads && e->step == 1;
     if (!last && !first)
         return DL_OK;
     /* the reduced gradient, whole, for the caller (not training traffic) */
@@ -61,7 +62,7 @@ int tr_dump_grads(tr_env *e)
         return dl_error(DL_ENOMEM, "training: out of host memory");
     int rc = tr_export(e->comp, 1, full);
     if (rc == DL_OK && last)
-        tr_gather_into(e, full, es, e->res->grads);
+        tr_gather_into(e, full, es, e->res->output.grads);
     if (rc == DL_OK && first)
         rc = dump_step(e, full, es);
     free(full);
@@ -71,7 +72,7 @@ int tr_dump_grads(tr_env *e)
 int tr_save_params(tr_env *e)
 {
     const dl_train_opts *o = e->o;
-    if (!o->want_params && !o->save_path)
+    if (!o->output.want_params && !o->ckpt.save)
         return DL_OK;
     /* the whole parameters (bf16: the fp32 master weights), in host memory when sharded */
     int es = e->pr.bf16 ? 4 : e->pr.dsize, rc = DL_OK;
@@ -80,10 +81,10 @@ int tr_save_params(tr_env *e)
         return dl_error(DL_ENOMEM, "training: out of host memory");
     if (!direct)
         rc = tr_export(e->comp, 0, full);
-    if (rc == DL_OK && o->want_params)
-        tr_gather_into(e, full, es, e->res->params);
-    if (rc == DL_OK && o->save_path)
-        rc = dl_ckpt_save(o->save_path, dl_gpt_get_layout(e->g), full, es, dl_ctx_comm(e->ctx),
+    if (rc == DL_OK && o->output.want_params)
+        tr_gather_into(e, full, es, e->res->output.params);
+    if (rc == DL_OK && o->ckpt.save)
+        rc = dl_ckpt_save(o->ckpt.save, dl_gpt_get_layout(e->g), full, es, dl_ctx_comm(e->ctx),
                           e->mesh->dp_rank == 0);
     if (!direct)
         free(full);

@@ -1,6 +1,6 @@
 /* The trainer's dumps and saved parameters (train/dump.c). */
-#ifndef DL_TRAIN_DUMP_H
-#define DL_TRAIN_DUMP_H
+#ifndef DISTLAB_TRAIN_DUMP_H
+#define DISTLAB_TRAIN_DUMP_H
 #include "parallel/module.h"
 
 /* At the step that wants it: the reduced gradient, whole, into the result (--want-grads, the

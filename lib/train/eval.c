@@ -13,9 +13,9 @@ int tr_evaluate(tr_env *e, double *out, int *used)
 {
     const dl_train_opts *o = e->o;
     long W = dl_data_val_windows(e->data);
-    if (o->eval_windows > 0 && o->eval_windows < W)
-        W = o->eval_windows;
-    int T = o->model.seq, mb = o->micro_batch, d = e->mesh->dp, r = e->mesh->dp_rank;
+    if (o->eval.windows > 0 && o->eval.windows < W)
+        W = o->eval.windows;
+    int T = o->model.seq, mb = o->batch.micro, d = e->mesh->dp, r = e->mesh->dp_rank;
     long lo = W * r / d, hi = W * (r + 1) / d;
     int *in = malloc(sizeof(int) * (size_t)mb * T), *tg = malloc(sizeof(int) * (size_t)mb * T);
     if (!in || !tg) {
@@ -75,7 +75,7 @@ void tr_gather_into(tr_env *e, const void *src, int es, double *dst)
 int tr_sample_text(tr_env *e)
 {
     const dl_train_opts *o = e->o;
-    int T = o->model.seq, V = o->model.vocab, n = o->sample;
+    int T = o->model.seq, V = o->model.vocab, n = o->output.sample;
     const unsigned char *val = dl_data_bytes(e->data) + dl_data_train_len(e->data);
     int *ctx = calloc((size_t)T, sizeof(int));
     char *out = calloc((size_t)n + 1, 1);
@@ -85,7 +85,7 @@ int tr_sample_text(tr_env *e)
     }
     int len = T < 16 ? T : 16; /* prompt: the start of the validation split */
     for (int i = 0; i < len; i++) ctx[i] = val[i];
-    uint64_t st = o->seed * 0x9E3779B97F4A7C15ull + 12345;
+    uint64_t st = o->optim.seed * 0x9E3779B97F4A7C15ull + 12345;
     int rc = DL_OK;
     for (int i = 0; i < n && rc == DL_OK; i++) {
         if ((rc = tr_forward(e->comp, ctx, NULL, 1, NULL)))
@@ -116,7 +116,7 @@ int tr_sample_text(tr_env *e)
         }
     }
     if (rc == DL_OK && dl_ctx_rank(e->ctx) == 0)
-        e->res->sample = out;
+        e->res->output.sample = out;
     else
         free(out);
     free(ctx);

@@ -1,6 +1,6 @@
 /* Evaluation and sampling in the trainer (train/eval.c). */
-#ifndef DL_TRAIN_EVAL_H
-#define DL_TRAIN_EVAL_H
+#ifndef DISTLAB_TRAIN_EVAL_H
+#define DISTLAB_TRAIN_EVAL_H
 #include <stdint.h>
 #include "parallel/module.h"
 
@@ -16,7 +16,7 @@ int tr_evaluate_counted(tr_env *e, tr_eval_bytes *b, double *val, int *used);
 /* Scatter this rank's shard (f32 or f64, es bytes an element) into an unsharded f64 buffer (the
  * tp = 1 layout's order); dp rank 0 only. */
 void tr_gather_into(tr_env *e, const void *src, int es, double *dst);
-/* o->sample bytes sampled from the model after the start of the validation split (rank 0 keeps
+/* o->output.sample bytes sampled from the model after the start of the validation split (rank 0 keeps
  * them in the result). */
 int tr_sample_text(tr_env *e);
 #endif

@@ -2,8 +2,8 @@
  * tr_shards), its state (m, v of the shard's size, the Adam step), the learning-rate schedule
  * (linear warm-up, cosine decay to min_lr) and global-norm clipping. It knows nothing of the
  * communicators: the norm's partial sum is reduced by the modules' reduce_norm hooks. */
-#ifndef DL_TRAIN_OPTIM_H
-#define DL_TRAIN_OPTIM_H
+#ifndef DISTLAB_TRAIN_OPTIM_H
+#define DISTLAB_TRAIN_OPTIM_H
 #include <stddef.h>
 #include "distlab.h"
 #include "parallel/module.h"

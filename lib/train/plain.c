@@ -4,6 +4,7 @@
  * reductions overlap the rest of it. */
 #include <math.h>
 #include <stdlib.h>
+#include "core/testhook.h"
 #include "parallel/module.h"
 #include "train/compose.h"
 
@@ -17,16 +18,18 @@ static int plain_fwd_bwd(void *st, double *loss_sum)
     plain_state *p = st;
     tr_env *e = p->e;
     const dl_train_opts *o = e->o;
-    int T = o->model.seq, mb = o->micro_batch, G = o->global_batch, rc = DL_OK;
-    for (int micro = 0; micro < o->microbatches && rc == DL_OK; micro++) {
+    int T = o->model.seq, mb = o->batch.micro, G = o->batch.global, rc = DL_OK;
+    const dl__test_hook *h = dl__test_hook_get();
+    int nan_step = h ? h->nan_step : 0;
+    for (int micro = 0; micro < o->batch.microbatches && rc == DL_OK; micro++) {
         double loss;
-        int last = micro == o->microbatches - 1;
+        int last = micro == o->batch.microbatches - 1;
         uint64_t f0 = dl_now_ns(), f1 = 0;
         double dloss = 1.0 / ((double)G * T);
-        if (e->step == o->nan_step && micro == 0 && e->mesh->dp_rank == 0)
+        if (e->step == nan_step && micro == 0 && e->mesh->dp_rank == 0)
             dloss = NAN; /* test hook: a non-finite gradient on one rank */
-        if ((rc = dl_data_batch(e->data, e->step - 1, G, o->dp, e->mesh->dp_rank, micro, mb, p->in,
-                                p->tg)) ||
+        if ((rc = dl_data_batch(e->data, e->step - 1, G, o->layout.dp, e->mesh->dp_rank, micro, mb,
+                                p->in, p->tg)) ||
             (rc = dl_gpt_forward(e->g, p->in, p->tg, mb, &loss)) ||
             ((f1 = dl_now_ns()),
              (rc = dl_gpt_backward(e->g, dloss,
@@ -54,9 +57,9 @@ static void plain_teardown(void *st)
 
 int tr_plain_make(tr_env *e, tr_module *m)
 {
-    if (e->o->pp > 1)
+    if (e->o->layout.pp > 1)
         return DL_OK;
-    size_t n = (size_t)e->o->micro_batch * e->o->model.seq;
+    size_t n = (size_t)e->o->batch.micro * e->o->model.seq;
     plain_state *p = calloc(1, sizeof *p);
     if (p)
         p->e = e, p->in = malloc(sizeof(int) * n), p->tg = malloc(sizeof(int) * n);

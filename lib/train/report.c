@@ -1,6 +1,6 @@
 /* The trainer's reporting (train/report.h): per-step records, the progress line, the callers'
- * on_step records, the run's summary (medians, the pipeline's bubbles), the trace and timeline,
- * and, under MPI, the ranks' figures shared across processes. */
+ * on_step records, the run's summary (medians; the pipeline module makes its own figures), the
+ * trace and timeline, and, under MPI, the ranks' figures shared across processes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,24 +12,23 @@
 #include "distlab/mpi.h"
 
 /* Under MPI the world spans processes and each process has its own copy of the run's tables,
- * filled by its own ranks: every rank shares its peaks and per-step figures with all (an
- * all-gather over the world), and each process's first rank fills the other processes' rows, so
- * that every process's summary covers every rank. */
+ * filled by its own ranks: every rank shares its peaks and per-step figures (its step time and
+ * the pipeline module's row) with all (an all-gather over the world), and each process's first
+ * rank fills the other processes' rows, so that every process's summary covers every rank. */
 int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *peak)
 {
-    int n = R->nranks, S = R->o->eval_only ? 0 : R->o->steps;
+    int n = R->nranks, S = R->o->eval.only ? 0 : R->o->optim.steps;
     int P = dl_mpi_size();
-    size_t per = DL_MEM_NCATEGORIES + 5 * (size_t)S;
+    size_t row = 1 + TR_PP_ROW, per = DL_MEM_NCATEGORIES + row * (size_t)S;
     double *all = calloc(per * (size_t)n, sizeof(double)), *mine;
     if (!all)
         return dl_error(DL_ENOMEM, "training: out of memory sharing the ranks' figures");
     mine = all + per * (size_t)rank;
     for (int c = 0; c < DL_MEM_NCATEGORIES; c++) mine[c] = (double)peak[c];
     for (int i = 0; i < S; i++) {
-        size_t at = (size_t)i * n + rank;
-        double *v = mine + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-        v[0] = R->step_ms[at], v[1] = R->pp_busy[at], v[2] = R->pp_wall[at];
-        v[3] = R->pp_engine[at], v[4] = R->pp_gap[at];
+        double *v = mine + DL_MEM_NCATEGORIES + row * (size_t)i;
+        v[0] = R->step_ms[(size_t)i * n + rank];
+        tr_pipe_row_get(&R->pp, i, rank, v + 1);
     }
     int rc = dl_allgather(world, mine, all, per * (size_t)n, DL_F64, DL_PURPOSE_OTHER);
     int local = n / P, first = dl_mpi_rank() * local;
@@ -39,12 +38,11 @@ int tr_share_rank_stats(tr_run *R, int rank, dl_comm *world, const uint64_t *pea
                 continue; /* this process's own ranks wrote theirs */
             const double *v = all + per * (size_t)r;
             for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-                R->res->peak[(size_t)r * DL_MEM_NCATEGORIES + c] = (uint64_t)v[c];
+                R->res->memory.peak[(size_t)r * DL_MEM_NCATEGORIES + c] = (uint64_t)v[c];
             for (int i = 0; i < S; i++) {
-                size_t at = (size_t)i * n + r;
-                const double *w = v + DL_MEM_NCATEGORIES + 5 * (size_t)i;
-                R->step_ms[at] = w[0], R->pp_busy[at] = w[1], R->pp_wall[at] = w[2];
-                R->pp_engine[at] = w[3], R->pp_gap[at] = (int)w[4];
+                const double *w = v + DL_MEM_NCATEGORIES + row * (size_t)i;
+                R->step_ms[(size_t)i * n + r] = w[0];
+                tr_pipe_row_set(&R->pp, i, r, w + 1);
             }
         }
     free(all);
@@ -64,16 +62,16 @@ void tr_fill_step(const tr_run *R, int i, dl_train_step *st)
     st->grad_norm = R->norm[i];
     st->skipped = R->skip[i];
     st->ms = mx;
-    st->tokens_per_s = (double)o->global_batch * o->model.seq / (mx / 1e3);
+    st->tokens_per_s = (double)o->batch.global * o->model.seq / (mx / 1e3);
 }
 
-/* Hand the completed steps not yet handed to o->on_step: while training (all = 0) those every
+/* Hand the completed steps not yet handed to o->output.on_step: while training (all = 0) those every
  * rank of this process has finished (the acquire pairs with each rank's release after its
  * step time), after the run (all = 1) every step rank 0 recorded. */
 int tr_emit_steps(tr_run *R, int all)
 {
     const dl_train_opts *o = R->o;
-    if (!o->on_step)
+    if (!o->output.on_step)
         return DL_OK;
     while (R->emitted < R->steps_done &&
            (all || atomic_load_explicit(&R->finished[R->emitted], memory_order_acquire) ==
@@ -81,7 +79,7 @@ int tr_emit_steps(tr_run *R, int all)
         dl_train_step st;
         tr_fill_step(R, R->emitted, &st);
         R->emitted++;
-        int rc = o->on_step(&st, o->on_step_arg);
+        int rc = o->output.on_step(&st, o->output.on_step_arg);
         if (rc != DL_OK)
             return rc;
     }
@@ -97,10 +95,10 @@ void tr_finish_trace(tr_run *R, int step)
     if (!R->trace || R->trace_done)
         return;
     R->trace_done = 1;
-    if (o->trace_path)
-        R->trace_rc = dl_trace_write_chrome(R->trace, o->trace_path, NULL);
-    if (o->timeline)
-        R->res->timeline = trace_timeline(R->trace, step, R->nranks);
+    if (o->trace.path)
+        R->trace_rc = dl_trace_write_chrome(R->trace, o->trace.path, NULL);
+    if (o->trace.timeline)
+        R->res->output.timeline = trace_timeline(R->trace, step, R->nranks);
 }
 
 /* Rank 0's progress line: loss, tokens/s and ms/step over the steps since the last line (one
@@ -112,7 +110,7 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
     const tr_run *R = e->R;
     const dl_train_opts *o = R->o;
     dl_comm *c[3] = {dl_ctx_comm(e->ctx), e->mesh->dp_comm, e->mesh->tp_comm};
-    uint64_t sent = R->pp_bytes;
+    uint64_t sent = R->pp.bytes;
     for (int i = 0; i < 3; i++) {
         dl_comm_stats st;
         dl_comm_get_stats(c[i], &st);
@@ -124,68 +122,19 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
     char vbuf[32] = "     -";
     if (!isnan(val))
         snprintf(vbuf, sizeof vbuf, "%6.4f", val);
-    fprintf(o->log,
+    fprintf(o->output.log,
             "step %5d/%d | loss %6.4f | val %s | %8.0f tok/s | %7.1f ms/step | "
             "%7.2f MB sent/rank\n",
-            step, o->steps, loss, vbuf, (double)o->global_batch * o->model.seq * n / (ms / 1e3),
-            ms / n, (double)sent / 1e6 / step);
-    fflush(o->log);
+            step, o->optim.steps, loss, vbuf,
+            (double)o->batch.global * o->model.seq * n / (ms / 1e3), ms / n,
+            (double)sent / 1e6 / step);
+    fflush(o->output.log);
 }
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-/* Measured bubbles (each stage's first rank: world rank stage x dp x tp), over the steps after
- * the first when there are more, the engine's overhead per action, the version gaps. */
-static void pp_summary(const dl_train_opts *o, const tr_run *R, dl_train_result *res)
-{
-    int n = R->nranks, p = o->pp, per = o->dp * o->tp, S = R->steps_done;
-    int skip = S > 1 ? 1 : 0, k = S - skip;
-    /* per step: a stage's figure, or every rank's engine overhead (n >= p) */
-    double *x = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1) * (size_t)n);
-    if (!x)
-        return;
-    for (int st = 0; st < p; st++) {
-        int r = st * per;
-        for (int i = 0; i < k; i++) {
-            size_t at = (size_t)(i + skip) * n + r;
-            x[i] = R->pp_wall[at] > 0 ? 1.0 - R->pp_busy[at] / R->pp_wall[at] : NAN;
-        }
-        res->pp_bubble[st] = dl__median(x, (size_t)k);
-        int gap = 0;
-        for (int i = 0; i < S; i++)
-            if (R->pp_gap[(size_t)i * n + r] > gap)
-                gap = R->pp_gap[(size_t)i * n + r];
-        res->pp_max_gap[st] = gap;
-    }
-    for (int i = 0; i < k; i++) {
-        double busy = 0, wall = 0;
-        for (int st = 0; st < p; st++) {
-            size_t at = (size_t)(i + skip) * n + (size_t)st * per;
-            busy += R->pp_busy[at];
-            if (R->pp_wall[at] > wall)
-                wall = R->pp_wall[at];
-        }
-        x[i] = wall > 0 ? 1.0 - busy / (p * wall) : NAN;
-    }
-    res->pp_bubble_total = dl__median(x, (size_t)k);
-    for (int i = 0; i < k; i++)
-        for (int r = 0; r < n; r++)
-            x[(size_t)i * n + r] = R->pp_engine[(size_t)(i + skip) * n + r] / 1e3;
-    res->pp_engine_us =
-        dl__median(x, (size_t)(k * n)); /* sorted x: the 90th percentile is an index */
-    res->pp_engine_p90_us = k * n > 0 ? x[(size_t)((k * n - 1) * 0.9 + 0.5)] : NAN;
-    res->pp_bytes_per_step = (double)R->pp_bytes / S;
-    free(x);
-    dl_sched *sc = NULL;
-    dl_sched_sim *sim = NULL;
-    if (tr_pipe_make_sched(o, &sc) == DL_OK && dl_sched_simulate(sc, NULL, &sim) == DL_OK)
-        for (int st = 0; st < p; st++) res->pp_slots[st] = sim->peak_act[st];
-    dl_sched_sim_free(sim);
-    dl_sched_free(sc);
 }
 
 /* The grid's widest: past it the per-stage list carries what the cells merge. */
@@ -264,15 +213,16 @@ void tr_record_step(tr_env *e, const tr_step_rec *r, int *last_logged, int *rc)
     R->steps_done = step;
     if (dl_mpi_size() <= 1 && (*rc = tr_emit_steps(R, 0)))
         return;
-    R->res->eval_windows_used = r->used ? r->used : R->res->eval_windows_used;
-    if (o->log && o->log_every > 0 && (step % o->log_every == 0 || step == 1 || step == o->steps)) {
+    R->res->eval.windows = r->used ? r->used : R->res->eval.windows;
+    if (o->output.log && o->output.log_every > 0 &&
+        (step % o->output.log_every == 0 || step == 1 || step == o->optim.steps)) {
         log_progress(e, step, *last_logged, r->loss, r->val);
         *last_logged = step;
     }
     /* every rank is past the window now (each synchronised with rank 0, directly or through a
      * peer, in this step's collectives, after its last traced event) */
-    if (o->trace_last && step == o->trace_last + 1)
-        tr_finish_trace(R, o->trace_last);
+    if (o->trace.last && step == o->trace.last + 1)
+        tr_finish_trace(R, o->trace.last);
 }
 
 void tr_report_traffic(tr_env *e, const tr_eval_bytes *eb, int skipped)
@@ -283,21 +233,21 @@ void tr_report_traffic(tr_env *e, const tr_eval_bytes *eb, int skipped)
     dl_comm_get_stats(e->mesh->dp_comm, &a);
     dl_comm_get_stats(e->mesh->tp_comm, &b);
     dl_comm_get_stats(dl_ctx_comm(e->ctx), &w);
-    double n = o->steps;
+    double n = o->optim.steps;
     int ds = e->pr.dsize;
-    res->dp_grad_bytes_per_step = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
-    res->dp_param_bytes_per_step = (double)(a.bytes_sent[DL_PURPOSE_PARAMS] - eb->param) / n;
-    res->dp_elems_per_step = (res->dp_grad_bytes_per_step + res->dp_param_bytes_per_step) / ds;
+    res->comm.dp_grads = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
+    res->comm.dp_params = (double)(a.bytes_sent[DL_PURPOSE_PARAMS] - eb->param) / n;
+    res->comm.dp_elems = (res->comm.dp_grads + res->comm.dp_params) / ds;
     size_t gathered = 0;
-    res->unit_bytes = dl_gpt_unit_bytes(e->g, &gathered);
-    res->gathered_bytes = gathered;
-    res->skipped_steps = skipped;
-    res->tp_act_bytes_per_step = (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - eb->tp) / n;
-    res->loss_bytes_per_step =
+    res->memory.unit_bytes = dl_gpt_unit_bytes(e->g, &gathered);
+    res->memory.gathered_bytes = gathered;
+    res->optim.skipped_steps = skipped;
+    res->comm.tp_activations = (double)(b.bytes_sent[DL_PURPOSE_ACTIVATIONS] - eb->tp) / n;
+    res->comm.loss_and_norm =
         (double)(a.bytes_sent[DL_PURPOSE_LOSS] + b.bytes_sent[DL_PURPOSE_LOSS] +
                  w.bytes_sent[DL_PURPOSE_LOSS] - eb->loss) /
         n;
-    res->grad_bytes = (uint64_t)e->numel * (uint64_t)ds;
+    res->memory.grad_bytes = (uint64_t)e->numel * (uint64_t)ds;
 }
 
 void tr_summarise(tr_run *R, dl_train_result *res)
@@ -312,18 +262,19 @@ void tr_summarise(tr_run *R, dl_train_result *res)
         med[i] = res->steps[i].ms;
     }
     if (S > 0 && med) {
-        res->final_loss = R->loss[S - 1];
+        res->optim.final_loss = R->loss[S - 1];
         if (!isnan(R->val[S - 1]))
-            res->final_val_loss = R->val[S - 1];
+            res->eval.final_val_loss = R->val[S - 1];
         /* the first step pays for page faults and thread start: leave it out when there are more */
         int skip = S > 1 ? 1 : 0;
         qsort(med + skip, (size_t)(S - skip), sizeof(double), cmp_double);
-        res->ms_per_step = med[skip + (S - skip) / 2];
-        res->tokens_per_s = (double)o->global_batch * o->model.seq / (res->ms_per_step / 1e3);
-        res->model_gflops_per_rank =
-            dl_train_step_flops(&o->model, o->global_batch) / (res->ms_per_step / 1e3) / n / 1e9;
+        res->speed.ms_per_step = med[skip + (S - skip) / 2];
+        res->speed.tokens_per_s =
+            (double)o->batch.global * o->model.seq / (res->speed.ms_per_step / 1e3);
+        res->speed.model_gflops_per_rank = dl_train_step_flops(&o->model, o->batch.global) /
+                                           (res->speed.ms_per_step / 1e3) / n / 1e9;
     }
     free(med);
-    if (o->pp > 1 && S > 0)
-        pp_summary(o, R, res);
+    if (o->layout.pp > 1 && S > 0)
+        tr_pipe_summarise(&R->pp, o, S, &res->pipeline);
 }

@@ -1,6 +1,6 @@
 /* The trainer's reporting (train/report.c). */
-#ifndef DL_TRAIN_REPORT_H
-#define DL_TRAIN_REPORT_H
+#ifndef DISTLAB_TRAIN_REPORT_H
+#define DISTLAB_TRAIN_REPORT_H
 #include "parallel/module.h"
 #include "train/eval.h"
 

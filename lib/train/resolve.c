@@ -1,6 +1,6 @@
-/* The trainer's option resolution: defaults, the batch sizes from any two of them, and the
- * checks every strategy's options must pass before a rank starts (the pipeline's part in
- * pp_resolve). */
+/* The trainer's option resolution: defaults, the batch sizes from any two of them, the common
+ * checks, then each strategy module's own (modules.def: ZeRO's, the pipeline's) before a rank
+ * starts. */
 #include <string.h>
 #include "distlab.h"
 #include "distlab/train.h"
@@ -14,95 +14,58 @@ void dl_train_opts_init(dl_train_opts *o)
     o->model.d_model = 128;
     o->model.heads = 4;
     o->model.seq = 64;
-    o->dtype = DL_F32;
-    o->dp = 1;
-    o->tp = 1;
-    o->steps = 200;
-    o->lr = 3e-3;
-    o->min_lr = 3e-4;
-    o->warmup = 20;
-    o->beta1 = 0.9;
-    o->beta2 = 0.999;
-    o->eps = 1e-8;
-    o->weight_decay = 0.01;
-    o->clip = 1.0;
-    o->seed = 1;
-    o->data_seed = 1;
-    o->bucket_mb = 1.0;
-    o->algo = DL_ALGO_AUTO;
-    o->eval_every = 0;
-    o->eval_windows = 64;
-    o->log_every = 10;
-    o->timeout_s = 120;
+    o->precision.dtype = DL_F32;
+    o->layout.dp = 1;
+    o->layout.tp = 1;
+    o->optim.steps = 200;
+    o->optim.lr = 3e-3;
+    o->optim.min_lr = 3e-4;
+    o->optim.warmup = 20;
+    o->optim.beta1 = 0.9;
+    o->optim.beta2 = 0.999;
+    o->optim.eps = 1e-8;
+    o->optim.weight_decay = 0.01;
+    o->optim.clip = 1.0;
+    o->optim.seed = 1;
+    o->data.seed = 1;
+    o->comm.bucket_mb = 1.0;
+    o->comm.algo = DL_ALGO_AUTO;
+    o->eval.every = 0;
+    o->eval.windows = 64;
+    o->output.log_every = 10;
+    o->machine.timeout_s = 120;
 }
 
-/* The pipeline's part of the configuration (after the batch sizes are known). */
-static int pp_resolve(dl_train_opts *o)
-{
-    int p = o->pp, L = o->model.layers, m = o->microbatches;
-    if (o->schedule == DL_SCHED_CUSTOM)
-        o->schedule = DL_SCHED_GPIPE;
-    int k = o->schedule;
-    if (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
-        k != DL_SCHED_ASYNC && k != DL_SCHED_NAIVE)
-        return dl_error(DL_EINVAL,
-                        "schedule %s cannot train: use gpipe, 1f1b, interleaved or "
-                        "async",
-                        dl_sched_kind_name((dl_sched_kind)k));
-    if (k == DL_SCHED_NAIVE && m != 1)
-        return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
-    if (k != DL_SCHED_INTERLEAVED && o->virtual_stages > 1)
-        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
-                        o->virtual_stages);
-    int v = k == DL_SCHED_INTERLEAVED ? (o->virtual_stages > 0 ? o->virtual_stages : 2) : 1;
-    o->virtual_stages = v;
-    if (p > L)
-        return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
-                        p, L);
-    if (v > DL_GPT_MAX_CHUNKS)
-        return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
-    if (k == DL_SCHED_INTERLEAVED) {
-        if (p < 2)
-            return dl_error(DL_EINVAL, "the interleaved schedule needs pp >= 2");
-        if (L % (p * v))
-            return dl_error(DL_EINVAL,
-                            "interleaving: layers %d are not divisible by pp %d x "
-                            "virtual stages %d",
-                            L, p, v);
-        if (m % p)
-            return dl_error(DL_EINVAL,
-                            "interleaving: micro-batches %d must be a multiple of pp "
-                            "%d (try --microbatches %d)",
-                            m, p, (m / p + 1) * p);
-    }
-    if (o->weight_stashing && k != DL_SCHED_ASYNC)
-        return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
-    if (p == 1)
-        return DL_OK;
-    if (k == DL_SCHED_ASYNC && (o->zero || o->model.tie))
-        return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
-                                   "not combine with ZeRO or tied embeddings");
-    if (o->model.tie && o->zero)
-        return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
-    return DL_OK;
-}
+/* The strategy modules' own checks (modules.def), after the common ones. */
+#define TR_MODULE(make, resolve) int resolve(dl_train_opts *o);
+#include "train/modules.def"
+#undef TR_MODULE
+
+static int (*const resolvers[])(dl_train_opts *o) = {
+#define TR_MODULE(make, resolve) resolve,
+#include "train/modules.def"
+#undef TR_MODULE
+};
+
+int tr_no_resolve(dl_train_opts *o) { return (void)o, DL_OK; }
 
 int dl_train_resolve(dl_train_opts *o, int nranks)
 {
-    if (o->pp == 0)
-        o->pp = 1;
-    if (o->dp < 1 || o->tp < 1 || o->pp < 1)
-        return dl_error(DL_EINVAL, "dp, tp and pp must be >= 1 (got dp %d, tp %d, pp %d)", o->dp,
-                        o->tp, o->pp);
-    if (nranks > 0 && o->dp * o->tp * o->pp != nranks)
-        return dl_error(DL_EINVAL, "dp %d x tp %d x pp %d = %d is not the rank count %d", o->dp,
-                        o->tp, o->pp, o->dp * o->tp * o->pp, nranks);
-    int rc = dl_gpt_config_check(&o->model, o->tp);
+    if (o->layout.pp == 0)
+        o->layout.pp = 1;
+    if (o->layout.dp < 1 || o->layout.tp < 1 || o->layout.pp < 1)
+        return dl_error(DL_EINVAL, "dp, tp and pp must be >= 1 (got dp %d, tp %d, pp %d)",
+                        o->layout.dp, o->layout.tp, o->layout.pp);
+    if (nranks > 0 && o->layout.dp * o->layout.tp * o->layout.pp != nranks)
+        return dl_error(DL_EINVAL, "dp %d x tp %d x pp %d = %d is not the rank count %d",
+                        o->layout.dp, o->layout.tp, o->layout.pp,
+                        o->layout.dp * o->layout.tp * o->layout.pp, nranks);
+    int rc = dl_gpt_config_check(&o->model, o->layout.tp);
     if (rc)
         return rc;
     if (o->model.vocab != 256)
         return dl_error(DL_EINVAL, "the vocabulary is bytes: 256 (got %d)", o->model.vocab);
-    int G = o->global_batch, mb = o->micro_batch, m = o->microbatches, d = o->dp;
+    int G = o->batch.global, mb = o->batch.micro, m = o->batch.microbatches, d = o->layout.dp;
     if (G < 0 || mb < 0 || m < 0)
         return dl_error(DL_EINVAL, "batch sizes must be positive");
     int given = (G > 0) + (mb > 0) + (m > 0);
@@ -140,28 +103,30 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
         if (m <= 0)
             m = 1;
     }
-    o->micro_batch = mb;
-    o->microbatches = m;
-    o->global_batch = d * m * mb;
-    if (o->steps < 0 || (o->steps == 0 && !o->eval_only))
-        return dl_error(DL_EINVAL, "steps must be >= 1 (got %d)", o->steps);
-    if (o->trace_first < 0 || o->trace_last < o->trace_first ||
-        (o->trace_first == 0) != (o->trace_last == 0) ||
-        (!o->eval_only && o->trace_last > o->steps))
+    o->batch.micro = mb;
+    o->batch.microbatches = m;
+    o->batch.global = d * m * mb;
+    if (o->optim.steps < 0 || (o->optim.steps == 0 && !o->eval.only))
+        return dl_error(DL_EINVAL, "steps must be >= 1 (got %d)", o->optim.steps);
+    if (o->trace.first < 0 || o->trace.last < o->trace.first ||
+        (o->trace.first == 0) != (o->trace.last == 0) ||
+        (!o->eval.only && o->trace.last > o->optim.steps))
         return dl_error(DL_EINVAL,
                         "traced steps %d..%d: want 1 <= first <= last <= steps %d (or 0, 0: all)",
-                        o->trace_first, o->trace_last, o->steps);
-    if (!(o->lr > 0) || o->min_lr < 0 || o->warmup < 0)
+                        o->trace.first, o->trace.last, o->optim.steps);
+    if (!(o->optim.lr > 0) || o->optim.min_lr < 0 || o->optim.warmup < 0)
         return dl_error(DL_EINVAL, "learning rate must be > 0, min-lr >= 0, warm-up >= 0");
-    if (o->eval_only && !o->load_path)
+    if (o->eval.only && !o->ckpt.load)
         return dl_error(DL_EINVAL, "--eval-only needs --load FILE");
-    if (o->bucket_mb < 0)
+    if (o->comm.bucket_mb < 0)
         return dl_error(DL_EINVAL, "bucket size must be >= 0 MiB");
-    if (o->dtype != DL_F32 && o->dtype != DL_F64 && o->dtype != DL_BF16)
+    if (o->precision.dtype != DL_F32 && o->precision.dtype != DL_F64 &&
+        o->precision.dtype != DL_BF16)
         return dl_error(DL_EINVAL, "dtype must be f32, f64 or bf16");
-    if (o->zero < 0 || o->zero > 3)
-        return dl_error(DL_EINVAL, "ZeRO stage must be 0, 1, 2 or 3 (got %d)", o->zero);
-    return pp_resolve(o);
+    for (size_t i = 0; i < sizeof resolvers / sizeof resolvers[0]; i++)
+        if ((rc = resolvers[i](o)))
+            return rc;
+    return DL_OK;
 }
 
 double dl_train_step_flops(const dl_gpt_config *c, int G)

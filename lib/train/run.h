@@ -1,13 +1,14 @@
 /* The run's tables, shared between dl_train_run and the rank threads (each rank writes its own
  * rows; rank 0 the per-step records). */
-#ifndef DL_TRAIN_RUN_H
-#define DL_TRAIN_RUN_H
+#ifndef DISTLAB_TRAIN_RUN_H
+#define DISTLAB_TRAIN_RUN_H
 #include <stdatomic.h>
 #include <stdint.h>
 #include "distlab.h"
 #include "distlab/train.h"
 #include "distlab/data.h"
 #include "model/ops.h"
+#include "parallel/pipe_train.h"
 
 struct tr_run {
     const dl_train_opts *o;
@@ -21,15 +22,12 @@ struct tr_run {
     double *lr;      /* [steps] */
     int *skip;       /* [steps] skipped: non-finite gradient */
     int steps_done;
-    atomic_int *finished; /* [steps] ranks of this process that finished the step */
-    int local_ranks;      /* ranks of this process */
-    int emitted;          /* steps handed to o->on_step */
-    dl_gemm_log *gemm;    /* rank 0's GEMMs of one step (the second: the first warms up) */
-    dl_trace *trace;      /* NULL unless a trace or timeline was asked for */
-    /* pipeline: per step and rank */
-    double *pp_busy, *pp_wall, *pp_engine;
-    int *pp_gap, *pp_slots;
-    uint64_t pp_bytes;        /* rank 0, all steps */
+    atomic_int *finished;     /* [steps] ranks of this process that finished the step */
+    int local_ranks;          /* ranks of this process */
+    int emitted;              /* steps handed to o->output.on_step */
+    dl_gemm_log *gemm;        /* rank 0's GEMMs of one step (the second: the first warms up) */
+    dl_trace *trace;          /* NULL unless a trace or timeline was asked for */
+    tr_pp_rows pp;            /* the pipeline's per-step rows (parallel/pipe_train.h) */
     int trace_done, trace_rc; /* the trace file and timeline written (rank 0), its status */
 };
 typedef struct tr_run tr_run;

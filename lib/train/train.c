@@ -33,16 +33,18 @@ static int train_steps(tr_env *e, tr_comp *c)
     dl_comm_reset_stats(e->mesh->dp_comm);
     dl_comm_reset_stats(e->mesh->tp_comm);
     dl_comm_reset_stats(dl_ctx_comm(e->ctx));
-    for (int step = 1; step <= o->steps && rc == DL_OK; step++) {
-        int logging = rank == 0 && R->gemm && step == (o->steps > 1 ? 2 : 1);
+    for (int step = 1; step <= o->optim.steps && rc == DL_OK; step++) {
+        int logging = rank == 0 && R->gemm && step == (o->optim.steps > 1 ? 2 : 1);
         if (logging)
             dl_ops_gemm_log(R->gemm);
         uint64_t t0 = dl_now_ns();
         e->step = step;
         e->tr =
-            !o->trace_first || (step >= o->trace_first && step <= o->trace_last) ? R->trace : NULL;
+            !o->trace.first || (step >= o->trace.first && step <= o->trace.last) ? R->trace : NULL;
         dl_gpt_zero_grads(e->g);
-        tr_step_rec r = {.val = NAN, .lr = tr_lr_at(o->lr, o->min_lr, o->warmup, o->steps, step)};
+        tr_step_rec r = {.val = NAN,
+                         .lr = tr_lr_at(o->optim.lr, o->optim.min_lr, o->optim.warmup,
+                                        o->optim.steps, step)};
         if ((rc = tr_begin(c)) || (rc = tr_fwd_bwd(c, &r.loss)))
             break;
         uint64_t c0 = dl_now_ns();
@@ -64,7 +66,8 @@ static int train_steps(tr_env *e, tr_comp *c)
         r.skip = !e->self_update && !isfinite(r.norm);
         skipped += r.skip;
         uint64_t a0 = dl_now_ns();
-        if (!e->self_update && !r.skip && (rc = tr_update(c, tr_clip_scale(o->clip, r.norm), r.lr)))
+        if (!e->self_update && !r.skip &&
+            (rc = tr_update(c, tr_clip_scale(o->optim.clip, r.norm), r.lr)))
             break;
         dl_trace_add(e->tr, rank, DL_TR_OPT, step, -1, 0, a0, dl_now_ns());
         if (!e->runner_span)
@@ -73,7 +76,7 @@ static int train_steps(tr_env *e, tr_comp *c)
         atomic_fetch_add_explicit(&R->finished[step - 1], 1, memory_order_release);
         if (logging)
             dl_ops_gemm_log(NULL);
-        if (((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps) &&
+        if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps) &&
             (rc = tr_evaluate_counted(e, &eb, &r.val, &r.used)))
             break;
         if (rank == 0)
@@ -92,8 +95,8 @@ static int eval_only(tr_env *e)
     double v;
     int used, rc = tr_evaluate(e, &v, &used);
     if (rc == DL_OK && e->rank == 0) {
-        e->R->res->final_val_loss = v;
-        e->R->res->eval_windows_used = used;
+        e->R->res->eval.final_val_loss = v;
+        e->R->res->eval.windows = used;
     }
     return rc;
 }
@@ -103,26 +106,26 @@ static int rank_run(tr_env *e, tr_comp **c)
 {
     const dl_train_opts *o = e->o;
     int rc;
-    dl_comm_set_algo(e->mesh->dp_comm, o->algo);
-    dl_comm_set_algo(e->mesh->tp_comm, o->algo);
-    dl_comm_set_algo(e->mesh->pp_comm, o->algo);
+    dl_comm_set_algo(e->mesh->dp_comm, o->comm.algo);
+    dl_comm_set_algo(e->mesh->tp_comm, o->comm.algo);
+    dl_comm_set_algo(e->mesh->pp_comm, o->comm.algo);
     dl_gpt_opts go = {.cfg = o->model,
-                      .dtype = o->dtype,
-                      .micro_batch = o->micro_batch,
-                      .tp = o->tp,
-                      .tp_comm = o->tp > 1 ? e->mesh->tp_comm : NULL,
-                      .recompute = o->recompute,
-                      .seed = o->seed,
+                      .dtype = o->precision.dtype,
+                      .micro_batch = o->batch.micro,
+                      .tp = o->layout.tp,
+                      .tp_comm = o->layout.tp > 1 ? e->mesh->tp_comm : NULL,
+                      .recompute = o->precision.recompute,
+                      .seed = o->optim.seed,
                       .arena = dl_ctx_arena(e->ctx),
                       .act_slots = 1};
     if ((rc = tr_compose(e, c)) || (rc = tr_model_opts(*c, &go)) ||
         (rc = dl_gpt_create(&go, &e->g)))
         return rc;
     e->numel = dl_gpt_numel(e->g);
-    if ((rc = tr_setup(*c)) || (rc = o->eval_only ? eval_only(e) : train_steps(e, *c)) ||
+    if ((rc = tr_setup(*c)) || (rc = o->eval.only ? eval_only(e) : train_steps(e, *c)) ||
         (rc = tr_save_params(e)))
         return rc;
-    return o->sample > 0 ? tr_sample_text(e) : DL_OK;
+    return o->output.sample > 0 ? tr_sample_text(e) : DL_OK;
 }
 
 static int train_rank(dl_ctx *ctx, void *arg)
@@ -133,16 +136,16 @@ static int train_rank(dl_ctx *ctx, void *arg)
                 .R = R,
                 .data = R->data,
                 .res = R->res,
-                .pp = {R->nranks, R->pp_busy, R->pp_wall, R->pp_engine, R->pp_gap, &R->pp_bytes},
+                .pp = &R->pp,
                 .ctx = ctx,
                 .rank = dl_ctx_rank(ctx),
                 .mesh = &mesh,
                 .head = 1};
-    tr_prec_init(&E.pr, R->o->dtype);
+    tr_prec_init(&E.pr, R->o->precision.dtype);
     tr_comp *c = NULL;
     dl_comm *world = dl_ctx_comm(ctx);
-    dl_comm_set_algo(world, R->o->algo);
-    int rc = dl_mesh_create(world, R->o->dp, R->o->pp, R->o->tp, 1, &mesh);
+    dl_comm_set_algo(world, R->o->comm.algo);
+    int rc = dl_mesh_create(world, R->o->layout.dp, R->o->layout.pp, R->o->layout.tp, 1, &mesh);
     if (rc)
         return rc;
     rc = rank_run(&E, &c);
@@ -151,7 +154,7 @@ static int train_rank(dl_ctx *ctx, void *arg)
         dl_arena_stats as;
         dl_arena_get_stats(dl_ctx_arena(ctx), &as);
         for (int k = 0; k < DL_MEM_NCATEGORIES; k++)
-            R->res->peak[(size_t)E.rank * DL_MEM_NCATEGORIES + k] = as.peak[k];
+            R->res->memory.peak[(size_t)E.rank * DL_MEM_NCATEGORIES + k] = as.peak[k];
         if (dl_mpi_size() > 1)
             rc = tr_share_rank_stats(R, E.rank, world, as.peak);
     }
@@ -173,7 +176,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
 {
     memset(res, 0, sizeof *res);
     dl_train_opts o = *oin;
-    int n = o.dp * o.tp * (o.pp > 1 ? o.pp : 1);
+    int n = o.layout.dp * o.layout.tp * (o.layout.pp > 1 ? o.layout.pp : 1);
     int rc = dl_train_resolve(&o, n);
     if (rc)
         return rc;
@@ -183,15 +186,15 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     dl_world_opts w;
     dl_world_opts_init(&w);
     w.nranks = n;
-    w.gpu_mem = o.gpu_mem;
-    w.timeout_s = o.timeout_s;
-    w.topology = o.topology;
-    if (!o.eval_only)
+    w.gpu_mem = o.machine.gpu_mem;
+    w.timeout_s = o.machine.timeout_s;
+    w.topology = o.machine.topology;
+    if (!o.eval.only)
         R.gemm = calloc(1, sizeof *R.gemm);
     rc = dl_world_run(&w, train_rank, &R);
     /* GEMM utilisation's reference: the step's own GEMMs replayed alone on one thread */
     if (R.gemm && R.gemm->n > 0)
-        res->gemm_gflops = dl_ops_gemm_replay(R.gemm, o.dtype == DL_F64 ? 8 : 4, 5);
+        res->speed.gemm_gflops = dl_ops_gemm_replay(R.gemm, o.precision.dtype == DL_F64 ? 8 : 4, 5);
     free(R.gemm);
     tr_summarise(&R, res);
     /* the records still owed to on_step (the last ones, or all of them under MPI) */
@@ -200,7 +203,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
         rc = erc;
     if (R.steps_done > 0)
         tr_finish_trace(&R,
-                        o.trace_last && o.trace_last < R.steps_done ? o.trace_last : R.steps_done);
+                        o.trace.last && o.trace.last < R.steps_done ? o.trace.last : R.steps_done);
     if (R.trace_rc && rc == DL_OK)
         rc = R.trace_rc;
 done:
@@ -210,15 +213,12 @@ done:
 
 void dl_train_result_free(dl_train_result *r)
 {
-    free(r->pp_bounds);
-    free(r->pp_bubble);
-    free(r->pp_slots);
-    free(r->pp_max_gap);
-    free(r->timeline);
+    tr_pipe_result_free(&r->pipeline);
+    free(r->output.timeline);
     free(r->steps);
-    free(r->peak);
-    free(r->params);
-    free(r->grads);
-    free(r->sample);
+    free(r->memory.peak);
+    free(r->output.params);
+    free(r->output.grads);
+    free(r->output.sample);
     memset(r, 0, sizeof *r);
 }

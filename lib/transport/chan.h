@@ -18,8 +18,8 @@
  *
  * Waiting spins (with pause) and then sleeps on a futex when ranks fit the cores; when ranks
  * exceed the cores it yields instead of spinning, then sleeps. Every wait polls the abort flag. */
-#ifndef DISTLAB_CHAN_H
-#define DISTLAB_CHAN_H
+#ifndef DISTLAB_TRANSPORT_CHAN_H
+#define DISTLAB_TRANSPORT_CHAN_H
 
 #include <stddef.h>
 #include <stdint.h>

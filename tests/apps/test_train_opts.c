@@ -65,7 +65,8 @@ static int audit_help(const tg_group *const *g, int n)
     return bad;
 }
 
-/* Duplicates: option names, hook places per kind, field places and keys per record. */
+/* Duplicates: option names, hooks (a function listed twice), keys per record; a hook's phase
+ * outside tg_phase. */
 static int audit_unique(const tg_group *const *g, int n)
 {
     int bad = 0;
@@ -74,23 +75,23 @@ static int audit_unique(const tg_group *const *g, int n)
             for (int j = i; j < n; j++)
                 for (const tg_opt *q = j == i ? o + 1 : g[j]->opts; q && q->name; q++)
                     bad += !strcmp(o->name, q->name);
-    for (int kind = 0; kind < 5; kind++)
+    for (int kind = 0; kind < 4; kind++)
         for (int i = 0; i < n; i++)
             for (int j = i; j < n; j++) {
                 const tg_group *a = g[i], *b = g[j];
-                if (kind < 2) {
-                    const tg_hook *ha = kind ? a->finish : a->setup;
-                    for (; ha && ha->run; ha++)
-                        for (const tg_hook *hb = j == i ? ha + 1 : (kind ? b->finish : b->setup);
-                             hb && hb->run; hb++)
-                            bad += ha->pos == hb->pos;
+                if (kind == 0) {
+                    for (const tg_hook *ha = a->hooks; ha && ha->run; ha++) {
+                        bad += j == i && (ha->phase < TG_CHECK || ha->phase >= TG_NPHASES);
+                        for (const tg_hook *hb = j == i ? ha + 1 : b->hooks; hb && hb->run; hb++)
+                            bad += ha->run == hb->run;
+                    }
                     continue;
                 }
-                const tg_field *fa = kind == 2 ? a->config : kind == 3 ? a->step : a->summary;
-                const tg_field *fb0 = kind == 2 ? b->config : kind == 3 ? b->step : b->summary;
+                const tg_field *fa = kind == 1 ? a->config : kind == 2 ? a->step : a->summary;
+                const tg_field *fb0 = kind == 1 ? b->config : kind == 2 ? b->step : b->summary;
                 for (; fa && fa->key; fa++)
                     for (const tg_field *fb = j == i ? fa + 1 : fb0; fb && fb->key; fb++)
-                        bad += fa->pos == fb->pos || !strcmp(fa->key, fb->key);
+                        bad += !strcmp(fa->key, fb->key);
             }
     return bad;
 }
@@ -123,7 +124,7 @@ START_TEST(audits_catch_mistakes)
     ck_assert_int_eq(audit_help(list, NREAL + 1), 1);
     list[NREAL] = &g_phantom;
     ck_assert_int_eq(audit_help(list, NREAL + 1), 1);
-    list[NREAL] = real[NREAL - 1]; /* a group listed twice: every name, key and place again */
+    list[NREAL] = real[NREAL - 1]; /* a group listed twice: every name, key and hook again */
     ck_assert_int_gt(audit_unique(list, NREAL + 1), 3);
 }
 END_TEST
@@ -145,22 +146,22 @@ START_TEST(table_parses)
                         "2",    "--schedule", "1f1b",    "--pp", "2",           "--dtype",
                         "bf16", "--overlap",  "--steps", "7",    "--threads=5", NULL};
     ck_assert_int_eq(parse(&r, 17, a1), TG_NEXT);
-    ck_assert_int_eq(r.o.dp, 3);
-    ck_assert_int_eq(r.o.tp, 2);
-    ck_assert_int_eq(r.o.pp, 2);
-    ck_assert_int_eq(r.o.zero, 2);
-    ck_assert_int_eq(r.o.schedule, DL_SCHED_1F1B);
-    ck_assert_int_eq(r.o.dtype, DL_BF16);
-    ck_assert_int_eq(r.o.overlap, 1);
-    ck_assert_int_eq(r.o.steps, 7);
+    ck_assert_int_eq(r.o.layout.dp, 3);
+    ck_assert_int_eq(r.o.layout.tp, 2);
+    ck_assert_int_eq(r.o.layout.pp, 2);
+    ck_assert_int_eq(r.o.zero.stage, 2);
+    ck_assert_int_eq(r.o.pipeline.schedule, DL_SCHED_1F1B);
+    ck_assert_int_eq(r.o.precision.dtype, DL_BF16);
+    ck_assert_int_eq(r.o.comm.overlap, 1);
+    ck_assert_int_eq(r.o.optim.steps, 7);
     ck_assert_int_eq(r.threads, 5);
     /* the groups' defaults where nothing was given */
     const char *a2[] = {"t", NULL};
     ck_assert_int_eq(parse(&r, 1, a2), TG_NEXT);
-    ck_assert_int_eq(r.o.steps, 1500);
+    ck_assert_int_eq(r.o.optim.steps, 1500);
     ck_assert_int_eq(r.o.model.layers, 4);
-    ck_assert_int_eq(r.o.dp, 0);
-    ck_assert_int_eq(r.o.pp, 1);
+    ck_assert_int_eq(r.o.layout.dp, 0);
+    ck_assert_int_eq(r.o.layout.pp, 1);
     /* refusals: exit 2 */
     const char *a3[] = {"t", "--no-such-option", NULL};
     ck_assert_int_eq(parse(&r, 2, a3), TG_STOP);
@@ -175,10 +176,12 @@ static void put_a(FILE *f, const tg_run *r) { (void)r, fputs("1", f); }
 static void put_b(FILE *f, const tg_run *r) { (void)r, fputs("\"b\"", f); }
 static int never(const tg_run *r) { return (void)r, 0; }
 
-START_TEST(record_in_pos_order)
+/* the record's own fields, then the groups' in the order they are listed and list them */
+START_TEST(record_in_declaration_order)
 {
-    static const tg_field f1[] = {{30, "c", put_a, NULL}, {10, "a", put_a, NULL}, {0}};
-    static const tg_field f2[] = {{20, "b", put_b, NULL}, {15, "gone", put_a, never}, {0}};
+    static const tg_field own[] = {{"id", put_b, NULL}, {0}};
+    static const tg_field f1[] = {{"c", put_a, NULL}, {"a", put_a, NULL}, {0}};
+    static const tg_field f2[] = {{"gone", put_a, never}, {"b", put_b, NULL}, {0}};
     static const tg_group g1 = {.config = f1}, g2 = {.config = f2};
     const tg_group *list[] = {&g1, &g2};
     static tg_run r;
@@ -187,10 +190,34 @@ START_TEST(record_in_pos_order)
     r.json.f = open_memstream(&buf, &len);
     r.json.path = "memory";
     tg_groups(list, 2, "", "");
-    ck_assert_int_eq(tg_record(&r, TG_CONFIG, "config"), DL_OK);
+    ck_assert_int_eq(tg_record(&r, TG_CONFIG, "config", own), DL_OK);
     fclose(r.json.f);
-    ck_assert_str_eq(buf, "{\"type\":\"config\",\"a\":1,\"b\":\"b\",\"c\":1}\n");
+    ck_assert_str_eq(buf, "{\"type\":\"config\",\"id\":\"b\",\"c\":1,\"a\":1,\"b\":\"b\"}\n");
     free(buf);
+}
+END_TEST
+
+/* hooks: phase by phase, within one the groups' order and each group's; TG_STOP stops */
+static char trail[16];
+static int h_a(tg_run *r) { return (void)r, strcat(trail, "a"), TG_NEXT; }
+static int h_b(tg_run *r) { return (void)r, strcat(trail, "b"), TG_NEXT; }
+static int h_c(tg_run *r) { return (void)r, strcat(trail, "c"), TG_NEXT; }
+static int h_stop(tg_run *r) { return (void)r, strcat(trail, "s"), TG_STOP; }
+
+START_TEST(hooks_in_phase_order)
+{
+    static const tg_hook k1[] = {{TG_FILES, h_a}, {TG_CHECK, h_b}, {TG_REPORT, h_stop}, {0}};
+    static const tg_hook k2[] = {{TG_CHECK, h_c}, {TG_RESOLVE, h_a}, {TG_REPORT, h_b}, {0}};
+    static const tg_group g1 = {.hooks = k1}, g2 = {.hooks = k2};
+    const tg_group *list[] = {&g1, &g2};
+    static tg_run r;
+    tg_groups(list, 2, "", "");
+    trail[0] = 0;
+    ck_assert_int_eq(tg_hooks(&r, TG_CHECK, TG_PREPARE), TG_NEXT);
+    ck_assert_str_eq(trail, "bcaa");
+    trail[0] = 0;
+    ck_assert_int_eq(tg_hooks(&r, TG_INSTEAD, TG_CLOSE), TG_STOP);
+    ck_assert_str_eq(trail, "s");
 }
 END_TEST
 
@@ -202,7 +229,8 @@ int main(void)
     tcase_add_test(tc, help_matches_options);
     tcase_add_test(tc, audits_catch_mistakes);
     tcase_add_test(tc, table_parses);
-    tcase_add_test(tc, record_in_pos_order);
+    tcase_add_test(tc, record_in_declaration_order);
+    tcase_add_test(tc, hooks_in_phase_order);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

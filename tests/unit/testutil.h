@@ -10,8 +10,8 @@
  *
  * Rule for every test: never call ck_assert from a rank thread; ranks record what they saw in
  * buffers the test thread allocated, and the test thread asserts after dl_world_run returns. */
-#ifndef DISTLAB_TESTUTIL_H
-#define DISTLAB_TESTUTIL_H
+#ifndef DISTLAB_TESTS_UNIT_TESTUTIL_H
+#define DISTLAB_TESTS_UNIT_TESTUTIL_H
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -351,8 +351,8 @@ static inline double tu_unit_roundoff(dl_dtype t) { return t == DL_F64 ? 0x1p-53
 static inline double tu_eq_round(const dl_train_opts *o)
 {
     const dl_gpt_config *c = &o->model;
-    double n = fmax(fmax(4.0 * c->d_model, (double)c->vocab), (double)o->global_batch * c->seq);
-    return (c->layers + 2) * 8.0 * sqrt(n) * tu_unit_roundoff(o->dtype);
+    double n = fmax(fmax(4.0 * c->d_model, (double)c->vocab), (double)o->batch.global * c->seq);
+    return (c->layers + 2) * 8.0 * sqrt(n) * tu_unit_roundoff(o->precision.dtype);
 }
 
 static inline double tu_eq_grad_tol(const dl_train_opts *o) { return 8.0 * tu_eq_round(o); }
@@ -361,7 +361,7 @@ static inline double tu_eq_grad_tol(const dl_train_opts *o) { return 8.0 * tu_eq
 static inline double tu_eq_gscale(const dl_train_opts *o, const dl_train_result *r, int i)
 {
     double g = r->steps[i].grad_norm;
-    return o->clip > 0 && g > o->clip ? o->clip : g;
+    return o->optim.clip > 0 && g > o->optim.clip ? o->optim.clip : g;
 }
 
 static inline double tu_eq_phi(double g, double eps) { return g / (fabs(g) + eps); }
@@ -376,14 +376,14 @@ static inline void tu_eq_verbose(const char *what, double measured, double bound
 
 /* Compare run a with run b (the reference) of configuration o (resolved: global_batch set) as
  * described above. 1: the same model within the bounds; 0: not, with the failed check and its
- * figures in why. Needs want_params, and want_grads when o->steps == 1. */
+ * figures in why. Needs want_params, and want_grads when o->optim.steps == 1. */
 static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result *a,
                                   const dl_train_result *b, char *why, size_t wn)
 {
-    double u = tu_unit_roundoff(o->dtype), R = tu_eq_round(o), gtol = tu_eq_grad_tol(o);
+    double u = tu_unit_roundoff(o->precision.dtype), R = tu_eq_round(o), gtol = tu_eq_grad_tol(o);
     int T = b->nsteps;
     size_t P = (size_t)b->nparams;
-    if (a->nsteps != T || (size_t)a->nparams != P || !a->params || !b->params) {
+    if (a->nsteps != T || (size_t)a->nparams != P || !a->output.params || !b->output.params) {
         snprintf(why, wn, "%d vs %d steps, %lld vs %lld parameters (or no parameters)", a->nsteps,
                  T, (long long)a->nparams, (long long)b->nparams);
         return 0;
@@ -403,31 +403,35 @@ static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result 
     tu_eq_verbose("losses (worst step)", worst, 1);
     if (T == 1) {
         char name[48];
-        if (!a->grads || !b->grads) {
+        if (!a->output.grads || !b->output.grads) {
             snprintf(why, wn, "one step compared without its gradients");
             return 0;
         }
-        double w = tu_worst_tensor_rel(&o->model, a->grads, b->grads, name);
+        double w = tu_worst_tensor_rel(&o->model, a->output.grads, b->output.grads, name);
         tu_eq_verbose("step 1 gradients (worst tensor)", w, gtol);
         if (!(w <= gtol)) {
             snprintf(why, wn, "step 1: gradients differ by %.3g (%s) > bound %.3g", w, name, gtol);
             return 0;
         }
     }
-    double lr1 = b->steps[0].lr, eps = o->eps, lrmax = 0, cap = 0;
-    double sa =
-        o->clip > 0 && a->steps[0].grad_norm > o->clip ? o->clip / a->steps[0].grad_norm : 1;
-    double sb =
-        o->clip > 0 && b->steps[0].grad_norm > o->clip ? o->clip / b->steps[0].grad_norm : 1;
+    double lr1 = b->steps[0].lr, eps = o->optim.eps, lrmax = 0, cap = 0;
+    double sa = o->optim.clip > 0 && a->steps[0].grad_norm > o->optim.clip
+                    ? o->optim.clip / a->steps[0].grad_norm
+                    : 1;
+    double sb = o->optim.clip > 0 && b->steps[0].grad_norm > o->optim.clip
+                    ? o->optim.clip / b->steps[0].grad_norm
+                    : 1;
     for (int t = 0; t < T; t++) {
         lrmax = fmax(lrmax, b->steps[t].lr);
         cap += b->steps[t].lr * fmin(2 * sqrt(t + 1.0), 2 * gtol * tu_eq_gscale(o, b, t) / eps);
     }
     worst = 0;
     for (size_t i = 0; i < P; i++) {
-        double d = fabs(a->params[i] - b->params[i]), p = fabs(b->params[i]), pred, slack;
+        double d = fabs(a->output.params[i] - b->output.params[i]), p = fabs(b->output.params[i]),
+               pred, slack;
         if (T == 1) {
-            pred = lr1 * fabs(tu_eq_phi(sa * a->grads[i], eps) - tu_eq_phi(sb * b->grads[i], eps));
+            pred = lr1 * fabs(tu_eq_phi(sa * a->output.grads[i], eps) -
+                              tu_eq_phi(sb * b->output.grads[i], eps));
             slack = 4 * u * p + 24 * u * lr1;
         } else {
             pred = cap;
@@ -438,8 +442,8 @@ static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result 
             snprintf(why, wn,
                      "after %d step%s: parameter %zu is %.17g vs %.17g, %.3g apart > bound "
                      "%.3g (Adam's %.3g + rounding %.3g)",
-                     T, T > 1 ? "s" : "", i, a->params[i], b->params[i], d, pred + slack, pred,
-                     slack);
+                     T, T > 1 ? "s" : "", i, a->output.params[i], b->output.params[i], d,
+                     pred + slack, pred, slack);
             return 0;
         }
     }
@@ -458,7 +462,8 @@ static inline int tu_same_model(dl_train_opts oa, dl__test_hook *hook_a, dl_trai
 {
     for (int pass = 0; pass < 2; pass++) {
         dl_train_result a, b;
-        oa.want_params = ob.want_params = oa.want_grads = ob.want_grads = 1;
+        oa.output.want_params = ob.output.want_params = oa.output.want_grads =
+            ob.output.want_grads = 1;
         dl__test_hook_set(hook_a);
         int rc = dl_train_run(&oa, &a);
         dl__test_hook_set(NULL);
@@ -468,13 +473,13 @@ static inline int tu_same_model(dl_train_opts oa, dl__test_hook *hook_a, dl_trai
                 dl_train_result_free(&a);
             return -1;
         }
-        dl_train_resolve(&ob, ob.dp * ob.tp * (ob.pp > 1 ? ob.pp : 1));
+        dl_train_resolve(&ob, ob.layout.dp * ob.layout.tp * (ob.layout.pp > 1 ? ob.layout.pp : 1));
         int same = tu_compare_runs(&ob, &a, &b, why, wn);
         dl_train_result_free(&a);
         dl_train_result_free(&b);
-        if (!same || ob.steps == 1)
+        if (!same || ob.optim.steps == 1)
             return same;
-        oa.steps = ob.steps = 1;
+        oa.optim.steps = ob.optim.steps = 1;
     }
     return 1;
 }
@@ -497,9 +502,10 @@ static inline size_t tu_rank0_index(const dl_gpt_config *c, int tp, const char *
  * every token) times 1 + 1e-6 (f64) or 1 + 1e-3 (f32). */
 static inline dl__test_hook tu_perturb_hook(const dl_train_opts *o)
 {
-    dl__test_hook h = {.perturb_rel = o->dtype == DL_F64 ? 1e-6 : 1e-3,
+    dl__test_hook h = {.perturb_rel = o->precision.dtype == DL_F64 ? 1e-6 : 1e-3,
                        .perturb_rank = 0,
-                       .perturb_index = tu_rank0_index(&o->model, o->tp, "h.0.ln_1.weight", 0)};
+                       .perturb_index =
+                           tu_rank0_index(&o->model, o->layout.tp, "h.0.ln_1.weight", 0)};
     return h;
 }
 

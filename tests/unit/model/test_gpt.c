@@ -159,8 +159,8 @@ static int tp_matches(int tp, int heads, dl__test_hook *hook, double perturb)
     dl_train_opts eo;
     dl_train_opts_init(&eo);
     eo.model = c;
-    eo.dtype = DL_F64;
-    eo.global_batch = B;
+    eo.precision.dtype = DL_F64;
+    eo.batch.global = B;
     run_t one = {.cfg = c, .tp = 1}, par = {.cfg = c, .tp = tp, .perturb = perturb};
     run(&one);
     dl__test_hook_set(hook);

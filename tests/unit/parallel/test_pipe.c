@@ -9,6 +9,7 @@
  *  - 1F1B's peak activation memory on the first stage is p/m of GPipe's (arena, m >= p);
  *  - bad configurations are refused with a message. */
 #include "../testutil.h"
+#include "parallel/pipe_train.h"
 #include <time.h>
 #include <check.h>
 #include <math.h>
@@ -192,21 +193,21 @@ static dl_train_opts base(int pp, int m, int sched, dl_dtype dt)
     o.model.d_model = 32;
     o.model.heads = 4;
     o.model.seq = 16;
-    o.dtype = dt;
-    o.dp = 1;
-    o.tp = 1;
-    o.pp = pp;
-    o.schedule = sched;
-    o.micro_batch = 2;
-    o.microbatches = m;
-    o.steps = DL_TEST_SMALL ? 2 : 3;
-    o.warmup = 2;
-    o.lr = dt == DL_F32 ? 1e-3 : 1e-2;
-    o.min_lr = 1e-4;
-    o.eval_windows = 4;
-    o.log_every = 0;
-    o.want_params = 1;
-    o.timeout_s = 120;
+    o.precision.dtype = dt;
+    o.layout.dp = 1;
+    o.layout.tp = 1;
+    o.layout.pp = pp;
+    o.pipeline.schedule = sched;
+    o.batch.micro = 2;
+    o.batch.microbatches = m;
+    o.optim.steps = DL_TEST_SMALL ? 2 : 3;
+    o.optim.warmup = 2;
+    o.optim.lr = dt == DL_F32 ? 1e-3 : 1e-2;
+    o.optim.min_lr = 1e-4;
+    o.eval.windows = 4;
+    o.output.log_every = 0;
+    o.output.want_params = 1;
+    o.machine.timeout_s = 120;
     return o;
 }
 
@@ -217,12 +218,13 @@ static dl_train_opts base(int pp, int m, int sched, dl_dtype dt)
 static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
 {
     dl_train_opts one = o;
-    ck_assert_msg(dl_train_resolve(&o, o.dp * o.tp * o.pp) == DL_OK, "%s", dl_errmsg());
-    one.dp = one.tp = one.pp = 1;
-    one.schedule = 0;
-    one.virtual_stages = 0;
-    one.microbatches = o.dp * o.microbatches;
-    one.global_batch = 0;
+    ck_assert_msg(dl_train_resolve(&o, o.layout.dp * o.layout.tp * o.layout.pp) == DL_OK, "%s",
+                  dl_errmsg());
+    one.layout.dp = one.layout.tp = one.layout.pp = 1;
+    one.pipeline.schedule = 0;
+    one.pipeline.virtual_stages = 0;
+    one.batch.microbatches = o.layout.dp * o.batch.microbatches;
+    one.batch.global = 0;
     return tu_same_model(o, hook, one, why, wn);
 }
 
@@ -231,8 +233,8 @@ static void equals_one_rank(dl_train_opts o)
     char why[512];
     int same = vs_one_rank(o, NULL, why, sizeof why);
     ck_assert_msg(same == 1, "%s dp %d tp %d pp %d m %d %s: %s",
-                  dl_sched_kind_name((dl_sched_kind)o.schedule), o.dp, o.tp, o.pp, o.microbatches,
-                  dl_dtype_name(o.dtype), why);
+                  dl_sched_kind_name((dl_sched_kind)o.pipeline.schedule), o.layout.dp, o.layout.tp,
+                  o.layout.pp, o.batch.microbatches, dl_dtype_name(o.precision.dtype), why);
 }
 
 /* The bounds are tight: pp 2 x dp 2 with the first gradient all-reduce skipped, and pp 2 with one
@@ -241,18 +243,19 @@ START_TEST(controls)
 {
     for (int f = 0; f < 2; f++) {
         dl_train_opts o = base(2, 2, DL_SCHED_1F1B, f ? DL_F32 : DL_F64);
-        o.dp = 2;
+        o.layout.dp = 2;
         dl__test_hook h[2] = {tu_skip_hook(DL_PURPOSE_GRADS, 1), tu_perturb_hook(&o)};
         for (int k = 0; k < 2; k++) {
             if (k == 1)
-                o.dp = 1;
+                o.layout.dp = 1;
             char why[512];
             int same = vs_one_rank(o, &h[k], why, sizeof why);
             ck_assert_msg(same == 0 && atomic_load(&h[k].skipped) + atomic_load(&h[k].perturbed),
-                          "pp 2 dp %d %s control %d: %s", o.dp, dl_dtype_name(o.dtype), k,
+                          "pp 2 dp %d %s control %d: %s", o.layout.dp,
+                          dl_dtype_name(o.precision.dtype), k,
                           same ? "passed as the same model" : why);
-            fprintf(stderr, "control pp 2 dp %d %s %s: differs (%s)\n", o.dp,
-                    dl_dtype_name(o.dtype),
+            fprintf(stderr, "control pp 2 dp %d %s %s: differs (%s)\n", o.layout.dp,
+                    dl_dtype_name(o.precision.dtype),
                     k ? "one element perturbed" : "first gradient all-reduce skipped", why);
         }
     }
@@ -279,7 +282,7 @@ START_TEST(pp_interleaved4_f64)
 {
     dl_train_opts o = base(4, 4, DL_SCHED_INTERLEAVED, DL_F64);
     o.model.layers = 8;
-    o.virtual_stages = 2;
+    o.pipeline.virtual_stages = 2;
     equals_one_rank(o);
 }
 END_TEST
@@ -287,8 +290,8 @@ END_TEST
 START_TEST(pp_dp_tp_f64)
 {
     dl_train_opts o = base(2, 4, DL_SCHED_1F1B, DL_F64);
-    o.dp = 2;
-    o.tp = 2;
+    o.layout.dp = 2;
+    o.layout.tp = 2;
     equals_one_rank(o);
 }
 END_TEST
@@ -296,8 +299,8 @@ END_TEST
 START_TEST(pp_dp_tp_f32)
 {
     dl_train_opts o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
-    o.dp = 2;
-    o.tp = 2;
+    o.layout.dp = 2;
+    o.layout.tp = 2;
     o.model.layers = 2; /* one layer per stage: the 8-rank run stays short */
     equals_one_rank(o);
 }
@@ -310,7 +313,7 @@ START_TEST(pp_tied_f64)
     equals_one_rank(o);
     o = base(4, 4, DL_SCHED_GPIPE, DL_F64);
     o.model.tie = 1;
-    o.dp = 2;
+    o.layout.dp = 2;
     equals_one_rank(o);
 }
 END_TEST
@@ -318,8 +321,8 @@ END_TEST
 START_TEST(pp_zero_f64)
 {
     dl_train_opts o = base(2, 2, DL_SCHED_1F1B, DL_F64);
-    o.dp = 2;
-    o.zero = 2;
+    o.layout.dp = 2;
+    o.zero.stage = 2;
     equals_one_rank(o);
 }
 END_TEST
@@ -327,8 +330,8 @@ END_TEST
 START_TEST(pp_zero3_f64)
 {
     dl_train_opts o = base(2, 2, DL_SCHED_1F1B, DL_F64);
-    o.dp = 2;
-    o.zero = 3;
+    o.layout.dp = 2;
+    o.zero.stage = 3;
     equals_one_rank(o);
 }
 END_TEST
@@ -340,11 +343,11 @@ START_TEST(pp_bf16_same_as_dp)
 {
     for (int zero = 0; zero <= 3; zero += 3) {
         dl_train_opts a = base(2, 2, DL_SCHED_1F1B, DL_BF16), b;
-        a.dp = 2;
-        a.zero = zero;
+        a.layout.dp = 2;
+        a.zero.stage = zero;
         b = a;
-        b.pp = 1;
-        b.schedule = 0;
+        b.layout.pp = 1;
+        b.pipeline.schedule = 0;
         dl_train_result ra, rb;
         ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
         ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
@@ -354,7 +357,7 @@ START_TEST(pp_bf16_same_as_dp)
                           "with pp 2, %.17g without",
                           zero, i + 1, ra.steps[i].loss, rb.steps[i].loss);
         char name[48];
-        double w = tu_worst_tensor_rel(&a.model, ra.params, rb.params, name);
+        double w = tu_worst_tensor_rel(&a.model, ra.output.params, rb.output.params, name);
         ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero, w,
                       name);
         dl_train_result_free(&ra);
@@ -369,14 +372,14 @@ START_TEST(async_versions)
 {
     for (int stash = 0; stash <= 1; stash++) {
         dl_train_opts o = base(4, 8, DL_SCHED_ASYNC, DL_F64);
-        o.weight_stashing = stash;
+        o.pipeline.weight_stashing = stash;
         dl_train_result r;
         ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
         for (int s = 0; s < 4; s++)
-            ck_assert_msg(r.pp_max_gap[s] == (stash ? 0 : 4 - (s + 1)),
+            ck_assert_msg(r.pipeline.max_gap[s] == (stash ? 0 : 4 - (s + 1)),
                           "async %s stage %d: gap %d, expected %d", stash ? "stashing" : "plain",
-                          s + 1, r.pp_max_gap[s], stash ? 0 : 4 - (s + 1));
-        ck_assert(isfinite(r.final_loss));
+                          s + 1, r.pipeline.max_gap[s], stash ? 0 : 4 - (s + 1));
+        ck_assert(isfinite(r.optim.final_loss));
         dl_train_result_free(&r);
     }
 }
@@ -390,12 +393,12 @@ START_TEST(activation_memory)
     int sched[2] = {DL_SCHED_GPIPE, DL_SCHED_1F1B};
     for (int k = 0; k < 2; k++) {
         dl_train_opts o = base(4, 8, sched[k], DL_F64);
-        o.want_params = 0;
-        o.steps = 1;
+        o.output.want_params = 0;
+        o.optim.steps = 1;
         dl_train_result r;
         ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
-        act[k] = r.peak[DL_MEM_ACTIVATIONS]; /* rank 0 = stage 1 */
-        ck_assert_int_eq(r.pp_slots[0], k == 0 ? 8 : 4);
+        act[k] = r.memory.peak[DL_MEM_ACTIVATIONS]; /* rank 0 = stage 1 */
+        ck_assert_int_eq(r.pipeline.slots[0], k == 0 ? 8 : 4);
         dl_train_result_free(&r);
     }
     ck_assert_msg(act[1] * 8 <= act[0] * 4,
@@ -403,6 +406,40 @@ START_TEST(activation_memory)
                   "more than p/m = 4/8",
                   (unsigned long long)act[1], (unsigned long long)act[0]);
     ck_assert(act[1] > 0);
+}
+END_TEST
+
+/* ---- the schedule's own bubble: each schedule's simulation, not one formula for all (the
+ * pipeline module's figures, no run needed) ------------------------------------------------- */
+
+START_TEST(own_bubble)
+{
+    const int kinds[] = {DL_SCHED_GPIPE, DL_SCHED_1F1B, DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC,
+                         DL_SCHED_NAIVE};
+    for (int k = 0; k < 5; k++) {
+        int m = kinds[k] == DL_SCHED_NAIVE ? 1 : 4, v = kinds[k] == DL_SCHED_INTERLEAVED ? 2 : 1;
+        dl_train_opts o = base(2, m, kinds[k], DL_F64);
+        ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
+        tr_pp_rows rows;
+        dl_train_pipeline_result r = {0};
+        ck_assert_int_eq(tr_pipe_figures_open(&rows, &o, 1, 2, &r), DL_OK);
+        dl_sched *sc;
+        dl_sched_sim *sim;
+        ck_assert_int_eq(kinds[k] == DL_SCHED_GPIPE         ? dl_sched_gpipe(2, m, &sc)
+                         : kinds[k] == DL_SCHED_1F1B        ? dl_sched_1f1b(2, m, &sc)
+                         : kinds[k] == DL_SCHED_INTERLEAVED ? dl_sched_interleaved(2, m, v, &sc)
+                         : kinds[k] == DL_SCHED_ASYNC       ? dl_sched_async(2, m, 0, &sc)
+                                                            : dl_sched_naive(2, &sc),
+                         DL_OK);
+        ck_assert_int_eq(dl_sched_simulate(sc, NULL, &sim), DL_OK);
+        ck_assert(r.bubble_theory == sim->bubble_total);
+        if (kinds[k] == DL_SCHED_GPIPE || kinds[k] == DL_SCHED_1F1B)
+            ck_assert(fabs(r.bubble_theory - 1.0 / (m + 1)) < 1e-12);
+        dl_sched_sim_free(sim);
+        dl_sched_free(sc);
+        tr_pipe_rows_close(&rows);
+        tr_pipe_result_free(&r);
+    }
 }
 END_TEST
 
@@ -415,7 +452,7 @@ START_TEST(bad_configs)
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "larger than the layers"));
     o = base(2, 4, DL_SCHED_INTERLEAVED, DL_F32);
     o.model.layers = 6;
-    o.virtual_stages = 2;
+    o.pipeline.virtual_stages = 2;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "not divisible by pp 2 x virtual stages 2"));
     o = base(2, 3, DL_SCHED_INTERLEAVED, DL_F32);
@@ -424,7 +461,7 @@ START_TEST(bad_configs)
     o = base(2, 4, DL_SCHED_TERAPIPE, DL_F32);
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     o = base(2, 4, DL_SCHED_1F1B, DL_F32);
-    o.weight_stashing = 1;
+    o.pipeline.weight_stashing = 1;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
     ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
@@ -449,6 +486,7 @@ int main(void)
     tcase_add_test(tc, pp_bf16_same_as_dp);
     tcase_add_test(tc, async_versions);
     tcase_add_test(tc, activation_memory);
+    tcase_add_test(tc, own_bubble);
     if (!DL_TEST_SMALL) {
         tcase_add_test(tc, pp_interleaved4_f64);
         tcase_add_test(tc, pp_dp_tp_f64);

@@ -89,33 +89,33 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt, int zero)
     o.model.d_model = 32;
     o.model.heads = 4;
     o.model.seq = 16;
-    o.dtype = dt;
-    o.dp = dp;
-    o.tp = tp;
-    o.zero = zero;
-    o.micro_batch = 2;
-    o.microbatches = 2;
-    o.steps = DL_TEST_SMALL ? 3 : 5;
-    o.warmup = 2;
-    o.lr =
+    o.precision.dtype = dt;
+    o.layout.dp = dp;
+    o.layout.tp = tp;
+    o.zero.stage = zero;
+    o.batch.micro = 2;
+    o.batch.microbatches = 2;
+    o.optim.steps = DL_TEST_SMALL ? 3 : 5;
+    o.optim.warmup = 2;
+    o.optim.lr =
         dt == DL_F32 ? 1e-3 : 1e-2; /* f32: as tests/unit/train/test_train.c (see stages_equal) */
-    o.min_lr = o.lr / 10;
-    o.eval_windows = 4;
-    o.log_every = 0;
-    o.bucket_mb = 0.01; /* several rounds */
-    o.want_params = 1;
-    o.want_grads = 1;
-    o.algo = DL_ALGO_RING;
-    o.timeout_s = 120;
+    o.optim.min_lr = o.optim.lr / 10;
+    o.eval.windows = 4;
+    o.output.log_every = 0;
+    o.comm.bucket_mb = 0.01; /* several rounds */
+    o.output.want_params = 1;
+    o.output.want_grads = 1;
+    o.comm.algo = DL_ALGO_RING;
+    o.machine.timeout_s = 120;
     return o;
 }
 
 
 static void run(dl_train_opts *o, dl_train_result *r)
 {
-    ck_assert_msg(dl_train_run(o, r) == DL_OK, "dp %d tp %d zero %d: %s", o->dp, o->tp, o->zero,
-                  dl_errmsg());
-    ck_assert_int_eq(r->nsteps, o->steps);
+    ck_assert_msg(dl_train_run(o, r) == DL_OK, "dp %d tp %d zero %d: %s", o->layout.dp,
+                  o->layout.tp, o->zero.stage, dl_errmsg());
+    ck_assert_int_eq(r->nsteps, o->optim.steps);
 }
 
 /* The memory and byte figures of a run, exactly, from the arena's peaks and the dp counters:
@@ -127,22 +127,23 @@ static void run(dl_train_opts *o, dl_train_result *r)
  * the parameters twice per micro-batch. */
 static void check_figures(const dl_train_opts *o, const dl_train_result *r)
 {
-    int d = o->dp, ss = (int)dl_dtype_size(o->dtype), cs = o->dtype == DL_F64 ? 8 : 4;
-    int bf = o->dtype == DL_BF16;
-    uint64_t P = r->grad_bytes / (uint64_t)ss;
-    int stage = d > 1 ? o->zero : 0, m = o->microbatches;
-    ck_assert_int_eq(r->zero, stage);
-    uint64_t S = (uint64_t)r->zero_shard;
+    int d = o->layout.dp, ss = (int)dl_dtype_size(o->precision.dtype),
+        cs = o->precision.dtype == DL_F64 ? 8 : 4;
+    int bf = o->precision.dtype == DL_BF16;
+    uint64_t P = r->memory.grad_bytes / (uint64_t)ss;
+    int stage = d > 1 ? o->zero.stage : 0, m = o->batch.microbatches;
+    ck_assert_int_eq(r->zero.stage, stage);
+    uint64_t S = (uint64_t)r->zero.shard;
     if (stage == 0)
         ck_assert_uint_eq(S, P);
     else
         ck_assert_uint_ge(S * (uint64_t)d, P);
-    ck_assert_int_eq(r->zero_padded, (int64_t)(stage ? S * (uint64_t)d : P));
-    ck_assert_int_eq(r->zero_padding, r->zero_padded - (int64_t)P);
+    ck_assert_int_eq(r->zero.padded, (int64_t)(stage ? S * (uint64_t)d : P));
+    ck_assert_int_eq(r->zero.padding, r->zero.padded - (int64_t)P);
     /* padding: fewer than d elements per unit */
-    ck_assert_int_lt(r->zero_padding, (int64_t)d * r->zero_units);
+    ck_assert_int_lt(r->zero.padding, (int64_t)d * r->zero.units);
     for (int k = 0; k < r->nranks; k++) {
-        const uint64_t *pk = &r->peak[(size_t)k * DL_MEM_NCATEGORIES];
+        const uint64_t *pk = &r->memory.peak[(size_t)k * DL_MEM_NCATEGORIES];
         uint64_t want_o = 2 * S * (uint64_t)cs + (bf ? 4 * S : 0);
         uint64_t want_p = (stage == 3 ? S : P) * (uint64_t)ss;
         uint64_t want_g = (stage >= 2 ? S : P) * (uint64_t)ss;
@@ -162,16 +163,16 @@ static void check_figures(const dl_train_opts *o, const dl_train_result *r)
     if (stage) {
         double each = (double)(d - 1) * (double)S * ss;
         double g = each * (stage >= 2 ? m : 1), p = each * (stage == 3 ? 2 * m : 1);
-        ck_assert_msg(r->dp_grad_bytes_per_step == g, "stage %d: %.1f grad bytes, want %.0f", stage,
-                      r->dp_grad_bytes_per_step, g);
-        ck_assert_msg(r->dp_param_bytes_per_step == p, "stage %d: %.1f param bytes, want %.0f",
-                      stage, r->dp_param_bytes_per_step, p);
-        ck_assert(r->dp_elems_per_step == (g + p) / ss);
+        ck_assert_msg(r->comm.dp_grads == g, "stage %d: %.1f grad bytes, want %.0f", stage,
+                      r->comm.dp_grads, g);
+        ck_assert_msg(r->comm.dp_params == p, "stage %d: %.1f param bytes, want %.0f", stage,
+                      r->comm.dp_params, p);
+        ck_assert(r->comm.dp_elems == (g + p) / ss);
         if (m == 1) /* the paper's 2 Psi (d-1)/d and 3 Psi (d-1)/d, Psi padded */
-            ck_assert(r->dp_elems_per_step ==
-                      (stage == 3 ? 3.0 : 2.0) * (d - 1) / d * (double)r->zero_padded);
+            ck_assert(r->comm.dp_elems ==
+                      (stage == 3 ? 3.0 : 2.0) * (d - 1) / d * (double)r->zero.padded);
     } else {
-        ck_assert(r->dp_param_bytes_per_step == 0);
+        ck_assert(r->comm.dp_params == 0);
     }
 }
 
@@ -185,16 +186,16 @@ static void check_figures(const dl_train_opts *o, const dl_train_result *r)
 static int stages_differ(dl_train_opts o, dl__test_hook *hook)
 {
     int differ = 0;
-    for (int pass = 0; pass < (o.steps > 1 ? 2 : 1); pass++, o.steps = 1) {
+    for (int pass = 0; pass < (o.optim.steps > 1 ? 2 : 1); pass++, o.optim.steps = 1) {
         dl_train_result r0, rz;
-        o.zero = 0;
+        o.zero.stage = 0;
         run(&o, &r0);
         check_figures(&o, &r0);
         dl_train_opts res = o;
-        dl_train_resolve(&res, o.dp * o.tp);
+        dl_train_resolve(&res, o.layout.dp * o.layout.tp);
         for (int z = 1; z <= 3; z++) {
             dl_train_opts oz = o;
-            oz.zero = z;
+            oz.zero.stage = z;
             dl__test_hook_set(hook);
             run(&oz, &rz);
             dl__test_hook_set(NULL);
@@ -202,11 +203,11 @@ static int stages_differ(dl_train_opts o, dl__test_hook *hook)
                 check_figures(&oz, &rz);
             char why[512];
             int same = tu_compare_runs(&res, &rz, &r0, why, sizeof why);
-            ck_assert_msg(same || hook, "dp %d tp %d %s stage %d, %d steps: %s", o.dp, o.tp,
-                          dl_dtype_name(o.dtype), z, o.steps, why);
+            ck_assert_msg(same || hook, "dp %d tp %d %s stage %d, %d steps: %s", o.layout.dp,
+                          o.layout.tp, dl_dtype_name(o.precision.dtype), z, o.optim.steps, why);
             if (!same)
-                fprintf(stderr, "control zero dp %d tp %d %s stage %d: differs (%s)\n", o.dp, o.tp,
-                        dl_dtype_name(o.dtype), z, why);
+                fprintf(stderr, "control zero dp %d tp %d %s stage %d: differs (%s)\n", o.layout.dp,
+                        o.layout.tp, dl_dtype_name(o.precision.dtype), z, why);
             differ += !same;
             dl_train_result_free(&rz);
         }
@@ -235,7 +236,7 @@ START_TEST(controls)
 {
     for (int f = 0; f < 2; f++) {
         dl_train_opts o = base(2, 1, f ? DL_F32 : DL_F64, 0);
-        o.steps = 1;
+        o.optim.steps = 1;
         dl__test_hook h = tu_skip_hook(DL_PURPOSE_GRADS, 1);
         ck_assert_int_eq(stages_differ(o, &h), 3);
         h = tu_perturb_hook(&o);
@@ -258,9 +259,9 @@ START_TEST(padding_dp4)
     ck_assert_uint_ne(l->numel % 4, 0);
     dl_gpt_layout_destroy(l);
     stages_equal(o);
-    o.dtype = DL_F32;
-    o.lr = 1e-3;
-    o.min_lr = 1e-4;
+    o.precision.dtype = DL_F32;
+    o.optim.lr = 1e-3;
+    o.optim.min_lr = 1e-4;
     stages_equal(o);
 }
 END_TEST
@@ -288,12 +289,13 @@ START_TEST(dp1_noop)
         run(&o, &r0);
         for (int z = 1; z <= 3; z++) {
             dl_train_opts oz = o;
-            oz.zero = z;
+            oz.zero.stage = z;
             run(&oz, &rz);
             check_figures(&oz, &rz);
-            ck_assert_int_eq(rz.zero, 0);
-            ck_assert_int_eq(rz.zero_padding, 0);
-            ck_assert(memcmp(rz.params, r0.params, sizeof(double) * (size_t)r0.nparams) == 0);
+            ck_assert_int_eq(rz.zero.stage, 0);
+            ck_assert_int_eq(rz.zero.padding, 0);
+            ck_assert(memcmp(rz.output.params, r0.output.params,
+                             sizeof(double) * (size_t)r0.nparams) == 0);
             dl_train_result_free(&rz);
         }
         dl_train_result_free(&r0);
@@ -307,9 +309,9 @@ START_TEST(overlap_and_rounds_same)
 {
     for (int z = 1; z <= 3; z++) {
         dl_train_opts a = base(4, 1, DL_F64, z), b = a, c = a;
-        b.overlap = 1;
-        c.bucket_mb = 0;
-        c.overlap = 1;
+        b.comm.overlap = 1;
+        c.comm.bucket_mb = 0;
+        c.comm.overlap = 1;
         dl_train_result ra, rb, rc;
         run(&a, &ra);
         run(&b, &rb);
@@ -317,9 +319,9 @@ START_TEST(overlap_and_rounds_same)
         check_figures(&b, &rb);
         check_figures(&c, &rc);
         size_t n = sizeof(double) * (size_t)ra.nparams;
-        ck_assert(memcmp(ra.params, rb.params, n) == 0);
-        ck_assert(memcmp(ra.params, rc.params, n) == 0);
-        ck_assert(memcmp(ra.grads, rc.grads, n) == 0);
+        ck_assert(memcmp(ra.output.params, rb.output.params, n) == 0);
+        ck_assert(memcmp(ra.output.params, rc.output.params, n) == 0);
+        ck_assert(memcmp(ra.output.grads, rc.output.grads, n) == 0);
         dl_train_result_free(&ra);
         dl_train_result_free(&rb);
         dl_train_result_free(&rc);
@@ -332,14 +334,14 @@ END_TEST
 START_TEST(same_volume_as_stage0)
 {
     dl_train_opts o = base(4, 1, DL_F32, 0);
-    o.want_params = o.want_grads = 0;
+    o.output.want_params = o.output.want_grads = 0;
     dl_train_result r0, r1;
     run(&o, &r0);
-    o.zero = 1;
+    o.zero.stage = 1;
     run(&o, &r1);
-    double padded = (double)r1.zero_padded * 4, full = (double)r0.grad_bytes;
-    ck_assert(fabs(r0.dp_grad_bytes_per_step - 1.5 * full) <= 2.0 * 4 * 4 * 64);
-    ck_assert(r1.dp_grad_bytes_per_step + r1.dp_param_bytes_per_step == 1.5 * padded);
+    double padded = (double)r1.zero.padded * 4, full = (double)r0.memory.grad_bytes;
+    ck_assert(fabs(r0.comm.dp_grads - 1.5 * full) <= 2.0 * 4 * 4 * 64);
+    ck_assert(r1.comm.dp_grads + r1.comm.dp_params == 1.5 * padded);
     dl_train_result_free(&r0);
     dl_train_result_free(&r1);
 }
@@ -350,13 +352,13 @@ START_TEST(bad_stage)
     dl_train_opts o = base(2, 1, DL_F32, 4);
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "0, 1, 2 or 3"));
-    o.zero = -1;
+    o.zero.stage = -1;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     for (int z = 0; z <= 3; z++) {
-        o.zero = z;
+        o.zero.stage = z;
         ck_assert_int_eq(dl_train_resolve(&o, 2), DL_OK);
     }
-    o.dtype = (dl_dtype)7;
+    o.precision.dtype = (dl_dtype)7;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "f32, f64 or bf16"));
 }
@@ -402,32 +404,32 @@ static void bf16_stages(dl_train_opts o, int bitwise_all)
     dl_train_result r[4];
     for (int z = 0; z <= 3; z++) {
         dl_train_opts oz = o;
-        oz.zero = z;
+        oz.zero.stage = z;
         run(&oz, &r[z]);
         check_figures(&oz, &r[z]);
     }
     size_t n = sizeof(double) * (size_t)r[0].nparams;
     for (int z = 1; z <= 3; z++) {
         char name[48];
-        double w = tu_worst_tensor_rel(&o.model, r[z].params, r[0].params, name);
+        double w = tu_worst_tensor_rel(&o.model, r[z].output.params, r[0].output.params, name);
         fprintf(stderr,
                 "bf16 dp %d tp %d stage %d: master weights vs stage 0 %.3g (%s), grads "
                 "%s\n",
-                o.dp, o.tp, z, w, name,
-                memcmp(r[z].grads, r[0].grads, n) ? "differ" : "bitwise equal");
+                o.layout.dp, o.layout.tp, z, w, name,
+                memcmp(r[z].output.grads, r[0].output.grads, n) ? "differ" : "bitwise equal");
         ck_assert_msg(w <= 1e-6, "bf16 stage %d: master weights differ from stage 0 by %.3g (%s)",
                       z, w, name);
         if (bitwise_all || z > 1)
-            ck_assert(memcmp(r[z].params, r[bitwise_all ? 0 : 1].params, n) == 0);
-        ck_assert(memcmp(r[z].grads, r[0].grads, n) == 0);
+            ck_assert(memcmp(r[z].output.params, r[bitwise_all ? 0 : 1].output.params, n) == 0);
+        ck_assert(memcmp(r[z].output.grads, r[0].output.grads, n) == 0);
         for (int i = 0; i < r[z].nsteps; i++) ck_assert(!r[z].steps[i].skipped);
     }
-    uint64_t P = r[0].grad_bytes / 2;
-    const uint64_t *p0 = r[0].peak, *p3 = r[3].peak;
+    uint64_t P = r[0].memory.grad_bytes / 2;
+    const uint64_t *p0 = r[0].memory.peak, *p3 = r[3].memory.peak;
     double b0 = (double)(p0[0] + p0[1] + p0[2]) / (double)P;
     double b3 = (double)(p3[0] + p3[1] + p3[2]) / (double)P;
     fprintf(stderr, "bf16 dp %d: %.4f / %.4f bytes per parameter at stages 0 / 3 (padding %lld)\n",
-            o.dp, b0, b3, (long long)r[3].zero_padding);
+            o.layout.dp, b0, b3, (long long)r[3].zero.padding);
     ck_assert(b0 == 16.0);
     for (int z = 0; z <= 3; z++) dl_train_result_free(&r[z]);
 }
@@ -435,7 +437,7 @@ static void bf16_stages(dl_train_opts o, int bitwise_all)
 START_TEST(bf16_dp4)
 {
     dl_train_opts o = base(4, 1, DL_BF16, 0);
-    o.microbatches = 1;
+    o.batch.microbatches = 1;
     bf16_stages(o, 0);
 }
 END_TEST
@@ -443,7 +445,7 @@ END_TEST
 START_TEST(bf16_dp2tp2_padding)
 {
     dl_train_opts o = base(2, 2, DL_BF16, 0);
-    o.microbatches = 1;
+    o.batch.microbatches = 1;
     o.model.layers = 1;
     o.model.d_model = 30;
     o.model.heads = 2;
@@ -458,20 +460,22 @@ START_TEST(bf16_nonfinite_skipped)
 {
     for (int z = 0; z <= 3; z += 3) {
         dl_train_opts o = base(2, 1, DL_BF16, z), one = o;
-        o.microbatches = 1;
-        o.steps = 2;
-        o.nan_step = 2;
+        o.batch.microbatches = 1;
+        o.optim.steps = 2;
         one = o;
-        one.steps = 1;
-        one.nan_step = 0;
+        one.optim.steps = 1;
+        dl__test_hook nan = {.nan_step = 2}; /* only the two-step run's step 2 */
         dl_train_result r, r1;
+        dl__test_hook_set(&nan);
         run(&o, &r);
+        dl__test_hook_set(NULL);
         run(&one, &r1);
-        ck_assert_int_eq(r.skipped_steps, 1);
+        ck_assert_int_eq(r.optim.skipped_steps, 1);
         ck_assert(!r.steps[0].skipped && r.steps[1].skipped);
         ck_assert(!isfinite(r.steps[1].grad_norm));
-        ck_assert(isfinite(r.final_loss));
-        ck_assert(memcmp(r.params, r1.params, sizeof(double) * (size_t)r.nparams) == 0);
+        ck_assert(isfinite(r.optim.final_loss));
+        ck_assert(memcmp(r.output.params, r1.output.params, sizeof(double) * (size_t)r.nparams) ==
+                  0);
         dl_train_result_free(&r);
         dl_train_result_free(&r1);
     }
@@ -486,26 +490,27 @@ START_TEST(gpu_mem_stage3)
     o.model.layers = 2;
     o.model.d_model = 128;
     o.model.seq = 8;
-    o.micro_batch = 1;
-    o.microbatches = 1;
-    o.steps = 2;
-    o.eval_windows = 2;
-    o.want_params = o.want_grads = 0;
+    o.batch.micro = 1;
+    o.batch.microbatches = 1;
+    o.optim.steps = 2;
+    o.eval.windows = 2;
+    o.output.want_params = o.output.want_grads = 0;
     int64_t P = dl_gpt_num_params(&o.model);
-    o.gpu_mem = (uint64_t)(P * 16 * 3 / 4); /* stage 0's model state alone is 16 P */
+    o.machine.gpu_mem = (uint64_t)(P * 16 * 3 / 4); /* stage 0's model state alone is 16 P */
     dl_train_result r;
     ck_assert_int_eq(dl_train_run(&o, &r), DL_ENOMEM);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank"));
-    fprintf(stderr, "gpu-mem %llu, stage 0: %s\n", (unsigned long long)o.gpu_mem, dl_errmsg());
+    fprintf(stderr, "gpu-mem %llu, stage 0: %s\n", (unsigned long long)o.machine.gpu_mem,
+            dl_errmsg());
     dl_train_result_free(&r);
-    o.zero = 3;
+    o.zero.stage = 3;
     run(&o, &r);
     uint64_t top = 0;
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) top += r.peak[c];
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) top += r.memory.peak[c];
     fprintf(stderr, "gpu-mem %llu, stage 3: trains, rank 0 peaks sum to %llu\n",
-            (unsigned long long)o.gpu_mem, (unsigned long long)top);
+            (unsigned long long)o.machine.gpu_mem, (unsigned long long)top);
     dl_train_result_free(&r);
-    o.gpu_mem = (uint64_t)P; /* 1 byte per parameter: not even stage 3 */
+    o.machine.gpu_mem = (uint64_t)P; /* 1 byte per parameter: not even stage 3 */
     ck_assert_int_eq(dl_train_run(&o, &r), DL_ENOMEM);
     dl_train_result_free(&r);
 }

@@ -14,20 +14,20 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt)
     o.model.d_model = 32;
     o.model.heads = 4;
     o.model.seq = 16;
-    o.dtype = dt;
-    o.dp = dp;
-    o.tp = tp;
-    o.micro_batch = 2;
-    o.microbatches = 2;
-    o.steps = DL_TEST_SMALL ? 3 : 5;
-    o.warmup = 2;
-    o.lr = 1e-2;
-    o.min_lr = 1e-3;
-    o.eval_windows = 4;
-    o.log_every = 0;
-    o.bucket_mb = 0.01; /* several buckets */
-    o.want_params = 1;
-    o.timeout_s = 120;
+    o.precision.dtype = dt;
+    o.layout.dp = dp;
+    o.layout.tp = tp;
+    o.batch.micro = 2;
+    o.batch.microbatches = 2;
+    o.optim.steps = DL_TEST_SMALL ? 3 : 5;
+    o.optim.warmup = 2;
+    o.optim.lr = 1e-2;
+    o.optim.min_lr = 1e-3;
+    o.eval.windows = 4;
+    o.output.log_every = 0;
+    o.comm.bucket_mb = 0.01; /* several buckets */
+    o.output.want_params = 1;
+    o.machine.timeout_s = 120;
     return o;
 }
 
@@ -39,11 +39,11 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt)
 static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
 {
     dl_train_opts one = o;
-    one.dp = 1;
-    one.tp = 1;
-    one.microbatches = o.dp * o.microbatches;
-    one.micro_batch = o.micro_batch;
-    one.global_batch = 0;
+    one.layout.dp = 1;
+    one.layout.tp = 1;
+    one.batch.microbatches = o.layout.dp * o.batch.microbatches;
+    one.batch.micro = o.batch.micro;
+    one.batch.global = 0;
     return tu_same_model(o, hook, one, why, wn);
 }
 
@@ -51,7 +51,8 @@ static void equals_one_rank(dl_train_opts o)
 {
     char why[512];
     int same = vs_one_rank(o, NULL, why, sizeof why);
-    ck_assert_msg(same == 1, "dp %d tp %d %s: %s", o.dp, o.tp, dl_dtype_name(o.dtype), why);
+    ck_assert_msg(same == 1, "dp %d tp %d %s: %s", o.layout.dp, o.layout.tp,
+                  dl_dtype_name(o.precision.dtype), why);
 }
 
 /* A negative control: the layout made wrong by the hook must fail the same comparison. */
@@ -62,10 +63,10 @@ static void control_differs(dl_train_opts o, dl__test_hook h, const char *what)
     ck_assert_msg(same != -1, "%s: %s", what, why);
     ck_assert_msg(atomic_load(&h.skipped) + atomic_load(&h.perturbed) > 0,
                   "%s: the hook never fired", what);
-    ck_assert_msg(same == 0, "dp %d tp %d %s, %s: passed as the same model", o.dp, o.tp,
-                  dl_dtype_name(o.dtype), what);
-    fprintf(stderr, "control dp %d tp %d %s, %s: differs (%s)\n", o.dp, o.tp,
-            dl_dtype_name(o.dtype), what, why);
+    ck_assert_msg(same == 0, "dp %d tp %d %s, %s: passed as the same model", o.layout.dp,
+                  o.layout.tp, dl_dtype_name(o.precision.dtype), what);
+    fprintf(stderr, "control dp %d tp %d %s, %s: differs (%s)\n", o.layout.dp, o.layout.tp,
+            dl_dtype_name(o.precision.dtype), what, why);
 }
 
 /* The bounds are tight: a layout that skips one gradient all-reduce (dp: the first bucket;
@@ -113,7 +114,7 @@ END_TEST
 START_TEST(recompute_f64)
 {
     dl_train_opts o = base(1, 2, DL_F64);
-    o.recompute = DL_RECOMPUTE_FULL;
+    o.precision.recompute = DL_RECOMPUTE_FULL;
     equals_one_rank(o);
 }
 END_TEST
@@ -124,16 +125,15 @@ START_TEST(gradient_bytes)
 {
     for (int d = 2; d <= 4; d += 2) {
         dl_train_opts o = base(d, 1, DL_F32);
-        o.algo = DL_ALGO_RING;
-        o.want_params = 0;
+        o.comm.algo = DL_ALGO_RING;
+        o.output.want_params = 0;
         dl_train_result r;
         ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
-        double expect = 2.0 * (d - 1) / d * (double)r.grad_bytes;
+        double expect = 2.0 * (d - 1) / d * (double)r.memory.grad_bytes;
         /* each bucket's blocks differ by at most one element of 4 bytes */
-        ck_assert_msg(fabs(r.dp_grad_bytes_per_step - expect) <= 2.0 * d * 4 * 64,
-                      "d %d: %.0f bytes per step, ring formula %.0f", d, r.dp_grad_bytes_per_step,
-                      expect);
-        ck_assert(r.tp_act_bytes_per_step == 0);
+        ck_assert_msg(fabs(r.comm.dp_grads - expect) <= 2.0 * d * 4 * 64,
+                      "d %d: %.0f bytes per step, ring formula %.0f", d, r.comm.dp_grads, expect);
+        ck_assert(r.comm.tp_activations == 0);
         dl_train_result_free(&r);
     }
 }
@@ -144,15 +144,15 @@ END_TEST
 START_TEST(tp_activation_bytes)
 {
     dl_train_opts o = base(1, 2, DL_F32);
-    o.algo = DL_ALGO_RING;
-    o.want_params = 0;
+    o.comm.algo = DL_ALGO_RING;
+    o.output.want_params = 0;
     dl_train_result r;
     ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
-    double N = o.micro_batch * o.model.seq, C = o.model.d_model, t = o.tp;
+    double N = o.batch.micro * o.model.seq, C = o.model.d_model, t = o.layout.tp;
     double per_ar = 2.0 * (t - 1) / t * N * C * 4;
-    double expect = 4.0 * o.model.layers * o.microbatches * per_ar;
-    ck_assert_msg(fabs(r.tp_act_bytes_per_step - expect) < 1, "%.0f vs %.0f",
-                  r.tp_act_bytes_per_step, expect);
+    double expect = 4.0 * o.model.layers * o.batch.microbatches * per_ar;
+    ck_assert_msg(fabs(r.comm.tp_activations - expect) < 1, "%.0f vs %.0f", r.comm.tp_activations,
+                  expect);
     dl_train_result_free(&r);
 }
 END_TEST
@@ -160,12 +160,12 @@ END_TEST
 START_TEST(overlap_same)
 {
     dl_train_opts a = base(2, 1, DL_F64), b = a;
-    b.overlap = 1;
+    b.comm.overlap = 1;
     dl_train_result ra, rb;
     ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
     ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
     char name[48];
-    ck_assert(tu_worst_tensor_rel(&a.model, ra.params, rb.params, name) == 0.0);
+    ck_assert(tu_worst_tensor_rel(&a.model, ra.output.params, rb.output.params, name) == 0.0);
     dl_train_result_free(&ra);
     dl_train_result_free(&rb);
 }
@@ -177,20 +177,20 @@ START_TEST(loss_decreases)
     dl_train_opts o = base(2, 1, DL_F32);
     o.model.d_model = 64;
     o.model.seq = 32;
-    o.micro_batch = 8;
-    o.microbatches = 1;
-    o.steps = DL_TEST_SMALL ? 60 : 150;
-    o.warmup = 10;
-    o.lr = 3e-3;
-    o.min_lr = 3e-4;
-    o.want_params = 0;
+    o.batch.micro = 8;
+    o.batch.microbatches = 1;
+    o.optim.steps = DL_TEST_SMALL ? 60 : 150;
+    o.optim.warmup = 10;
+    o.optim.lr = 3e-3;
+    o.optim.min_lr = 3e-4;
+    o.output.want_params = 0;
     dl_train_result r;
     ck_assert_msg(dl_train_run(&o, &r) == DL_OK, "%s", dl_errmsg());
-    double first = r.steps[0].loss, last = r.final_loss;
+    double first = r.steps[0].loss, last = r.optim.final_loss;
     ck_assert_msg(first > 5.3 && first < 5.8, "initial loss %.3f (ln 256 = 5.545)", first);
     ck_assert_msg(last < first - 1.0, "loss %.3f -> %.3f: not learning", first, last);
-    ck_assert(r.final_val_loss < first - 1.0);
-    ck_assert(r.floor > 1.2 && r.floor < 1.22);
+    ck_assert(r.eval.final_val_loss < first - 1.0);
+    ck_assert(r.data.floor > 1.2 && r.data.floor < 1.22);
     dl_train_result_free(&r);
 }
 END_TEST
@@ -208,16 +208,16 @@ START_TEST(bad_configs)
     ck_assert_int_eq(dl_train_resolve(&o, 3), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank count"));
     o = base(2, 1, DL_F32);
-    o.micro_batch = 0;
-    o.microbatches = 0;
-    o.global_batch = 7;
+    o.batch.micro = 0;
+    o.batch.microbatches = 0;
+    o.batch.global = 7;
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "try --global-batch 8"));
     o = base(2, 1, DL_F32);
-    o.global_batch = 9; /* with micro 2, microbatches 2: 2*2*2 = 8 */
+    o.batch.global = 9; /* with micro 2, microbatches 2: 2*2*2 = 8 */
     ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
     o = base(1, 1, DL_F32);
-    o.data_path = "/nonexistent/file";
+    o.data.path = "/nonexistent/file";
     dl_train_result r;
     ck_assert_int_ne(dl_train_run(&o, &r), DL_OK);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "/nonexistent/file"));
