@@ -52,6 +52,9 @@ typedef struct dl_gpt_opts {
     dl_gpt_reduce_fn reduce; /* non-NULL: no gradient buffer (stages 2, 3); called after each
                              * unit's backward, every micro-batch */
     void *hook_arg;
+    /* split backward: non-zero keeps, per activation slot and layer, what a deferred weight
+     * gradient needs (activations category), so dl_gpt_stage_backward_input / _weight work */
+    int defer_w;
 } dl_gpt_opts;
 
 /* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are
@@ -118,6 +121,17 @@ int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, cons
                          int B, double *loss);
 int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
                           void *arg);
+/* The backward in two parts (zero-bubble schedules; needs opts.defer_w, refused with full
+ * recomputation): the input gradient leaves the chunk's input gradient in dl_gpt_stage_grad as
+ * dl_gpt_stage_backward does, writes no parameter gradient and keeps in the slot what the weight
+ * part needs; the weight gradient (any time later, before the optimizer step; weight parts of
+ * several slots in increasing micro-batch order give the whole backward's sums bitwise)
+ * accumulates every parameter gradient of the chunk, unit by unit in the whole backward's order,
+ * calling `ready` as each unit completes. Input then weight equals dl_gpt_stage_backward
+ * bitwise. A weight part without its input part, a second input part or a forward into the slot
+ * while its weight part is pending are refused (DL_EINVAL). */
+int dl_gpt_stage_backward_input(dl_gpt *g, int slot, int chunk, double dloss);
+int dl_gpt_stage_backward_weight(dl_gpt *g, int slot, int chunk, dl_grad_ready_fn ready, void *arg);
 void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk);
 const void *dl_gpt_stage_output(dl_gpt *g, int slot, int chunk);
 void *dl_gpt_stage_grad(dl_gpt *g);

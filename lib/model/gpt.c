@@ -7,6 +7,15 @@
 #include "model/gpt_priv.h"
 #include "model/layer.h"
 #include "model/ops.h"
+#include "model/sublayer.h"
+
+/* One sublayer of one local layer: its kind, its first tensor, its unit, where its activations
+ * sit in the layer's activation set and its stash in the layer's stash set (elements). */
+typedef struct dl_sub_inst {
+    const dl_sublayer_kind *kind;
+    int k, unit;
+    size_t act_off, stash_off;
+} dl_sub_inst;
 
 struct dl_gpt {
     dl_gpt_opts o;
@@ -15,10 +24,13 @@ struct dl_gpt {
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
     int V, T, C, L, H, HS, Cl, Fl, NHl, MB;  /* L: the layers this rank holds (all chunks) */
     size_t N;                                /* MB * T: rows of the largest batch */
-    size_t set_elems;                        /* one layer's activations */
+    size_t set_elems;                        /* one layer's activations (the largest) */
+    size_t stash_elems;                      /* one layer's deferred weight-gradient stash */
     int k_wte, k_wpe, k_lnf, k_lnfb, k_head; /* tensor indices */
     int *k_layer;                            /* k_layer[local layer]: its first tensor */
-    int embed, head; /* holds virtual stage 0's embeddings / the last virtual stage's head */
+    dl_sub_inst *sub; /* sub[l * DL_SUB_MAX + j]: local layer l's sublayer j */
+    int *nsub;        /* nsub[l]: local layer l's sublayers */
+    int embed, head;  /* holds virtual stage 0's embeddings / the last virtual stage's head */
     int cbeg[DL_GPT_MAX_CHUNKS]; /* local index of each chunk's first layer */
     int maxc;                    /* layers of the largest chunk */
     int slots;                   /* activation slots (micro-batches in flight) */
@@ -32,13 +44,19 @@ struct dl_gpt {
     int cur_slot, cur_chunk;
     void *cur_act, *xres, *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
     int *inputs, *targets;
+    /* deferred weight gradients (opts.defer_w): per slot, a stash set per layer of the largest
+     * chunk, then the head's (ln_f's output gradient) and the embeddings' (their output
+     * gradient); wpend[slot]: chunk + 1 while that chunk's weight part is pending */
+    void *stash_base, *cur_stash, *cur_stash_head, *cur_stash_emb;
+    size_t stash_slot;
+    int *wpend;
     void *dx, *dln, *dqkv, *datty, *dfchg, *dlnf, *att_scratch;
     int *zero_targets;
     void *blocks[32];
     int nblocks;
     /* units (include/distlab/gpt.h): unit u is [ubound[u], ubound[u+1]), tensors ufirst[u] ..
      * ufirst[u+1]-1; pw[k], gw[k]: where the kernels find tensor k's parameters and gradient */
-    int nunits, u_layer0, u_head, *ufirst;
+    int nunits, u_head, *ufirst;
     size_t *ubound, umax;
     void **pw, **gw;
     int pdirect, gdirect; /* pw / gw point into the flat buffers (no unit buffers) */
@@ -75,7 +93,7 @@ static int unit_begin(dl_gpt *g, int u, int grads)
 {
     int sl = g->keep0 && u == 0, rc;
     size_t lo = g->ubound[u], n = g->ubound[u + 1] - lo;
-    if (!g->pdirect) {
+    if (grads >= 0 && !g->pdirect) {
         char *src = g->params ? (char *)g->params + lo * (size_t)g->ssize : g->gath[sl];
         if (g->o.gather && (rc = g->o.gather(g->o.hook_arg, u, g->gath[sl])))
             return rc;
@@ -85,11 +103,19 @@ static int unit_begin(dl_gpt *g, int u, int grads)
         }
         point_unit(g, g->pw, u, src);
     }
-    if (grads && !g->gdirect) {
+    if (grads && !g->gdirect) { /* -1: the gradient buffer only */
         memset(g->gwork[sl], 0, unit_padded(g, n) * (size_t)g->dsize);
         point_unit(g, g->gw, u, g->gwork[sl]);
     }
     return DL_OK;
+}
+
+/* Before unit u's part of a backward: the whole backward needs both, the input part the
+ * parameters only, the weight part the gradient buffer only (no weight-gradient kernel reads a
+ * parameter). */
+static int unit_begin_part(dl_gpt *g, int u, dl_bwd_part part)
+{
+    return unit_begin(g, u, part == DL_BWD_WHOLE ? 1 : part == DL_BWD_INPUT ? 0 : -1);
 }
 
 /* After unit u's backward: its gradient to the reduce hook, or added into the bf16 buffer. */
@@ -115,6 +141,11 @@ static void select_slot(dl_gpt *g, int s, int ch)
         (char *)g->act_base +
         (g->o.recompute == DL_RECOMPUTE_FULL ? 0 : (size_t)s * g->maxc * g->set_elems * ds);
     g->xres = (char *)g->xres_base + (size_t)s * (g->maxc + 1) * N * C * ds;
+    if (g->stash_base) {
+        g->cur_stash = (char *)g->stash_base + (size_t)s * g->stash_slot * ds;
+        g->cur_stash_head = (char *)g->cur_stash + (size_t)g->maxc * g->stash_elems * ds;
+        g->cur_stash_emb = (char *)g->cur_stash_head + (g->head ? N * C * ds : 0);
+    }
     g->inputs = g->inputs_base + (size_t)s * N;
     g->targets = g->targets_base + (size_t)s * N;
     if (g->head) {
@@ -126,20 +157,46 @@ static void select_slot(dl_gpt *g, int s, int ch)
     }
 }
 
+/* The context of local layer l's sublayer j for a batch of B sequences in the current slot and
+ * chunk: its parameters, activations and stash; its input is the layer's input or the previous
+ * sublayer's output, kept in the activation set after that sublayer's own activations, and the
+ * last one's output is the layer's. */
+static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
+{
+    const dl_sub_inst *s = &g->sub[l * DL_SUB_MAX + j];
+    size_t ds = (size_t)g->dsize, NC = g->N * (size_t)g->C;
+    int r = l - g->cbeg[g->cur_chunk], last = j == g->nsub[l] - 1;
+    char *set = (char *)g->cur_act + (g->o.recompute ? 0 : (size_t)r) * g->set_elems * ds;
+    char *xres = (char *)g->xres + (size_t)r * NC * ds;
+    memset(c, 0, sizeof *c);
+    c->d = (dl_sub_dims){g->MB, B, g->T, g->C, g->Cl, g->Fl, g->NHl, g->HS, g->tp};
+    c->tp_comm = g->o.tp_comm;
+    c->w = g->pw + s->k;
+    c->dw = g->gw + s->k;
+    c->act = set + s->act_off * ds;
+    c->x = j ? set + (s[-1].act_off + s[-1].kind->act_elems(&c->d)) * ds : xres;
+    c->y = last ? xres + NC * ds : set + (s->act_off + s->kind->act_elems(&c->d)) * ds;
+    if (g->stash_base)
+        c->stash = (char *)g->cur_stash + ((size_t)r * g->stash_elems + s->stash_off) * ds;
+    c->dx = g->dx;
+    c->ws_dln = g->dln, c->ws_datty = g->datty, c->ws_dqkv = g->dqkv, c->ws_dfc = g->dfchg;
+    c->ws_scratch = g->att_scratch;
+}
+
 #define REAL float
 #define SFX f32
-#define DT DL_F32
+#define IS64 0
 #include "model/gpt_impl.h"
 #undef REAL
 #undef SFX
-#undef DT
+#undef IS64
 #define REAL double
 #define SFX f64
-#define DT DL_F64
+#define IS64 1
 #include "model/gpt_impl.h"
 #undef REAL
 #undef SFX
-#undef DT
+#undef IS64
 
 static int grab(dl_gpt *g, dl_mem_category cat, size_t bytes, void **out)
 {
@@ -155,6 +212,7 @@ void dl_gpt_destroy(dl_gpt *g)
         return;
     for (int i = 0; i < g->nblocks; i++) dl_arena_free(g->o.arena, g->blocks[i]);
     free(g->k_layer);
+    free(g->sub), free(g->nsub), free(g->wpend);
     free(g->inputs_base);
     free(g->targets_base);
     free(g->lastB);
@@ -177,6 +235,9 @@ static int check_opts(const dl_gpt_opts *o)
         return dl_error(DL_EINVAL, "model: tp %d needs a tp communicator of that size", tp);
     if (o->act_slots < 0)
         return dl_error(DL_EINVAL, "model: activation slots must be >= 0 (got %d)", o->act_slots);
+    if (o->defer_w && o->recompute == DL_RECOMPUTE_FULL)
+        return dl_error(DL_EINVAL, "model: deferred weight gradients with full recomputation are "
+                                   "not supported (the weight part would recompute the layer)");
     return DL_OK;
 }
 
@@ -206,9 +267,40 @@ static void set_dims(dl_gpt *g)
     g->NHl = g->H / tp;
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
-    size_t N = g->N, C = g->C;
-    g->set_elems = N * C * 3 + 4 * N + N * 3 * g->Cl + (size_t)g->MB * g->NHl * g->T * g->T +
-                   N * g->Cl + 2 * N * g->Fl;
+}
+
+/* Each local layer's sublayers (the model variant's choice): their first tensors and where their
+ * activations and stashes sit in the layer's sets (a sublayer's activations, then its output
+ * when another sublayer follows); the sets are sized for the largest layer. */
+static int plan_sublayers(dl_gpt *g)
+{
+    const dl_gpt_part *part = &g->lay->part;
+    size_t L1 = (size_t)(g->L ? g->L : 1), NC = g->N * (size_t)g->C;
+    g->sub = calloc(L1 * DL_SUB_MAX, sizeof *g->sub);
+    g->nsub = calloc(L1, sizeof *g->nsub);
+    if (!g->sub || !g->nsub)
+        return dl_error(DL_ENOMEM, "model: out of memory");
+    dl_sub_dims d = {g->MB, g->MB, g->T, g->C, g->Cl, g->Fl, g->NHl, g->HS, g->tp};
+    for (int ch = 0, l = 0; ch < part->nchunks; ch++)
+        for (int i = 0; i < part->count[ch]; i++, l++) {
+            const dl_sublayer_kind *kinds[DL_SUB_MAX];
+            int ns = dl__layer_sublayers(&g->o.cfg, part->first[ch] + i, kinds), k = g->k_layer[l];
+            size_t act = 0, stash = 0;
+            g->nsub[l] = ns;
+            for (int j = 0; j < ns; j++) {
+                dl_sub_inst *s = &g->sub[(size_t)l * DL_SUB_MAX + j];
+                s->kind = kinds[j];
+                s->k = k;
+                s->act_off = act;
+                s->stash_off = stash;
+                k += kinds[j]->nparams;
+                act += kinds[j]->act_elems(&d) + (j < ns - 1 ? NC : 0);
+                stash += kinds[j]->stash_elems(&d);
+            }
+            g->set_elems = act > g->set_elems ? act : g->set_elems;
+            g->stash_elems = stash > g->stash_elems ? stash : g->stash_elems;
+        }
+    return DL_OK;
 }
 
 /* The tensors the kernels name (embeddings, head, each layer's first) and the host arrays. */
@@ -231,14 +323,15 @@ static int find_tensors(dl_gpt *g)
     g->inputs_base = malloc(sizeof(int) * N * S);
     g->targets_base = malloc(sizeof(int) * N * S);
     g->lastB = calloc(S, sizeof(int));
+    g->wpend = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
     int nt = g->lay->ntensors;
-    g->ufirst = calloc((size_t)g->L + 3, sizeof(int));
-    g->ubound = calloc((size_t)g->L + 3, sizeof(size_t));
+    g->ufirst = calloc((size_t)g->L * DL_SUB_MAX + 3, sizeof(int));
+    g->ubound = calloc((size_t)g->L * DL_SUB_MAX + 3, sizeof(size_t));
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
-    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->zero_targets ||
-        !g->ufirst || !g->ubound || !g->pw || !g->gw)
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->wpend ||
+        !g->zero_targets || !g->ufirst || !g->ubound || !g->pw || !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
@@ -257,8 +350,15 @@ static int build_units(dl_gpt *g)
     g->nunits = 0;
     if (g->embed)
         g->ubound[g->nunits++] = 0;
-    g->u_layer0 = g->nunits;
-    for (int l = 0; l < g->L; l++) g->ubound[g->nunits++] = g->lay->t[g->k_layer[l]].offset;
+    /* a layer's first sublayer starts a unit; each other one starts one or joins its
+     * predecessor's, as its kind chooses */
+    for (int l = 0; l < g->L; l++)
+        for (int j = 0; j < g->nsub[l]; j++) {
+            dl_sub_inst *s = &g->sub[(size_t)l * DL_SUB_MAX + j];
+            if (j == 0 || s->kind->unit == DL_SUB_UNIT_NEW)
+                g->ubound[g->nunits++] = g->lay->t[s->k].offset;
+            s->unit = g->nunits - 1;
+        }
     g->u_head = g->head ? g->nunits : -1;
     if (g->head)
         g->ubound[g->nunits++] = g->lay->t[g->k_lnf].offset;
@@ -274,6 +374,12 @@ static int build_units(dl_gpt *g)
     g->pdirect = o->dtype != DL_BF16 && !o->gather;
     g->gdirect = o->dtype != DL_BF16 && !o->reduce;
     g->keep0 = !g->pdirect && o->cfg.tie && g->embed && g->head;
+    /* full recomputation re-runs a whole layer's forward, with one materialised unit */
+    for (int l = 0; l < g->L && !g->pdirect && o->recompute; l++)
+        if (g->sub[(size_t)l * DL_SUB_MAX + g->nsub[l] - 1].unit !=
+            g->sub[(size_t)l * DL_SUB_MAX].unit)
+            return dl_error(DL_EINVAL, "model: full recomputation of a layer of several units "
+                                       "needs f32/f64 parameters without ZeRO-3");
     if (g->keep0 && g->lay->part.nchunks != 1)
         return dl_error(DL_EINVAL, "model: tied embeddings and head in different chunks of one "
                                    "stage need f32/f64 parameters without ZeRO-3");
@@ -293,6 +399,8 @@ static int alloc_buffers(dl_gpt *g)
     size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
     size_t H = g->head ? S : 0;
+    /* deferred weight gradients: per slot, the layers' stashes, the head's and the embeddings' */
+    g->stash_slot = (size_t)g->maxc * g->stash_elems + ((size_t)g->head + (size_t)g->embed) * N * C;
     /* activations: what is kept from a forward for its backward (per slot); the backward's
      * workspace, shared by all slots, counts as other */
     struct {
@@ -316,6 +424,7 @@ static int alloc_buffers(dl_gpt *g)
         {DL_MEM_ACTIVATIONS, H * N, &g->lnf_rstd_base, 0},
         {DL_MEM_ACTIVATIONS, H * N * V, &g->probs_base, 0},
         {DL_MEM_ACTIVATIONS, H * N, &g->losses_base, 0},
+        {DL_MEM_ACTIVATIONS, o->defer_w ? S * g->stash_slot : 0, &g->stash_base, 0},
         {DL_MEM_OTHER, N * C, &g->dx, 0},
         {DL_MEM_OTHER, N * C, &g->dln, 0},
         {DL_MEM_OTHER, N * 3 * Cl, &g->dqkv, 0},
@@ -375,8 +484,8 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
         return rc;
     }
     set_dims(g);
-    if ((rc = find_tensors(g)) || (rc = build_units(g)) || (rc = alloc_buffers(g)) ||
-        (rc = init_params(g))) {
+    if ((rc = find_tensors(g)) || (rc = plan_sublayers(g)) || (rc = build_units(g)) ||
+        (rc = alloc_buffers(g)) || (rc = init_params(g))) {
         dl_gpt_destroy(g);
         return rc;
     }
@@ -438,6 +547,9 @@ int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, cons
     int rc = check_slot(g, slot, chunk, "forward");
     if (rc)
         return rc;
+    if (g->wpend[slot])
+        return dl_error(DL_EINVAL, "model forward: slot %d's weight gradient (chunk %d) is pending",
+                        slot, g->wpend[slot] - 1);
     if (B < 1 || B > g->MB)
         return dl_error(DL_EINVAL, "model forward: batch %d outside 1..%d", B, g->MB);
     select_slot(g, slot, chunk);
@@ -460,20 +572,53 @@ int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, cons
                          : forward_f32(g, g->inputs, g->targets, B, loss);
 }
 
+/* One part of the backward of (slot, chunk), in the order the parts allow: a whole backward or
+ * an input part after the forward, the weight part after its input part. */
+static int backward_part(dl_gpt *g, int slot, int chunk, double dloss, dl_bwd_part part,
+                         dl_grad_ready_fn ready, void *arg)
+{
+    static const char *const what[] = {"backward", "input gradient", "weight gradient"};
+    int rc = check_slot(g, slot, chunk, what[part]);
+    if (rc)
+        return rc;
+    if (part != DL_BWD_WHOLE && !g->stash_base)
+        return dl_error(DL_EINVAL, "model %s: the backward split needs opts.defer_w", what[part]);
+    if (part == DL_BWD_WEIGHT && g->wpend[slot] != chunk + 1)
+        return dl_error(DL_EINVAL,
+                        "model weight gradient: no input gradient of slot %d chunk %d "
+                        "before it",
+                        slot, chunk);
+    if (part != DL_BWD_WEIGHT && g->wpend[slot])
+        return dl_error(DL_EINVAL, "model %s: slot %d's weight gradient (chunk %d) is pending",
+                        what[part], slot, g->wpend[slot] - 1);
+    if (!g->lastB[slot])
+        return dl_error(DL_EINVAL, "model %s: no forward in slot %d to differentiate", what[part],
+                        slot);
+    select_slot(g, slot, chunk);
+    rc = g->dsize == 8 ? backward_f64(g, dloss, part, ready, arg)
+                       : backward_f32(g, dloss, part, ready, arg);
+    g->wpend[slot] = part == DL_BWD_INPUT ? chunk + 1 : 0;
+    /* a slot's head outputs were overwritten by their gradient; the chunk's forward is spent once
+     * the weight gradient is done */
+    if (g->head && chunk == g->lay->part.nchunks - 1 && part != DL_BWD_INPUT)
+        g->lastB[slot] = 0;
+    return rc;
+}
+
 int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
                           void *arg)
 {
-    int rc = check_slot(g, slot, chunk, "backward");
-    if (rc)
-        return rc;
-    if (!g->lastB[slot])
-        return dl_error(DL_EINVAL, "model backward: no forward in slot %d to differentiate", slot);
-    select_slot(g, slot, chunk);
-    rc = g->dsize == 8 ? backward_f64(g, dloss, ready, arg) : backward_f32(g, dloss, ready, arg);
-    /* a slot's head outputs were overwritten by their gradient; the chunk's forward is spent */
-    if (g->head && chunk == g->lay->part.nchunks - 1)
-        g->lastB[slot] = 0;
-    return rc;
+    return backward_part(g, slot, chunk, dloss, DL_BWD_WHOLE, ready, arg);
+}
+
+int dl_gpt_stage_backward_input(dl_gpt *g, int slot, int chunk, double dloss)
+{
+    return backward_part(g, slot, chunk, dloss, DL_BWD_INPUT, NULL, NULL);
+}
+
+int dl_gpt_stage_backward_weight(dl_gpt *g, int slot, int chunk, dl_grad_ready_fn ready, void *arg)
+{
+    return backward_part(g, slot, chunk, 0.0, DL_BWD_WEIGHT, ready, arg);
 }
 
 void *dl_gpt_stage_input(dl_gpt *g, int slot, int chunk)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "distlab.h"
 #include "model/layer.h"
+#include "model/sublayer.h"
 
 void dl_gpt_config_default(dl_gpt_config *c)
 {
@@ -120,6 +121,29 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
  * ln_f 2 + 12 L and the next, lm_head after them. */
 #define ID_LAYER(i, j) (2 + DL_LT_COUNT * (i) + (j))
 
+static int layer_tensors(const dl_gpt_config *c, int layer)
+{
+    const dl_sublayer_kind *kinds[DL_SUB_MAX];
+    int ns = dl__layer_sublayers(c, layer, kinds), n = 0;
+    for (int j = 0; j < ns; j++) n += kinds[j]->nparams;
+    return n;
+}
+
+/* Layer i's tensors, sublayer by sublayer; the j-th tensor of the layer has the init key
+ * ID_LAYER(i, j), so the dense layer's keys are those of its named table (model/layer.h). */
+static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
+{
+    const dl_sublayer_kind *kinds[DL_SUB_MAX];
+    int ns = dl__layer_sublayers(&l->cfg, i, kinds), j = 0;
+    int64_t C = l->cfg.d_model;
+    for (int s = 0; s < ns; s++)
+        for (int q = 0; q < kinds[s]->nparams; q++, j++) {
+            const dl_sub_param *pr = &kinds[s]->params[q];
+            add(l, k, off, ID_LAYER(i, j), pr->name, i, pr->rows * C, pr->cols ? pr->cols * C : 1,
+                pr->ndim, pr->sh);
+        }
+}
+
 int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
                               dl_gpt_layout **out)
 {
@@ -134,7 +158,6 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         dl_gpt_part_whole(c, &whole);
         part = &whole;
     }
-    int nl = 0;
     if (part->nchunks < 1 || part->nchunks > DL_GPT_MAX_CHUNKS)
         return dl_error(DL_EINVAL, "model part: %d chunks (1 .. %d)", part->nchunks,
                         DL_GPT_MAX_CHUNKS);
@@ -143,10 +166,12 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
             part->first[ch] + part->count[ch] > c->layers)
             return dl_error(DL_EINVAL, "model part: chunk %d's layers %d .. %d outside 0 .. %d", ch,
                             part->first[ch], part->first[ch] + part->count[ch] - 1, c->layers - 1);
-        nl += part->count[ch];
     }
     dl_gpt_layout *l = calloc(1, sizeof *l);
-    int n = 2 + DL_LT_COUNT * nl + 3;
+    int n = 2 + 3;
+    for (int ch = 0; ch < part->nchunks; ch++)
+        for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
+            n += layer_tensors(c, i);
     if (!l || !(l->t = calloc((size_t)n, sizeof *l->t))) {
         free(l);
         return dl_error(DL_ENOMEM, "model layout: out of memory");
@@ -162,30 +187,10 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
         add(l, &k, &off, 1, "wpe.weight", -1, T, C, 2, DL_SHARD_NONE);
     }
-    /* one layer's tensors, each at its named index (model/layer.h) */
-    static const struct {
-        const char *name;
-        int rows, cols, ndim; /* in units of C (0: 1) */
-        dl_shard_kind sh;
-    } blk[DL_LT_COUNT] = {
-        [DL_LT_LN1_W] = {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE},
-        [DL_LT_LN1_B] = {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
-        [DL_LT_QKV_W] = {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV},
-        [DL_LT_QKV_B] = {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
-        [DL_LT_ATTPROJ_W] = {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS},
-        [DL_LT_ATTPROJ_B] = {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
-        [DL_LT_LN2_W] = {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE},
-        [DL_LT_LN2_B] = {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
-        [DL_LT_FC_W] = {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS},
-        [DL_LT_FC_B] = {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
-        [DL_LT_FCPROJ_W] = {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS},
-        [DL_LT_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
-    };
+    /* each layer's tensors: its sublayers' parameter tables in order (model/sublayer.h) */
     for (int ch = 0; ch < part->nchunks; ch++)
         for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
-            for (int j = 0; j < DL_LT_COUNT; j++)
-                add(l, &k, &off, ID_LAYER(i, j), blk[j].name, i, blk[j].rows * C,
-                    blk[j].cols ? blk[j].cols * C : 1, blk[j].ndim, blk[j].sh);
+            add_layer(l, &k, &off, i);
     if (part->head) {
         add(l, &k, &off, ID_LAYER(L, 0), "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
         add(l, &k, &off, ID_LAYER(L, 1), "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);

@@ -127,6 +127,60 @@ void FN(dl_layernorm_bwd)(real *restrict dinp, real *restrict dw, real *restrict
     }
 }
 
+/* The two halves of dl_layernorm_bwd for a backward split into its input-gradient and its
+ * weight-gradient part (model/sublayer.h): each element's expressions are the fused kernel's
+ * (the same operations in the same order, so the same FMA contractions), so input then weight
+ * gives bitwise the fused results. */
+DL_CLONES
+void FN(dl_layernorm_bwd_input)(real *restrict dinp, const real *restrict dout,
+                                const real *restrict inp, const real *restrict w, const real *mean,
+                                const real *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        real *dx = dinp + (size_t)n * C;
+        real m = mean[n], s = rstd[n];
+        real sg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sgx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int c = 0;
+        for (; c + 8 <= C; c += 8)
+            for (int l = 0; l < 8; l++) {
+                real g = w[c + l] * d[c + l];
+                sg[l] += g;
+                sgx[l] += g * ((x[c + l] - m) * s);
+            }
+        real g_mean = ((sg[0] + sg[1]) + (sg[2] + sg[3])) + ((sg[4] + sg[5]) + (sg[6] + sg[7]));
+        real gx_mean =
+            ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) + ((sgx[4] + sgx[5]) + (sgx[6] + sgx[7]));
+        for (; c < C; c++) {
+            real g = w[c] * d[c];
+            g_mean += g;
+            gx_mean += g * ((x[c] - m) * s);
+        }
+        g_mean /= (real)C;
+        gx_mean /= (real)C;
+        for (c = 0; c < C; c++) {
+            real xh = (x[c] - m) * s;
+            dx[c] += (w[c] * d[c] - g_mean - xh * gx_mean) * s;
+        }
+    }
+}
+
+DL_CLONES
+void FN(dl_layernorm_bwd_weight)(real *restrict dw, real *restrict db, const real *restrict dout,
+                                 const real *restrict inp, const real *mean, const real *rstd,
+                                 int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        real m = mean[n], s = rstd[n];
+        for (int c = 0; c < C; c++) {
+            real xh = (x[c] - m) * s;
+            db[c] += d[c];
+            dw[c] += xh * d[c];
+        }
+    }
+}
+
 /* ---- GeLU (exact, erf) ---- */
 
 #if DL_OPS_F32

@@ -76,6 +76,19 @@ void dl_layernorm_bwd_f64(double *dinp, double *dw, double *db, const double *do
                           const double *inp, const double *w, const double *mean,
                           const double *rstd, int N, int C);
 
+/* The fused backward in two parts (a backward split into input and weight gradients):
+ * bwd_input: dinp (N,C) += as dl_layernorm_bwd; bwd_weight: dw (C) +=, db (C) += as it.
+ * Together bitwise the fused kernel's results. */
+void dl_layernorm_bwd_input_f32(float *dinp, const float *dout, const float *inp, const float *w,
+                                const float *mean, const float *rstd, int N, int C);
+void dl_layernorm_bwd_input_f64(double *dinp, const double *dout, const double *inp,
+                                const double *w, const double *mean, const double *rstd, int N,
+                                int C);
+void dl_layernorm_bwd_weight_f32(float *dw, float *db, const float *dout, const float *inp,
+                                 const float *mean, const float *rstd, int N, int C);
+void dl_layernorm_bwd_weight_f64(double *dw, double *db, const double *dout, const double *inp,
+                                 const double *mean, const double *rstd, int N, int C);
+
 /* ---- Linear: out = inp · Wᵀ + bias (one GEMM) -----------------------------------------------
  * fwd: inp (N,IC), W (OC,IC) (layout above), bias (OC) or NULL -> out (N,OC) written.
  * bwd: reads dout (N,OC), inp, W; dinp (N,IC) += dout·W; dW (OC,IC) += doutᵀ·inp;

@@ -1,0 +1,85 @@
+/* distlab (private): the model's extension points. A transformer layer is a short list of
+ * sublayers (today: attention, then the dense MLP), each a kind described once by a const table:
+ * its parameters (names, shapes in units of the model width, tensor-parallel split), what its
+ * forward keeps for the backward, what a deferred weight-gradient part keeps beyond that, the
+ * ZeRO/bucket unit it belongs to, and its functions — the forward and a backward in three
+ * entry points:
+ *   DL_BWD_WHOLE  the whole backward, today's fused kernels on the shared workspaces;
+ *   DL_BWD_INPUT  the input gradient only (what the previous sublayer needs): no parameter
+ *                 gradient is written, LayerNorm and biases included; what the weight part
+ *                 needs is left in the sublayer's stash (ctx->stash);
+ *   DL_BWD_WEIGHT every parameter gradient of the sublayer, accumulated, from the stash and the
+ *                 forward's activations (any time later, before the optimizer step).
+ * INPUT then WEIGHT gives bitwise the WHOLE results: every element's arithmetic is the same
+ * (the split kernels keep the fused ones' expressions). The functions see only the context
+ * below (no model internals), so a new sublayer is new files plus one line in the registry
+ * (sublayer.c: dl__sublayer_kinds). Tensor parallelism is the sublayer's own: the tp split of
+ * each parameter is declared in its table, and Megatron's f and g sit at its edges. */
+#ifndef DISTLAB_MODEL_SUBLAYER_H
+#define DISTLAB_MODEL_SUBLAYER_H
+
+#include <stddef.h>
+#include "distlab.h"
+
+typedef enum dl_bwd_part { DL_BWD_WHOLE = 0, DL_BWD_INPUT = 1, DL_BWD_WEIGHT = 2 } dl_bwd_part;
+
+/* The sizes a sublayer's buffers depend on: the shard's (Cl = C / tp, Fl = 4C / tp, NHl heads
+ * of HS channels on this rank), MB the largest micro-batch, B the current one. */
+typedef struct dl_sub_dims {
+    int MB, B, T, C, Cl, Fl, NHl, HS, tp;
+} dl_sub_dims;
+
+/* One call of one sublayer of one layer, for one micro-batch. Pointers are to the compute type
+ * (float or double by the function's variant). */
+typedef struct dl_sub_ctx {
+    dl_sub_dims d;
+    dl_comm *tp_comm; /* the tp group (NULL at tp 1) */
+    void *const *w;   /* w[i]: parameter i of the sublayer (its table's order) */
+    void *const *dw;  /* dw[i]: its gradient (accumulated into) */
+    void *act;        /* what the forward keeps for the backward (act_elems) */
+    void *stash;      /* what the weight part needs (stash_elems); unused by WHOLE */
+    const void *x;    /* the input on the residual stream (N x C), kept until the weight part */
+    void *y;          /* the output (N x C) */
+    void *dx;         /* backward: dL/dy on entry, dL/dx on return (INPUT and WHOLE) */
+    /* the backward's workspaces, shared by every sublayer: N x C, N x Cl, N x 3Cl, N x Fl, T x T */
+    void *ws_dln, *ws_datty, *ws_dqkv, *ws_dfc, *ws_scratch;
+    /* attention: keys and values of earlier token slices to attend to (token-level pipelining
+     * fills them; NULL, 0 today: the forward refuses a prefix until a kernel reads it) */
+    const void *kv_prefix;
+    int prefix_len;
+} dl_sub_ctx;
+
+typedef struct dl_sub_param {
+    const char *name;     /* after "h.<layer>." (the safetensors names) */
+    int rows, cols, ndim; /* in units of C (cols 0: a vector) */
+    dl_shard_kind sh;     /* tensor parallelism: how tp ranks split it */
+} dl_sub_param;
+
+/* unit: where the ZeRO / gradient-bucket units are cut (include/distlab/gpt.h, "Units") */
+enum { DL_SUB_UNIT_JOIN = 0, DL_SUB_UNIT_NEW = 1 };
+
+typedef struct dl_sublayer_kind {
+    const char *name;
+    int nparams;
+    const dl_sub_param *params;
+    int unit; /* DL_SUB_UNIT_NEW: its parameters start a unit; JOIN: they extend the previous */
+    size_t (*act_elems)(const dl_sub_dims *d);   /* kept from the forward for the backward */
+    size_t (*stash_elems)(const dl_sub_dims *d); /* kept by the input part for the weight part */
+    int (*fwd[2])(dl_sub_ctx *c);                /* [0] f32, [1] f64 */
+    int (*bwd[2])(dl_sub_ctx *c, dl_bwd_part part);
+} dl_sublayer_kind;
+
+/* The registry: every kind, by index (a model variant names kinds by these indices). */
+enum { DL_SUB_ATTENTION = 0, DL_SUB_MLP_DENSE = 1, DL_SUB_NKINDS };
+extern const dl_sublayer_kind *const dl__sublayer_kinds[DL_SUB_NKINDS];
+
+/* The model variant: the sublayers of layer `layer`, in order (at most DL_SUB_MAX). Today every
+ * layer is attention then the dense MLP; a variant picks the MLP kind per layer here. */
+#define DL_SUB_MAX 4
+int dl__layer_sublayers(const dl_gpt_config *c, int layer, const dl_sublayer_kind **out);
+
+/* Megatron's f (before a column-parallel linear) and g (after a row-parallel one), over the tp
+ * group: all-reduce of n elements of the sublayer's compute type (8: f64, 4: f32). */
+int dl__sub_tp_allreduce(const dl_sub_ctx *c, void *buf, size_t n, int f64);
+
+#endif
