@@ -4,7 +4,8 @@
  * Each rank of the pp group is one stage; it walks its own action list in order. Before F(j, c)
  * it receives the input activation from the previous virtual stage, after it sends the output to
  * the next one; before B(j, c) it receives the gradient of that output from the next virtual
- * stage, after it sends the gradient of the input back. Chunk c of stage s is virtual stage
+ * stage, after it sends the gradient of the input back. A split backward's I(j, c) moves what
+ * B(j, c) moves; its W(j, c) moves nothing. Chunk c of stage s is virtual stage
  * c·p + s (Megatron's interleaving): stage p-1's chunk c hands on to stage 0's chunk c+1.
  *
  * What moves and what is computed is the caller's (dl_pipe_ops): the trainer plugs in the GPT
@@ -47,6 +48,14 @@ typedef struct dl_pipe_ops {
     int (*opt)(void *arg, int mb);
 } dl_pipe_ops;
 
+/* A split backward (schedules with I and W actions): I(mb, chunk) as bwd (its output gradient
+ * received at bwd_in, *din sent back), computing the input gradient only; W(mb, chunk) the
+ * weight gradients, with no hand-off. Same arg as dl_pipe_ops. */
+typedef struct dl_pipe_split_ops {
+    int (*bwd_input)(void *arg, int mb, int chunk, const void **din);
+    int (*bwd_weight)(void *arg, int mb, int chunk);
+} dl_pipe_split_ops;
+
 typedef struct dl_pipe dl_pipe;
 
 /* Collective over pp (every member calls it): a stage's engine for hand-offs of `count`
@@ -55,6 +64,9 @@ typedef struct dl_pipe dl_pipe;
 int dl_pipe_create(dl_comm *pp, size_t count, dl_dtype t, dl_arena *arena, dl_pipe **out);
 /* Collective too: every stage must have finished its steps. */
 void dl_pipe_destroy(dl_pipe *e);
+/* The callbacks of I and W actions (kept by pointer; NULL: none, and a schedule with I or W
+ * actions on this stage is refused by dl_pipe_run). */
+void dl_pipe_set_split(dl_pipe *e, const dl_pipe_split_ops *split);
 
 typedef struct dl_pipe_stats {
     uint64_t wall_ns;      /* the step on this stage: first action's start to last action's end */

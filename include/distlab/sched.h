@@ -18,6 +18,9 @@
  *   B(j, c) on s needs F(j, c) earlier on s itself and B(j, c) on s+1, or for s = p-1 and
  *   c < v-1, B(j, c+1) on stage 0 (the last virtual stage turns its forward into its backward);
  *   OPT needs nothing but the actions before it on its stage.
+ * A backward may be split (zero-bubble schedules): I(j, c) in B's place (the same inputs, the
+ * same hand-off: a stage's I or B receives from the next stage's I or B), then W(j, c) later on
+ * the same stage with no cross-stage input. Each (j, c) runs either B or both I and W.
  * Communication costs nothing (the lecture's grids assume so).
  *
  * Functions that can fail return a dl_status code and leave a message (dl_errmsg). */
@@ -31,9 +34,11 @@ extern "C" {
 #endif
 
 typedef enum dl_sched_op {
-    DL_SCHED_F = 0,  /* forward of (mb, chunk) */
-    DL_SCHED_B = 1,  /* backward of (mb, chunk) */
-    DL_SCHED_OPT = 2 /* optimizer step of this stage's weights */
+    DL_SCHED_F = 0,   /* forward of (mb, chunk) */
+    DL_SCHED_B = 1,   /* backward of (mb, chunk): input and weight gradients together */
+    DL_SCHED_OPT = 2, /* optimizer step of this stage's weights */
+    DL_SCHED_I = 3,   /* the input-gradient part of B (hands the gradient on, as B does) */
+    DL_SCHED_W = 4    /* the weight-gradient part of B (no hand-off; after its I, before OPT) */
 } dl_sched_op;
 
 typedef struct dl_sched_action {
@@ -106,15 +111,20 @@ void dl_sched_free(dl_sched *s);
 int dl_sched_kind_parse(const char *name, dl_sched_kind *kind);
 const char *dl_sched_kind_name(dl_sched_kind kind);
 
-/* "F3", "B3", "OPT", with the chunk when v > 1 ("F3.1"): the form messages use. */
+/* 1 when stage `stage` (-1: any stage) of s runs a split backward (an I or a W action). */
+int dl_sched_splits(const dl_sched *s, int stage);
+
+/* "F3", "B3", "I3", "W3", "OPT", with the chunk when v > 1 ("F3.1"): the form messages use. */
 const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, char *buf, size_t cap);
 
 /* ---- validation -------------------------------------------------------------------------- */
 
 /* Check a schedule and return DL_OK or DL_EINVAL with a message naming the first offending
  * action (stage, index, action). In this order: sizes; each action's op, micro-batch and
- * chunk in range; every (F, j, c) and (B, j, c) exactly once on every stage; every B after its
- * F on the same stage (and TeraPipe's token order); with flush, exactly one OPT per stage, last;
+ * chunk in range; every (F, j, c) exactly once on every stage, and either (B, j, c) or both
+ * (I, j, c) and (W, j, c), each once; every B or I after its F on the same stage (and TeraPipe's
+ * token order), every W after its I ("weight gradient before its input gradient"); with flush,
+ * exactly one OPT per stage, last;
  * finally no deadlock: the execution model above is run, and if stages block each other the
  * message lists the cycle ("stage 0 action 1 (B0) waits for B0 on stage 1 (its action 2); ..."). */
 int dl_sched_validate(const dl_sched *s);
@@ -123,7 +133,7 @@ int dl_sched_validate(const dl_sched *s);
 
 typedef struct dl_sched_costs {
     double f;   /* one forward action (of one chunk when interleaved): 1 */
-    double b;   /* one backward action: 2 */
+    double b;   /* one backward action: 2; its parts I and W each cost b / 2 */
     double opt; /* one optimizer step: 0 (the lecture's grids show none) */
 } dl_sched_costs;
 

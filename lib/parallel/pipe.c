@@ -18,7 +18,8 @@ typedef struct staging {
 
 struct dl_pipe {
     dl_comm *pp;
-    dl_comm *act_comm, *grad_comm; /* duplicates of pp: activations forward, gradients back */
+    dl_comm *act_comm, *grad_comm;  /* duplicates of pp: activations forward, gradients back */
+    const dl_pipe_split_ops *split; /* I and W actions' callbacks, or NULL */
     int p, stage;
     size_t count, bytes;
     dl_dtype t;
@@ -38,6 +39,8 @@ void dl_pipe_peers(int p, int v, int stage, int chunk, int *prev, int *next)
     *prev = vs == 0 ? -1 : (vs - 1) % p;
     *next = vs == last ? -1 : (vs + 1) % p;
 }
+
+void dl_pipe_set_split(dl_pipe *e, const dl_pipe_split_ops *split) { e->split = split; }
 
 int dl_pipe_create(dl_comm *pp, size_t count, dl_dtype t, dl_arena *arena, dl_pipe **out)
 {
@@ -181,10 +184,13 @@ static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void 
         st->recv_ns += t1 - t0;
         dl_trace_add(trace, trace_rank, DL_TR_RECV_WAIT, step, a->mb, a->chunk, t0, t1);
     }
-    *what = fwd ? "forward" : "backward";
+    *what = fwd ? "forward" : a->op == DL_SCHED_I ? "input gradient" : "backward";
     const void *out = NULL;
     t0 = dl_now_ns();
-    if ((rc = fwd ? ops->fwd(arg, a->mb, a->chunk, &out) : ops->bwd(arg, a->mb, a->chunk, &out)))
+    int (*work)(void *, int, int, const void **) = fwd                   ? ops->fwd
+                                                   : a->op == DL_SCHED_I ? e->split->bwd_input
+                                                                         : ops->bwd;
+    if ((rc = work(arg, a->mb, a->chunk, &out)))
         return rc;
     t1 = dl_now_ns();
     st->busy_ns += t1 - t0;
@@ -211,6 +217,18 @@ static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void 
     return DL_OK;
 }
 
+/* A weight-gradient action: no hand-off, timed as a backward. */
+static int run_wgrad(const dl_pipe *e, void *arg, const dl_sched_action *a, int step,
+                     dl_trace *trace, int trace_rank, dl_pipe_stats *st)
+{
+    uint64_t t0 = dl_now_ns();
+    int rc = e->split->bwd_weight(arg, a->mb, a->chunk);
+    uint64_t t1 = dl_now_ns();
+    st->busy_ns += t1 - t0;
+    dl_trace_add(trace, trace_rank, DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
+    return rc;
+}
+
 int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg, int step,
                 dl_trace *trace, int trace_rank, dl_pipe_stats *st)
 {
@@ -227,6 +245,9 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
     if (s->v > 64)
         return dl_error(DL_EINVAL, "pipeline: at most 64 model chunks per stage (got %d)", s->v);
     int stage = e->stage, rc = DL_OK, i = 0;
+    if (dl_sched_splits(s, stage) && (!e->split || !e->split->bwd_input || !e->split->bwd_weight))
+        return dl_error(DL_EINVAL, "pipeline: the schedule splits backwards (I, W) but the "
+                                   "callbacks have no bwd_input / bwd_weight");
     dl_comm_stats c0, c1, g0, g1;
     dl_comm_get_stats(e->act_comm, &c0);
     dl_comm_get_stats(e->grad_comm, &g0);
@@ -244,6 +265,10 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
             t1 = dl_now_ns();
             st->opt_ns += t1 - t0;
             dl_trace_add(trace, trace_rank, DL_TR_OPT, step, a->mb, 0, t0, t1);
+        } else if (a->op == DL_SCHED_W) {
+            what = "weight gradient";
+            if ((rc = run_wgrad(e, arg, a, step, trace, trace_rank, st)))
+                break;
         } else if ((rc = run_work(e, s, ops, arg, a, step, trace, trace_rank, st, &what))) {
             break;
         }

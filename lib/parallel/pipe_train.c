@@ -79,7 +79,8 @@ static void *pp_bwd_in(void *arg, int mb, int ch)
     return dl_gpt_stage_grad(((pipe_state *)arg)->e->g);
 }
 
-static int pp_bwd(void *arg, int mb, int ch, const void **din)
+/* B(mb, ch), or its input part I (split): the slot is released after B, or after W */
+static int pp_bwd_part(void *arg, int mb, int ch, const void **din, int split)
 {
     pipe_state *s = arg;
     const dl_train_opts *o = s->e->o;
@@ -99,15 +100,44 @@ static int pp_bwd(void *arg, int mb, int ch, const void **din)
         s->stash
             ? dl_gpt_use_params(s->e->g, s->stash + (size_t)slot * s->e->numel * s->e->pr.dsize)
             : NULL;
-    rc = dl_gpt_stage_backward(s->e->g, slot, ch, dloss, NULL, NULL);
+    rc = split ? dl_gpt_stage_backward_input(s->e->g, slot, ch, dloss)
+               : dl_gpt_stage_backward(s->e->g, slot, ch, dloss, NULL, NULL);
     if (s->stash)
         dl_gpt_use_params(s->e->g, prev);
-    *so = -1;
-    s->free_slot[s->nfree++] = slot;
+    if (!split) {
+        *so = -1;
+        s->free_slot[s->nfree++] = slot;
+    }
     if (rc)
         return rc;
     *din = s->stage == 0 && ch == 0 ? NULL : dl_gpt_stage_grad(s->e->g);
     return DL_OK;
+}
+
+static int pp_bwd(void *arg, int mb, int ch, const void **din)
+{
+    return pp_bwd_part(arg, mb, ch, din, 0);
+}
+static int pp_bwd_input(void *arg, int mb, int ch, const void **din)
+{
+    return pp_bwd_part(arg, mb, ch, din, 1);
+}
+
+/* W(mb, ch): the weight gradients (they read no parameter: no stashed copy needed), then the
+ * slot's activations are spent */
+static int pp_bwd_weight(void *arg, int mb, int ch)
+{
+    pipe_state *s = arg;
+    int *so = &s->slot_of[mb * s->v + ch], slot = *so;
+    if (slot < 0)
+        return dl_error(DL_EINVAL,
+                        "pipeline: weight gradient of micro-batch %d without its "
+                        "forward",
+                        mb);
+    int rc = dl_gpt_stage_backward_weight(s->e->g, slot, ch, NULL, NULL);
+    *so = -1;
+    s->free_slot[s->nfree++] = slot;
+    return rc;
 }
 
 static int pp_opt(void *arg, int mb)
@@ -131,6 +161,7 @@ static int pp_opt(void *arg, int mb)
 }
 
 static const dl_pipe_ops pp_ops = {pp_fwd_in, pp_fwd, pp_bwd_in, pp_bwd, pp_opt};
+static const dl_pipe_split_ops pp_split_ops = {pp_bwd_input, pp_bwd_weight};
 
 /* Layers to virtual stages: evenly, or by the given per-layer costs (the lecture's dynamic
  * program, which minimises the slowest stage). */
@@ -294,8 +325,11 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     for (int i = 0; i < m * s->v; i++) s->slot_of[i] = -1;
     for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
-    return dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
-                          s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
+    rc = dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
+                        s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
+    if (rc == DL_OK)
+        dl_pipe_set_split(s->eng, &pp_split_ops);
+    return rc;
 }
 
 static void pp_teardown(void *st)
@@ -372,6 +406,7 @@ static int pp_model_opts(void *st, dl_gpt_opts *go)
     int rc = pp_setup(s, &s->part);
     go->part = &s->part;
     go->act_slots = s->nslots;
+    go->defer_w = rc == DL_OK && dl_sched_splits(s->sched, s->stage);
     if (rc == DL_OK)
         s->e->self_update = !s->sched->flush;
     return rc;

@@ -111,16 +111,27 @@ int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
                     name);
 }
 
+int dl_sched_splits(const dl_sched *s, int stage)
+{
+    for (int q = stage < 0 ? 0 : stage; q < (stage < 0 ? s->p : stage + 1); q++)
+        for (int i = 0; i < s->len[q]; i++)
+            if (s->act[q][i].op == DL_SCHED_I || s->act[q][i].op == DL_SCHED_W)
+                return 1;
+    return 0;
+}
+
 const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, char *buf, size_t cap)
 {
+    static const char letter[] =
+        {[DL_SCHED_F] = 'F', [DL_SCHED_B] = 'B', [DL_SCHED_I] = 'I', [DL_SCHED_W] = 'W'};
     if (a->op == DL_SCHED_OPT)
         snprintf(buf, cap, "OPT");
-    else if (a->op != DL_SCHED_F && a->op != DL_SCHED_B)
+    else if (a->op < 0 || a->op > DL_SCHED_W)
         snprintf(buf, cap, "op %d", a->op);
     else if (s != NULL && s->v > 1)
-        snprintf(buf, cap, "%c%d.%d", a->op == DL_SCHED_F ? 'F' : 'B', a->mb, a->chunk);
+        snprintf(buf, cap, "%c%d.%d", letter[a->op], a->mb, a->chunk);
     else
-        snprintf(buf, cap, "%c%d", a->op == DL_SCHED_F ? 'F' : 'B', a->mb);
+        snprintf(buf, cap, "%c%d", letter[a->op], a->mb);
     return buf;
 }
 
@@ -350,13 +361,13 @@ int dl_sched_versions_get(const dl_sched *s, dl_sched_versions **out)
             if (x->op == DL_SCHED_F) {
                 v->fwd[k] = ver;
                 live[(size_t)x->mb * s->v + x->chunk] = 1;
-            } else if (x->op == DL_SCHED_B) {
+            } else if (x->op == DL_SCHED_B || x->op == DL_SCHED_I) { /* the weights' user */
                 v->gap[k] = ver - v->fwd[k];
                 v->bwd[k] = s->stash ? v->fwd[k] : ver;
                 if (v->gap[k] > v->max_gap[q])
                     v->max_gap[q] = v->gap[k];
                 live[(size_t)x->mb * s->v + x->chunk] = 0;
-            } else {
+            } else if (x->op == DL_SCHED_OPT) {
                 ver++;
             }
             if (s->stash) {

@@ -22,9 +22,9 @@
 /* The grid's mark of an action (a schedule draws no collectives). */
 static char mark(const dl_sched_action *x)
 {
-    dl__grid_kind k = x->op == DL_SCHED_F   ? DL__GRID_FWD
-                      : x->op == DL_SCHED_B ? DL__GRID_BWD
-                                            : DL__GRID_OPT;
+    dl__grid_kind k = x->op == DL_SCHED_F     ? DL__GRID_FWD
+                      : x->op == DL_SCHED_OPT ? DL__GRID_OPT
+                                              : DL__GRID_BWD; /* B, I and W */
     return dl__grid_mark(k, x->mb);
 }
 

@@ -22,14 +22,69 @@
 /* Positions of every (op, j, c) on every stage, so dependencies are found in O(1). */
 typedef struct index {
     int p, m, v;
-    int *pos; /* [((s * 2 + op) * m + j) * v + c]: action index on stage s, or -1 */
+    int *pos; /* [((s * NOPS + op) * m + j) * v + c]: action index on stage s, or -1 */
 } index_t;
 
-#define POS(ix, s, op, j, c) ((ix)->pos[((((size_t)(s)*2 + (op)) * (ix)->m + (j)) * (ix)->v + (c))])
+enum { NOPS = DL_SCHED_W + 1 }; /* indexed by op (OPT's row unused) */
+#define POS(ix, s, op, j, c)                                                                       \
+    ((ix)->pos[((((size_t)(s)*NOPS + (op)) * (ix)->m + (j)) * (ix)->v + (c))])
+/* where (j, c)'s backward hands its input gradient on: its B, or its I when split */
+#define BIN(ix, s, j, c)                                                                           \
+    (POS(ix, s, DL_SCHED_B, j, c) >= 0 ? POS(ix, s, DL_SCHED_B, j, c)                              \
+                                       : POS(ix, s, DL_SCHED_I, j, c))
+
+static int is_work(int op)
+{
+    return op == DL_SCHED_F || op == DL_SCHED_B || op == DL_SCHED_I || op == DL_SCHED_W;
+}
 
 static const char *astr(const dl_sched *s, int stage, int i, char *buf, size_t cap)
 {
     return dl_sched_action_str(s, &s->act[stage][i], buf, cap);
+}
+
+/* "weight gradient before its input gradient", naming the W at action i of stage q */
+static int w_before_i(const dl_sched *s, const index_t *ix, int q, int i)
+{
+    char a[32], b[32];
+    const dl_sched_action *x = &s->act[q][i];
+    dl_sched_action y = {DL_SCHED_I, x->mb, x->chunk};
+    int at = POS(ix, q, DL_SCHED_I, x->mb, x->chunk);
+    dl_sched_action_str(s, &y, b, sizeof b);
+    if (at < 0)
+        return dl_error(DL_EINVAL,
+                        "schedule: stage %d action %d (%s): weight gradient before its input "
+                        "gradient (stage %d never runs %s)",
+                        q, i, astr(s, q, i, a, sizeof a), q, b);
+    return dl_error(DL_EINVAL,
+                    "schedule: stage %d action %d (%s): weight gradient before its input gradient "
+                    "(%s is action %d on stage %d)",
+                    q, i, astr(s, q, i, a, sizeof a), b, at, q);
+}
+
+/* (j, c) on stage q runs its F and either B or both I and W (each once: the index holds one). */
+static int check_backward(const dl_sched *s, const index_t *ix, int q, int j, int c)
+{
+    char a[32], b[32];
+    int f = POS(ix, q, DL_SCHED_F, j, c), bw = POS(ix, q, DL_SCHED_B, j, c);
+    int in = POS(ix, q, DL_SCHED_I, j, c), w = POS(ix, q, DL_SCHED_W, j, c);
+    dl_sched_action y = {DL_SCHED_F, j, c};
+    if (f < 0)
+        return dl_error(DL_EINVAL, "schedule: stage %d never runs %s", q,
+                        dl_sched_action_str(s, &y, a, sizeof a));
+    if (bw >= 0 && (in >= 0 || w >= 0)) {
+        int k = in >= 0 ? in : w;
+        return dl_error(DL_EINVAL,
+                        "schedule: stage %d action %d (%s): %s already runs as B (action %d)", q, k,
+                        astr(s, q, k, a, sizeof a), astr(s, q, bw, b, sizeof b), bw);
+    }
+    if (w >= 0 && in < 0)
+        return w_before_i(s, ix, q, w);
+    y.op = in >= 0 ? DL_SCHED_W : DL_SCHED_B;
+    if (bw < 0 && w < 0)
+        return dl_error(DL_EINVAL, "schedule: stage %d never runs %s", q,
+                        dl_sched_action_str(s, &y, a, sizeof a));
+    return DL_OK;
 }
 
 /* Structure checks and the index; the caller frees ix->pos on success. */
@@ -50,7 +105,7 @@ static int check_structure(const dl_sched *s, index_t *ix)
     ix->p = s->p;
     ix->m = s->m;
     ix->v = s->v;
-    size_t n = (size_t)s->p * 2 * s->m * s->v;
+    size_t n = (size_t)s->p * NOPS * s->m * s->v;
     ix->pos = malloc(n * sizeof *ix->pos);
     if (ix->pos == NULL)
         return dl_error(DL_ENOMEM, "schedule: out of memory");
@@ -69,7 +124,7 @@ static int check_structure(const dl_sched *s, index_t *ix)
                                   q, i);
                 continue;
             }
-            if (x->op != DL_SCHED_F && x->op != DL_SCHED_B)
+            if (!is_work(x->op))
                 st =
                     dl_error(DL_EINVAL, "schedule: stage %d action %d: unknown op %d", q, i, x->op);
             else if (x->mb < 0 || x->mb >= s->m)
@@ -93,13 +148,7 @@ static int check_structure(const dl_sched *s, index_t *ix)
                           "ends every stage with one)",
                           q);
         for (int j = 0; j < s->m && st == DL_OK; j++)
-            for (int c = 0; c < s->v && st == DL_OK; c++)
-                for (int op = DL_SCHED_F; op <= DL_SCHED_B && st == DL_OK; op++)
-                    if (POS(ix, q, op, j, c) < 0) {
-                        dl_sched_action y = {op, j, c};
-                        st = dl_error(DL_EINVAL, "schedule: stage %d never runs %s", q,
-                                      dl_sched_action_str(s, &y, a, sizeof a));
-                    }
+            for (int c = 0; c < s->v && st == DL_OK; c++) st = check_backward(s, ix, q, j, c);
     }
     /* Same-stage order, reported at the later of the two actions' positions being the
      * offending one: the backward (or token chunk) that runs too early. */
@@ -109,8 +158,11 @@ static int check_structure(const dl_sched *s, index_t *ix)
             if (x->op == DL_SCHED_OPT)
                 continue;
             int j = x->mb, c = x->chunk, k = s->seq_chunks;
+            int bin = x->op == DL_SCHED_B || x->op == DL_SCHED_I;
             char b2[32];
-            if (x->op == DL_SCHED_B && POS(ix, q, DL_SCHED_F, j, c) > i) {
+            if (x->op == DL_SCHED_W && POS(ix, q, DL_SCHED_I, j, c) > i) {
+                st = w_before_i(s, ix, q, i);
+            } else if (bin && POS(ix, q, DL_SCHED_F, j, c) > i) {
                 dl_sched_action y = {DL_SCHED_F, j, c};
                 st = dl_error(DL_EINVAL,
                               "schedule: stage %d action %d (%s): backward before its forward "
@@ -124,8 +176,7 @@ static int check_structure(const dl_sched *s, index_t *ix)
                               "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
                               "runs forward before chunk %d",
                               q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k - 1);
-            } else if (k > 1 && x->op == DL_SCHED_B && j % k != k - 1 &&
-                       POS(ix, q, DL_SCHED_B, j + 1, c) > i) {
+            } else if (k > 1 && bin && j % k != k - 1 && BIN(ix, q, j + 1, c) > i) {
                 st = dl_error(DL_EINVAL,
                               "schedule: stage %d action %d (%s): token chunk %d of sequence %d "
                               "runs backward before chunk %d",
@@ -156,15 +207,15 @@ static int dependency(const dl_sched *s, const index_t *ix, int q, int i, int *d
             *di = POS(ix, p - 1, DL_SCHED_F, j, c - 1);
             return 1;
         }
-    } else if (x->op == DL_SCHED_B) {
+    } else if (x->op == DL_SCHED_B || x->op == DL_SCHED_I) {
         if (q < p - 1) {
             *ds = q + 1;
-            *di = POS(ix, q + 1, DL_SCHED_B, j, c);
+            *di = BIN(ix, q + 1, j, c);
             return 1;
         }
         if (c < s->v - 1) {
             *ds = 0;
-            *di = POS(ix, 0, DL_SCHED_B, j, c + 1);
+            *di = BIN(ix, 0, j, c + 1);
             return 1;
         }
     }
@@ -226,9 +277,10 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
                         t = done[ds][di];
                 }
                 const dl_sched_action *x = &s->act[q][i];
-                double d = x->op == DL_SCHED_F   ? cost->f
-                           : x->op == DL_SCHED_B ? cost->b
-                                                 : cost->opt;
+                double d = x->op == DL_SCHED_F     ? cost->f
+                           : x->op == DL_SCHED_B   ? cost->b
+                           : x->op == DL_SCHED_OPT ? cost->opt
+                                                   : cost->b / 2; /* I or W */
                 if (start)
                     start[q][i] = t;
                 done[q][i] = t + d;
@@ -369,7 +421,7 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
             /* Activations live from a forward to its backward; order alone decides the peak. */
             if (x->op == DL_SCHED_F && ++held > sim->peak_act[q])
                 sim->peak_act[q] = held;
-            if (x->op == DL_SCHED_B)
+            if (x->op == DL_SCHED_B || x->op == DL_SCHED_W) /* kept until the weight gradient */
                 held--;
         }
         busy += sim->busy[q];

@@ -404,6 +404,74 @@ START_TEST(t_validator)
 }
 END_TEST
 
+/* 1F1B with each B split into I in its place and W right after, or every W deferred to the
+ * end (before OPT): valid; each stage as busy as in 1F1B (I + W = B), and no slower, since an
+ * I hands its gradient on after b / 2 instead of b. */
+static dl_sched *split_1f1b(int p, int m, int defer)
+{
+    dl_sched *b, *s;
+    ck_assert_int_eq(dl_sched_1f1b(p, m, &b), DL_OK);
+    ck_assert_int_eq(dl_sched_new(p, m, 1, &s), DL_OK);
+    for (int q = 0; q < p; q++) {
+        for (int i = 0; i < b->len[q]; i++) {
+            dl_sched_action *x = &b->act[q][i];
+            if (x->op == DL_SCHED_OPT && defer)
+                for (int j = 0; j < m; j++) dl_sched_push(s, q, DL_SCHED_W, j, 0);
+            dl_sched_push(s, q, x->op == DL_SCHED_B ? DL_SCHED_I : x->op, x->mb, x->chunk);
+            if (x->op == DL_SCHED_B && !defer)
+                dl_sched_push(s, q, DL_SCHED_W, x->mb, 0);
+        }
+    }
+    dl_sched_free(b);
+    return s;
+}
+
+START_TEST(t_split_backward)
+{
+    for (int defer = 0; defer <= 1; defer++) {
+        dl_sched *s = split_1f1b(4, 8, defer), *b;
+        ck_assert_msg(dl_sched_validate(s) == DL_OK, "%s", dl_errmsg());
+        ck_assert(dl_sched_splits(s, -1) && dl_sched_splits(s, 3));
+        ck_assert_int_eq(dl_sched_1f1b(4, 8, &b), DL_OK);
+        ck_assert(!dl_sched_splits(b, -1));
+        dl_sched_sim *sim = sim_of(s, NULL), *ref = sim_of(b, NULL);
+        ck_assert(sim->makespan <= ref->makespan);
+        for (int q = 0; q < 4; q++) ck_assert_double_eq_tol(sim->busy[q], ref->busy[q], 1e-12);
+        /* activations are held until W: deferring every W holds all m on every stage */
+        ck_assert_int_eq(sim->peak_act[3], defer ? 8 : ref->peak_act[3]);
+        dl_sched_sim_free(sim), dl_sched_sim_free(ref), dl_sched_free(b);
+        char a[16];
+        dl_sched_action x = {DL_SCHED_W, 3, 0};
+        ck_assert_str_eq(dl_sched_action_str(s, &x, a, sizeof a), "W3");
+        dl_sched_free(s);
+    }
+    /* a W before its I, named; a W without its I; an I without its W; B and I both */
+    dl_sched *s = split_1f1b(2, 2, 0);
+    ck_assert_int_eq(s->act[1][1].op, DL_SCHED_I); /* stage 1: F0 I0 W0 F1 I1 W1 OPT */
+    dl_sched_action t = s->act[1][1];
+    s->act[1][1] = s->act[1][2];
+    s->act[1][2] = t;
+    ck_rejects(s, "stage 1 action 1 (W0): weight gradient before its input gradient",
+               "I0 is action 2 on stage 1");
+    memmove(&s->act[1][2], &s->act[1][3], sizeof t * (size_t)(s->len[1] - 3));
+    s->len[1]--; /* stage 1: F0 W0 F1 I1 W1 OPT */
+    ck_rejects(s, "stage 1 action 1 (W0): weight gradient before its input gradient",
+               "stage 1 never runs I0");
+    dl_sched_free(s);
+    s = split_1f1b(2, 2, 0);
+    s->act[1][2] = (dl_sched_action){DL_SCHED_B, 0, 0}; /* stage 1: F0 I0 B0 ... */
+    ck_rejects(s, "stage 1 action 1 (I0): B0 already runs as B (action 2)");
+    s->act[1][2] = (dl_sched_action){DL_SCHED_F, 5, 0};
+    ck_rejects(s, "micro-batch 5 out of range");
+    dl_sched_free(s);
+    s = split_1f1b(2, 2, 1);
+    s->len[0] -= 3; /* stage 0 loses W0 W1 OPT; OPT put back */
+    s->act[0][s->len[0]++] = (dl_sched_action){DL_SCHED_OPT, -1, -1};
+    ck_rejects(s, "stage 0 never runs W0");
+    dl_sched_free(s);
+}
+END_TEST
+
 START_TEST(t_errors)
 {
     dl_sched *s = (dl_sched *)1;
@@ -557,6 +625,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, t_terapipe);
     tcase_add_test(tc, t_partition);
     tcase_add_test(tc, t_validator);
+    tcase_add_test(tc, t_split_backward);
     tcase_add_test(tc, t_errors);
     tcase_add_test(tc, t_property);
     suite_add_tcase(s, tc);
