@@ -130,7 +130,13 @@ static int layer_tensors(const dl_gpt_config *c, int layer)
 }
 
 /* Layer i's tensors, sublayer by sublayer; the j-th tensor of the layer has the init key
- * ID_LAYER(i, j), so the dense layer's keys are those of its named table (model/layer.h). */
+ * ID_LAYER(i, j), so the dense layer's keys are those of its named table (model/layer.h); a
+ * layer with more tensors (an MoE sublayer's experts) keys the rest after every fixed key. */
+static int layer_tensor_id(const dl_gpt_config *c, int i, int j)
+{
+    return j < DL_LT_COUNT ? ID_LAYER(i, j) : ID_LAYER(c->layers, 3) + 4096 * i + j - DL_LT_COUNT;
+}
+
 static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -139,8 +145,8 @@ static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
     for (int s = 0; s < ns; s++)
         for (int q = 0; q < kinds[s]->nparams; q++, j++) {
             const dl_sub_param *pr = &kinds[s]->params[q];
-            add(l, k, off, ID_LAYER(i, j), pr->name, i, pr->rows * C, pr->cols ? pr->cols * C : 1,
-                pr->ndim, pr->sh);
+            add(l, k, off, layer_tensor_id(&l->cfg, i, j), pr->name, i, pr->rows * C,
+                pr->cols ? pr->cols * C : 1, pr->ndim, pr->sh);
         }
 }
 

@@ -183,16 +183,31 @@ static void batch(int mb, int *in, int *tg)
 
 enum { ORDER_PLAIN, ORDER_SPLIT, ORDER_SKIP_W };
 
+/* the gradient-ready notifications of a run, in order */
+typedef struct {
+    size_t at[64];
+    int n;
+} ready_log;
+
+static int log_ready(size_t first, void *arg)
+{
+    ready_log *r = arg;
+    if (r->n < 64)
+        r->at[r->n++] = first;
+    return DL_OK;
+}
+
 typedef struct {
     dl_dtype dt;
     int tp;
-    int same[2];   /* per rank: the split order's gradients equal the plain order's bitwise */
-    int skip_same; /* negative control: W1 skipped, yet equal (must stay 0) */
+    int ready_same; /* rank 0: the split order notified the same units in the same order */
+    int same[2];    /* per rank: the split order's gradients equal the plain order's bitwise */
+    int skip_same;  /* negative control: W1 skipped, yet equal (must stay 0) */
 } eq_run;
 
 /* Two micro-batches into the gradient: plain F0 B0 F1 B1 (one slot), or F0 F1 I1 I0 W0 W1 on two
  * slots (the second W left out for the negative control). Returns the gradients (malloc). */
-static void *grads_of(dl_ctx *x, const eq_run *r, int order, size_t *bytes)
+static void *grads_of(dl_ctx *x, const eq_run *r, int order, size_t *bytes, ready_log *rl)
 {
     dl_gpt_opts o = {.cfg = tiny(),
                      .dtype = r->dt,
@@ -213,16 +228,17 @@ static void *grads_of(dl_ctx *x, const eq_run *r, int order, size_t *bytes)
     if (order == ORDER_PLAIN) {
         for (int m = 0; m < 2; m++) {
             ck_assert_int_eq(dl_gpt_stage_forward(g, 0, 0, in[m], tg[m], MB, &loss), DL_OK);
-            ck_assert_int_eq(dl_gpt_stage_backward(g, 0, 0, dl, NULL, NULL), DL_OK);
+            ck_assert_int_eq(dl_gpt_stage_backward(g, 0, 0, dl, log_ready, rl), DL_OK);
         }
     } else {
         for (int m = 0; m < 2; m++)
             ck_assert_int_eq(dl_gpt_stage_forward(g, m, 0, in[m], tg[m], MB, &loss), DL_OK);
         ck_assert_int_eq(dl_gpt_stage_backward_input(g, 1, 0, dl), DL_OK);
         ck_assert_int_eq(dl_gpt_stage_backward_input(g, 0, 0, dl), DL_OK);
-        ck_assert_int_eq(dl_gpt_stage_backward_weight(g, 0, 0, NULL, NULL), DL_OK);
+        ck_assert_int_eq(rl->n, 0); /* the input parts complete no unit */
+        ck_assert_int_eq(dl_gpt_stage_backward_weight(g, 0, 0, log_ready, rl), DL_OK);
         if (order == ORDER_SPLIT)
-            ck_assert_int_eq(dl_gpt_stage_backward_weight(g, 1, 0, NULL, NULL), DL_OK);
+            ck_assert_int_eq(dl_gpt_stage_backward_weight(g, 1, 0, log_ready, rl), DL_OK);
     }
     *bytes = dl_gpt_numel(g) * dl_dtype_size(r->dt);
     void *out = malloc(*bytes);
@@ -236,8 +252,14 @@ static int eq_rank(dl_ctx *x, void *arg)
     eq_run *r = arg;
     int rank = dl_ctx_rank(x);
     size_t n;
-    void *plain = grads_of(x, r, ORDER_PLAIN, &n), *split = grads_of(x, r, ORDER_SPLIT, &n);
-    void *skip = grads_of(x, r, ORDER_SKIP_W, &n);
+    ready_log lp = {.n = 0}, ls = {.n = 0}, lk = {.n = 0};
+    void *plain = grads_of(x, r, ORDER_PLAIN, &n, &lp);
+    void *split = grads_of(x, r, ORDER_SPLIT, &n, &ls);
+    void *skip = grads_of(x, r, ORDER_SKIP_W, &n, &lk);
+    /* head, layers last to first, embeddings; per micro-batch (2 layers: 4 units, twice) */
+    if (rank == 0)
+        r->ready_same = lp.n == 8 && ls.n == 8 && !memcmp(lp.at, ls.at, sizeof lp.at) &&
+                        lp.at[3] == 0 && lp.at[0] > lp.at[1] && lp.at[1] > lp.at[2];
     r->same[rank] = !memcmp(plain, split, n);
     if (!memcmp(plain, skip, n))
         r->skip_same = 1;
@@ -261,6 +283,8 @@ START_TEST(split_equals_whole)
                               "%s tp %d rank %d: F0 F1 I1 I0 W0 W1 differs from F0 B0 F1 B1",
                               dl_dtype_name(dts[i]), t, k);
             ck_assert_msg(!r.skip_same, "%s tp %d: the comparison passes with W1 skipped",
+                          dl_dtype_name(dts[i]), t);
+            ck_assert_msg(r.ready_same, "%s tp %d: the weight parts notified other units",
                           dl_dtype_name(dts[i]), t);
         }
 }
