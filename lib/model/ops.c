@@ -90,6 +90,31 @@ void FN(dl_layernorm_fwd)(real *restrict out, real *restrict mean, real *restric
     }
 }
 
+/* One row's mean(g) and mean(g * xhat), g = w * dout, xhat = (x - m) * s: eight partial sums */
+static inline void FN(ln_bwd_row_means)(const real *restrict w, const real *restrict d,
+                                        const real *restrict x, real m, real s, int C,
+                                        real *g_mean_out, real *gx_mean_out)
+{
+    real sg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sgx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int c = 0;
+    for (; c + 8 <= C; c += 8)
+        for (int l = 0; l < 8; l++) {
+            real g = w[c + l] * d[c + l];
+            sg[l] += g;
+            sgx[l] += g * ((x[c + l] - m) * s);
+        }
+    real g_mean = ((sg[0] + sg[1]) + (sg[2] + sg[3])) + ((sg[4] + sg[5]) + (sg[6] + sg[7]));
+    real gx_mean =
+        ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) + ((sgx[4] + sgx[5]) + (sgx[6] + sgx[7]));
+    for (; c < C; c++) {
+        real g = w[c] * d[c];
+        g_mean += g;
+        gx_mean += g * ((x[c] - m) * s);
+    }
+    *g_mean_out = g_mean / (real)C;
+    *gx_mean_out = gx_mean / (real)C;
+}
+
 DL_CLONES
 void FN(dl_layernorm_bwd)(real *restrict dinp, real *restrict dw, real *restrict db,
                           const real *restrict dout, const real *restrict inp,
@@ -98,27 +123,10 @@ void FN(dl_layernorm_bwd)(real *restrict dinp, real *restrict dw, real *restrict
     for (int n = 0; n < N; n++) {
         const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         real *dx = dinp + (size_t)n * C;
-        real m = mean[n], s = rstd[n];
+        real m = mean[n], s = rstd[n], g_mean, gx_mean;
         /* y = w * xhat + b; dL/dx = s * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout */
-        real sg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sgx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int c = 0;
-        for (; c + 8 <= C; c += 8)
-            for (int l = 0; l < 8; l++) {
-                real g = w[c + l] * d[c + l];
-                sg[l] += g;
-                sgx[l] += g * ((x[c + l] - m) * s);
-            }
-        real g_mean = ((sg[0] + sg[1]) + (sg[2] + sg[3])) + ((sg[4] + sg[5]) + (sg[6] + sg[7]));
-        real gx_mean =
-            ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) + ((sgx[4] + sgx[5]) + (sgx[6] + sgx[7]));
-        for (; c < C; c++) {
-            real g = w[c] * d[c];
-            g_mean += g;
-            gx_mean += g * ((x[c] - m) * s);
-        }
-        g_mean /= (real)C;
-        gx_mean /= (real)C;
-        for (c = 0; c < C; c++) {
+        FN(ln_bwd_row_means)(w, d, x, m, s, C, &g_mean, &gx_mean);
+        for (int c = 0; c < C; c++) {
             real xh = (x[c] - m) * s;
             db[c] += d[c];
             dw[c] += xh * d[c];
@@ -139,26 +147,9 @@ void FN(dl_layernorm_bwd_input)(real *restrict dinp, const real *restrict dout,
     for (int n = 0; n < N; n++) {
         const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         real *dx = dinp + (size_t)n * C;
-        real m = mean[n], s = rstd[n];
-        real sg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sgx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int c = 0;
-        for (; c + 8 <= C; c += 8)
-            for (int l = 0; l < 8; l++) {
-                real g = w[c + l] * d[c + l];
-                sg[l] += g;
-                sgx[l] += g * ((x[c + l] - m) * s);
-            }
-        real g_mean = ((sg[0] + sg[1]) + (sg[2] + sg[3])) + ((sg[4] + sg[5]) + (sg[6] + sg[7]));
-        real gx_mean =
-            ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) + ((sgx[4] + sgx[5]) + (sgx[6] + sgx[7]));
-        for (; c < C; c++) {
-            real g = w[c] * d[c];
-            g_mean += g;
-            gx_mean += g * ((x[c] - m) * s);
-        }
-        g_mean /= (real)C;
-        gx_mean /= (real)C;
-        for (c = 0; c < C; c++) {
+        real m = mean[n], s = rstd[n], g_mean, gx_mean;
+        FN(ln_bwd_row_means)(w, d, x, m, s, C, &g_mean, &gx_mean);
+        for (int c = 0; c < C; c++) {
             real xh = (x[c] - m) * s;
             dx[c] += (w[c] * d[c] - g_mean - xh * gx_mean) * s;
         }
