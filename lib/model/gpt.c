@@ -293,7 +293,7 @@ static int plan_sublayers(dl_gpt *g)
                 s->k = k;
                 s->act_off = act;
                 s->stash_off = stash;
-                k += kinds[j]->nparams;
+                k += kinds[j]->nparams(&g->o.cfg, part->first[ch] + i);
                 act += kinds[j]->act_elems(&d) + (j < ns - 1 ? NC : 0);
                 stash += kinds[j]->stash_elems(&d);
             }

@@ -125,7 +125,7 @@ static int layer_tensors(const dl_gpt_config *c, int layer)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
     int ns = dl__layer_sublayers(c, layer, kinds), n = 0;
-    for (int j = 0; j < ns; j++) n += kinds[j]->nparams;
+    for (int j = 0; j < ns; j++) n += kinds[j]->nparams(c, layer);
     return n;
 }
 
@@ -141,12 +141,12 @@ static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
     int ns = dl__layer_sublayers(&l->cfg, i, kinds), j = 0;
-    int64_t C = l->cfg.d_model;
     for (int s = 0; s < ns; s++)
-        for (int q = 0; q < kinds[s]->nparams; q++, j++) {
-            const dl_sub_param *pr = &kinds[s]->params[q];
-            add(l, k, off, layer_tensor_id(&l->cfg, i, j), pr->name, i, pr->rows * C,
-                pr->cols ? pr->cols * C : 1, pr->ndim, pr->sh);
+        for (int q = 0; q < kinds[s]->nparams(&l->cfg, i); q++, j++) {
+            dl_sub_param pr;
+            kinds[s]->param(&l->cfg, i, q, &pr);
+            add(l, k, off, layer_tensor_id(&l->cfg, i, j), pr.name, i, pr.rows, pr.cols, pr.ndim,
+                pr.sh);
         }
 }
 

@@ -1,5 +1,6 @@
 /* The sublayer kinds (model/sublayer.h): their tables, the registry and the model variant. */
 #include "config.h"
+#include <stdio.h>
 #include <string.h>
 #include "distlab.h"
 #include "model/ops.h"
@@ -56,37 +57,68 @@ static size_t mlp_stash_elems(const dl_sub_dims *d)
     return N * d->C + N * d->Fl + N * d->C;
 }
 
-/* Parameter tables in layout order (the safetensors names; shapes in units of C). Column
- * parallel: Q/K/V by heads and the first MLP linear (rows of W); row parallel: the output
- * projections (columns of W), their biases whole. */
-static const dl_sub_param att_params[] = {
+/* Parameter tables in layout order (the safetensors names; shapes in units of C, cols 0: a
+ * vector). Column parallel: Q/K/V by heads and the first MLP linear (rows of W); row parallel:
+ * the output projections (columns of W), their biases whole. */
+typedef struct {
+    const char *name;
+    int rows, cols, ndim;
+    dl_shard_kind sh;
+} unit_param;
+
+static void from_table(const unit_param *t, const dl_gpt_config *c, int q, dl_sub_param *out)
+{
+    snprintf(out->name, sizeof out->name, "%s", t[q].name);
+    out->rows = (int64_t)t[q].rows * c->d_model;
+    out->cols = t[q].cols ? (int64_t)t[q].cols * c->d_model : 1;
+    out->ndim = t[q].ndim;
+    out->sh = t[q].sh;
+}
+
+static const unit_param att_params[] = {
     {"ln_1.weight", 1, 0, 1, DL_SHARD_NONE},        {"ln_1.bias", 1, 0, 1, DL_SHARD_NONE},
     {"attn.c_attn.weight", 3, 1, 2, DL_SHARD_QKV},  {"attn.c_attn.bias", 3, 0, 1, DL_SHARD_QKV},
     {"attn.c_proj.weight", 1, 1, 2, DL_SHARD_COLS}, {"attn.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
 };
-static const dl_sub_param mlp_params[] = {
+static const unit_param mlp_params[] = {
     {"ln_2.weight", 1, 0, 1, DL_SHARD_NONE},       {"ln_2.bias", 1, 0, 1, DL_SHARD_NONE},
     {"mlp.c_fc.weight", 4, 1, 2, DL_SHARD_ROWS},   {"mlp.c_fc.bias", 4, 0, 1, DL_SHARD_ROWS},
     {"mlp.c_proj.weight", 1, 4, 2, DL_SHARD_COLS}, {"mlp.c_proj.bias", 1, 0, 1, DL_SHARD_NONE},
 };
 
+static int six(const dl_gpt_config *c, int layer)
+{
+    (void)c, (void)layer;
+    return 6;
+}
+static void att_param(const dl_gpt_config *c, int layer, int q, dl_sub_param *out)
+{
+    (void)layer;
+    from_table(att_params, c, q, out);
+}
+static void mlp_param(const dl_gpt_config *c, int layer, int q, dl_sub_param *out)
+{
+    (void)layer;
+    from_table(mlp_params, c, q, out);
+}
+
 /* attention starts each layer's unit and the MLP joins it: today's unit per layer */
-static const dl_sublayer_kind att_kind = {"attention",
-                                          6,
-                                          att_params,
-                                          DL_SUB_UNIT_NEW,
-                                          att_act_elems,
-                                          att_stash_elems,
-                                          {att_fwd_f32, att_fwd_f64},
-                                          {att_bwd_f32, att_bwd_f64}};
-static const dl_sublayer_kind mlp_kind = {"mlp",
-                                          6,
-                                          mlp_params,
-                                          DL_SUB_UNIT_JOIN,
-                                          mlp_act_elems,
-                                          mlp_stash_elems,
-                                          {mlp_fwd_f32, mlp_fwd_f64},
-                                          {mlp_bwd_f32, mlp_bwd_f64}};
+static const dl_sublayer_kind att_kind = {.name = "attention",
+                                          .nparams = six,
+                                          .param = att_param,
+                                          .unit = DL_SUB_UNIT_NEW,
+                                          .act_elems = att_act_elems,
+                                          .stash_elems = att_stash_elems,
+                                          .fwd = {att_fwd_f32, att_fwd_f64},
+                                          .bwd = {att_bwd_f32, att_bwd_f64}};
+static const dl_sublayer_kind mlp_kind = {.name = "mlp",
+                                          .nparams = six,
+                                          .param = mlp_param,
+                                          .unit = DL_SUB_UNIT_JOIN,
+                                          .act_elems = mlp_act_elems,
+                                          .stash_elems = mlp_stash_elems,
+                                          .fwd = {mlp_fwd_f32, mlp_fwd_f64},
+                                          .bwd = {mlp_bwd_f32, mlp_bwd_f64}};
 
 const dl_sublayer_kind *const dl__sublayer_kinds[DL_SUB_NKINDS] = {
     [DL_SUB_ATTENTION] = &att_kind,

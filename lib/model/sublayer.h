@@ -43,16 +43,19 @@ typedef struct dl_sub_ctx {
     void *dx;         /* backward: dL/dy on entry, dL/dx on return (INPUT and WHOLE) */
     /* the backward's workspaces, shared by every sublayer: N x C, N x Cl, N x 3Cl, N x Fl, T x T */
     void *ws_dln, *ws_datty, *ws_dqkv, *ws_dfc, *ws_scratch;
-    /* attention: keys and values of earlier token slices to attend to (token-level pipelining
-     * fills them; NULL, 0 today: the forward refuses a prefix until a kernel reads it) */
+    /* attention: keys and values of earlier token slices to attend to, and where the backward
+     * accumulates their gradient (token-level pipelining fills them; NULL, 0 today: the
+     * attention refuses a prefix until a kernel reads it) */
     const void *kv_prefix;
+    void *dkv_prefix;
     int prefix_len;
 } dl_sub_ctx;
 
 typedef struct dl_sub_param {
-    const char *name;     /* after "h.<layer>." (the safetensors names) */
-    int rows, cols, ndim; /* in units of C (cols 0: a vector) */
-    dl_shard_kind sh;     /* tensor parallelism: how tp ranks split it */
+    char name[32];      /* after "h.<layer>." (the safetensors names) */
+    int64_t rows, cols; /* the global shape (cols 1: a vector) */
+    int ndim;           /* 1 or 2 */
+    dl_shard_kind sh;   /* tensor parallelism: how tp ranks split it */
 } dl_sub_param;
 
 /* unit: where the ZeRO / gradient-bucket units are cut (include/distlab/gpt.h, "Units") */
@@ -60,8 +63,10 @@ enum { DL_SUB_UNIT_JOIN = 0, DL_SUB_UNIT_NEW = 1 };
 
 typedef struct dl_sublayer_kind {
     const char *name;
-    int nparams;
-    const dl_sub_param *params;
+    /* its parameters in layout order, for the model's config and a layer (a kind whose count
+     * or shapes depend on the config, as experts do, computes them here) */
+    int (*nparams)(const dl_gpt_config *c, int layer);
+    void (*param)(const dl_gpt_config *c, int layer, int q, dl_sub_param *out);
     int unit; /* DL_SUB_UNIT_NEW: its parameters start a unit; JOIN: they extend the previous */
     size_t (*act_elems)(const dl_sub_dims *d);   /* kept from the forward for the backward */
     size_t (*stash_elems)(const dl_sub_dims *d); /* kept by the input part for the weight part */

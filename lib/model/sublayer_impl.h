@@ -66,7 +66,7 @@ static FN(att_stash_) FN(att_stash_at_)(const dl_sub_ctx *c)
 static int FN(att_fwd_)(dl_sub_ctx *c)
 {
     int B = c->d.B, T = c->d.T, N = B * T, C = c->d.C, Cl = c->d.Cl, rc;
-    if (c->kv_prefix || c->prefix_len)
+    if (c->kv_prefix || c->dkv_prefix || c->prefix_len)
         return dl_error(DL_EINVAL, "attention: a key/value prefix is not supported yet");
     FN(att_acts_) a = FN(att_acts_at_)(c);
     REAL *const *w = (REAL *const *)c->w, *y = R(c->y);

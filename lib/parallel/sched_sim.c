@@ -155,8 +155,19 @@ static int check_structure(const dl_sched *s, index_t *ix)
     for (int q = 0; q < s->p && st == DL_OK; q++) {
         for (int i = 0; i < s->len[q] && st == DL_OK; i++) {
             const dl_sched_action *x = &s->act[q][i];
-            if (x->op == DL_SCHED_OPT)
+            if (x->op == DL_SCHED_OPT) { /* a flush's OPT is last; an async one applies x->mb */
+                for (int c = 0; x->mb >= 0 && x->mb < s->m && c < s->v && st == DL_OK; c++)
+                    if (POS(ix, q, DL_SCHED_W, x->mb, c) > i) {
+                        dl_sched_action y = {DL_SCHED_W, x->mb, c};
+                        char b2[32];
+                        st = dl_error(DL_EINVAL,
+                                      "schedule: stage %d action %d (OPT): optimizer step before "
+                                      "the weight gradient it applies (%s is action %d)",
+                                      q, i, dl_sched_action_str(s, &y, b2, sizeof b2),
+                                      POS(ix, q, DL_SCHED_W, x->mb, c));
+                    }
                 continue;
+            }
             int j = x->mb, c = x->chunk, k = s->seq_chunks;
             int bin = x->op == DL_SCHED_B || x->op == DL_SCHED_I;
             char b2[32];

@@ -27,7 +27,7 @@ typedef struct {
 
 static size_t param_numel(const dl_sub_param *p, int tp)
 {
-    size_t n = (size_t)p->rows * C * (size_t)(p->cols ? p->cols * C : 1);
+    size_t n = (size_t)p->rows * (size_t)p->cols;
     return p->sh == DL_SHARD_NONE ? n : n / (size_t)tp;
 }
 
@@ -91,8 +91,12 @@ static int fd_rank(dl_ctx *x, void *arg)
     c->tp_comm = tp > 1 ? dl_ctx_comm(x) : NULL;
     size_t N = s.N, na = s.k->act_elems(&c->d), ns = s.k->stash_elems(&c->d);
     void *w[8], *dw[8];
-    for (int q = 0; q < s.k->nparams; q++) {
-        const dl_sub_param *pr = &s.k->params[q];
+    dl_gpt_config cfg = {.vocab = 256, .seq = T, .layers = 1, .d_model = C, .heads = H};
+    dl_sub_param prs[8];
+    int np = s.k->nparams(&cfg, 0);
+    for (int q = 0; q < np; q++) {
+        const dl_sub_param *pr = &prs[q];
+        s.k->param(&cfg, 0, q, &prs[q]);
         int ln = strstr(pr->name, "ln_") != NULL, bias = strstr(pr->name, ".bias") != NULL;
         s.np[q] = param_numel(pr, tp);
         int r = pr->sh == DL_SHARD_NONE ? 0 : rank + 1;
@@ -116,7 +120,7 @@ static int fd_rank(dl_ctx *x, void *arg)
     fd_loss(&s);
     memcpy(c->dx, s.r, sizeof(double) * N * C);
     int rc = s.k->bwd[1](c, DL_BWD_INPUT);
-    for (int q = 0; q < s.k->nparams && rank == 0; q++)
+    for (int q = 0; q < np && rank == 0; q++)
         for (size_t i = 0; i < s.np[q]; i++) fr->wrote_param_grad |= s.g[q][i] != 0;
     if (rc == DL_OK)
         rc = s.k->bwd[1](c, DL_BWD_WEIGHT);
@@ -128,14 +132,14 @@ static int fd_rank(dl_ctx *x, void *arg)
         double e = fd_err(&s, &s.x[i], 1, rank, gx[i]);
         fr->worst_x = rank == 0 && e > fr->worst_x ? e : fr->worst_x;
     }
-    for (int q = 0; q < s.k->nparams; q++) /* every parameter: a few elements each */
+    for (int q = 0; q < np; q++) /* every parameter: a few elements each */
         for (int t = 0; t < 4; t++) {
             size_t i = (size_t)(tu_splitmix64((uint64_t)(q * 16 + t)) % s.np[q]);
-            int all = s.k->params[q].sh == DL_SHARD_NONE;
+            int all = prs[q].sh == DL_SHARD_NONE;
             double e = fd_err(&s, &s.p[q][i], all, rank, s.g[q][i]);
             fr->worst_w = rank == 0 && e > fr->worst_w ? e : fr->worst_w;
         }
-    for (int q = 0; q < s.k->nparams; q++) free(s.p[q]), free(s.g[q]);
+    for (int q = 0; q < np; q++) free(s.p[q]), free(s.g[q]);
     free(s.x), free(s.r), free(gx), free(c->y), free(c->act), free(c->stash), free(c->dx);
     free(c->ws_dln), free(c->ws_datty), free(c->ws_dqkv), free(c->ws_dfc), free(c->ws_scratch);
     return DL_OK;

@@ -464,6 +464,22 @@ START_TEST(t_split_backward)
     s->act[1][2] = (dl_sched_action){DL_SCHED_F, 5, 0};
     ck_rejects(s, "micro-batch 5 out of range");
     dl_sched_free(s);
+    /* async: an OPT that applies micro-batch 0 before W0 */
+    dl_sched *as;
+    ck_assert_int_eq(dl_sched_async(2, 2, 0, &as), DL_OK);
+    s = custom(2, 2, 1);
+    s->flush = 0;
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < as->len[q]; i++) {
+            dl_sched_action *x = &as->act[q][i];
+            dl_sched_push(s, q, x->op == DL_SCHED_B ? DL_SCHED_I : x->op, x->mb, x->chunk);
+            if (x->op == DL_SCHED_OPT && x->mb == 1)
+                dl_sched_push(s, q, DL_SCHED_W, 0, 0), dl_sched_push(s, q, DL_SCHED_W, 1, 0);
+        }
+    dl_sched_free(as);
+    ck_rejects(s, "stage 0 action", "(OPT): optimizer step before the weight gradient it applies",
+               "W0 is action");
+    dl_sched_free(s);
     s = split_1f1b(2, 2, 1);
     s->len[0] -= 3; /* stage 0 loses W0 W1 OPT; OPT put back */
     s->act[0][s->len[0]++] = (dl_sched_action){DL_SCHED_OPT, -1, -1};
