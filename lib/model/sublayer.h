@@ -1,6 +1,6 @@
 /* distlab (private): the model's extension points. A transformer layer is a short list of
  * sublayers (today: attention, then the dense MLP), each a kind described once by a const table:
- * its parameters (names, shapes in units of the model width, tensor-parallel split), what its
+ * its parameters for a config and a layer (names, shapes, tensor-parallel split), what its
  * forward keeps for the backward, what a deferred weight-gradient part keeps beyond that, the
  * ZeRO/bucket unit it belongs to, and its functions — the forward and a backward in three
  * entry points:
