@@ -150,11 +150,7 @@ static int fd_rank(dl_ctx *x, void *arg)
 static void fd_check(int kind, int tp)
 {
     fd_run r = {.kind = dl__sublayer_kinds[kind], .tp = tp};
-    dl_world_opts o;
-    dl_world_opts_init(&o);
-    o.nranks = tp;
-    o.timeout_s = 120;
-    ck_assert_msg(dl_world_run(&o, fd_rank, &r) == DL_OK, "%s", dl_errmsg());
+    ck_assert_msg(tu_run_world(tp, fd_rank, &r) == DL_OK, "%s", dl_errmsg());
     ck_assert_msg(!r.wrote_param_grad, "%s tp %d: the input part wrote a parameter gradient",
                   r.kind->name, tp);
     ck_assert_msg(r.worst_x <= 1 && r.worst_w <= 1,
@@ -279,11 +275,7 @@ START_TEST(split_equals_whole)
     for (int t = 1; t <= 2; t++)
         for (int i = 0; i < 3; i++) {
             eq_run r = {.dt = dts[i], .tp = t};
-            dl_world_opts o;
-            dl_world_opts_init(&o);
-            o.nranks = t;
-            o.timeout_s = 120;
-            ck_assert_msg(dl_world_run(&o, eq_rank, &r) == DL_OK, "%s", dl_errmsg());
+            ck_assert_msg(tu_run_world(t, eq_rank, &r) == DL_OK, "%s", dl_errmsg());
             for (int k = 0; k < t; k++)
                 ck_assert_msg(r.same[k],
                               "%s tp %d rank %d: F0 F1 I1 I0 W0 W1 differs from F0 B0 F1 B1",
