@@ -28,6 +28,7 @@
 #include "distlab.h"
 #include "core/testhook.h"
 #include "transport/chan.h"
+#include "train/compare.h"
 
 /* Every suite's main ends here: run S with CK_ENV's verbosity, free the runner, and return the
  * process status (EXIT_FAILURE when any test failed). */
@@ -267,190 +268,35 @@ static inline int tu_has_int_token(const char *s, long v)
 }
 
 
-/* ---- comparing whole models ---- */
+/* ---- comparing whole models: the bounds are the library's (lib/train/compare.h, where their
+ * error analysis is written; distlab-train --check uses the same) ---- */
 
-/* The issues' "equals one rank" metric: per tensor max|a - b| / max|b| over two unsharded f64
- * buffers in the single-rank layout order of c (max|a - b| itself for an all-zero tensor); the
- * worst tensor's value, and its name in `name` (48 bytes) when not NULL. -1 on a bad config. */
-static inline double tu_worst_tensor_rel(const dl_gpt_config *c, const double *a, const double *b,
-                                         char *name)
-{
-    dl_gpt_layout *l;
-    if (dl_gpt_layout_create(c, 1, 0, &l) != DL_OK)
-        return -1;
-    double w = 0;
-    for (int k = 0; k < l->ntensors; k++) {
-        double md = 0, mb = 0;
-        for (size_t i = 0; i < l->t[k].numel; i++) {
-            size_t j = l->t[k].offset + i;
-            double d = a[j] - b[j];
-            md = fmax(md, d < 0 ? -d : d);
-            mb = fmax(mb, b[j] < 0 ? -b[j] : b[j]);
-        }
-        double r = mb > 0 ? md / mb : md;
-        if (r >= w) {
-            w = r;
-            if (name)
-                snprintf(name, 48, "%s", l->t[k].name);
-        }
-    }
-    dl_gpt_layout_destroy(l);
-    return w;
-}
-
-/* ---- two training runs are the same model: what is compared, and its bound ----
- *
- * Two layouts (dp, tp, pp, ZeRO stages, one rank) run the same arithmetic in other orders: the
- * collectives and tp's partial products sum in other orders, the GEMMs block differently, and
- * each BLAS kernel class (Prescott, Haswell, SkylakeX...) sums a dot product in its own order.
- * So the runs agree to rounding only, and the bounds follow from an error analysis of that
- * rounding, not from the differences one machine happened to show.
- *
- * Rounding. u = 2^-53 (f64) or 2^-24 (f32: the f32 runs compute in f32). A sum of n terms in
- * any order errs by at most n·u·Σ|terms| and, with rounding errors that behave as independent
- * mean-zero variables, by λ·√n·u·Σ|terms| except with probability about 2·exp(-λ²/2) (Higham
- * and Mary, "A new approach to probabilistic rounding error analysis", SIAM J. Sci. Comput. 41,
- * 2019); λ = 8: 3e-14 per sum, so not once over every element of every test. A loss or a
- * gradient element passes through D = L + 2 such reductions one after the other (embedding, L
- * blocks, head), the longest of n = max(4C, V, G·T) terms (the MLP's inner products, the
- * softmax's normaliser, the weight gradients' sum over the global batch's G·T tokens). So
- *     R = D·λ·√n·u
- * bounds the relative difference of two layouts' losses (a mean of positive terms: no
- * cancellation) and, with a cancellation factor κ = 8 for a tensor's worst element against the
- * tensor's largest (Σ|terms| over |sum|), of their gradients: gtol = κ·R (per tensor
- * max|a-b| / max|b|). f64, L = 2, C = 32, V = 256: R = 4·8·16·2^-53 = 5.7e-14, gtol 4.5e-13;
- * f32: R = 3.1e-5, gtol 2.4e-4.
- *
- * What is compared (tu_compare_runs):
- * - every step's loss, within R plus the first-order effect of the parameters' differences below:
- *   |ΔL| <= Σ_i |g_i|·|Δp_i| and, since AdamW's first-step update of element i is
- *   lr·φ(g_i) with φ(g) = g / (|g| + ε), |g|·|Δ(lr·φ)| <= lr·|g|·ε·δg / (|g| + ε)² <= lr·δg / 4:
- *   the elements whose difference Adam amplifies (|g| ~ ε) are those the loss barely depends
- *   on. So step t's loss may also differ by P·Σ_{s<t} lr_s·gtol·G_s / 4 (P parameters, G_s =
- *   min(gradient norm, clip) >= every scaled gradient element);
- * - one step (steps == 1, with the gradients): the gradients within gtol, per tensor; and every
- *   parameter element, from the same initial value, within
- *       lr_1·|φ(s_a·g_a) - φ(s_b·g_b)| + 4u·|p| + 24u·lr_1
- *   (s: each run's clipping factor; the decay p·(1 - lr·wd) rounds alike in both runs; the
- *   final subtraction rounds once in each (2u|p|, doubled for the compiler's choice of FMA
- *   contraction), the update about 12 times in each (g·s, the two moments, the square root, the
- *   bias corrections, + ε, the division: 12u·lr_1 per run)): the parameters differ by exactly
- *   what Adam makes of the gradients' difference, and by no more than rounding. A near-zero gradient element (|g| ~ ε) may legitimately differ by up to 2·lr_1;
- * - several steps: every parameter element within Σ_t lr_t·min(2√t, 2·gtol·G_t / ε) +
- *   T·(4u·|p| + 24u·lr) (the rounding of each step as above): Adam's direction m̂/(√v̂+ε) moves by at most 2/ε per unit of gradient
- *   difference (δg <= gtol·G_t) and is at most √t in size (Cauchy-Schwarz over the bias-corrected
- *   averages), hence at most 2√t apart. In f32 (gtol·G / ε ~ 1e4) this is Adam's step bound
- *   2√t·lr per step: later steps are checked for gross errors only, the first step tightly.
- * The negative controls (tests/unit/train/test_train.c, test_zero.c, test_pipe.c) show these comparisons
- * fail for a run that skips one gradient reduction or perturbs one parameter element by 1e-6
- * (f64) or 1e-3 (f32) relative. TU_EQ_VERBOSE=1 prints each check's measured/bound ratio. */
-
-static inline double tu_unit_roundoff(dl_dtype t) { return t == DL_F64 ? 0x1p-53 : 0x1p-24; }
-
-/* R above: the relative rounding difference of one forward or backward between two layouts. */
-static inline double tu_eq_round(const dl_train_opts *o)
-{
-    const dl_gpt_config *c = &o->model;
-    double n = fmax(fmax(4.0 * c->d_model, (double)c->vocab), (double)o->batch.global * c->seq);
-    return (c->layers + 2) * 8.0 * sqrt(n) * tu_unit_roundoff(o->precision.dtype);
-}
-
-static inline double tu_eq_grad_tol(const dl_train_opts *o) { return 8.0 * tu_eq_round(o); }
-
-/* min(gradient norm, clip) of step i: the largest scaled gradient element is at most this */
-static inline double tu_eq_gscale(const dl_train_opts *o, const dl_train_result *r, int i)
-{
-    double g = r->steps[i].grad_norm;
-    return o->optim.clip > 0 && g > o->optim.clip ? o->optim.clip : g;
-}
-
-static inline double tu_eq_phi(double g, double eps) { return g / (fabs(g) + eps); }
-
-static inline void tu_eq_verbose(const char *what, double measured, double bound)
+/* TU_EQ_VERBOSE=1 prints each compared quantity's measured/bound ratio. */
+static inline void tu_eq_verbose(const dl__eq_report *rep)
 {
     const char *e = getenv("TU_EQ_VERBOSE");
-    if (e && *e && strcmp(e, "0") != 0)
-        fprintf(stderr, "  eq: %-34s %.3g (bound %.3g, %.2g of it)\n", what, measured, bound,
-                bound > 0 ? measured / bound : 0.0);
+    if (!e || !*e || strcmp(e, "0") == 0)
+        return;
+    for (int k = 0; k < DL__EQ_N; k++) {
+        const dl__eq_item *it = &rep->item[k];
+        if (it->present)
+            fprintf(stderr, "  eq: %-18s %.3g (bound %.3g, %.2g of it; %s)\n",
+                    dl__eq_name((dl__eq_kind)k), it->measured, it->bound,
+                    it->bound > 0 ? it->measured / it->bound : 0.0, it->where);
+    }
 }
 
-/* Compare run a with run b (the reference) of configuration o (resolved: global_batch set) as
- * described above. 1: the same model within the bounds; 0: not, with the failed check and its
+/* Compare run a with run b (the reference) of configuration o (resolved: global_batch set):
+ * dl__train_compare. 1: the same model within the bounds; 0: not, with the failed check and its
  * figures in why. Needs want_params, and want_grads when o->optim.steps == 1. */
 static inline int tu_compare_runs(const dl_train_opts *o, const dl_train_result *a,
                                   const dl_train_result *b, char *why, size_t wn)
 {
-    double u = tu_unit_roundoff(o->precision.dtype), R = tu_eq_round(o), gtol = tu_eq_grad_tol(o);
-    int T = b->nsteps;
-    size_t P = (size_t)b->nparams;
-    if (a->nsteps != T || (size_t)a->nparams != P || !a->output.params || !b->output.params) {
-        snprintf(why, wn, "%d vs %d steps, %lld vs %lld parameters (or no parameters)", a->nsteps,
-                 T, (long long)a->nparams, (long long)b->nparams);
-        return 0;
-    }
-    double drift = 0, worst = 0; /* the loss's first-order allowance; worst measured/bound */
-    for (int t = 0; t < T; t++) {
-        double L = fabs(b->steps[t].loss), d = fabs(a->steps[t].loss - b->steps[t].loss) / L;
-        double bound = R + (double)P * drift / (4 * L);
-        worst = fmax(worst, d / bound);
-        if (!(d <= bound)) {
-            snprintf(why, wn, "step %d: loss %.17g vs %.17g, relative difference %.3g > bound %.3g",
-                     t + 1, a->steps[t].loss, b->steps[t].loss, d, bound);
-            return 0;
-        }
-        drift += b->steps[t].lr * gtol * tu_eq_gscale(o, b, t);
-    }
-    tu_eq_verbose("losses (worst step)", worst, 1);
-    if (T == 1) {
-        char name[48];
-        if (!a->output.grads || !b->output.grads) {
-            snprintf(why, wn, "one step compared without its gradients");
-            return 0;
-        }
-        double w = tu_worst_tensor_rel(&o->model, a->output.grads, b->output.grads, name);
-        tu_eq_verbose("step 1 gradients (worst tensor)", w, gtol);
-        if (!(w <= gtol)) {
-            snprintf(why, wn, "step 1: gradients differ by %.3g (%s) > bound %.3g", w, name, gtol);
-            return 0;
-        }
-    }
-    double lr1 = b->steps[0].lr, eps = o->optim.eps, lrmax = 0, cap = 0;
-    double sa = o->optim.clip > 0 && a->steps[0].grad_norm > o->optim.clip
-                    ? o->optim.clip / a->steps[0].grad_norm
-                    : 1;
-    double sb = o->optim.clip > 0 && b->steps[0].grad_norm > o->optim.clip
-                    ? o->optim.clip / b->steps[0].grad_norm
-                    : 1;
-    for (int t = 0; t < T; t++) {
-        lrmax = fmax(lrmax, b->steps[t].lr);
-        cap += b->steps[t].lr * fmin(2 * sqrt(t + 1.0), 2 * gtol * tu_eq_gscale(o, b, t) / eps);
-    }
-    worst = 0;
-    for (size_t i = 0; i < P; i++) {
-        double d = fabs(a->output.params[i] - b->output.params[i]), p = fabs(b->output.params[i]),
-               pred, slack;
-        if (T == 1) {
-            pred = lr1 * fabs(tu_eq_phi(sa * a->output.grads[i], eps) -
-                              tu_eq_phi(sb * b->output.grads[i], eps));
-            slack = 4 * u * p + 24 * u * lr1;
-        } else {
-            pred = cap;
-            slack = T * (4 * u * p + 24 * u * lrmax);
-        }
-        worst = fmax(worst, T == 1 ? (d - pred) / slack : d / (pred + slack));
-        if (!(d <= pred + slack)) {
-            snprintf(why, wn,
-                     "after %d step%s: parameter %zu is %.17g vs %.17g, %.3g apart > bound "
-                     "%.3g (Adam's %.3g + rounding %.3g)",
-                     T, T > 1 ? "s" : "", i, a->output.params[i], b->output.params[i], d,
-                     pred + slack, pred, slack);
-            return 0;
-        }
-    }
-    /* one step: how much of the rounding allowance the worst element used beyond Adam's share */
-    tu_eq_verbose(T == 1 ? "step 1 parameters (beyond Adam)" : "final parameters (of bound)", worst,
-                  1);
-    return 1;
+    dl__eq_report rep;
+    int same = dl__train_compare(o, a, b, &rep);
+    tu_eq_verbose(&rep);
+    snprintf(why, wn, "%s", rep.why);
+    return same == 1;
 }
 
 /* Train oa and ob (want_params and want_grads set here) and compare them (tu_compare_runs, ob

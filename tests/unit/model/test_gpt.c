@@ -1,5 +1,5 @@
 /* The GPT shard: backward against finite differences (f64), tensor parallelism (t = 2, 4, 8;
- * within the rounding bounds of tests/unit/testutil.h, with negative controls that fail them) and
+ * within the rounding bounds of lib/train/compare.h, with negative controls that fail them) and
  * full recomputation against one rank, and the tp all-reduce count per layer. */
 #include "../testutil.h"
 #include <check.h>
@@ -149,7 +149,7 @@ START_TEST(finite_differences)
 END_TEST
 
 /* One forward and backward of f64 on tp ranks against one rank: the loss within R and the
- * gradients within gtol of tests/unit/testutil.h's rounding analysis (the batch: B sequences). With
+ * gradients within gtol of lib/train/compare.h's rounding analysis (the batch: B sequences). With
  * a hook (the tp run's first backward all-reduce skipped) or a perturbation (1e-6 relative),
  * the same comparison must fail: returns whether it passed. */
 static int tp_matches(int tp, int heads, dl__test_hook *hook, double perturb)
@@ -166,9 +166,9 @@ static int tp_matches(int tp, int heads, dl__test_hook *hook, double perturb)
     dl__test_hook_set(hook);
     run(&par);
     dl__test_hook_set(NULL);
-    double R = tu_eq_round(&eo), gtol = tu_eq_grad_tol(&eo);
+    double R = dl__eq_round(&eo), gtol = dl__eq_grad_tol(&eo);
     int ok = fabs(one.loss - par.loss) <= R * fabs(one.loss);
-    double w = tu_worst_tensor_rel(&c, par.grads, one.grads, NULL);
+    double w = dl__eq_worst_tensor(&c, par.grads, one.grads, NULL);
     ok = ok && w <= gtol;
     if (!hook && !perturb) {
         ck_assert_msg(ok,
@@ -210,7 +210,7 @@ START_TEST(recompute_same)
     run(&a);
     run(&b);
     ck_assert(a.loss == b.loss);
-    ck_assert(tu_worst_tensor_rel(&c, b.grads, a.grads, NULL) == 0.0);
+    ck_assert(dl__eq_worst_tensor(&c, b.grads, a.grads, NULL) == 0.0);
     ck_assert_uint_eq(b.tp_ops_bwd, 4u * (unsigned)c.layers); /* the forward's two again */
     free(a.grads);
     free(b.grads);

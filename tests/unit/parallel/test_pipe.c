@@ -3,7 +3,7 @@
  *    schedule (values encode their origin and are checked at the receiver);
  *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved; with dp and tp; tied
  *    embeddings) trains exactly the model one rank trains, within the rounding bounds of
- *    tests/unit/testutil.h (f64 and f32), and negative controls fail them;
+ *    lib/train/compare.h (f64 and f32), and negative controls fail them;
  *  - asynchronous PipeDream: with weight stashing every backward uses its forward's weights,
  *    without the gap is p - s (1-based s);
  *  - 1F1B's peak activation memory on the first stage is p/m of GPipe's (arena, m >= p);
@@ -212,7 +212,7 @@ static dl_train_opts base(int pp, int m, int sched, dl_dtype dt)
 }
 
 /* Train `o` and the same configuration on one rank: the same model within the rounding bounds of
- * tests/unit/testutil.h (every step's loss, the first step's gradients and parameters tightly, the
+ * lib/train/compare.h (every step's loss, the first step's gradients and parameters tightly, the
  * last step's parameters within Adam's amplification of rounding). Returns tu_same_model's
  * verdict; hook: the private test hook in force for the pipelined run. */
 static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
@@ -357,7 +357,7 @@ START_TEST(pp_bf16_same_as_dp)
                           "with pp 2, %.17g without",
                           zero, i + 1, ra.steps[i].loss, rb.steps[i].loss);
         char name[48];
-        double w = tu_worst_tensor_rel(&a.model, ra.output.params, rb.output.params, name);
+        double w = dl__eq_worst_tensor(&a.model, ra.output.params, rb.output.params, name);
         ck_assert_msg(w == 0, "bf16 zero %d: pp 2 x dp 2 differs from dp 2 by %.3g (%s)", zero, w,
                       name);
         dl_train_result_free(&ra);

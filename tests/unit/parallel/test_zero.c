@@ -1,7 +1,7 @@
 /* ZeRO stages 1, 2 and 3 (f32, f64, bf16 mixed precision) over the dp group: the sharding
  * arithmetic (padding; contiguous shards and columns, kept for the planner; per-unit blocks, what
  * the trainer uses); stages 1-3 train exactly the model stage 0 of the same layout trains (dp 4,
- * dp 2 x tp 2; f64 and f32 within the rounding bounds of tests/unit/testutil.h, and negative controls
+ * dp 2 x tp 2; f64 and f32 within the rounding bounds of lib/train/compare.h, and negative controls
  * that fail them); bf16: bitwise
  * the same reduced gradients and master weights at every stage (one micro-batch); parameter
  * counts not divisible by dp (padding); dp 1 (a no-op); overlap and bucket sizes change nothing;
@@ -177,7 +177,7 @@ static void check_figures(const dl_train_opts *o, const dl_train_result *r)
 }
 
 /* Train `o` at stage 0 and at stages 1, 2 and 3 (same layout): each stage trains the model stage
- * 0 trains, within the rounding bounds of tests/unit/testutil.h (tu_compare_runs: every step's loss,
+ * 0 trains, within the rounding bounds of lib/train/compare.h (tu_compare_runs: every step's loss,
  * the first step's gradients and parameters tightly, the last step's parameters within Adam's
  * amplification of rounding; stage 0 and stages 1-2 sum each element in another order once d >
  * 2, stages 2-3 reduce every micro-batch's gradient before adding them), then the same for one
@@ -411,7 +411,7 @@ static void bf16_stages(dl_train_opts o, int bitwise_all)
     size_t n = sizeof(double) * (size_t)r[0].nparams;
     for (int z = 1; z <= 3; z++) {
         char name[48];
-        double w = tu_worst_tensor_rel(&o.model, r[z].output.params, r[0].output.params, name);
+        double w = dl__eq_worst_tensor(&o.model, r[z].output.params, r[0].output.params, name);
         fprintf(stderr,
                 "bf16 dp %d tp %d stage %d: master weights vs stage 0 %.3g (%s), grads "
                 "%s\n",

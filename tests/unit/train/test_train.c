@@ -1,5 +1,5 @@
 /* The training engine: data, tensor and combined parallelism train exactly the model one rank
- * trains (within the rounding bounds of tests/unit/testutil.h, f64 and f32), gradient bytes per
+ * trains (within the rounding bounds of lib/train/compare.h, f64 and f32), gradient bytes per
  * step are the ring's 2(d-1)/d, overlap changes nothing, loss goes down, bad configurations are
  * refused. */
 #include "../testutil.h"
@@ -33,7 +33,7 @@ static dl_train_opts base(int dp, int tp, dl_dtype dt)
 
 
 /* Train `o` and the same configuration on one rank (microbatches scaled so the global batch is
- * the same): the same model within the bounds of tests/unit/testutil.h (tu_compare_runs: every step's
+ * the same): the same model within the bounds of lib/train/compare.h (tu_compare_runs: every step's
  * loss, the first step's gradients and parameters tightly, the last step's parameters within
  * Adam's amplification of rounding). Returns tu_same_model's verdict. */
 static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
@@ -165,7 +165,7 @@ START_TEST(overlap_same)
     ck_assert_msg(dl_train_run(&a, &ra) == DL_OK, "%s", dl_errmsg());
     ck_assert_msg(dl_train_run(&b, &rb) == DL_OK, "%s", dl_errmsg());
     char name[48];
-    ck_assert(tu_worst_tensor_rel(&a.model, ra.output.params, rb.output.params, name) == 0.0);
+    ck_assert(dl__eq_worst_tensor(&a.model, ra.output.params, rb.output.params, name) == 0.0);
     dl_train_result_free(&ra);
     dl_train_result_free(&rb);
 }
