@@ -1427,7 +1427,8 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
             if (optopt)
                 cli_error("unknown option '-%c' (see --help)", optopt);
             else
-                cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
+                cli_unknown_option("", argv[optind - 1], lo, sizeof lo[0], 0, 1,
+                                   "distlab-bench coll --help");
             return -1;
         }
     }

@@ -391,7 +391,7 @@ static int parse(int argc, char **argv, pcfg *c)
             }
             break;
         default:
-            if (bu_common_opt("pipeline", opt, argv, &c->o, usage))
+            if (bu_common_opt("pipeline", opt, argv, lo, &c->o, usage))
                 return -1;
         }
     }

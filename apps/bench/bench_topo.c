@@ -13,6 +13,7 @@
 #include "distlab.h"
 #include "core/topo.h"
 #include "bench_topo.h"
+#include "cli.h"
 
 #define PROG "distlab-bench topo"
 #define MAX_RANKS 4096
@@ -212,7 +213,8 @@ int bench_topo_main(int argc, char **argv)
             if (optopt)
                 fprintf(stderr, PROG ": unknown option -%c (try --help)\n", optopt);
             else
-                fprintf(stderr, PROG ": unknown option %s (try --help)\n", argv[optind - 1]);
+                cli_unknown_option("topo: ", argv[optind - 1], longopts, sizeof longopts[0], 0, 1,
+                                   PROG " --help");
             return 2;
         }
     }

@@ -569,7 +569,8 @@ int bu_plot(const char *file, const char *data, const char *script)
     return 0;
 }
 
-int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*usage)(FILE *))
+int bu_common_opt(const char *sub, int opt, char **argv, const struct option *lo, bu_common *o,
+                  void (*usage)(FILE *))
 {
     switch (opt) {
     case 'h': usage(stdout); exit(CLI_EXIT_OK);
@@ -581,9 +582,13 @@ int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*us
             return -1;
         o->plot = optarg;
         return 0;
-    default:
-        cli_error("%s: unknown option or missing value '%s' (see --help)", sub, argv[optind - 1]);
+    default: {
+        char prefix[64], help[64];
+        snprintf(prefix, sizeof prefix, "%s: ", sub);
+        snprintf(help, sizeof help, "distlab-bench %s --help", sub);
+        cli_unknown_option(prefix, argv[optind - 1], lo, sizeof lo[0], 0, 1, help);
         return -1;
+    }
     }
 }
 
@@ -611,7 +616,7 @@ int bu_next_opt(const char *sub, int argc, char **argv, const struct option *lo,
             opt == 'h' || opt == '?' || opt == ':' || (opt >= BU_O_QUICK && opt <= BU_O_PLOT);
         if (!common)
             return opt;
-        if (bu_common_opt(sub, opt, argv, o, usage))
+        if (bu_common_opt(sub, opt, argv, lo, o, usage))
             return -1;
     }
 }

@@ -143,8 +143,10 @@ void bu_check(FILE *f, const char *who, int cond, const char *text, int line, in
 int bu_next_opt(const char *sub, int argc, char **argv, const struct option *lo, bu_common *o,
                 void (*usage)(FILE *));
 /* A getopt result that is none of subcommand `sub`'s own options: -h (usage on stdout, exit 0),
- * a common option (returns 0) or a usage error (returns -1, one line printed). */
-int bu_common_opt(const char *sub, int opt, char **argv, bu_common *o, void (*usage)(FILE *));
+ * a common option (returns 0) or a usage error (returns -1, one line printed, with the nearest of
+ * lo's names when one is close). */
+int bu_common_opt(const char *sub, int opt, char **argv, const struct option *lo, bu_common *o,
+                  void (*usage)(FILE *));
 /* After the getopt loop: no stray arguments, and --csv and --json not both (0, or -1 printed). */
 int bu_common_done(const char *sub, int argc, char **argv, const bu_common *o);
 

@@ -273,3 +273,72 @@ void cli_blas_setup(char **argv)
                   loaded);
     }
 }
+
+/* Optimal string alignment distance (Levenshtein with adjacent transpositions) of a and b,
+ * capped: names longer than 63 bytes compare as far apart. */
+static int edit_distance(const char *a, const char *b)
+{
+    enum { M = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= M || lb >= M)
+        return M;
+    int d[M][M];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = a[i - 1] != b[j - 1], v = d[i - 1][j - 1] + c;
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+static const char *name_at(const void *names, size_t stride, size_t i)
+{
+    return *(const char *const *)((const char *)names + i * stride);
+}
+
+void cli_unknown_option(const char *prefix, const char *arg, const void *names, size_t stride,
+                        size_t n, int abbrev, const char *help)
+{
+    char name[64];
+    if (strncmp(arg, "--", 2) != 0) {
+        cli_error("%sunknown option '%s' (see %s)", prefix, arg, help);
+        return;
+    }
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+    size_t len = strlen(name), nprefix = 0;
+    const char *best = NULL, *first = NULL, *second = NULL, *exact = NULL;
+    int bestd = 1 + (int)len / 4; /* a suggestion closer than a quarter of the word */
+    for (size_t i = 0; n ? i < n : name_at(names, stride, i) != NULL; i++) {
+        const char *s = name_at(names, stride, i);
+        if (strcmp(s, name) == 0)
+            exact = s;
+        if (abbrev && len && strncmp(s, name, len) == 0 && nprefix++ < 2)
+            *(nprefix == 1 ? &first : &second) = s;
+        int d = edit_distance(name, s);
+        if (d < bestd || (d == bestd && !best)) {
+            best = s;
+            bestd = d;
+        }
+    }
+    /* a parser that takes a known name or a unique prefix complains about the value */
+    if (exact || nprefix == 1)
+        cli_error("%soption '--%s' %s (see %s)", prefix, exact ? exact : first,
+                  strchr(arg, '=') ? "takes no value" : "needs a value", help);
+    else if (nprefix > 1)
+        cli_error("%sambiguous option '--%s' (--%s, --%s%s; see %s)", prefix, name, first, second,
+                  nprefix > 2 ? ", ..." : "", help);
+    else if (best)
+        cli_error("%sunknown option '--%s' (did you mean '--%s'? see %s)", prefix, name, best,
+                  help);
+    else
+        cli_error("%sunknown option '--%s' (see %s)", prefix, name, help);
+}

@@ -21,6 +21,20 @@ void cli_error(const char *fmt, ...)
 #endif
     ;
 
+/* The command-line word `arg` (argv[optind - 1] after getopt's '?': "--micro-batches", "--x=3")
+ * is no option: one line on stderr, "PREFIXunknown option '--micro-batches' (did you mean
+ * '--microbatches'? see HELP)" with the nearest name by edit distance when one is close; for a
+ * known option without its value "PREFIXoption '--steps' needs a value (see HELP)"; for a
+ * prefix of several "ambiguous option '--micro' (--micro-batch, --microbatches; see HELP)"
+ * (abbrev below).
+ * names: the option names without "--", each the first member of a table's entries `stride`
+ * bytes apart (struct option's name, or a plain array: stride sizeof(char *)); n of them, or
+ * n = 0: up to a NULL name. abbrev: the parser takes a unique prefix of a name (getopt_long
+ * does), so a known name or prefix means a value is missing or extra, and a prefix of several
+ * is ambiguous. prefix: "" or "coll: "; help: "--help". */
+void cli_unknown_option(const char *prefix, const char *arg, const void *names, size_t stride,
+                        size_t n, int abbrev, const char *help);
+
 /* "distlab-bench (distlab) 0.2.0" on f. */
 void cli_print_version(FILE *f);
 

@@ -838,7 +838,7 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return CLI_EXIT_OK;
         case 'V': cli_print_version(stdout); return CLI_EXIT_OK;
         default:
-            cli_error("unknown option '%s' (try --help)", argv[optind - 1]);
+            cli_unknown_option("", argv[optind - 1], longopts, sizeof longopts[0], 0, 1, "--help");
             return CLI_EXIT_USAGE;
         }
     }

@@ -538,6 +538,20 @@ static int pint(const char *what, const char *s, long max, int *out)
     return cli_parse_int(what, s, 1, max, out);
 }
 
+/* `arg` is none of subcommand sub's flags (groups): the one line, with the nearest of them */
+static void unknown_flag(const char *sub, int groups, const char *arg)
+{
+    const char *names[sizeof flags / sizeof flags[0] + 3] = {"help", "csv", "json"};
+    size_t n = 3;
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        if ((flags[k].group & groups) || (strcmp(sub, "zero") == 0 && flags[k].id == F_MODEL))
+            names[n++] = flags[k].name;
+    char prefix[32], help[64];
+    snprintf(prefix, sizeof prefix, "%s: ", sub);
+    snprintf(help, sizeof help, "distlab-plan %s --help", sub);
+    cli_unknown_option(prefix, arg, names, sizeof names[0], n, 0, help);
+}
+
 static int parse_args(args *a, int argc, char **argv)
 {
     const char *hw_name = "h100", *model_name = NULL;
@@ -585,8 +599,7 @@ static int parse_args(args *a, int argc, char **argv)
                 fl = &flags[k];
         int ok_model_for_zero = strcmp(a->sub, "zero") == 0 && fl && fl->id == F_MODEL;
         if (fl == NULL || (!(fl->group & groups) && !ok_model_for_zero)) {
-            cli_error("%s: unknown option '--%s' (see distlab-plan %s --help)", a->sub, name,
-                      a->sub);
+            unknown_flag(a->sub, groups, arg);
             return -1;
         }
         if (val == NULL) {

@@ -56,12 +56,13 @@ static int banner(tg_run *r)
     char lay[160];
     layout_desc(o, lay, sizeof lay);
     printf("distlab-train %s: %d rank%s (%s) on %ld cores%s; model: %d layer%s, "
-           "d-model %d, %d head%s, seq %d, %lld parameters, %s%s\n",
+           "d-model %d, %d head%s, seq %d, %lld parameters%s, %s%s\n",
            dl_version(), n, tg_plural(n, "s"), lay, cores,
            n > cores ? " (oversubscribed: timings include contention)" : "", o->model.layers,
            tg_plural(o->model.layers, "s"), o->model.d_model, o->model.heads,
            tg_plural(o->model.heads, "s"), o->model.seq, (long long)dl_gpt_num_params(&o->model),
-           dl_dtype_name(o->precision.dtype), o->precision.recompute ? ", full recompute" : "");
+           o->model.tie ? " (tied embeddings)" : "", dl_dtype_name(o->precision.dtype),
+           o->precision.recompute ? ", full recompute" : "");
     if (np > 1)
         printf("MPI: %d processes x %d rank threads (process k hosts ranks %dk ... %dk+%d; each "
                "process is one node)\n",

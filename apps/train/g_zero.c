@@ -5,14 +5,29 @@
 #include "group.h"
 #include "cli.h"
 
+static int given; /* --zero on the command line (a checkpoint's manifest is exempt) */
+
 static int p_zero(tg_run *r, const char *a)
 {
+    given = 1;
     int bad = cli_parse_int("--zero", a, INT_MIN, INT_MAX, &r->o.zero.stage);
     if (!bad && (r->o.zero.stage < 0 || r->o.zero.stage > 3)) {
         cli_error("--zero: %d is out of range [0, 3]", r->o.zero.stage);
         bad = 1;
     }
     return bad ? -1 : 0;
+}
+
+/* the rule: an option that would have no effect in the configuration given is refused (the
+ * world is known: dp may come from the cores) */
+static int idle(tg_run *r)
+{
+    if (given && r->o.zero.stage > 0 && r->o.layout.dp == 1)
+        return tg_refuse(r,
+                         "--zero %d needs data parallelism (--dp N, N >= 2): ZeRO shards over the "
+                         "dp group, so with dp 1 it has no effect",
+                         r->o.zero.stage);
+    return TG_NEXT;
 }
 
 /* Model state per rank from rank 0's arena peaks, against the ZeRO paper's formula (Psi: the
@@ -121,11 +136,14 @@ static const tg_opt opts[] = {
 "                        (reduce-scatter, update the shard, all-gather the parameters),\n"
 "                        2 also the gradients (reduce-scattered layer by layer during\n"
 "                        backward), 3 also the parameters (each layer all-gathered before its\n"
-"                        forward and its backward); a no-op with dp 1\n"},
+"                        forward and its backward); needs --dp 2 or more\n"},
     {0},
 };
 /* clang-format on */
-static const tg_hook hooks[] = {{TG_REPORT, shards}, {TG_REPORT, state_lines}, {0}};
+static const tg_hook hooks[] = {{TG_RESOLVE, idle},
+                                {TG_REPORT, shards},
+                                {TG_REPORT, state_lines},
+                                {0}};
 static const tg_field config[] = {{"zero", j_zero, NULL}, {0}};
 static const tg_field summary[] = {{"zero", j_shards, NULL}, {"model_state", j_state, NULL}, {0}};
 

@@ -72,7 +72,7 @@ int tg_parse(tg_run *run, int argc, char **argv)
             if (optopt && optopt < OPT_BASE)
                 cli_error("unknown option '-%c' (see --help)", optopt);
             else
-                cli_error("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);
+                cli_unknown_option("", argv[optind - 1], lo, sizeof lo[0], 0, 1, "--help");
             run->status = CLI_EXIT_USAGE;
             return TG_STOP;
         }

@@ -45,6 +45,10 @@ fi
 run "coll --help" 0 coll --help
 bad_usage "bad option" --no-such-option
 bad_usage "bad coll option" coll --no-such-option
+# did you mean, in each option parser: coll's, topo's, the subcommands' shared one
+for sub in coll topo gemm; do
+  usage_error "$sub did you mean" "unknown option '--rnks' (did you mean '--ranks'?" $sub --rnks 2
+done
 bad_usage "unknown subcommand" no-such-subcommand
 bad_usage "coll --ranks 0" coll --ranks 0
 bad_usage "coll --ranks x" coll --ranks x

@@ -122,6 +122,7 @@ usage_error "bad section" "unknown section 'zz'" zz
 usage_error "no section" "missing SECTION" --check
 usage_error "two sections" "one SECTION only" 01 03
 usage_error "bad option" "unknown option" 01 --bogus
+usage_error "did you mean" "unknown option '--chek' (did you mean '--check'?" 01 --chek
 if run "--help" 0 --help; then
   for w in 01 02 03 04 05 exercises all --check --json --help --version; do
     has_re "--help" " $w"

@@ -22,6 +22,7 @@ usage_error "no subcommand" "missing subcommand"
 usage_error "unknown subcommand" "unknown subcommand" frobnicate
 usage_error "unknown flag" "unknown option" memory --frob 1
 usage_error "flag of another subcommand" "unknown option" zero --gpus 8
+usage_error "did you mean" "unknown option '--gpu' (did you mean '--gpus'?" search --gpu 4
 usage_error "unknown model" "unknown model preset" memory --model gpt-9
 usage_error "unknown hardware" "unknown hardware preset" search --hardware tpu9
 usage_error "zero layers" "layers" memory --layers 0 --hidden 1024 --heads 8

@@ -39,6 +39,7 @@ if run help 0 --help; then
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
+  has help "needs --dp 2 or more"
   [ -s "$TMP/err" ] && fail "help: wrote to stderr"
 fi
 run help-short 0 -h
@@ -90,7 +91,17 @@ refused "--recompute some" "--recompute: 'some' is not none or full" $M --dp 1 -
 refused "--json unwritable" "--json: cannot write '$TMP/no/dir.json'" $M --dp 1 --json "$TMP/no/dir.json"
 refused "unknown option" "unknown option.*--bogus" $M --dp 1 --bogus
 refused "unknown short option" "unknown option '-x'" $M --dp 1 -x
-refused "missing value" "missing value.*--dp" --dp
+# did you mean: the nearest option by edit distance; a prefix of several; a missing value
+refused "did you mean" "unknown option '--micro-batches' \\(did you mean '--microbatches'\\?" \
+  $M --dp 1 --micro-batches 4
+refused "ambiguous prefix" "ambiguous option '--micro' \\(--micro-batch, --microbatches" \
+  $M --dp 1 --micro 4
+refused "missing value" "option '--dp' needs a value" $M --dp
+refused "value of a flag" "option '--check' takes no value" $M --dp 1 --check=1
+# an option without effect is refused, as --help says: --zero with dp 1 (its --help line says so)
+refused "zero with dp 1" "--zero 3 needs data parallelism.*with dp 1 it has no effect" \
+  $M --dp 1 --zero 3
+refused "missing value alone" "option .--dp. needs a value" --dp
 # the pipeline (issue 4): p larger than the layers, m < 1, interleaving that does not divide,
 # an unknown schedule
 refused "pp > layers" 'pp 5 is larger than the layers 4' $M --layers 4 --dp 1 --pp 5
