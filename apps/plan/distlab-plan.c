@@ -1243,23 +1243,59 @@ static int cmd_pipeline(args *a)
 /* A profile from `distlab-plan calibrate` describes this machine's ranks: predict distlab-train
  * (its byte-level GPT, the shape from --layers/--hidden/--heads/--seq or distlab-train's
  * defaults) for every local layout instead of a cluster's 3-D search. */
-/* After the table: which rows tie (within PC_TIE of their group's first: not ranked) and how
- * many of them are oversubscribed (predicted CPU-bound: all stages' work over the cores, the
- * same for every layout of the same total work). */
+/* After the table: which rows tie (a tier: within PC_TIE of its first, not ordered by the
+ * predictions) and how many of them are oversubscribed (predicted CPU-bound: all stages' work
+ * over the cores, the same for every layout of the same total work). */
 static void search_local_ties(const pc_local_row *r, int n)
 {
     for (int i = 0; i < n;) {
         int j = i, over = 0;
-        while (j < n && r[j].rank == r[i].rank) over += r[j++].oversub;
+        while (j < n && r[j].tier == r[i].tier) over += r[j++].oversub;
         if (j - i > 1)
-            printf("\nrank %d: %d layouts within %.0f%% of each other (%.0f .. %.0f tokens/s): the "
-                   "predictions do not rank them; %d of them oversubscribed (more ranks than "
-                   "cores: "
-                   "predicted as the total work over the cores, contention not modelled beyond "
-                   "that); measure them (distlab-plan validate, distlab-train)\n",
-                   r[i].rank, j - i, 100 * PC_TIE, r[j - 1].tokens_per_s, r[i].tokens_per_s, over);
+            printf("\ntier %d: %d layouts within %.0f%% of each other (%.0f .. %.0f tokens/s): the "
+                   "predictions do not order them; %d of them oversubscribed (more ranks than "
+                   "cores: predicted as the total work over the cores, contention not modelled "
+                   "beyond that); measure them (distlab-plan validate, distlab-train)\n",
+                   r[i].tier, j - i, 100 * PC_TIE, r[j - 1].tokens_per_s, r[i].tokens_per_s, over);
         i = j;
     }
+}
+
+/* The recommendation: in the first tier, the fastest prediction among the layouts that fit the
+ * cores (an oversubscribed one's contention is not modelled), then the least model state. */
+static void search_local_recommend(const pc_local_row *r, int n)
+{
+    int best = -1, fits = 0, size = 0;
+    for (int i = 0; i < n && r[i].tier == 1; i++, size++) fits += !r[i].oversub;
+    for (int i = 0; i < size; i++) {
+        if (fits && r[i].oversub)
+            continue;
+        if (best < 0 || r[i].tokens_per_s > r[best].tokens_per_s ||
+            (r[i].tokens_per_s == r[best].tokens_per_s && r[i].state_bytes < r[best].state_bytes))
+            best = i;
+    }
+    if (best < 0)
+        return;
+    const pc_local_row *x = &r[best];
+    printf("\nrecommended: dp %d x tp %d x pp %d, ZeRO %d%s: %.0f tokens/s predicted, %.2f MiB of "
+           "model state per rank (distlab-train --dp %d --tp %d --pp %d",
+           x->dp, x->tp, x->pp, x->zero, x->pp > 1 ? ", 1F1B" : "", x->tokens_per_s,
+           x->state_bytes / 1048576.0, x->dp, x->tp, x->pp);
+    if (x->zero)
+        printf(" --zero %d", x->zero);
+    if (x->pp > 1)
+        printf(" --schedule 1f1b --microbatches %d", x->m);
+    printf(")\n  why: the fastest prediction of tier 1 %s", fits ? "that fits the cores" : "");
+    if (fits && fits < size)
+        printf(" (%d of the tier's %d are oversubscribed: their contention is not modelled)",
+               size - fits, size);
+    else if (!fits)
+        printf("(every layout of it is oversubscribed: contention not modelled)");
+    if (size > 1)
+        printf("; the tier's %d layouts are within %.0f%%, so confirm by measuring (distlab-plan "
+               "validate)",
+               size, 100 * PC_TIE);
+    printf("\n");
 }
 
 static int cmd_search_local(args *a)
@@ -1294,16 +1330,17 @@ static int cmd_search_local(args *a)
     char title[300];
     snprintf(title, sizeof title,
              "distlab-train on this machine (%s): %d layouts on 1..%d ranks, L %d C %d H %d T %d, "
-             "micro-batch %d; sorted by predicted tokens/s (within %.0f%%: one rank, fitting the "
-             "cores first)",
+             "micro-batch %d; sorted by predicted tokens/s; tier: the layouts within %.0f%% of the "
+             "tier's fastest",
              a->hw.name, n, ranks, c.layers, c.d_model, c.heads, c.seq, mb, 100 * PC_TIE);
-    table *t = tbl_new("search_local", title, 11, "rank", "rank", "dp", "dp", "tp", "tp", "pp",
-                       "pp", "zero", "ZeRO", "m", "m", "ranks", "ranks", "over", "over", "step_ms",
-                       "step ms", "tokens_per_s", "tokens/s", "state_mb", "states MB/rank");
+    table *t =
+        tbl_new("search_local", title, 11, "tier", "tier", "dp", "dp", "tp", "tp", "pp", "pp",
+                "zero", "ZeRO", "m", "m", "ranks", "ranks", "oversubscribed", "oversub", "step_ms",
+                "step ms", "tokens_per_s", "tokens/s", "state_mib", "states MiB/rank");
     for (int i = 0; i < n; i++) {
         const pc_local_row *x = &r[i];
         tbl_row(t);
-        c_int(x->rank);
+        c_int(x->tier);
         c_int(x->dp);
         c_int(x->tp);
         c_int(x->pp);
@@ -1313,7 +1350,7 @@ static int cmd_search_local(args *a)
         c_bool(x->oversub);
         c_num(x->pred_ms, "%.2f", x->pred_ms);
         c_num(x->tokens_per_s, "%.0f", x->tokens_per_s);
-        c_num(x->state_bytes / 1e6, "%.3f", x->state_bytes / 1e6);
+        c_num(x->state_bytes / 1048576.0, "%.3f", x->state_bytes / 1048576.0);
     }
     if (a->mode == OUT_HUMAN)
         printf("predicted from the calibrated profile as `distlab-plan validate` does (pipelines: "
@@ -1321,8 +1358,10 @@ static int cmd_search_local(args *a)
                "m = 2p; states: params + grads + AdamW per rank, the largest stage); check a "
                "layout with `distlab-train` or all with `distlab-plan validate`\n\n");
     print_tables(a->mode, stdout);
-    if (a->mode == OUT_HUMAN)
+    if (a->mode == OUT_HUMAN) {
         search_local_ties(r, n);
+        search_local_recommend(r, n);
+    }
     free(r);
     return CLI_EXIT_OK;
 }

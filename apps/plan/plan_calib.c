@@ -1080,7 +1080,7 @@ static int pc_vrow_print(pc_vrow *v)
 {
     v->terr = 100.0 * (v->best - v->p.total * 1e3) / (v->p.total * 1e3);
     int tgoal = v->p.oversub || fabs(v->terr) <= 25.0, mgoal = fabs(v->worst) <= 2.0;
-    printf("%-22s %5d %4s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", v->name,
+    printf("%-22s %5d %7s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", v->name,
            v->n, v->p.oversub ? "yes" : "no", v->insample ? "calib" : "new", v->p.total * 1e3,
            v->best, v->terr, v->spred, v->smeas0, v->worst, v->paper, v->peak0,
            tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
@@ -1162,16 +1162,12 @@ int plan_validate_main(int argc, char **argv)
     fflush(stdout);
     if (!a.quiet)
         fprintf(stderr,
-                "validate: %d layouts x %d rounds of %d steps; each layout's row when its "
-                "last round ends\n",
+                "validate: %d layouts x %d rounds of %d steps; the table after the last round\n",
                 nv, reps, a.steps);
+    int tty = !a.quiet && isatty(STDERR_FILENO); /* progress redrawn in place on a terminal */
     int ok_all = 1, nrun = 0, ntime = 0;
     uint64_t t0 = dl_now_ns();
     for (int round = 0; round < reps; round++) {
-        if (round == reps - 1)
-            printf("%-22s %5s %4s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks",
-                   "over", "sample", "pred_ms", "meas_ms", "err%", "states_pred", "states_meas",
-                   "err%", "paper_zero", "peak_meas", "ok");
         for (int i = 0; i < nv; i++) {
             pc_vrow *x = &v[i];
             if (x->failed)
@@ -1193,17 +1189,24 @@ int plan_validate_main(int argc, char **argv)
             double e = 100.0 * (x->best - x->p.total * 1e3) / (x->p.total * 1e3);
             if (!a.quiet)
                 fprintf(stderr,
-                        "validate: round %d/%d %-22s %2d ranks%s: %8.2f ms (fastest %.2f), "
-                        "predicted %.2f ms: %+6.1f%% [%.0f s]\n",
-                        round + 1, reps, x->name, x->n, x->p.oversub ? " (oversubscribed)" : "", ms,
-                        x->best, x->p.total * 1e3, e, (double)(dl_now_ns() - t0) / 1e9);
-            if (round == reps - 1) {
-                ok_all &= pc_vrow_print(x);
-                nrun++;
-                ntime += !x->p.oversub;
-            }
+                        "%svalidate: round %d/%d %-22s %2d ranks%s: %8.2f ms (fastest %.2f), "
+                        "predicted %.2f ms: %+6.1f%% [%.0f s]%s",
+                        tty ? "\r" : "", round + 1, reps, x->name, x->n,
+                        x->p.oversub ? " (oversubscribed)" : "", ms, x->best, x->p.total * 1e3, e,
+                        (double)(dl_now_ns() - t0) / 1e9, tty ? "\033[K" : "\n");
         }
     }
+    if (tty)
+        fputc('\n', stderr);
+    printf("%-22s %5s %7s %6s %9s %9s %7s %11s %11s %7s %11s %11s %s\n", "layout", "ranks",
+           "oversub", "sample", "pred_ms", "meas_ms", "err%", "states_pred", "states_meas", "err%",
+           "paper_zero", "peak_meas", "ok");
+    for (int i = 0; i < nv; i++)
+        if (!v[i].failed) {
+            ok_all &= pc_vrow_print(&v[i]);
+            nrun++;
+            ntime += !v[i].p.oversub;
+        }
     double worst = 0;
     const char *wname = "-";
     for (int i = 0; i < nv; i++)
@@ -1277,21 +1280,13 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
                 }
             }
         }
-    /* the batch differs between layouts (dp x m x micro-batch): rank them by throughput */
+    /* the batch differs between layouts (dp x m x micro-batch): order them by throughput */
     qsort(rows, (size_t)k, sizeof *rows, pc_row_cmp);
-    for (int i = 0, lead = 0; i < k; i++) {
-        if (rows[i].tokens_per_s < rows[lead].tokens_per_s * (1 - PC_TIE))
-            lead = i;
-        rows[i].rank = lead + 1;
+    for (int i = 0, lead = 0, tier = 0; i < k; i++) {
+        if (i == 0 || rows[i].tokens_per_s < rows[lead].tokens_per_s * (1 - PC_TIE))
+            lead = i, tier++;
+        rows[i].tier = tier;
     }
-    /* within a tie, the layouts that fit the cores first (insertion sort: stable) */
-    for (int i = 1; i < k; i++)
-        for (int j = i;
-             j > 0 && rows[j].rank == rows[j - 1].rank && rows[j - 1].oversub && !rows[j].oversub;
-             j--) {
-            pc_local_row t = rows[j];
-            rows[j] = rows[j - 1], rows[j - 1] = t;
-        }
     *n = k;
     return DL_OK;
 }

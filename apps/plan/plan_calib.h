@@ -17,13 +17,12 @@ void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsiz
 /* distlab-plan search with a calibrated profile: every local layout of distlab-train's model on
  * 1 .. ranks ranks (dp x tp x pp, ZeRO 0-3 when dp > 1; pipelines run 1F1B with 2p
  * micro-batches), its predicted step time, tokens/s and largest model-state bytes per rank,
- * sorted by predicted tokens/s (the global batch differs between layouts). rank: 1 + the rows
- * before this one's tie group, a group being the rows within PC_TIE of its first row's tokens/s
- * (predictions that close do not rank: validate's goal error); within a tie, the layouts that
- * fit the cores first. */
+ * sorted by predicted tokens/s (the global batch differs between layouts). tier: 1, 2, ... for
+ * the tie groups, a group being the rows within PC_TIE of its first row's tokens/s (predictions
+ * that close do not order the layouts: validate's goal error). */
 #define PC_TIE 0.15
 typedef struct pc_local_row {
-    int dp, tp, pp, zero, m, ranks, oversub, rank;
+    int dp, tp, pp, zero, m, ranks, oversub, tier;
     double pred_ms, tokens_per_s, state_bytes;
 } pc_local_row;
 int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_batch, int ranks,

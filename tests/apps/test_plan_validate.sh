@@ -110,24 +110,28 @@ np=$(grep -c '^validate: round [1-3]/3 .*predicted .* ms: *[+-][0-9.]*%' "$TMP/e
 # search with a calibrated profile predicts distlab-train's local layouts
 "$PLAN" search --hardware "$TMP/hw" --gpus 4 --csv >"$TMP/search" 2>"$TMP/err" ||
   fail "search --hardware profile: status $? ($(head -c 300 "$TMP/err"))"
-head -1 "$TMP/search" | grep -q 'rank,dp,tp,pp,zero,m,ranks,over,step_ms,tokens_per_s,state_mb' ||
+head -1 "$TMP/search" | grep -q 'tier,dp,tp,pp,zero,m,ranks,oversubscribed,step_ms,tokens_per_s,state_mib' ||
   fail "search --hardware profile: header $(head -1 "$TMP/search")"
 n=$(($(wc -l <"$TMP/search") - 1))
 [ "$n" -eq 27 ] || fail "search --hardware profile: $n layouts on 1..4 ranks, want 27"
-# ranks: a group (one rank) is the rows within 15% of its fastest; a later group's rows are below
-# 85% of every earlier group's fastest; the rank is 1 + the rows of earlier groups
-awk -F, 'NR > 1 { n++; r[n] = $1; t[n] = $10; if ($10 > mx[$1]) mx[$1] = $10 }
-         END { for (i = 1; i <= n; i++) { before = 0
-                 if (t[i] < 0.85 * mx[r[i]]) { print "row " i " below its group"; bad = 1 }
-                 for (j = 1; j <= n; j++) { if (r[j] < r[i]) before++
-                   if (r[j] < r[i] && t[i] >= 0.85 * mx[r[j]]) { print "row " i " ties group " r[j]; bad = 1 } }
-                 if (r[i] != before + 1) { print "row " i ": rank " r[i] ", want " before + 1; bad = 1 } }
-               exit bad }' "$TMP/search" || fail "search: ranks are not the 15% tie groups"
+# sorted by tokens/s; tiers 1, 2, ...: a tier is the rows within 15% of its fastest (first) row,
+# the next tier starts at the first row below 85% of it
+awk -F, 'NR > 1 { n++
+           if (n > 1 && $10 > prev) { print "row " n " out of order"; bad = 1 }
+           if (n == 1 || $10 < 0.85 * lead) { tier++; lead = $10 }
+           if ($1 != tier) { print "row " n ": tier " $1 ", want " tier; bad = 1 }
+           prev = $10 }
+         END { exit bad }' "$TMP/search" || fail "search: tiers are not the 15% tie groups"
 "$PLAN" search --hardware "$TMP/hw" --gpus 4 >"$TMP/human" 2>&1
 if [ "$(awk -F, 'NR > 1 { c[$1]++ } END { for (k in c) if (c[k] > 1) n++; print n + 0 }' "$TMP/search")" -gt 0 ]; then
-  grep -q "layouts within 15% of each other .* the predictions do not rank them" "$TMP/human" ||
+  grep -q "layouts within 15% of each other .* the predictions do not order them" "$TMP/human" ||
     fail "search: ties not reported"
 fi
+# the recommendation: a layout of tier 1, its predicted tokens/s, the command, and why
+grep -q "^recommended: dp [0-9]* x tp [0-9]* x pp [0-9]*, ZeRO [0-3].*: [0-9]* tokens/s predicted.*(distlab-train --dp" \
+  "$TMP/human" || fail "search: no recommendation line"
+grep -q "^  why: the fastest prediction of tier 1" "$TMP/human" || fail "search: the recommendation without why"
+grep -q "states MiB/rank" "$TMP/human" || fail "search: the state column's unit is not MiB"
 
 
 [ "$fails" -ne 0 ] && cat "$TMP/cal" "$TMP/val"
