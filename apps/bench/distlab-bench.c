@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "  stream   memory bandwidth (copy, triad), 1 ... N threads, compact and scatter\n"
             "  overlap  all-reduce alone, GEMMs alone, both at once: slowdowns, fraction hidden\n"
             "  contention  time in collectives split into waiting and working; futex sleeps\n"
-            "  scaling  the trainer's strong and weak scaling over dp and tp\n"
+            "  scaling  the trainer's strong and weak scaling over dp and tp, strong over pp\n"
             "  overhead the harness's own cost per training step (timestamps, trace events)\n"
             "  pipeline measured pipeline bubbles of the schedules vs the lecture and the "
             "simulator\n"

@@ -26,6 +26,9 @@ void cli_error(const char *fmt, ...)
     va_end(ap);
 }
 
+double cli_mib(double bytes) { return bytes / 1048576.0; }
+double cli_gib(double bytes) { return bytes / 1073741824.0; }
+
 void cli_print_version(FILE *f) { fprintf(f, "%s (distlab) %s\n", cli_progname, dl_version()); }
 
 int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)

@@ -35,6 +35,11 @@ void cli_error(const char *fmt, ...)
 void cli_unknown_option(const char *prefix, const char *arg, const void *names, size_t stride,
                         size_t n, int abbrev, const char *help);
 
+/* Bytes in MiB (2^20) and GiB (2^30), the units the apps print bytes in for people (--json keeps
+ * bytes; --gpu-mem 16M means 16 MiB). */
+double cli_mib(double bytes);
+double cli_gib(double bytes);
+
 /* "distlab-bench (distlab) 0.2.0" on f. */
 void cli_print_version(FILE *f);
 

@@ -26,11 +26,11 @@ static int bytes_sent(tg_run *run)
 {
     const dl_train_result *r = run->r;
     int dp = run->o.layout.dp;
-    printf("bytes sent per rank per step: dp gradients %.3f MB (gradient buffer %.3f MB; ring "
-           "2(d-1)/d = %.3f MB), tp activations %.3f MB, loss/norm %.0f B\n",
-           r->comm.dp_grads / 1e6, (double)r->memory.grad_bytes / 1e6,
-           dp > 1 ? 2.0 * (dp - 1) / dp * (double)r->memory.grad_bytes / 1e6 : 0.0,
-           r->comm.tp_activations / 1e6, r->comm.loss_and_norm);
+    printf("bytes sent per rank per step: dp gradients %.3f MiB (gradient buffer %.3f MiB; ring "
+           "2(d-1)/d = %.3f MiB), tp activations %.3f MiB, loss/norm %.0f B\n",
+           cli_mib(r->comm.dp_grads), cli_mib((double)r->memory.grad_bytes),
+           dp > 1 ? 2.0 * (dp - 1) / dp * cli_mib((double)r->memory.grad_bytes) : 0.0,
+           cli_mib(r->comm.tp_activations), r->comm.loss_and_norm);
     return TG_NEXT;
 }
 

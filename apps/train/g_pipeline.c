@@ -120,10 +120,10 @@ static int summary(tg_run *run)
            "forward); activation slots per stage:",
            100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %d", r->pipeline.slots[st]);
-    printf("\n  hand-offs %.3f MB sent by rank 0 per step; engine overhead per action (the "
+    printf("\n  hand-offs %.3f MiB sent by rank 0 per step; engine overhead per action (the "
            "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
            "90th percentile %.1f us over the steps and ranks\n",
-           r->pipeline.bytes_per_step / 1e6, r->pipeline.engine_us, r->pipeline.engine_p90_us);
+           cli_mib(r->pipeline.bytes_per_step), r->pipeline.engine_us, r->pipeline.engine_p90_us);
     if (o->pipeline.schedule == DL_SCHED_ASYNC)
         print_gap(run);
     return TG_NEXT;

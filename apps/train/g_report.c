@@ -117,13 +117,21 @@ static int header(tg_run *run)
 static int peak_memory(tg_run *run)
 {
     const dl_train_result *r = run->r;
-    printf("peak memory per rank (MB):   ");
-    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) printf(" %11s", cat_names[c]);
+    const dl_train_layout *l = &run->o.layout;
+    int tp = l->tp, dp = l->dp;
+    printf("peak memory per rank (each category's own peak over the run):\n  rank  (dp,tp,pp)");
+    for (int c = 0; c < DL_MEM_NCATEGORIES; c++) {
+        char h[32];
+        snprintf(h, sizeof h, "%s MiB", cat_names[c]);
+        printf(" %15s", h);
+    }
     printf("\n");
-    for (int k = 0; k < r->nranks; k++) {
-        printf("  rank %3d                   ", k);
+    for (int k = 0; k < r->nranks; k++) { /* world rank = (pp index x dp + dp index) x tp + tp */
+        char at[48];
+        snprintf(at, sizeof at, "(%d,%d,%d)", k / tp % dp, k % tp, k / (tp * dp));
+        printf("  %4d  %-10s", k, at);
         for (int c = 0; c < DL_MEM_NCATEGORIES; c++)
-            printf(" %11.3f", (double)r->memory.peak[(size_t)k * DL_MEM_NCATEGORIES + c] / 1e6);
+            printf(" %15.3f", cli_mib((double)r->memory.peak[(size_t)k * DL_MEM_NCATEGORIES + c]));
         printf("\n");
     }
     return TG_NEXT;
@@ -159,7 +167,7 @@ static void j_peak(FILE *f, const tg_run *run)
 static const tg_opt opts[] = {
     {"log-every", 1, p_every,
 "  --log-every N         progress line every N steps (default 100; 0: none): loss, tok/s and\n"
-"                        ms/step over the steps since the last line, MB sent per step\n"},
+"                        ms/step over the steps since the last line, MiB sent per step\n"},
     {"quiet", 0, p_quiet,
 "  --quiet               no progress lines (nor the --check run's, which go to stderr)\n"},
     {0},

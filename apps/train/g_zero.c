@@ -66,12 +66,14 @@ static int shards(tg_run *run)
     const dl_train_result *r = run->r;
     int dp = run->o.layout.dp;
     if (r->zero.stage)
-        printf("ZeRO stage %d over dp %d: %lld elements per rank in %d units, each padded to a "
-               "multiple of %d: %lld (+%lld) = %d shards of %lld; per step dp gradients "
-               "(reduce-scatter) %.3f MB + parameters (all-gather) %.3f MB\n",
-               r->zero.stage, dp, (long long)(r->zero.padded - r->zero.padding), r->zero.units, dp,
-               (long long)r->zero.padded, (long long)r->zero.padding, dp, (long long)r->zero.shard,
-               r->comm.dp_grads / 1e6, r->comm.dp_params / 1e6);
+        printf("ZeRO stage %d over dp %d: each rank holds a shard of %lld elements: its tp/pp part "
+               "of the model, %lld elements in %d units, each padded to a multiple of %d, is %lld "
+               "(+%lld) = %d shards; per step dp gradients (reduce-scatter) %.3f MiB + "
+               "parameters (all-gather) %.3f MiB\n",
+               r->zero.stage, dp, (long long)r->zero.shard,
+               (long long)(r->zero.padded - r->zero.padding), r->zero.units, dp,
+               (long long)r->zero.padded, (long long)r->zero.padding, dp, cli_mib(r->comm.dp_grads),
+               cli_mib(r->comm.dp_params));
     return TG_NEXT;
 }
 

@@ -104,13 +104,17 @@ int dl_arena_alloc(dl_arena *a, dl_mem_category cat, size_t bytes, void **out)
     /* Check the capacity before touching the host allocator, and under the lock, so that
      * concurrent allocations can never overshoot it together. */
     if (st->capacity && (uint64_t)bytes > st->capacity - st->current_total) {
-        uint64_t cap = st->capacity, used = st->current_total;
+        /* in MiB, as --gpu-mem 16M means, with what this category holds already */
+        const double M = 1048576.0;
+        double cap = (double)st->capacity, used = (double)st->current_total,
+               mine = (double)st->current[cat];
         int rank = a->rank;
         pthread_mutex_unlock(&a->mu);
         return dl_error(DL_ENOMEM,
-                        "rank %d: out of GPU memory allocating %zu bytes of %s: capacity %" PRIu64
-                        ", in use %" PRIu64 ", left %" PRIu64,
-                        rank, bytes, dl_mem_category_name(cat), cap, used, cap - used);
+                        "rank %d: out of GPU memory allocating %.3f MiB (%zu bytes) of %s: "
+                        "capacity %.3f MiB, in use %.3f MiB (%s %.3f MiB), left %.3f MiB",
+                        rank, (double)bytes / M, bytes, dl_mem_category_name(cat), cap / M,
+                        used / M, dl_mem_category_name(cat), mine / M, (cap - used) / M);
     }
     void *block = NULL;
     int rc = posix_memalign(&block, DL_ARENA_PAGE, DL_ARENA_PAGE + payload);

@@ -104,7 +104,9 @@ void tr_finish_trace(tr_run *R, int step)
 /* Rank 0's progress line: loss, tokens/s and ms/step over the steps since the last line (one
  * step alone is noisy: 2,285 tok/s printed against 4,831 in a summary), and the bytes this rank
  * sent per step so far, its pipeline hand-offs included (they go through the engine's own
- * communicators, not the world, dp or tp ones: 0.00 MB was printed for a pipeline). */
+ * communicators, not the world, dp or tp ones: 0.00 MB was printed for a pipeline), in MiB.
+ * Validation runs every --eval-every steps: between evaluations the line shows the latest one and
+ * its step ("@ 20"), before the first one "none yet". */
 static void log_progress(tr_env *e, int step, int last, double loss, double val)
 {
     const tr_run *R = e->R;
@@ -119,15 +121,18 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
     double ms = 0;
     for (int k = last; k < step; k++) ms += R->step_ms[(size_t)k * R->nranks];
     int n = step - last;
-    char vbuf[32] = "     -";
+    char vbuf[32] = "   none yet  ";
+    int at = step;
+    while (isnan(val) && at > 1) /* the latest evaluation before this step */
+        val = R->val[--at - 1];
     if (!isnan(val))
-        snprintf(vbuf, sizeof vbuf, "%6.4f", val);
+        snprintf(vbuf, sizeof vbuf, "%6.4f @%5d", val, at);
     fprintf(o->output.log,
             "step %5d/%d | loss %6.4f | val %s | %8.0f tok/s | %7.1f ms/step | "
-            "%7.2f MB sent/rank\n",
+            "%7.3f MiB sent/rank/step\n",
             step, o->optim.steps, loss, vbuf,
             (double)o->batch.global * o->model.seq * n / (ms / 1e3), ms / n,
-            (double)sent / 1e6 / step);
+            (double)sent / 1048576.0 / step);
     fflush(o->output.log);
 }
 

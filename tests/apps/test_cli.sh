@@ -45,6 +45,7 @@ fi
 run "coll --help" 0 coll --help
 bad_usage "bad option" --no-such-option
 bad_usage "bad coll option" coll --no-such-option
+run "help scaling" 0 --help && has "help scaling" "scaling over dp and tp, strong over pp"
 # did you mean, in each option parser: coll's, topo's, the subcommands' shared one
 for sub in coll topo gemm; do
   usage_error "$sub did you mean" "unknown option '--rnks' (did you mean '--ranks'?" $sub --rnks 2

@@ -236,10 +236,29 @@ fi
 # progress lines of a pipeline: the bytes include the hand-offs (at least the summary's, per step),
 if run "pp progress" 0 --dp 1 --pp 2 --microbatches 4 --layers 2 --d-model 64 --heads 4 --seq 32 \
        --micro-batch 8 --steps 4 --log-every 2 --eval-windows 2; then
-  ho=$(sed -n 's/.*hand-offs \([0-9.]*\) MB sent by rank 0 per step.*/\1/p' "$TMP/out")
-  mb=$(sed -n 's|^step     4/4 .* \([0-9.]*\) MB sent/rank$|\1|p' "$TMP/out")
+  ho=$(sed -n 's/.*hand-offs \([0-9.]*\) MiB sent by rank 0 per step.*/\1/p' "$TMP/out")
+  mb=$(sed -n 's|^step     4/4 .* \([0-9.]*\) MiB sent/rank/step$|\1|p' "$TMP/out")
   awk -v h="$ho" -v m="$mb" 'BEGIN { exit !(h > 0.1 && m + 0.005 >= h) }' ||
-    fail "pp progress: $mb MB sent/rank on the progress line, hand-offs $ho MB per step"
+    fail "pp progress: $mb MiB sent/rank/step on the progress line, hand-offs $ho MiB per step"
+  # between evaluations the line shows the latest validation loss and its step
+  grep -q '^step     2/4 .* | val    none yet   |' "$TMP/out" || fail "pp progress: no 'none yet'"
+  grep -q '^step     4/4 .* | val [0-9.]* @    4 |' "$TMP/out" || fail "pp progress: no 'val ... @ 4'"
+fi
+# units and names: MiB in every heading of the memory table, each rank's (dp,tp,pp), ZeRO's shard
+if run "mesh table" 0 --dp 2 --tp 2 --pp 2 --microbatches 2 $TINY --layers 2 --steps 1 \
+       --log-every 0 --eval-windows 2 --zero 1; then
+  has "mesh table" "  rank  (dp,tp,pp)      params MiB       grads MiB   optimizer MiB activations MiB"
+  has_re "mesh table" '^     6  (1,0,1)  '
+  has_re "mesh table" '^     1  (0,1,0)  '
+  has_re "mesh table" 'per step dp gradients (reduce-scatter) [0-9.]* MiB'
+  shard=$(sed -n 's/.*each rank holds a shard of \([0-9]*\) elements: .* is \([0-9]*\) (+[0-9]*) = 2 shards.*/\1 \2/p' "$TMP/out")
+  echo "$shard" | awk 'NF == 2 && $1 * 2 == $2 { ok = 1 } END { exit !ok }' || fail "mesh table: ZeRO's shard: $(grep ZeRO "$TMP/out")"
+  grep -q " MB\b" "$TMP/out" && fail "mesh table: MB (10^6) printed: $(grep ' MB' "$TMP/out")"
+fi
+# the out-of-memory message: MiB, with the category's use
+if run "gpu-mem" 1 --dp 1 $TINY --steps 1 --log-every 0 --gpu-mem 64K; then
+  grep -q "out of GPU memory allocating [0-9.]* MiB ([0-9]* bytes) of [a-z]*: capacity 0.062 MiB, in use [0-9.]* MiB ([a-z]* [0-9.]* MiB), left" "$TMP/err" ||
+    fail "gpu-mem: $(cat "$TMP/err")"
 fi
 # tok/s and ms/step of a progress line are over the steps since the last line (rank 0's step
 # times: on one rank the step records' own, from which they are recomputed here)
@@ -388,13 +407,14 @@ if run "timeline pp 4" 0 --dp 1 --pp 4 --schedule 1f1b --microbatches 8 $TINY --
        --steps 2 --log-every 0 --eval-windows 2 --timeline; then
   has "timeline pp 4" "legend: a digit is a forward of that micro-batch"
   sed -n '/^measured timeline/,/^peak memory/p' "$TMP/out" | awk '
-    /^GPU [0-9]/ { g = $2; row = $0; sub(/^GPU [0-9]+ +/, "", row); seen[g] = seen[g] row }
+    /^GPU / { print "a timeline row says GPU, not rank: " $0; bad = 1 }
+    /^rank [0-9]/ { g = $2; row = $0; sub(/^rank [0-9]+ +/, "", row); seen[g] = seen[g] row }
     / hidden by merged cells/ { listed = 1 }
     /^one cell|^measured timeline/ { if (/some actions are shorter/) hid = 1 }
     END { if (hid != listed) { print "hidden actions said " hid ", list given " listed; bad = 1 }
-          for (g = 1; g <= 4; g++) { n = 0
-            for (i = 0; i < 8; i++) { if (index(seen[g], i) == 0) { print "GPU " g " lacks forward " i; bad = 1 }
-              if (index(seen[g], substr("abcdefgh", i + 1, 1)) == 0) { print "GPU " g " lacks backward " i; bad = 1 } } }
+          for (g = 0; g < 4; g++) { n = 0
+            for (i = 0; i < 8; i++) { if (index(seen[g], i) == 0) { print "rank " g " lacks forward " i; bad = 1 }
+              if (index(seen[g], substr("abcdefgh", i + 1, 1)) == 0) { print "rank " g " lacks backward " i; bad = 1 } } }
           exit bad }' || fail "timeline pp 4: an action is missing: $(sed -n '/^measured timeline/,/^peak/p' "$TMP/out")"
 fi
 if [ "$SMALL" -eq 0 ]; then
