@@ -144,6 +144,39 @@ static void j_stash(FILE *f, const tg_run *r)
     tg_put_bool(f, r->o.layout.pp > 1 && r->o.pipeline.weight_stashing);
 }
 
+/* "key":[v0,v1,...] of n ints, then a comma */
+static void put_ints(FILE *f, const char *key, const int *v, int n)
+{
+    fprintf(f, "\"%s\":[", key);
+    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", v[i]);
+    fputs("],", f);
+}
+
+/* every figure of the text summary's pipeline lines */
+static int has_pipe(const tg_run *r) { return r->r->pipeline.stages > 1; }
+static void j_pipe(FILE *f, const tg_run *run)
+{
+    const dl_train_pipeline_result *p = &run->r->pipeline;
+    fprintf(f, "{\"stages\":%d,\"chunks\":%d,", p->stages, p->v);
+    put_ints(f, "layer_bounds", p->bounds, p->stages * p->v + 1);
+    fputs("\"bubble_per_stage\":[", f);
+    for (int st = 0; st < p->stages; st++) {
+        if (st)
+            fputc(',', f);
+        tg_put_num(f, p->bubble[st]);
+    }
+    fputs("],", f);
+    tg_put_keynum(f, "bubble_total", p->bubble_total, 1);
+    tg_put_keynum(f, "bubble_schedule", p->bubble_theory, 1);
+    put_ints(f, "activation_slots", p->slots, p->stages);
+    if (run->o.pipeline.schedule == DL_SCHED_ASYNC)
+        put_ints(f, "weight_version_gaps", p->max_gap, p->stages);
+    tg_put_keynum(f, "handoff_bytes_per_step", p->bytes_per_step, 1);
+    tg_put_keynum(f, "engine_us_per_action", p->engine_us, 1);
+    tg_put_keynum(f, "engine_us_p90", p->engine_p90_us, 0);
+    fputc('}', f);
+}
+
 /* clang-format off */
 static const tg_opt opts[] = {
     {"schedule", 1, p_sched,
@@ -172,9 +205,12 @@ static const tg_field config[] = {{"schedule", j_sched, NULL},
                                   {"weight_stashing", j_stash, NULL},
                                   {0}};
 
+static const tg_field summary_fields[] = {{"pipeline", j_pipe, has_pipe}, {0}};
+
 const tg_group tg_pipeline =
     {.heading =
          "Pipeline (with --pp N >= 2, refused without; --microbatches is the pipeline's m):\n",
      .opts = opts,
      .hooks = hooks,
-     .config = config};
+     .config = config,
+     .summary = summary_fields};
