@@ -117,6 +117,10 @@ typedef struct dl_train_output {
     FILE *log;              /* progress lines (NULL: quiet) */
     int log_every;          /* progress line every N steps (0: none) */
     int sample;             /* bytes to generate after training (0: none) */
+    const char *prompt;     /* the sample's first bytes (NULL: the validation split's first 16;
+                             * its last seq bytes when longer) */
+    double temperature;     /* the sample's: each byte drawn with probability p^(1/temperature),
+                             * normalised (0: 1, the model's own distribution; smaller: surer) */
     int want_params;        /* gather the final parameters (f64, unsharded) into the result */
     int want_grads;         /* gather the last step's gradients (f64, unsharded, before clipping) */
     const char *dump_grads; /* write step 1's gradients (reduced, before clipping) to this file in

@@ -72,37 +72,54 @@ void tr_gather_into(tr_env *e, const void *src, int es, double *dst)
     dl_gpt_layout_destroy(full);
 }
 
+enum { MAX_VOCAB = 1024 };
+
+/* The byte drawn with u in [0, 1) from the head's probabilities p[V] raised to 1/temp and
+ * normalised (temp 1: p itself, as it is). */
+static int draw(const void *p, int csize, int V, double temp, double u)
+{
+    double w[MAX_VOCAB], sum = 0, acc = 0;
+    for (int v = 0; v < V; v++) {
+        double q = csize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
+        w[v] = temp == 1 ? q : pow(q, 1 / temp);
+        sum += w[v];
+    }
+    if (temp == 1)
+        sum = 1;
+    for (int v = 0; v < V; v++)
+        if (u * sum < (acc += w[v]))
+            return v;
+    return V - 1;
+}
+
 int tr_sample_text(tr_env *e)
 {
     const dl_train_opts *o = e->o;
     int T = o->model.seq, V = o->model.vocab, n = o->output.sample;
+    double temp = o->output.temperature > 0 ? o->output.temperature : 1;
     const unsigned char *val = dl_data_bytes(e->data) + dl_data_train_len(e->data);
+    const unsigned char *prompt = o->output.prompt ? (const unsigned char *)o->output.prompt : val;
+    int plen = o->output.prompt ? (int)strlen(o->output.prompt) : 16;
+    if (V > MAX_VOCAB)
+        return dl_error(DL_EINVAL, "sampling: a vocabulary of %d (at most %d)", V, MAX_VOCAB);
     int *ctx = calloc((size_t)T, sizeof(int));
     char *out = calloc((size_t)n + 1, 1);
     if (!ctx || !out) {
         free(ctx), free(out);
         return dl_error(DL_ENOMEM, "sampling: out of memory");
     }
-    int len = T < 16 ? T : 16; /* prompt: the start of the validation split */
-    for (int i = 0; i < len; i++) ctx[i] = val[i];
+    int len = plen < T ? plen : T; /* the prompt's last T bytes */
+    for (int i = 0; i < len; i++) ctx[i] = prompt[plen - len + i];
     uint64_t st = o->optim.seed * 0x9E3779B97F4A7C15ull + 12345;
     int rc = DL_OK;
     for (int i = 0; i < n && rc == DL_OK; i++) {
         if ((rc = tr_forward(e->comp, ctx, NULL, 1, NULL)))
             break;
         st = st * 6364136223846793005ull + 1442695040888963407ull; /* same on every rank */
-        double u = (double)(st >> 11) * (1.0 / 9007199254740992.0), acc = 0;
+        double u = (double)(st >> 11) * (1.0 / 9007199254740992.0);
         int c = V - 1;
-        if (e->head) { /* the head's probabilities */
-            const void *p = dl_gpt_probs(e->g, 0, len - 1);
-            for (int v = 0; v < V; v++) {
-                acc += e->pr.csize == 8 ? ((const double *)p)[v] : ((const float *)p)[v];
-                if (u < acc) {
-                    c = v;
-                    break;
-                }
-            }
-        }
+        if (e->head) /* the head's probabilities */
+            c = draw(dl_gpt_probs(e->g, 0, len - 1), e->pr.csize, V, temp, u);
         double cv = c;
         if ((rc = tr_from_head(e->comp, &cv, 1)))
             break;
@@ -122,7 +139,6 @@ int tr_sample_text(tr_env *e)
     free(ctx);
     return rc;
 }
-
 
 /* An evaluation inside training: its traffic is not training traffic, so what it sent is
  * counted apart (and subtracted from the per-step figures). */

@@ -118,6 +118,15 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
         return dl_error(DL_EINVAL, "learning rate must be > 0, min-lr >= 0, warm-up >= 0");
     if (o->eval.only && !o->ckpt.load)
         return dl_error(DL_EINVAL, "--eval-only needs --load FILE");
+    if (o->output.temperature < 0 || o->output.temperature > 100)
+        return dl_error(DL_EINVAL, "sampling temperature must be in (0, 100] (got %g)",
+                        o->output.temperature);
+    if (o->output.prompt && !*o->output.prompt)
+        return dl_error(DL_EINVAL, "the sample's prompt is empty");
+    for (const char *p = o->output.prompt; p && *p; p++)
+        if ((unsigned char)*p >= (unsigned)o->model.vocab)
+            return dl_error(DL_EINVAL, "the sample's prompt has byte %u, beyond the vocabulary %d",
+                            (unsigned char)*p, o->model.vocab);
     if (o->comm.bucket_mb < 0)
         return dl_error(DL_EINVAL, "bucket size must be >= 0 MiB");
     if (o->precision.dtype != DL_F32 && o->precision.dtype != DL_F64 &&

@@ -244,6 +244,18 @@ if run "pp progress" 0 --dp 1 --pp 2 --microbatches 4 --layers 2 --d-model 64 --
   grep -q '^step     2/4 .* | val    none yet   |' "$TMP/out" || fail "pp progress: no 'none yet'"
   grep -q '^step     4/4 .* | val [0-9.]* @    4 |' "$TMP/out" || fail "pp progress: no 'val ... @ 4'"
 fi
+# --sample as text: a corpus of newlines, near-greedy, prints newlines as newlines; the prompt
+# quoted with its newline escaped; --temperature without --sample is refused
+printf '%8192s' '' | tr ' ' '\n' >"$TMP/nl.txt"
+if run "sample text" 0 --dp 1 $TINY --steps 40 --lr 1e-2 --log-every 0 --eval-windows 2 \
+       --data "$TMP/nl.txt" --sample 8 --prompt 'a
+b' --temperature 0.05; then
+  has "sample text" 'sample (8 bytes at temperature 0.05, after the prompt "a\nb"):'
+  n=$(sed -n '/^sample (8 bytes/,$p' "$TMP/out" | sed 1d | grep -c '^$')
+  [ "$n" -eq 9 ] || fail "sample text: $n empty lines after the header, want 9 (8 newlines, then the end)"
+fi
+refused "temperature alone" "--temperature shapes the sample: it needs --sample N" $M --dp 1 \
+  --temperature 0.5
 # units and names: MiB in every heading of the memory table, each rank's (dp,tp,pp), ZeRO's shard
 if run "mesh table" 0 --dp 2 --tp 2 --pp 2 --microbatches 2 $TINY --layers 2 --steps 1 \
        --log-every 0 --eval-windows 2 --zero 1; then
