@@ -524,6 +524,12 @@ int bu_plot_check(const char *file)
 
 int bu_plot(const char *file, const char *data, const char *script)
 {
+    return bu_plot_to(file, data, script, stderr);
+}
+
+int bu_plot_to(const char *file, const char *data, const char *script, FILE *say)
+{
+    const char *who = say == stderr ? cli_progname : "", *colon = say == stderr ? ": " : "";
     const char *ext = plot_ext(file);
     size_t stem = (size_t)(ext - file);
     char dat[4096], gp[4096];
@@ -541,7 +547,7 @@ int bu_plot(const char *file, const char *data, const char *script)
     }
     /* the script names the data file as written, so that it runs from the same directory as
      * the command did; pngcairo is gnuplot-nox's PNG terminal */
-    fprintf(f, "# written by distlab-bench; render with: gnuplot %s\n", gp);
+    fprintf(f, "# written by %s; render with: gnuplot %s\n", cli_progname, gp);
     if (strcmp(ext, ".svg") == 0)
         fprintf(f, "set terminal svg size 900,540 dynamic\n");
     else
@@ -553,10 +559,10 @@ int bu_plot(const char *file, const char *data, const char *script)
         return -1;
     }
     if (access("/usr/bin/gnuplot", X_OK) != 0) {
-        fprintf(stderr,
-                "distlab-bench: gnuplot not found: wrote %s and %s; render with "
-                "`gnuplot %s` (apt-get install gnuplot-nox)\n",
-                dat, gp, gp);
+        fprintf(say,
+                "%s%sgnuplot not found: wrote %s and %s; render with `gnuplot %s` (apt-get "
+                "install gnuplot-nox)\n",
+                who, colon, dat, gp, gp);
         return 0;
     }
     char cmd[8400];
@@ -565,7 +571,7 @@ int bu_plot(const char *file, const char *data, const char *script)
         cli_error("--plot: gnuplot failed on %s", gp);
         return -1;
     }
-    fprintf(stderr, "distlab-bench: wrote %s (data %s, script %s)\n", file, dat, gp);
+    fprintf(say, "%s%swrote %s (data %s, script %s)\n", who, colon, file, dat, gp);
     return 0;
 }
 

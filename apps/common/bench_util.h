@@ -87,6 +87,9 @@ int bu_plot_check(const char *file);
  * gnuplot script (+ ".gp") whose body is `script` (after the terminal and output lines), and run
  * gnuplot when /usr/bin/gnuplot exists; else say how to render. Returns 0, or -1 on failure. */
 int bu_plot(const char *file, const char *data, const char *script);
+/* bu_plot saying what it wrote on `say`: one line "wrote FILE (data ..., script ...)" (on stderr
+ * after the program's name, as bu_plot does). */
+int bu_plot_to(const char *file, const char *data, const char *script, FILE *say);
 
 /* Busy-wait until `ns` nanoseconds after `start` (dl_now_ns clock): fixed "compute" that
  * occupies a core, for the harness's emulated work. */

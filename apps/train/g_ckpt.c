@@ -106,6 +106,20 @@ static int eval_only(tg_run *run)
     return TG_STOP;
 }
 
+static int wrote(tg_run *run)
+{
+    const dl_train_opts *o = &run->o;
+    char tok[4096];
+    if (o->ckpt.save)
+        tg_wrote(o->ckpt.save, "the parameters: safetensors, unsharded, any layout loads it");
+    if (o->output.dump_grads) {
+        tg_wrote(o->output.dump_grads, "step 1's gradients: safetensors, the same layout");
+        snprintf(tok, sizeof tok, "%s.tokens", o->output.dump_grads);
+        tg_wrote(tok, "step 1's batch: int32 inputs, then targets");
+    }
+    return TG_NEXT;
+}
+
 /* clang-format off */
 static const tg_opt opts[] = {
     {"save", 1, p_save,
@@ -119,9 +133,13 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook hooks[] = {{TG_CHECK, check_eval_only}, {TG_FILES, check_save},
-                                {TG_FILES, check_dump},      {TG_FILES, check_load},
-                                {TG_INSTEAD, eval_only},     {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_eval_only},
+                                {TG_FILES, check_save},
+                                {TG_FILES, check_dump},
+                                {TG_FILES, check_load},
+                                {TG_INSTEAD, eval_only},
+                                {TG_CLOSE, wrote},
+                                {0}};
 
 /* under the output heading */
 const tg_group tg_ckpt = {

@@ -74,6 +74,8 @@ static int summary_record(tg_run *r)
     tg_record(r, TG_SUMMARY, "summary", NULL); /* a failed write is the close's error */
     if (tg_json_close(&r->json, 0))
         r->status = CLI_EXIT_FAIL;
+    else
+        tg_wrote(path, "JSON Lines: the config, a record per step, the summary; docs/JSON.md");
     return TG_NEXT;
 }
 

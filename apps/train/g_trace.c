@@ -76,6 +76,13 @@ static int timeline(tg_run *run)
     return TG_NEXT;
 }
 
+static int wrote(tg_run *run)
+{
+    if (run->o.trace.path)
+        tg_wrote(run->o.trace.path, "Chrome trace JSON, every rank's events: open it in Perfetto");
+    return TG_NEXT;
+}
+
 /* clang-format off */
 static const tg_opt opts[] = {
     {"trace", 1, p_trace,
@@ -93,6 +100,7 @@ static const tg_opt opts[] = {
 static const tg_hook hooks[] = {{TG_CHECK, check_steps},
                                 {TG_FILES, check_output},
                                 {TG_REPORT, timeline},
+                                {TG_CLOSE, wrote},
                                 {0}};
 
 /* under the pipeline's heading: the timeline shows the schedule */

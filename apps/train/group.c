@@ -167,6 +167,8 @@ void tg_put_keynum(FILE *f, const char *key, double v, int comma)
 
 const char *tg_plural(int n, const char *es) { return n == 1 ? "" : es; }
 
+void tg_wrote(const char *path, const char *what) { printf("wrote %s (%s)\n", path, what); }
+
 int tg_stop(tg_run *run, int status)
 {
     run->status = status;

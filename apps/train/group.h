@@ -112,6 +112,9 @@ void tg_put_str(FILE *f, const char *s);
 void tg_put_keynum(FILE *f, const char *key, double v, int comma);
 /* "" or the plural ending es ("1 rank", "2 ranks": plural(n, "s")). */
 const char *tg_plural(int n, const char *es);
+/* The one line naming a file the run wrote: "wrote PATH (WHAT)" on stdout (process 0's, under
+ * mpirun). */
+void tg_wrote(const char *path, const char *what);
 /* Stop with exit status `status` (a message already printed): TG_STOP. */
 int tg_stop(tg_run *run, int status);
 /* A refusal: the message on stderr, status 2, TG_STOP. */

@@ -20,6 +20,7 @@
     X(tg_eval)                                                                                     \
     X(tg_report)                                                                                   \
     X(tg_json_out)                                                                                 \
+    X(tg_plot)                                                                                     \
     X(tg_check)                                                                                    \
     X(tg_sample)                                                                                   \
     X(tg_ckpt)                                                                                     \

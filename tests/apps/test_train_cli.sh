@@ -256,6 +256,22 @@ b' --temperature 0.05; then
 fi
 refused "temperature alone" "--temperature shapes the sample: it needs --sample N" $M --dp 1 \
   --temperature 0.5
+# one line per file written; --plot: the loss curve's data (training, then validation losses), its
+# script (the floor as a line), and the image when gnuplot is installed
+if run "wrote" 0 --dp 2 $TINY --steps 4 --eval-every 2 --log-every 0 --eval-windows 2 \
+       --save "$TMP/w.st" --trace "$TMP/w.json" --json "$TMP/w.jsonl" --plot "$TMP/loss.svg"; then
+  for f in w.st w.json w.jsonl loss.svg; do
+    [ "$(grep -c "^wrote $TMP/$f (" "$TMP/out")" -eq 1 ] || fail "wrote: no one line for $f"
+  done
+  awk 'BEGIN { b = 0 } /^$/ { blank++ } /^[0-9]/ { n[blank > 0]++ }
+       END { exit !(n[0] == 4 && n[1] == 2) }' "$TMP/loss.dat" ||
+    fail "plot: loss.dat is not 4 training and 2 validation losses: $(cat "$TMP/loss.dat")"
+  grep -q "with lines dt 2 title \"the corpus's entropy rate" "$TMP/loss.gp" || fail "plot: no floor"
+  if [ -x /usr/bin/gnuplot ]; then
+    grep -q '<svg' "$TMP/loss.svg" || fail "plot: loss.svg is not an SVG"
+  fi
+fi
+refused "plot extension" "--plot: FILE must end in .svg or .png" $M --dp 1 --plot "$TMP/loss.pdf"
 # units and names: MiB in every heading of the memory table, each rank's (dp,tp,pp), ZeRO's shard
 if run "mesh table" 0 --dp 2 --tp 2 --pp 2 --microbatches 2 $TINY --layers 2 --steps 1 \
        --log-every 0 --eval-windows 2 --zero 1; then
