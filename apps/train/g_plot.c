@@ -50,7 +50,8 @@ static int draw(tg_run *run)
     data(r, &d);
     dl__sb_printf(&s,
                   "set title \"distlab-train: loss against step (dp %d x tp %d x pp %d, %s, %d "
-                  "steps)\"\nset key inside top right\nset xlabel 'step'\nset ylabel 'loss (nats per byte)'\n"
+                  "steps)\"\nset key inside top right\nset xlabel 'step'\nset ylabel 'loss (nats "
+                  "per byte)'\n"
                   "plot datafile index 0 using 1:2 with lines lw 2 title 'training loss', \\\n"
                   "     datafile index 1 using 1:2 with linespoints pt 7 title 'validation loss'",
                   o->layout.dp, o->layout.tp, o->layout.pp > 1 ? o->layout.pp : 1,
