@@ -35,7 +35,7 @@ if run help 0 --help; then
            --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
            --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
            --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero --pp \
-           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline --trace-steps --quiet; do
+           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline --trace-steps --quiet --plot --prompt --temperature; do
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
