@@ -213,6 +213,21 @@ static void j_check(FILE *f, const tg_run *r)
         tg_put_keynum(f, "max_param_rel_diff", param_diff, 1);
         fprintf(f, "\"worst_tensor\":\"%s\",", worst_tensor);
     }
+    /* the verdict lines' figures: the quantity that decided each line, and its bound */
+    static const char *const keys[DL__EQ_N] = {"losses", "step1_grads", "step1_params", NULL};
+    int T = r->o.optim.steps, async = is_async(&r->o);
+    for (int k = 0; k < DL__EQ_N; k++) {
+        /* the whole run's losses; step 1 from the run itself (one step) or its own pair */
+        const dl__eq_report *rep = !async && (T == 1 || k == DL__EQ_LOSSES) ? &full : &first;
+        const dl__eq_item *it = &rep->item[k];
+        if (!keys[k] || !it->present || (async && k != DL__EQ_LOSSES))
+            continue;
+        char key[48];
+        snprintf(key, sizeof key, "%s_measured", keys[k]);
+        tg_put_keynum(f, key, it->measured, 1);
+        snprintf(key, sizeof key, "%s_bound", keys[k]);
+        tg_put_keynum(f, key, it->bound, 1);
+    }
     fputs("\"verdict\":", f);
     tg_put_str(f, pass ? "PASS" : "FAIL");
     fputc('}', f);
