@@ -64,6 +64,8 @@ static dl_train_opts one_rank(const dl_train_opts *o)
     one.layout.dp = one.layout.tp = one.layout.pp = 1;
     one.pipeline.schedule = 0;
     one.pipeline.virtual_stages = 0;
+    one.pipeline.weight_stashing = 0;
+    one.pipeline.layer_costs = NULL;
     one.batch.microbatches = o->layout.dp * o->batch.microbatches;
     one.batch.global = o->batch.global;
     return one;

@@ -392,7 +392,7 @@ check_run "check dp 2 one step" 0 PASS --dp 2 $TINY --steps 1 --log-every 0 --ch
 has "check dp 2 one step" "step 1 parameters    PASS"
 # async is not meant to equal one rank: said, and step 1's loss (one micro-batch) only
 check_run "check async" 0 PASS --pp 2 --layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 \
-  --microbatches 2 --schedule async --steps 2 --log-every 0 --check
+  --microbatches 2 --schedule async --weight-stashing --steps 2 --log-every 0 --check
 has "check async" "async (PipeDream) is not meant to equal one rank"
 grep -q "step 1 gradients" "$TMP/out" && fail "check async: a gradient verdict"
 # ZeRO: the same model as one rank; the summary names the stage, the padding and the shards
