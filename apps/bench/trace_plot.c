@@ -110,7 +110,7 @@ int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
     fprintf(g, "'\nset xlabel 'ms from the step start'\nset xrange [0:%.6f]\n",
             (double)(w1 - w0) / 1e6);
     fprintf(g, "set yrange [%g:-0.5]\nset ytics (", n - 0.5);
-    for (int r = 0; r < n; r++) fprintf(g, "%s'GPU %d' %d", r ? ", " : "", r + 1, r);
+    for (int r = 0; r < n; r++) fprintf(g, "%s'rank %d' %d", r ? ", " : "", r, r);
     fprintf(g,
             ")\nunset grid\nset grid xtics\nset style fill solid 0.85 border lc rgb '#303030'\n");
     if (total == 0) {
@@ -194,7 +194,7 @@ int trace_plot_demo_main(int argc, char **argv)
         }
         char *grid = NULL;
         if (dl_trace_grid(t, 0, ms, &grid) == DL_OK) {
-            fputs(grid, stdout);
+            cli_put_ranked(stdout, grid);
             free(grid);
         }
         if (trace_plot_gantt(t, 0, argv[1]) == 0)

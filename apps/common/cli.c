@@ -29,6 +29,19 @@ void cli_error(const char *fmt, ...)
 double cli_mib(double bytes) { return bytes / 1048576.0; }
 double cli_gib(double bytes) { return bytes / 1073741824.0; }
 
+void cli_put_ranked(FILE *f, const char *grid)
+{
+    for (const char *p = grid; *p;) {
+        size_t n = strcspn(p, "\n");
+        int gpu, at = 0;
+        if (sscanf(p, "GPU %d%n", &gpu, &at) == 1 && at > 0 && (size_t)at <= n)
+            fprintf(f, "rank %-*d%.*s\n", at - 4, gpu - 1, (int)(n - (size_t)at), p + at);
+        else
+            fprintf(f, "%.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
 void cli_print_version(FILE *f) { fprintf(f, "%s (distlab) %s\n", cli_progname, dl_version()); }
 
 int cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)

@@ -40,6 +40,10 @@ void cli_unknown_option(const char *prefix, const char *arg, const void *names, 
 double cli_mib(double bytes);
 double cli_gib(double bytes);
 
+/* A grid the library draws as the lecture does ("GPU 1" for rank 0) printed on f with the apps'
+ * name for it: "rank 0" (distlab-lecture keeps the lecture's); other lines as they are. */
+void cli_put_ranked(FILE *f, const char *grid);
+
 /* "distlab-bench (distlab) 0.2.0" on f. */
 void cli_print_version(FILE *f);
 

@@ -123,13 +123,14 @@ static void c_bool(int v)
     c->kind = C_BOOL;
 }
 
-/* Human byte counts in decimal units, three significant digits (the lecture's 2.87 GB, 275 GB). */
+/* Human byte counts in binary units, three significant digits (the lecture's decimal 2.87 GB is
+ * 2.67 GiB here; distlab-lecture keeps the lecture's units, --csv and --json raw bytes). */
 static const char *fmt_bytes(double b, char *buf, size_t n)
 {
-    static const char *const u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int i = 0;
-    while (fabs(b) >= 999.5 && i < 5) {
-        b /= 1000;
+    while (fabs(b) >= 1023.5 && i < 5) {
+        b /= 1024;
         i++;
     }
     if (i == 0)
@@ -138,10 +139,14 @@ static const char *fmt_bytes(double b, char *buf, size_t n)
         snprintf(buf, n, "%.3g %s", b, u[i]);
     return buf;
 }
+/* A byte cell of a table: GiB, the unit named in the column's heading. */
 static void c_bytes(double b)
 {
-    char s[32];
-    c_num(b, "%s", fmt_bytes(b, s, sizeof s));
+    double g = cli_gib(b);
+    if (fabs(g) >= 999.5)
+        c_num(b, "%.0f", g); /* 1950, not 1.95e+03 */
+    else
+        c_num(b, "%.3g", g);
 }
 static void c_secs(double s)
 {
@@ -851,7 +856,7 @@ static int cmd_memory(args *a)
 
     char title[256];
     table *t = tbl_new("model_states", "Model states, one full copy (mixed-precision Adam)", 3,
-                       "item", "item", "bytes_per_param", "bytes/param", "bytes", "total");
+                       "item", "item", "bytes_per_param", "bytes/param", "bytes", "total GiB");
     tbl_row(t);
     c_text("weights");
     c_num(o->weight_bytes, "%g", o->weight_bytes);
@@ -880,8 +885,8 @@ static int cmd_memory(args *a)
         snprintf(title, sizeof title,
                  "Activations per layer (s = %d, b = %d, t = 1; Korthikanti: s*b*h*(34 + 5as/h))",
                  s, b);
-        t = tbl_new("activations", title, 3, "mode", "mode", "per_layer_bytes", "per layer",
-                    "all_layers_bytes", "all layers");
+        t = tbl_new("activations", title, 3, "mode", "mode", "per_layer_bytes", "per layer GiB",
+                    "all_layers_bytes", "all layers GiB");
         dl_plan_opts o1 = *o;
         double no = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 0),
                re = dl_plan_act_layer_bytes(m, &o1, s, b, 1, 1);
@@ -900,7 +905,7 @@ static int cmd_memory(args *a)
              "micro-batches of %d",
              a->l.t, a->l.p, a->l.d, o->zero_stage, o->schedule == DL_PLAN_GPIPE ? "GPipe" : "1F1B",
              mem.micro_batches, a->l.micro_batch);
-    t = tbl_new("per_gpu", title, 2, "item", "item", "bytes", "bytes");
+    t = tbl_new("per_gpu", title, 2, "item", "item", "bytes", "GiB");
     tbl_row(t);
     c_text("weights");
     c_bytes(mem.weights);
@@ -983,7 +988,7 @@ static int cmd_comm(args *a)
              a->l.t, a->l.p, a->l.d, n, a->l.global_batch, s, (double)c.tokens / n, c.micro_batches,
              c.compute);
     table *t = tbl_new("comm", title, 6, "traffic", "traffic", "link", "link", "bytes_sent_per_gpu",
-                       "sent per GPU", "time_s", "time", "comm_over_compute", "comm/compute",
+                       "sent per GPU GiB", "time_s", "time", "comm_over_compute", "comm/compute",
                        "note", "note");
     char gtxt[32];
     fmt_bytes(c.dp_grad_bytes, gtxt, sizeof gtxt);
@@ -1034,7 +1039,7 @@ static int cmd_comm(args *a)
              "ZeRO traffic per GPU per step over d = %d (Psi' = %.4g billion parameters per GPU)",
              a->l.d, c.params / a->l.t / a->l.p / 1e9);
     table *z = tbl_new("zero_comm", title, 4, "stage", "stage", "traffic", "traffic", "factor",
-                       "x Psi'(N-1)/N", "bytes_sent_per_gpu", "sent per GPU");
+                       "x Psi'(N-1)/N", "bytes_sent_per_gpu", "sent per GPU GiB");
     static const char *const how[4] = {"all-reduce (reduce-scatter + all-gather)",
                                        "reduce-scatter grads + all-gather params",
                                        "reduce-scatter grads + all-gather params",
@@ -1076,8 +1081,8 @@ static int cmd_zero(args *a)
              "ZeRO-DP per GPU (Psi = %.4g billion, K = %g, N_d = %d; no activations)", psi / 1e9, K,
              nd);
     table *t = tbl_new("zero", title, 6, "stage", "stage", "name", "name", "formula", "memory",
-                       "bytes_per_gpu", "per GPU", "comm_factor", "traffic x Psi(N-1)/N",
-                       "bytes_sent_per_gpu", "sent per GPU (BF16)");
+                       "bytes_per_gpu", "per GPU GiB", "comm_factor", "traffic x Psi(N-1)/N",
+                       "bytes_sent_per_gpu", "sent per GPU GiB (BF16)");
     for (int k = 0; k < 4; k++) {
         tbl_row(t);
         c_int(r[k].stage);
@@ -1396,7 +1401,7 @@ static int cmd_search(args *a)
              n, fit, (a->o.mem_limit > 0 ? a->o.mem_limit : a->hw.mem_bytes) / 1e9, gpus,
              a->hw.gpus_per_node, a->l.global_batch, s, a->l.micro_batch, a->o.zero_stage);
     table *t = tbl_new("search", title, 12, "t", "t", "p", "p", "d", "d", "m", "m", "mem_gb",
-                       "GB/GPU", "fits", "fits", "bubble", "bubble", "step_s", "step s",
+                       "GiB/GPU", "fits", "fits", "bubble", "bubble", "step_s", "step s",
                        "compute_s", "compute s", "tp_s", "TP s", "pp_s", "PP s", "dp_s", "DP s");
     for (int i = 0; i < n && i < cap; i++) {
         const dl_plan_step *x = &r[i];
@@ -1405,7 +1410,7 @@ static int cmd_search(args *a)
         c_int(x->layout.p);
         c_int(x->layout.d);
         c_int(x->micro_batches);
-        c_num(x->mem.total / 1e9, "%.1f", x->mem.total / 1e9);
+        c_num(x->mem.total / 1e9, "%.1f", cli_gib(x->mem.total)); /* --csv: GB as mem_gb says */
         c_bool(x->mem.fits);
         c_num(x->bubble, "%.1f%%", 100 * x->bubble);
         c_num(x->total, "%.2f", x->total);

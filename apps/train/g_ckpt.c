@@ -100,8 +100,7 @@ static int eval_only(tg_run *run)
         fprintf(jf, "{\"type\":\"summary\",");
         tg_put_keynum(jf, "final_val_loss", r->eval.final_val_loss, 1);
         fprintf(jf, "\"eval_windows\":%d}\n", r->eval.windows);
-        if (tg_json_close(&run->json, 0))
-            run->status = CLI_EXIT_FAIL;
+        tg_json_end(run, "JSON Lines: the summary with the validation loss; docs/JSON.md");
     }
     return TG_STOP;
 }

@@ -72,11 +72,16 @@ static int summary_record(tg_run *r)
     if (!r->json.f)
         return TG_NEXT;
     tg_record(r, TG_SUMMARY, "summary", NULL); /* a failed write is the close's error */
+    tg_json_end(r, "JSON Lines: the config, a record per step, the summary; docs/JSON.md");
+    return TG_NEXT;
+}
+
+void tg_json_end(tg_run *r, const char *what)
+{
     if (tg_json_close(&r->json, 0))
         r->status = CLI_EXIT_FAIL;
     else
-        tg_wrote(path, "JSON Lines: the config, a record per step, the summary; docs/JSON.md");
-    return TG_NEXT;
+        tg_wrote(r->json.path, what);
 }
 
 /* clang-format off */

@@ -51,28 +51,13 @@ static int check_output(tg_run *r)
     return TG_NEXT;
 }
 
-/* The library draws the lecture's grid ("GPU 1" for rank 0, as the lecture's figures); the
- * trainer names ranks as its memory table does: "rank 0". Other lines are printed as they are. */
-static void put_ranked(const char *grid)
-{
-    for (const char *p = grid; *p;) {
-        size_t n = strcspn(p, "\n");
-        int gpu, at = 0;
-        if (sscanf(p, "GPU %d%n", &gpu, &at) == 1 && at > 0 && (size_t)at <= n)
-            printf("rank %-*d%.*s\n", at - 4, gpu - 1, (int)(n - (size_t)at), p + at);
-        else
-            printf("%.*s\n", (int)n, p);
-        p += n + (p[n] == '\n');
-    }
-}
-
 static int timeline(tg_run *run)
 {
     if (!run->r->output.timeline)
         return TG_NEXT;
     printf("measured timeline of step %d: ",
            run->o.trace.last ? run->o.trace.last : run->r->nsteps);
-    put_ranked(run->r->output.timeline);
+    cli_put_ranked(stdout, run->r->output.timeline);
     return TG_NEXT;
 }
 

@@ -103,6 +103,8 @@ int tg_json_flush(tg_json *j);
 /* Close --json, reporting a failed write (message printed) unless quiet (the run failed
  * already); 0 or -1. */
 int tg_json_close(tg_json *j, int quiet);
+/* --json's file closed after the last record: "wrote FILE (what)", or the run's status FAIL. */
+void tg_json_end(tg_run *r, const char *what);
 
 /* JSON values: a number (%.17g; null when not finite), true/false, a string (escaped). */
 void tg_put_num(FILE *f, double v);

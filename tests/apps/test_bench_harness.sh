@@ -180,12 +180,15 @@ run "contention --plot" 0 contention $CONTENTION --plot "$TMP/ct.svg"
 run "gantt-demo" 0 gantt-demo "$TMP/gantt.svg" 1f1b 4 8
 [ -s "$TMP/gantt.dat" ] && [ -s "$TMP/gantt.gp" ] || fail "gantt-demo: no data or script"
 cat >"$TMP/want" <<'EOF'
-GPU 1  0123······aa4bb5cc6dd7ee·ff·gg·hh
-GPU 2  ·012····aa3bb4cc5dd6ee7ff·gg·hh··
-GPU 3  ··01··aa2bb3cc4dd5ee6ff7gg·hh····
-GPU 4  ···0aa1bb2cc3dd4ee5ff6gg7hh······
+rank 0  0123······aa4bb5cc6dd7ee·ff·gg·hh
+rank 1  ·012····aa3bb4cc5dd6ee7ff·gg·hh··
+rank 2  ··01··aa2bb3cc4dd5ee6ff7gg·hh····
+rank 3  ···0aa1bb2cc3dd4ee5ff6gg7hh······
 EOF
 cmp -s "$TMP/out" "$TMP/want" || fail "gantt-demo: the trace's grid is not the lecture's 1F1B grid"
+# the chart's rows are named as the grid's: rank 0.., never the lecture's "GPU 1" (issue 29)
+grep -q "ytics ('rank 0' 0, 'rank 1' 1, 'rank 2' 2, 'rank 3' 3)" "$TMP/gantt.gp" ||
+  fail "gantt-demo: the chart's rows are not named rank 0..3: $(grep ytics "$TMP/gantt.gp")"
 [ "$(grep -c '^[0-9]' "$TMP/gantt.dat")" -eq 64 ] || fail "gantt-demo: want 64 boxes (8 F + 8 B on 4 stages)"
 if [ -x /usr/bin/gnuplot ]; then
   grep -q '<svg' "$TMP/ct.svg" 2>/dev/null || fail "contention --plot: no SVG although gnuplot is installed"

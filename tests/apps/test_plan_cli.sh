@@ -43,21 +43,33 @@ usage_error "figures not a number" "--figures" calibrate --figures gemm1=fast
 
 # ---- the lecture's numbers ----
 if run "memory gpt3" 0 memory --model gpt3-175b; then
-  has "memory gpt3" "2.87 GB"
-  has "memory gpt3" "275 GB"
+  # the lecture's 2.87 GB and 275 GB per layer and for all layers, in GiB as every byte column
+  grep -Eq '^  no recompute +2\.67 +256$' "$TMP/out" || fail "memory gpt3: activations 2.67 / 256 GiB"
+  has "memory gpt3" "per layer GiB  all layers GiB"
+  has "memory gpt3" "total GiB"
+  ! grep -Eq '[0-9] (kB|MB|GB|TB)( |$)' "$TMP/out" || fail "memory gpt3: decimal bytes: $(grep -E '[0-9] (kB|MB|GB|TB)( |$)' "$TMP/out")"
   has "memory gpt3" "about 1100"
   has "memory gpt3" "989 TFLOP/s / 900 GB/s"
 fi
 if run "memory 70b" 0 memory --model dense-70b --csv; then
   grep -q '^total,16,1.12e+12$' "$TMP/out" || fail "memory 70b: 16 B/param, 1120 GB: $(grep total "$TMP/out")"
-  grep -q '^GPUs of 80 GB needed,,14$' "$TMP/out" || fail "memory 70b: 14 GPUs"
+  grep -q '^GPUs of 74.5 GiB needed,,14$' "$TMP/out" || fail "memory 70b: 14 GPUs of 80e9 B"
 fi
 if run "comm 7.5b" 0 comm; then
   has "comm 7.5b" "compute 1.86 s"
   has "comm 7.5b" "65.6 ms"
   has "comm 7.5b" "591 ms"
 fi
-run "comm tp" 0 comm --model gpt3-175b --t 8 && has "comm tp" "352 MB"
+if run "comm tp" 0 comm --model gpt3-175b --t 8; then # 352e6 B a layer: 0.328 GiB
+  grep -Eq '^  TP all-reduces, one layer +nvlink +0\.328 ' "$TMP/out" || fail "comm tp: 0.328 GiB a layer"
+  has "comm tp" "sent per GPU GiB"
+  has "comm tp" "ring of 40.6 GiB gradients"
+  ! grep -Eq '[0-9] (kB|MB|GB|TB)( |$)' "$TMP/out" || fail "comm tp: decimal bytes: $(grep -E '[0-9] (kB|MB|GB|TB)( |$)' "$TMP/out")"
+fi
+if run "zero GiB" 0 zero; then
+  has "zero GiB" "per GPU GiB"
+  has "zero GiB" "sent per GPU GiB"
+fi
 if run "zero" 0 zero --csv; then
   for v in 1.2e+11 3.14062e+10 1.66406e+10 1.875e+09; do
     grep -q ",$v," "$TMP/out" || fail "zero: no $v in $(cat "$TMP/out")"

@@ -191,6 +191,7 @@ if [ -s "$TMP/m.st" ]; then
     if run "eval-only $lay" 0 $TINY $lay --eval-windows 16 --load "$TMP/m.st" --eval-only \
            --json "$TMP/ev.jsonl"; then
       has "eval-only $lay" "over 16 windows of 16 bytes"
+      has "eval-only $lay" "wrote $TMP/ev.jsonl (JSON Lines"
       got=$(val_of "$TMP/ev.jsonl")
       grep -q '"eval_windows":16' "$TMP/ev.jsonl" || fail "eval-only $lay: eval_windows is not 16"
       if close "$got" "$ref"; then
