@@ -738,14 +738,14 @@ out:
 /* ------------------------------------------------------------------------- reporting ---- */
 
 /* The limit that applies to a row (bench_limits.h): the one-way hop in ns for latency rows, the
- * single-copy bandwidth at its size for rows that fit the L3, STREAM x the op's DRAM fraction
+ * single-copy bound at its size for rows that fit the L3, STREAM x the op's DRAM fraction
  * beyond; GB/s; 0 when not measured. */
 static double row_limit(const bench *b, const row *rw, int mode)
 {
     const bl_limits *L = &b->lim;
     switch (bl_kind_of(L, rw->bytes, b->c->nranks)) {
     case BL_HOP: return isfinite(L->hop_ns) ? L->hop_ns : 0;
-    case BL_COPY: return bl_copy_at(L, rw->bytes);
+    case BL_COPY: return bl_copy_limit(L, rw->bytes, b->c->nranks);
     case BL_DRAM:
         if (rw->op == OP_ALLTOALLV) /* alltoall's T over its crossing part */
             return L->stream_gbs * (mode == MODE_IP ? 1.0 : row_bus_factor(rw, b->c->nranks)) /

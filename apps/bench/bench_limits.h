@@ -32,7 +32,7 @@ typedef struct bl_limits {
     int l3_assumed;
     int threads;             /* copy and STREAM threads: min(ranks, real PUs) */
     size_t stream_bytes;     /* per thread */
-    double stream_gbs;       /* before the sweep; 0: failed */
+    double stream_gbs;       /* before the sweep, fastest trial; 0: failed */
     double stream_after_gbs; /* after it: how far the host drifted */
     bl_copy *copy;           /* one per measured size */
     int ncopy;
@@ -49,11 +49,12 @@ size_t bl_stream_bytes(long long l3, int threads);
  * trips per trial; the fastest trial's round trip / 2 in ns (NAN on failure or a == b). Limits
  * take the fastest trial: noise only ever slows a trial down. */
 double bl_hop_ns(const dl_topo *topo, int a, int b, int rounds, int trials);
-/* Single-copy cross-core bandwidth: k threads on cpus[0..k-1]; per trial each writes its own
- * source (new contents every trial, so caches hold the writer's lines as a ring step's sender
- * would), then thread i memcpy's thread i-1's source into its own page-aligned destination,
- * all at once as the ranks of a ring step do. Per trial the slowest thread; the fastest trial;
- * GB/s = bytes / time (one thread's payload). 0 on failure. */
+/* Single-copy cross-core bandwidth: k threads on cpus[0..k-1]; each writes its own source once,
+ * then per trial thread i memcpy's thread i-1's unchanged source into its own page-aligned
+ * destination, all at once as the ranks of a ring step do. Unchanged, as `coll` resends the same
+ * buffers every iteration: a source rewritten before each trial copies up to 2x slower (its lines
+ * come from the writer's cache) and coll's rows beat that bound (issue 29). Per trial the
+ * slowest thread; the fastest trial; GB/s = bytes / time (one thread's payload). 0 on failure. */
 double bl_copy_gbs(const dl_topo *topo, const int *cpus, int k, size_t bytes, int trials);
 
 /* Measure hop, copy at each of sizes[0..nsizes-1] whose rows (of nranks ranks) are copy rows,
@@ -71,6 +72,9 @@ void bl_free(bl_limits *L);
 bl_kind bl_kind_of(const bl_limits *L, size_t size, int nranks);
 /* The copy bandwidth measured at `bytes` (0 if not measured). */
 double bl_copy_at(const bl_limits *L, size_t bytes);
+/* The copy limit of a row of nranks ranks: bl_copy_at x threads / nranks when the ranks share
+ * the threads' cores (every rank's received bytes are copied by those cores), else bl_copy_at. */
+double bl_copy_limit(const bl_limits *L, size_t bytes, int nranks);
 const char *bl_kind_name(bl_kind k);
 
 /* What the limits are and which applies to a row, for a subcommand's --help. */

@@ -142,8 +142,10 @@ int bench_stream_main(int argc, char **argv)
         if (df)
             fprintf(df, "%s# %s: threads copy_gbs triad_gbs\n", p ? "\n\n" : "", pname);
         for (int n = 1; n <= c.ranks; n++) {
-            double cp = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_COPY, c.trials);
-            double tr = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_TRIAD, c.trials);
+            double cp = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_COPY, c.trials,
+                                  BU_MEDIAN);
+            double tr = bu_stream(topo, pols[p], DL_NODE_PACKAGE, 1, n, bytes, BU_TRIAD, c.trials,
+                                  BU_MEDIAN);
             if (cp <= 0 || tr <= 0) {
                 cli_error("stream: %d threads: the measurement failed (out of memory?)", n);
                 status = CLI_EXIT_FAIL;

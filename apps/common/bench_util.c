@@ -88,7 +88,7 @@ static void *stream_main(void *arg)
 }
 
 double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn, int nthr,
-                 size_t bytes, int kernel, int trials)
+                 size_t bytes, int kernel, int trials, int stat)
 {
     dl_placement *pl = NULL;
     stream_thr *th = calloc((size_t)nthr, sizeof *th);
@@ -132,7 +132,11 @@ double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes
                 if (t[(size_t)i * trials + k] > per[k])
                     per[k] = t[(size_t)i * trials + k];
         }
-        double sec = dl__median(per, (size_t)trials);
+        double sec = per[0];
+        if (stat == BU_MEDIAN)
+            sec = dl__median(per, (size_t)trials);
+        else
+            for (int k = 1; k < trials; k++) sec = per[k] < sec ? per[k] : sec;
         double counted = kernel == BU_COPY ? 2.0 : 3.0;
         if (sec > 0)
             gbs = counted * (double)bytes * nthr / sec / 1e9;

@@ -14,12 +14,16 @@
 
 /* ---- STREAM ---- */
 enum { BU_COPY = 0, BU_TRIAD = 1 };
+/* Which trial bu_stream reports: the median (a typical figure) or the fastest (a limit: noise
+ * only ever slows a trial down). */
+enum { BU_MEDIAN = 0, BU_FASTEST = 1 };
 /* STREAM bandwidth of `nthr` threads placed by (policy, nodes, rpn) on the real machine, each
  * with its own page-aligned arrays of `bytes` bytes (first-touched by the thread). Copy (memcpy)
  * counts read + write (2 x bytes), triad a = b + s*c on doubles counts 3 x bytes, as STREAM does.
- * Per trial the slowest thread's time; median over `trials`. Returns GB/s, 0 on failure. */
+ * Per trial the slowest thread's time; over `trials`, the median or the fastest (stat). Returns
+ * GB/s, 0 on failure. */
 double bu_stream(const dl_topo *topo, dl_place_policy policy, dl_node_kind nodes, int rpn, int nthr,
-                 size_t bytes, int kernel, int trials);
+                 size_t bytes, int kernel, int trials, int stat);
 
 /* ---- the harness's arithmetic (pure; tested by `distlab-bench selftest`) ---- */
 /* Contention factor = per-rank rate alone / per-rank rate together = t_together / t_alone for

@@ -1,7 +1,8 @@
 #!/bin/sh
 # distlab-bench coll measures the machine's limits in the same run and states each row against
 # the one that applies (issue 18): the one-way hop (latency rows: hops = time / hop), the
-# single-copy bandwidth at the row's size (rows whose buffers fit the L3: % of it), STREAM copy at
+# single-copy bandwidth at the row's size (rows whose buffers fit the L3: % of it, x threads / ranks
+# when ranks share cores), STREAM copy at
 # >= 4 x L3 (larger rows: % of B x the op's DRAM factor, (n-1)/n^2 for all-reduce). Checked: the
 # limits are printed and positive, every row's limit kind follows the rule from the reported L3,
 # its limit value is the printed limit, and its percentage or hop count is recomputed from the
@@ -40,7 +41,9 @@ for r in d["rows"]:
     kind = "hop" if s <= L["latency_max_bytes"] else "copy" if 2 * n * s <= l3 else "dram"
     assert r["limit"] == kind, ("limit kind", s, r["limit"], kind)
     kinds.add(kind)
-    lim = {"hop": L["hop_ns"], "copy": copy.get(s), "dram": st["copy_gbs"] * (n - 1) / n ** 2}[kind]
+    # copy: C x threads / ranks when the ranks share the threads' cores (issue 29)
+    cl = copy.get(s, 0) * min(1.0, L["threads"] / n)
+    lim = {"hop": L["hop_ns"], "copy": cl, "dram": st["copy_gbs"] * (n - 1) / n ** 2}[kind]
     close(r["limit_value"], lim, ("limit value", s))
     if want_dram:
         assert s >= 4 * l3 and kind == "dram", ("--dram row not DRAM-resident", s, l3)
@@ -81,9 +84,19 @@ PY
     fail "negative control: a doubled percentage passed the checker"
 fi
 
+# more ranks than PUs (threads = min(ranks, PUs) < ranks where PUs < 4): the copy limit scales
+if run "coll --json 4 ranks" 0 coll --ranks 4 -b 16K -e 64K -f 4 -n 2 -w 1 --json; then
+  python3 "$TMP/check.py" "$TMP/out" >/dev/null 2>"$TMP/py" ||
+    fail "coll --json 4 ranks: limits inconsistent: $(tail -1 "$TMP/py")"
+fi
+
 # 3 ranks, text: the limits are printed, rows carry hops and percentages
 if run "coll text" 0 coll --ranks 3 -b 8 -e 64K -f 8192 -n 2 -w 1 $SMALL; then
   has "coll text" "# limits, measured now"
+  # the copy limit names what it copies: the unchanged buffers coll resends (issue 29)
+  grep -Eq "^#   single-copy C \([0-9]+ threads, each memcpy's the previous one's unchanged buffer\)" \
+    "$TMP/out" || fail "coll text: the single-copy line does not say it copies unchanged buffers"
+  has "coll text" "C x threads / ranks when the ranks share cores"
   grep -Eq '^#   one-way hop \(cpus [0-9]+ <-> [0-9]+.*: [0-9.]+ ns$' "$TMP/out" ||
     fail "coll text: no one-way hop line"
   grep -Eq '^#   STREAM copy B = [0-9.]+ GB/s' "$TMP/out" || fail "coll text: no STREAM line"
@@ -126,7 +139,8 @@ fi
 run "coll --limits 2" 2 coll --limits 2
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "coll --limits 2: not one line on stderr"
 if run "coll --help" 0 coll --help; then
-  for s in "vs lim" "one-way hop" "single-copy" "--dram" "4 x L3" "B(n-1)/n^2"; do has "--help" "$s"; done
+  for s in "vs lim" "one-way hop" "single-copy" "--dram" "4 x L3" "B(n-1)/n^2" "C x k / ranks" \
+    "unchanged buffer" "fastest of their trials"; do has "--help" "$s"; done
 fi
 
 [ "$fails" -eq 0 ] && echo "$SELF: ok"
