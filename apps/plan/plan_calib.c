@@ -121,7 +121,10 @@ static double measure_gemm(const dl_gemm_log *log, int n, int iters)
     return mean;
 }
 
-enum { NSIZES = 4 };
+/* Warm-up calls per size. With 2, the first size (1 KiB, right after the world starts) read
+ * 6-15 us one way where 64 KiB read 1 us: its first calls pay start-up costs (issue 29); with 20
+ * both all-reduce and ping-pong at 1 KiB read 0.5-0.8 us, as distlab-bench coll does. */
+enum { NSIZES = 4, WARMUPS = 20 };
 typedef struct comm_job {
     int p2p; /* 0: all-reduce over all ranks; 1: ping-pong between ranks 0 and 1 */
     int nsizes, iters;
@@ -138,13 +141,22 @@ static int comm_rank(dl_ctx *ctx, void *arg)
     for (int s = 0; s < j->nsizes; s++)
         if (j->count[s] > maxc)
             maxc = j->count[s];
-    float *a = calloc(maxc, sizeof *a), *b = calloc(maxc, sizeof *b);
+    /* written before use, page-aligned, as distlab-bench coll's buffers: calloc's untouched
+     * pages made the 4 MiB all-reduce 3-4x slower (the ring fitted at 2.6-3.6 GB/s where coll
+     * measured ~10; written, 13-15 GB/s: issue 29, docs/PERFORMANCE.md) */
+    float *a = NULL, *b = NULL;
     double *t = calloc((size_t)j->iters, sizeof *t);
+    if (posix_memalign((void **)&a, 4096, maxc * sizeof *a) != 0)
+        a = NULL;
+    if (posix_memalign((void **)&b, 4096, maxc * sizeof *b) != 0)
+        b = NULL;
     if (!a || !b || !t)
         rc = DL_ENOMEM;
+    else
+        memset(a, 0, maxc * sizeof *a), memset(b, 0, maxc * sizeof *b);
     for (int s = 0; s < j->nsizes && rc == DL_OK; s++) {
         size_t n = j->count[s];
-        for (int it = -2; it < j->iters && rc == DL_OK; it++) { /* two warm-ups */
+        for (int it = -WARMUPS; it < j->iters && rc == DL_OK; it++) {
             if ((rc = dl_barrier(c)))
                 break;
             uint64_t t0 = dl_now_ns();
@@ -690,7 +702,7 @@ static void pc_report(const pc_model *m, int ranks, int rounds, int steps, const
             hw->flops_alone * x->gemm1 / 1e9, x->gemm1 * 1e3, hw->flops_alone / 1e9, x->gemmR * 1e3,
             hw->flops / 1e9, ranks, x->gemmR / x->gemm1);
     if (ar) {
-        fprintf(f, "# all-reduce on %d ranks (median):", ranks);
+        fprintf(f, "# all-reduce on %d ranks (median after %d warm-ups):", ranks, WARMUPS);
         for (int s = 0; s < ar->nsizes; s++)
             fprintf(f, " %zu B %.1f us;", ar->count[s] * 4, ar->t[s] * 1e6);
         fprintf(f, "\n");
@@ -698,7 +710,7 @@ static void pc_report(const pc_model *m, int ranks, int rounds, int steps, const
     fprintf(f, "#   ring fit 2(n-1)(alpha + S/(n beta)): beta %.3g GB/s, alpha %.3g us\n",
             hw->intra_bw / 1e9, hw->intra_lat * 1e6);
     if (pp) {
-        fprintf(f, "# point-to-point (ping-pong, one way):");
+        fprintf(f, "# point-to-point (ping-pong, one way, median after %d warm-ups):", WARMUPS);
         for (int s = 0; s < pp->nsizes; s++)
             fprintf(f, " %zu B %.1f us;", pp->count[s] * 4, pp->t[s] * 1e6);
         fprintf(f, "\n");

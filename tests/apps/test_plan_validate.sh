@@ -74,6 +74,12 @@ else
   [ "$st" -eq 0 ] || fail "calibrate: status $st ($(head -c 300 "$TMP/err"))"
   grep -q "pipeline hand-offs" "$TMP/cal" || fail "calibrate does not say how pipelines are predicted"
   grep -q "^calibrate: round 1 " "$TMP/err" || fail "calibrate: no progress on stderr"
+  # the communication figures say how they were taken: after warm-ups (issue 29: the first size
+  # read 10x slower than the next with two)
+  grep -q "^# all-reduce on 2 ranks (median after 20 warm-ups): 1024 B " "$TMP/cal" ||
+    fail "calibrate: the all-reduce line does not give its warm-ups"
+  grep -q "^# point-to-point (ping-pong, one way, median after 20 warm-ups): 1024 B " "$TMP/cal" ||
+    fail "calibrate: the ping-pong line does not give its warm-ups"
   # what it accepted passes the same checks: every part below its whole, costs positive
   # (sync_cost is written only when resolved above the noise: a tp step within the noise of the
   # model without synchronisation leaves it 0, and the key out)
