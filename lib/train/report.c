@@ -127,7 +127,7 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
             "%7.2f MB sent/rank\n",
             step, o->optim.steps, loss, vbuf,
             (double)o->batch.global * o->model.seq * n / (ms / 1e3), ms / n,
-            (double)sent / 1e6 / step);
+            (double)sent / 1e6 / (step - R->start));
     fflush(o->output.log);
 }
 
