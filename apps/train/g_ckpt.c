@@ -3,7 +3,6 @@
  * (--ckpt-dir, --save-every, --keep, --save-at-end), --resume (the options the command line
  * omits from the checkpoint's manifest) and Ctrl-C / SIGTERM: the step finished, a checkpoint
  * written, exit 130 / 143; a second signal exits at once. */
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -59,9 +58,14 @@ static int p_resume(tg_run *r, const char *a)
     return 0;
 }
 
+/* the library names an option "--name" */
+static int given(const char *option, void *arg)
+{
+    return strncmp(option, "--", 2) == 0 && tg_given(arg, option + 2);
+}
+
 /* options that need --ckpt-dir; --resume takes what the command line omits from the manifest
- * (an option equal to its default counts as omitted) and refuses a model, dtype or layout that
- * differs */
+ * and refuses a model, dtype or layout that differs */
 static int check_full_state(tg_run *r)
 {
     const dl_train_ckpt *k = &r->o.ckpt;
@@ -71,13 +75,7 @@ static int check_full_state(tg_run *r)
         return tg_refuse(r, "--resume continues a run: not with --load or --eval-only");
     if (!k->resume)
         return TG_NEXT;
-    static tg_run def;
-    char *argv[] = {"distlab-train", NULL};
-    memset(&def, 0, sizeof def);
-    dl_train_opts_init(&def.o);
-    optind = 0;              /* getopt starts afresh on the one-word command line */
-    tg_parse(&def, 1, argv); /* every group's defaults */
-    if (dl_train_resume_opts(k->resume, &r->o, &def.o))
+    if (dl_train_resume_opts(k->resume, &r->o, given, r))
         return tg_refuse(r, "%s", dl_errmsg());
     return TG_NEXT;
 }

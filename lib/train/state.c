@@ -140,14 +140,16 @@ static void field_text(json_t *v, char *b, size_t n)
     free(s);
 }
 
-/* Apply (defaults non-NULL: the omitted options) or check the manifest's options. */
-static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, const dl_train_opts *defaults)
+typedef int (*given_fn)(const char *option, void *arg);
+
+/* Apply the manifest's options the command line omitted (given NULL: none) and check the rest. */
+static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn given, void *arg)
 {
     for (size_t i = 0; i < NFIELDS; i++) {
         const ck_field *f = &fields[i];
         json_t *grp = json_object_get(m, f->group), *want = json_object_get(grp, f->key);
-        json_t *mine = field_get(f, o), *def = defaults ? field_get(f, defaults) : NULL;
-        int same = json_equal(mine, want), omitted = def && json_equal(mine, def), rc = DL_OK;
+        json_t *mine = field_get(f, o);
+        int same = json_equal(mine, want), omitted = given && !given(f->opt, arg), rc = DL_OK;
         char a[256], b[256];
         field_text(want, a, sizeof a);
         field_text(mine, b, sizeof b);
@@ -167,20 +169,20 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, const dl_tra
         if (rc < 0)
             rc = dl_error(DL_EINVAL, "--resume: %s/" DL_CKD_MANIFEST ": %s.%s is not valid", dir,
                           f->group, f->key);
-        json_decref(mine), json_decref(def);
+        json_decref(mine);
         if (rc)
             return rc;
     }
     return DL_OK;
 }
 
-int dl_train_resume_opts(const char *path, dl_train_opts *o, const dl_train_opts *defaults)
+int dl_train_resume_opts(const char *path, dl_train_opts *o, given_fn given, void *arg)
 {
     char dir[4096];
     json_t *m;
     int rc = dl__ckd_find(path, dir, sizeof dir);
     if (rc == DL_OK && (rc = dl__ckd_open(dir, 0, &m)) == DL_OK) {
-        rc = apply_opts(m, dir, o, defaults);
+        rc = apply_opts(m, dir, o, given, arg);
         json_decref(m);
     }
     return rc;
@@ -239,7 +241,7 @@ int tr_ckpt_prepare(tr_run *R)
     if (rc || (rc = dl__ckd_open(R->resume_dir, 1, &m)))
         return rc;
     R->resume = m;
-    if ((rc = apply_opts(m, R->resume_dir, (dl_train_opts *)o, NULL)))
+    if ((rc = apply_opts(m, R->resume_dir, (dl_train_opts *)o, NULL, NULL)))
         return rc;
     R->start = (int)json_integer_value(json_object_get(m, "step"));
     R->skipped0 = (int)json_integer_value(json_object_get(m, "skipped_steps"));

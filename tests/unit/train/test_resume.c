@@ -381,8 +381,13 @@ START_TEST(damaged)
 }
 END_TEST
 
-/* Omitted options come from the manifest (a default equal to the app's), given ones are
- * checked. */
+/* Omitted options come from the manifest, given ones are checked. */
+static int only_heads(const char *option, void *arg)
+{
+    (void)arg;
+    return strcmp(option, "--heads") == 0;
+}
+
 START_TEST(options_from_manifest)
 {
     mkroot();
@@ -397,16 +402,21 @@ START_TEST(options_from_manifest)
     dl_train_opts d, g;
     dl_train_opts_init(&d);
     g = d;
-    ck_assert_int_eq(dl_train_resume_opts(dir, &g, &d), DL_OK);
+    ck_assert_int_eq(dl_train_resume_opts(dir, &g, only_heads, NULL), DL_EINVAL); /* 4, not 2 */
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--heads was 2"));
+    g = d;
+    g.model.heads = 2;
+    ck_assert_int_eq(dl_train_resume_opts(dir, &g, only_heads, NULL), DL_OK);
     ck_assert_int_eq(g.model.d_model, 16);
     ck_assert_int_eq(g.precision.dtype, DL_BF16);
     ck_assert_int_eq(g.layout.dp, 2);
     ck_assert_int_eq(g.zero.stage, 2);
     ck_assert(g.optim.lr == 1e-2);
-    g = d;
-    g.model.heads = 8; /* given: not the default 4 */
-    ck_assert_int_eq(dl_train_resume_opts(dir, &g, &d), DL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--heads was 2"));
+    g = d; /* every option given: the lr may differ, the model not */
+    g.model.heads = 2, g.model.d_model = 16, g.model.layers = 2, g.model.seq = 8;
+    g.optim.lr = 0.5;
+    ck_assert_int_eq(dl_train_resume_opts(dir, &g, NULL, NULL), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--dtype was \"bf16\""));
     rmroot();
 }
 END_TEST
