@@ -304,11 +304,13 @@ void dl_train_request_stop(int sig);
 
 /* Options from a full-state checkpoint (path: a checkpoint, or a directory of them: the newest).
  * For each option the checkpoint records (the model, dtype, layout, batch, optimizer, data,
- * seed), named as distlab-train's option ("--d-model"; "beta1" for one it lacks): where
+ * seed, the checkpoint schedule), named as distlab-train's option ("--d-model"; "beta1" for one it lacks): where
  * given(name, arg) is 0 it takes the checkpoint's value; where it is 1 and the values differ, a
  * model, dtype, layout, batch or data option is refused (DL_EINVAL, one line naming the option
  * and both values) and the others (the learning-rate schedule, --steps) keep the given value.
- * given NULL: every option counts as given (dl_train_run's check). */
+ * given NULL: every option counts as given (dl_train_run's check). With given, unless
+ * given("--ckpt-dir"), ckpt.dir becomes the directory holding the checkpoint: the continued run
+ * saves where the first one did. */
 int dl_train_resume_opts(const char *path, dl_train_opts *o,
                          int (*given)(const char *option, void *arg), void *arg);
 

@@ -69,6 +69,9 @@ static const ck_field fields[] = {
     F("eps", "optim", "eps", optim.eps, 'd', 0),
     F("--weight-decay", "optim", "weight_decay", optim.weight_decay, 'd', 0),
     F("--clip", "optim", "clip", optim.clip, 'd', 0),
+    F("--save-every", "ckpt", "save_every", ckpt.save_every, 'i', 0),
+    F("--keep", "ckpt", "keep", ckpt.keep, 'i', 0),
+    F("--save-at-end", "ckpt", "save_at_end", ckpt.save_at_end, 'i', 0),
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -178,12 +181,23 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn giv
 
 int dl_train_resume_opts(const char *path, dl_train_opts *o, given_fn given, void *arg)
 {
+    static char parent[4096]; /* outlives the call, as the options do */
     char dir[4096];
     json_t *m;
     int rc = dl__ckd_find(path, dir, sizeof dir);
     if (rc == DL_OK && (rc = dl__ckd_open(dir, 0, &m)) == DL_OK) {
         rc = apply_opts(m, dir, o, given, arg);
         json_decref(m);
+    }
+    /* the run goes on saving where it saved, unless told otherwise */
+    if (rc == DL_OK && given && !given("--ckpt-dir", arg)) {
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(parent, sizeof parent, ".");
+        o->ckpt.dir = parent;
     }
     return rc;
 }
