@@ -179,6 +179,19 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn giv
     return DL_OK;
 }
 
+/* steps left to run after the checkpoint's */
+static int check_left(json_t *m, const char *dir, const dl_train_opts *o)
+{
+    json_int_t done = json_integer_value(json_object_get(m, "step"));
+    if (done < o->optim.steps)
+        return DL_OK;
+    return dl_error(DL_EINVAL,
+                    "--resume: the checkpoint %s has done %" JSON_INTEGER_FORMAT
+                    " steps of --steps %d (the total): nothing is left (a larger --steps trains "
+                    "on)",
+                    dir, done, o->optim.steps);
+}
+
 int dl_train_resume_opts(const char *path, dl_train_opts *o, given_fn given, void *arg)
 {
     static char parent[4096]; /* outlives the call, as the options do */
@@ -187,6 +200,8 @@ int dl_train_resume_opts(const char *path, dl_train_opts *o, given_fn given, voi
     int rc = dl__ckd_find(path, dir, sizeof dir);
     if (rc == DL_OK && (rc = dl__ckd_open(dir, 0, &m)) == DL_OK) {
         rc = apply_opts(m, dir, o, given, arg);
+        if (rc == DL_OK)
+            rc = check_left(m, dir, o);
         json_decref(m);
     }
     /* the run goes on saving where it saved, unless told otherwise */
@@ -257,13 +272,10 @@ int tr_ckpt_prepare(tr_run *R)
     R->resume = m;
     if ((rc = apply_opts(m, R->resume_dir, (dl_train_opts *)o, NULL, NULL)))
         return rc;
+    if ((rc = check_left(m, R->resume_dir, o)))
+        return rc;
     R->start = (int)json_integer_value(json_object_get(m, "step"));
     R->skipped0 = (int)json_integer_value(json_object_get(m, "skipped_steps"));
-    if (R->start >= o->optim.steps)
-        return dl_error(DL_EINVAL,
-                        "--resume: the checkpoint %s has done %d steps; --steps (the total) must "
-                        "be larger",
-                        R->resume_dir, R->start);
     for (int i = 0; i < R->start; i++) R->loss[i] = R->val[i] = R->norm[i] = R->lr[i] = NAN;
     R->steps_done = R->emitted = R->start;
     R->res->ckpt.resumed_from = R->start;

@@ -24,12 +24,12 @@
 
 enum { TR_STOPPED = -1 };
 
-/* After a step, with ckpt.dir: the ranks agree on a stop request; a checkpoint when one is due
- * or asked for; TR_STOPPED when the run stops here. */
-static int ckpt_boundary(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
+/* After a step, with ckpt.dir: a checkpoint when one is due or the ranks agreed to stop (sig);
+ * TR_STOPPED when the run stops here. */
+static int ckpt_boundary(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped, int sig)
 {
     const dl_train_opts *o = e->o;
-    int sig, rc = tr_ckpt_stop_agreed(ck, &sig);
+    int rc = DL_OK;
     int due = (o->ckpt.save_every > 0 && step % o->ckpt.save_every == 0) ||
               (o->ckpt.save_at_end && step == o->optim.steps) || sig;
     if (rc == DL_OK && due)
@@ -101,12 +101,16 @@ static int train_steps(tr_env *e, tr_comp *c)
         atomic_fetch_add_explicit(&R->finished[step - 1], 1, memory_order_release);
         if (logging)
             dl_ops_gemm_log(NULL);
-        if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps) &&
+        /* the ranks agree on a stop request: the last step then evaluates as the last does */
+        int sig = 0;
+        if (ck && (rc = tr_ckpt_stop_agreed(ck, &sig)))
+            break;
+        if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps || sig) &&
             (rc = tr_evaluate_counted(e, &eb, &r.val, &r.used)))
             break;
         if (rank == 0)
             tr_record_step(e, &r, &last_logged, &rc);
-        if (ck && rc == DL_OK && (rc = ckpt_boundary(e, c, ck, step, skipped)) == TR_STOPPED) {
+        if (ck && rc == DL_OK && (rc = ckpt_boundary(e, c, ck, step, skipped, sig)) == TR_STOPPED) {
             rc = DL_OK;
             break;
         }
