@@ -167,6 +167,21 @@ static int check_eval_only(tg_run *r)
     return TG_NEXT;
 }
 
+/* --load without a shape on the command line: the file's (as --resume takes the manifest's);
+ * a file that cannot be read is refused by check_load */
+static int load_shape(tg_run *r)
+{
+    static const char *const shape[] = {"layers", "d-model", "heads", "seq", "tie-embeddings"};
+    dl_ckpt_info info;
+    if (!r->o.ckpt.load || dl_ckpt_inspect(r->o.ckpt.load, &info) || !info.has_config)
+        return TG_NEXT;
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (tg_given(r, shape[i]))
+            return TG_NEXT;
+    r->o.model = info.cfg;
+    return TG_NEXT;
+}
+
 /* refuse a file that is not a checkpoint of this model before any thread starts */
 static int check_load(tg_run *r)
 {
@@ -222,7 +237,7 @@ static const tg_opt opts[] = {
     {"dump-grads", 1, p_dump,
 "  --dump-grads FILE     write step 1's gradients (same layout) and FILE.tokens (its batch)\n"},
     {"load", 1, p_load,
-"  --load FILE           start from such a file (any layout)\n"},
+"  --load FILE           start from such a file (any layout; its shape unless one is given)\n"},
     {"eval-only", 0, p_eval_only,
 "  --eval-only           with --load: print the mean validation loss and exit\n"},
     {"ckpt-dir", 1, p_ckpt_dir,
@@ -240,11 +255,17 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook hooks[] = {{TG_CHECK, check_eval_only}, {TG_CHECK, check_full_state},
-                                {TG_FILES, check_save},      {TG_FILES, check_dump},
-                                {TG_FILES, check_load},      {TG_PREPARE, install_stop},
-                                {TG_INSTEAD, eval_only},     {TG_REPORT, report_full_state},
-                                {TG_CLOSE, stopped_status},  {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_eval_only},
+                                {TG_CHECK, check_full_state},
+                                {TG_CHECK, load_shape},
+                                {TG_FILES, check_save},
+                                {TG_FILES, check_dump},
+                                {TG_FILES, check_load},
+                                {TG_PREPARE, install_stop},
+                                {TG_INSTEAD, eval_only},
+                                {TG_REPORT, report_full_state},
+                                {TG_CLOSE, stopped_status},
+                                {0}};
 
 /* under the output heading */
 const tg_group tg_ckpt = {

@@ -2,7 +2,8 @@
 # distlab-train's full-state checkpoints from the outside (docs/CHECKPOINTS.md): Ctrl-C (SIGINT)
 # and SIGTERM during training finish the step, write a checkpoint and exit 130 / 143; --resume
 # continues to the same last loss as the uninterrupted run; a second signal exits at once and
-# leaves only complete checkpoints (the next save removes the temporary); the options refused
+# leaves only complete checkpoints (the next save removes the temporary); --load takes the
+# file's shape when none is given; the options refused
 # without --ckpt-dir or against the checkpoint exit 2 with one line.
 # A signal is sent once the run has printed a step (the event, not a delay, orders the test); a
 # run that ended before it would fail on its exit status (20000 steps take a minute).
@@ -69,6 +70,12 @@ for d in "$TMP"/twice/step-*; do
 done
 run "after twice" 0 $M --steps 2 --ckpt-dir "$TMP/twice" --save-at-end
 [ -z "$(find "$TMP/twice" -name '.tmp*')" ] || fail "after twice: a temporary was left"
+
+# --load without a shape takes the file's; with another shape it is refused
+run "save" 0 --layers 2 --d-model 32 --heads 2 --seq 16 --steps 2 --save "$TMP/m.st"
+run "load, the file's shape" 0 --load "$TMP/m.st" --eval-only
+has "load, the file's shape" "validation loss"
+refused "load, another shape" "holds a model with --layers 2" --load "$TMP/m.st" --eval-only --layers 3
 
 # refusals: one line, exit 2
 refused "save-every alone" "need --ckpt-dir" --save-every 5
