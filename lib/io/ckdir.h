@@ -75,6 +75,11 @@ json_t *dl__ckd_file_of(json_t *m, int rank);
 int dl__ckd_read(const char *dir, const char *file, const char *name, const char *dtype, void *out,
                  size_t bytes);
 
+/* Parameter tensor `name` whole (its global shape, row-major, esize-byte elements) into out,
+ * from the pieces the manifest lists (a tied copy skipped), each file's blocks placed at their
+ * hyperslabs. DL_EINVAL naming the file or the tensor when a piece is missing or malformed. */
+int dl__ckd_gather(const char *dir, json_t *m, const char *name, int esize, void *out);
+
 /* The manifest as text, parsed and checked as dl__ckd_open does without the files: DL_OK or
  * DL_EINVAL with the problem (the fuzz target's entry point). */
 int dl__ckd_parse(const char *text, size_t n, const char *what, json_t **m);

@@ -218,6 +218,76 @@ static json_t *read_header(int fd, const char *p, uint64_t *N, uint64_t size)
     return hdr;
 }
 
+/* one piece's blocks (row-major in the file, one after another) into the whole tensor */
+static int place_blocks(json_t *blocks, const int64_t *gs, int nd, const char *src, size_t have,
+                        int esize, char *out)
+{
+    size_t used = 0;
+    json_t *b;
+    size_t i;
+    json_array_foreach(blocks, i, b)
+    {
+        int64_t st[2] = {0, 0}, ct[2] = {1, 1};
+        for (int d = 0; d < nd; d++) {
+            st[d] = json_integer_value(json_array_get(json_object_get(b, "start"), (size_t)d));
+            ct[d] = json_integer_value(json_array_get(json_object_get(b, "count"), (size_t)d));
+            if (st[d] < 0 || ct[d] < 0 || st[d] + ct[d] > gs[d])
+                return -1;
+        }
+        int64_t cols = nd == 2 ? gs[1] : 1;
+        size_t row = (size_t)(nd == 2 ? ct[1] : ct[0]) * (size_t)esize;
+        int64_t rows = nd == 2 ? ct[0] : 1;
+        for (int64_t r = 0; r < rows; r++) {
+            if (used + row > have)
+                return -1;
+            size_t at = nd == 2 ? (size_t)((st[0] + r) * cols + st[1]) : (size_t)st[0];
+            memcpy(out + at * (size_t)esize, src + used, row);
+            used += row;
+        }
+    }
+    return used == have ? 0 : -1;
+}
+
+int dl__ckd_gather(const char *dir, json_t *m, const char *name, int esize, void *out)
+{
+    json_t *t = json_object_get(json_object_get(m, "tensors"), name);
+    json_t *gsj = json_object_get(t, "global_shape"), *pc;
+    int nd = (int)json_array_size(gsj);
+    int64_t gs[2] = {1, 1};
+    if (!t || nd < 1 || nd > 2)
+        return dl_error(DL_EINVAL, "%s/" DL_CKD_MANIFEST ": tensor '%s' has no 1- or 2-D shape",
+                        dir, name);
+    for (int d = 0; d < nd; d++) gs[d] = json_integer_value(json_array_get(gsj, (size_t)d));
+    const char *dtype = esize == 8 ? "F64" : "F32";
+    size_t i;
+    int rc = DL_OK;
+    json_array_foreach(json_object_get(t, "pieces"), i, pc)
+    {
+        if (rc || json_is_true(json_object_get(pc, "tied_copy")))
+            continue;
+        const char *file = json_string_value(json_object_get(pc, "file"));
+        json_t *blocks = json_object_get(pc, "blocks");
+        size_t n = 0;
+        json_t *b;
+        size_t k;
+        json_array_foreach(blocks, k, b)
+        {
+            json_t *c = json_object_get(b, "count");
+            n += (size_t)(json_integer_value(json_array_get(c, 0)) *
+                          (nd == 2 ? json_integer_value(json_array_get(c, 1)) : 1));
+        }
+        char *buf = file ? malloc(n * (size_t)esize + 1) : NULL;
+        if (!buf)
+            rc = dl_error(DL_EINVAL, "%s: tensor '%s': a piece without a file", dir, name);
+        else if ((rc = dl__ckd_read(dir, file, name, dtype, buf, n * (size_t)esize)) == DL_OK &&
+                 place_blocks(blocks, gs, nd, buf, n * (size_t)esize, esize, out))
+            rc = dl_error(DL_EINVAL, "%s/%s: tensor '%s': blocks that do not fit its shape", dir,
+                          file, name);
+        free(buf);
+    }
+    return rc;
+}
+
 int dl__ckd_read(const char *dir, const char *file, const char *name, const char *dtype, void *out,
                  size_t bytes)
 {

@@ -3,7 +3,7 @@
 # and SIGTERM during training finish the step, write a checkpoint and exit 130 / 143; --resume
 # continues to the same last loss as the uninterrupted run; a second signal exits at once and
 # leaves only complete checkpoints (the next save removes the temporary); --load takes the
-# file's shape when none is given; the options refused
+# file's shape when none is given; distlab-ckpt converts, lists, verifies; the options refused
 # without --ckpt-dir or against the checkpoint exit 2 with one line.
 # A signal is sent once the run has printed a step (the event, not a delay, orders the test); a
 # run that ended before it would fail on its exit status (20000 steps take a minute).
@@ -76,6 +76,24 @@ run "save" 0 --layers 2 --d-model 32 --heads 2 --seq 16 --steps 2 --save "$TMP/m
 run "load, the file's shape" 0 --load "$TMP/m.st" --eval-only
 has "load, the file's shape" "validation loss"
 refused "load, another shape" "holds a model with --layers 2" --load "$TMP/m.st" --eval-only --layers 3
+
+# distlab-ckpt: a dp 2 x tp 2 ZeRO-1 checkpoint converted is the --save file of the same step,
+# byte for byte; list and verify; a flipped byte fails verify (exit 1, one line)
+CKPT=$(app_bin distlab-ckpt) || exit 1
+run "save both" 0 $M --tp 2 --zero 1 --steps 3 --ckpt-dir "$TMP/conv" --save-at-end \
+  --save "$TMP/p.st"
+run_cmd "convert" 0 "$CKPT" convert "$TMP/conv" "$TMP/c.st"
+cmp -s "$TMP/c.st" "$TMP/p.st" || fail "convert: differs from --save's file"
+run_cmd "list" 0 "$CKPT" list "$TMP/conv"
+has "list" "layout: dp 2 x tp 2 x pp 1, ZeRO stage 1"
+has "list" "file rank-00003.safetensors"
+run_cmd "verify" 0 "$CKPT" verify "$TMP/conv"
+f=$(find "$TMP/conv" -name rank-00001.safetensors)
+printf 'X' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+run_cmd "verify damaged" 1 "$CKPT" verify "$TMP/conv"
+grep -q "rank-00001.safetensors: checksum mismatch" "$TMP/err" ||
+  fail "verify damaged: $(cat "$TMP/err")"
+run_cmd "ckpt usage" 2 "$CKPT" frobnicate
 
 # refusals: one line, exit 2
 refused "save-every alone" "need --ckpt-dir" --save-every 5

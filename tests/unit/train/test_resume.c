@@ -381,11 +381,12 @@ START_TEST(damaged)
 }
 END_TEST
 
-/* Omitted options come from the manifest, given ones are checked. */
+/* Omitted options come from the manifest, given ones are checked (--steps given: the total,
+ * larger than the checkpoint's 2). */
 static int only_heads(const char *option, void *arg)
 {
     (void)arg;
-    return strcmp(option, "--heads") == 0;
+    return strcmp(option, "--heads") == 0 || strcmp(option, "--steps") == 0;
 }
 
 START_TEST(options_from_manifest)
@@ -412,7 +413,9 @@ START_TEST(options_from_manifest)
     ck_assert_int_eq(g.layout.dp, 2);
     ck_assert_int_eq(g.zero.stage, 2);
     ck_assert(g.optim.lr == 1e-2);
-    g = d; /* every option given: the lr may differ, the model not */
+    ck_assert_int_eq(g.optim.steps, d.optim.steps);
+    ck_assert_str_eq(g.ckpt.dir, dir); /* saving on where it saved */
+    g = d;                             /* every option given: the lr may differ, the model not */
     g.model.heads = 2, g.model.d_model = 16, g.model.layers = 2, g.model.seq = 8;
     g.optim.lr = 0.5;
     ck_assert_int_eq(dl_train_resume_opts(dir, &g, NULL, NULL), DL_EINVAL);
