@@ -1,6 +1,12 @@
 /* Checkpoints: --save and --dump-grads (checked before the run), --load (a checkpoint of this
- * model, refused otherwise before any thread starts) and --eval-only. */
+ * model, refused otherwise before any thread starts) and --eval-only; full-state checkpoints
+ * (--ckpt-dir, --save-every, --keep, --save-at-end), --resume (the options the command line
+ * omits from the checkpoint's manifest) and Ctrl-C / SIGTERM: the step finished, a checkpoint
+ * written, exit 130 / 143; a second signal exits at once. */
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
 #include <unistd.h>
 #include "group.h"
 #include "cli.h"
@@ -25,6 +31,109 @@ static int p_eval_only(tg_run *r, const char *a)
     (void)a;
     r->o.eval.only = 1;
     return 0;
+}
+
+static int p_ckpt_dir(tg_run *r, const char *a)
+{
+    r->o.ckpt.dir = a;
+    return 0;
+}
+static int p_save_every(tg_run *r, const char *a)
+{
+    return cli_parse_int("--save-every", a, 1, 1 << 30, &r->o.ckpt.save_every);
+}
+static int p_keep(tg_run *r, const char *a)
+{
+    return cli_parse_int("--keep", a, 1, 1 << 30, &r->o.ckpt.keep);
+}
+static int p_save_at_end(tg_run *r, const char *a)
+{
+    (void)a;
+    r->o.ckpt.save_at_end = 1;
+    return 0;
+}
+static int p_resume(tg_run *r, const char *a)
+{
+    r->o.ckpt.resume = a;
+    return 0;
+}
+
+/* the library names an option "--name" */
+static int given(const char *option, void *arg)
+{
+    return strncmp(option, "--", 2) == 0 && tg_given(arg, option + 2);
+}
+
+/* options that need --ckpt-dir; --resume takes what the command line omits from the manifest
+ * and refuses a model, dtype or layout that differs */
+static int check_full_state(tg_run *r)
+{
+    const dl_train_ckpt *k = &r->o.ckpt;
+    if (!k->dir && (k->save_every || k->keep || k->save_at_end))
+        return tg_refuse(r, "--save-every, --keep and --save-at-end need --ckpt-dir DIR");
+    if (k->resume && (k->load || r->o.eval.only))
+        return tg_refuse(r, "--resume continues a run: not with --load or --eval-only");
+    if (!k->resume)
+        return TG_NEXT;
+    if (dl_train_resume_opts(k->resume, &r->o, given, r))
+        return tg_refuse(r, "%s", dl_errmsg());
+    return TG_NEXT;
+}
+
+/* Ctrl-C and SIGTERM with --ckpt-dir: the first asks the run to stop after its step (a
+ * checkpoint is written), the second exits at once (the last complete checkpoint stays). */
+static atomic_int signals;
+
+static void on_stop_signal(int sig)
+{
+    if (atomic_fetch_add(&signals, 1) > 0)
+        _exit(128 + sig);
+    dl_train_request_stop(sig);
+}
+
+static int install_stop(tg_run *r)
+{
+    if (!r->o.ckpt.dir)
+        return TG_NEXT;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        /* a signal ignored by whoever started us (nohup, a background job) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+    return TG_NEXT;
+}
+
+/* the checkpoints written, and a stopped run's way back */
+static int report_full_state(tg_run *run)
+{
+    const dl_train_ckpt_result *k = &run->r->ckpt;
+    const char *d = run->o.ckpt.dir;
+    if (run->r->ckpt.resumed_from)
+        printf("resumed from step %d\n", k->resumed_from);
+    if (d && k->saves)
+        printf("checkpoints: %d written, the last %s/step-%07d\n", k->saves, d, k->last_saved);
+    if (k->stopped)
+        printf("stopped by %s after step %d; continue with --resume %s\n",
+               k->stopped == SIGINT    ? "SIGINT"
+               : k->stopped == SIGTERM ? "SIGTERM"
+                                       : "a signal",
+               k->last_saved, d);
+    fflush(stdout);
+    return TG_NEXT;
+}
+
+/* a stopped run exits as the signal would have: 128 + its number */
+static int stopped_status(tg_run *run)
+{
+    if (run->r->ckpt.stopped && run->status == CLI_EXIT_OK)
+        run->status = 128 + run->r->ckpt.stopped;
+    return TG_NEXT;
 }
 
 static int check_save(tg_run *r)
@@ -55,6 +164,21 @@ static int check_eval_only(tg_run *r)
 {
     if (r->o.eval.only && !r->o.ckpt.load)
         return tg_refuse(r, "--eval-only needs --load FILE");
+    return TG_NEXT;
+}
+
+/* --load without a shape on the command line: the file's (as --resume takes the manifest's);
+ * a file that cannot be read is refused by check_load */
+static int load_shape(tg_run *r)
+{
+    static const char *const shape[] = {"layers", "d-model", "heads", "seq", "tie-embeddings"};
+    dl_ckpt_info info;
+    if (!r->o.ckpt.load || dl_ckpt_inspect(r->o.ckpt.load, &info) || !info.has_config)
+        return TG_NEXT;
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (tg_given(r, shape[i]))
+            return TG_NEXT;
+    r->o.model = info.cfg;
     return TG_NEXT;
 }
 
@@ -126,19 +250,30 @@ static const tg_opt opts[] = {
     {"dump-grads", 1, p_dump,
 "  --dump-grads FILE     write step 1's gradients (same layout) and FILE.tokens (its batch)\n"},
     {"load", 1, p_load,
-"  --load FILE           start from such a file (any layout)\n"},
+"  --load FILE           start from such a file (any layout; its shape unless one is given)\n"},
     {"eval-only", 0, p_eval_only,
 "  --eval-only           with --load: print the mean validation loss and exit\n"},
+    {"ckpt-dir", 1, p_ckpt_dir,
+"  --ckpt-dir DIR        full-state checkpoints DIR/step-NNNNNNN (parameters, AdamW state,\n"
+"                        positions); Ctrl-C / SIGTERM: finish the step, save, exit 130 / 143\n"},
+    {"save-every", 1, p_save_every,
+"  --save-every N        with --ckpt-dir: a checkpoint every N steps\n"},
+    {"keep", 1, p_keep,
+"  --keep K              with --ckpt-dir: keep the K newest complete checkpoints\n"},
+    {"save-at-end", 0, p_save_at_end,
+"  --save-at-end         with --ckpt-dir: a checkpoint after the last step\n"},
+    {"resume", 1, p_resume,
+"  --resume DIR          continue from DIR (a step-N, or the newest under it), bit for bit;\n"
+"                        omitted options from it; --steps is the total\n"},
     {0},
 };
 /* clang-format on */
-static const tg_hook hooks[] = {{TG_CHECK, check_eval_only},
-                                {TG_FILES, check_save},
-                                {TG_FILES, check_dump},
-                                {TG_FILES, check_load},
-                                {TG_INSTEAD, eval_only},
-                                {TG_CLOSE, wrote},
-                                {0}};
+static const tg_hook hooks[] = {{TG_CHECK, check_eval_only},    {TG_CHECK, check_full_state},
+                                {TG_CHECK, load_shape},         {TG_FILES, check_save},
+                                {TG_FILES, check_dump},         {TG_FILES, check_load},
+                                {TG_PREPARE, install_stop},     {TG_INSTEAD, eval_only},
+                                {TG_REPORT, report_full_state}, {TG_CLOSE, wrote},
+                                {TG_CLOSE, stopped_status},     {0}};
 
 /* under the output heading */
 const tg_group tg_ckpt = {

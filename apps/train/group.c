@@ -76,6 +76,8 @@ int tg_parse(tg_run *run, int argc, char **argv)
             run->status = CLI_EXIT_USAGE;
             return TG_STOP;
         }
+        if (run->ngiven < (int)(sizeof run->given / sizeof run->given[0]))
+            run->given[run->ngiven++] = flat[c - OPT_BASE]->name;
         int bad = flat[c - OPT_BASE]->parse(run, optarg);
         if (bad < 0)
             run->status = CLI_EXIT_USAGE;
@@ -88,6 +90,14 @@ int tg_parse(tg_run *run, int argc, char **argv)
         return TG_STOP;
     }
     return TG_NEXT;
+}
+
+int tg_given(const tg_run *run, const char *name)
+{
+    for (int i = 0; i < run->ngiven; i++)
+        if (strcmp(run->given[i], name) == 0)
+            return 1;
+    return 0;
 }
 
 int tg_hooks(tg_run *run, tg_phase first, tg_phase last)

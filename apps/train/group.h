@@ -24,6 +24,8 @@ typedef struct tg_run {
     tg_json json;              /* --json */
     const dl_train_result *r;  /* the finished run (the report's hooks, summary fields) */
     const dl_train_step *step; /* the step whose record is being written (step fields) */
+    const char *given[128];    /* the options the command line gave (names without --), in order */
+    int ngiven;
 } tg_run;
 
 /* What parsers and hooks return: go on, or stop now and exit with run->status. */
@@ -93,6 +95,8 @@ void tg_groups(const tg_group *const *groups, int n, const char *intro, const ch
 void tg_usage(FILE *f);
 /* Every group's init, then the command line: TG_NEXT, or TG_STOP with run->status set. */
 int tg_parse(tg_run *run, int argc, char **argv);
+/* 1 when the command line gave --name (name without the dashes), else 0. */
+int tg_given(const tg_run *run, const char *name);
 /* The hooks of phases first..last (tg_phase's order): TG_NEXT, or TG_STOP. */
 int tg_hooks(tg_run *run, tg_phase first, tg_phase last);
 /* {"type":TYPE,...own,...every group's fields of kind}\n on --json, flushed: DL_OK or DL_ESYS.

@@ -96,9 +96,17 @@ typedef struct dl_train_eval {
     int only;    /* with ckpt.load: evaluate, don't train */
 } dl_train_eval;
 
-/* Checkpoints (safetensors, unsharded, any layout). */
+/* Checkpoints: the parameters (save, load: safetensors, unsharded, any layout) and the full
+ * training state (dir, resume: docs/CHECKPOINTS.md). */
 typedef struct dl_train_ckpt {
     const char *save, *load; /* NULL: none */
+    const char *dir;         /* full-state checkpoints dir/step-NNNNNNN (NULL: none) */
+    int save_every;          /* with dir: a checkpoint every N steps (0: none on a schedule) */
+    int keep;                /* with dir: complete checkpoints kept, the newest (0: all) */
+    int save_at_end;         /* with dir: one after the last step */
+    const char *resume;      /* continue from this checkpoint directory, or the newest complete
+                              * one under it: the same layout, model and dtype (the steps before
+                              * it are not run; optim.steps stays the total) */
 } dl_train_ckpt;
 
 /* The trace of every rank's events. */
@@ -262,6 +270,14 @@ typedef struct dl_train_output_result {
     char *timeline; /* trace.timeline: the last step's grid, legend, every stage's actions */
 } dl_train_output_result;
 
+/* Full-state checkpoints. */
+typedef struct dl_train_ckpt_result {
+    int resumed_from; /* steps done by the checkpoint resumed (0: a fresh run) */
+    int saves;        /* checkpoints written */
+    int last_saved;   /* the step of the last one (0: none) */
+    int stopped;      /* the signal whose stop request ended the run early (0: none) */
+} dl_train_ckpt_result;
+
 /* The run's figures, grouped as the options are. */
 typedef struct dl_train_result {
     int nranks, nsteps;
@@ -276,12 +292,31 @@ typedef struct dl_train_result {
     dl_train_zero_result zero;
     dl_train_pipeline_result pipeline;
     dl_train_output_result output;
+    dl_train_ckpt_result ckpt;
 } dl_train_result;
 
 /* Train (or evaluate) with o->layout.dp * tp * pp rank threads. The result is filled even when the run
  * fails part-way (steps done so far); free it with dl_train_result_free. */
 int dl_train_run(const dl_train_opts *o, dl_train_result *res);
 void dl_train_result_free(dl_train_result *r);
+
+/* Ask the running (or next) dl_train_run to stop: every rank finishes its step, a checkpoint is
+ * written when ckpt.dir is set, and the run returns DL_OK with ckpt.stopped = sig (the ranks
+ * agree at the step boundary, so all stop after the same step). Without ckpt.dir the request
+ * is ignored. Async-signal-safe (a signal handler's call); sig 0 withdraws a request. */
+void dl_train_request_stop(int sig);
+
+/* Options from a full-state checkpoint (path: a checkpoint, or a directory of them: the newest).
+ * For each option the checkpoint records (the model, dtype, layout, batch, optimizer, data,
+ * seed, the checkpoint schedule), named as distlab-train's option ("--d-model"; "beta1" for one it lacks): where
+ * given(name, arg) is 0 it takes the checkpoint's value; where it is 1 and the values differ, a
+ * model, dtype, layout, batch or data option is refused (DL_EINVAL, one line naming the option
+ * and both values) and the others (the learning-rate schedule, --steps) keep the given value.
+ * given NULL: every option counts as given (dl_train_run's check). With given, unless
+ * given("--ckpt-dir"), ckpt.dir becomes the directory holding the checkpoint: the continued run
+ * saves where the first one did. */
+int dl_train_resume_opts(const char *path, dl_train_opts *o,
+                         int (*given)(const char *option, void *arg), void *arg);
 
 /* Model FLOPs of one training step of G sequences (forward + backward, attention included,
  * causal half): what "model FLOP/s" and GEMM utilisation count. */

@@ -55,6 +55,12 @@ typedef struct dl__test_hook {
      * scope: the channels keep a pointer to it. */
     int chan_watch, chan_sleep_ms;
     atomic_int chan_asleep[3], chan_timeouts;
+    /* Full-state checkpoints: the save of step ckpt_die_at_step (0: off) has rank 0 call
+     * _exit(99) once every file is written, before the manifest (lib/io/ckdir_save.c): a process
+     * killed during a save, its temporary directory left behind. ckpt_skip_moments: a resume
+     * leaves AdamW's moments and step at zero (lib/train/state.c), the negative control of the
+     * bitwise resume. */
+    int ckpt_die_at_step, ckpt_skip_moments;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;

@@ -79,6 +79,7 @@ typedef struct ck_hdr {
     int has_meta;
     char *format, *version, *config, *dtype, *checksum, *checksum_algo;
     uint64_t N, data_bytes, file_bytes;
+    char jmsg[160]; /* jansson's message for a header that is not JSON */
 } ck_hdr;
 
 /* Open-file header reading and every check that does not depend on a layout; h is freed with

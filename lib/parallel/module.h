@@ -90,6 +90,9 @@ typedef struct tr_module {
     int (*export_state)(void *st, int which, void *out);
     void (*import_state)(void *st, const void *full);
     void *(*whole_params)(void *st); /* the whole parameters in place, or NULL: export them */
+    /* a counter a full-state checkpoint keeps beyond the shards (the async pipeline's weight
+     * version): read into *v (set 0) or restored from it (set 1) */
+    void (*counter)(void *st, int64_t *v, int set);
     void (*report)(void *st, dl_train_result *res); /* rank 0, after training */
     void (*teardown)(void *st);
 } tr_module;

@@ -474,6 +474,17 @@ static int pp_from_head(void *st, double *v, int n)
     return dl_broadcast(s->e->mesh->pp_comm, v, v, (size_t)n, DL_F64, s->p - 1, DL_PURPOSE_OTHER);
 }
 
+/* the weight version (a full-state checkpoint keeps it; at a step boundary no stash is held:
+ * every micro-batch's backward ran within its step) */
+static void pp_counter(void *st, int64_t *v, int set)
+{
+    pipe_state *s = st;
+    if (set)
+        s->version = (int)*v;
+    else
+        *v = s->version;
+}
+
 int tr_pipe_make(tr_env *e, tr_module *m)
 {
     if (e->o->layout.pp < 2)
@@ -491,6 +502,7 @@ int tr_pipe_make(tr_env *e, tr_module *m)
                      .from_head = pp_from_head,
                      .reduce_loss = pp_sum,
                      .reduce_norm = pp_norm,
+                     .counter = pp_counter,
                      .teardown = pp_teardown};
     e->head = e->mesh->pp_rank == e->o->layout.pp - 1;
     e->runner_span = 1; /* a pipeline's step span is the engine's (its bubble's window) */

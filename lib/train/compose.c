@@ -174,6 +174,15 @@ void *tr_whole_params(tr_comp *c)
     return NULL;
 }
 
+void tr_counter(tr_comp *c, int64_t *v, int set)
+{
+    if (!set)
+        *v = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->m[i].counter)
+            c->m[i].counter(c->m[i].st, v, set);
+}
+
 void tr_report(tr_comp *c, dl_train_result *res)
 {
     for (int i = 0; i < c->n; i++)

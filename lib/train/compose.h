@@ -24,6 +24,8 @@ int tr_from_head(tr_comp *c, double *v, int n);
 int tr_export(tr_comp *c, int which, void *out);
 void tr_import(tr_comp *c, const void *full);
 void *tr_whole_params(tr_comp *c);
+/* The modules' counter a checkpoint keeps (0 when none keeps one): read (set 0) or restore. */
+void tr_counter(tr_comp *c, int64_t *v, int set);
 
 /* Every constructor of modules.def in order; *out is freed by tr_teardown even on error. */
 int tr_compose(tr_env *e, tr_comp **out);

@@ -69,24 +69,40 @@ int tr_dump_grads(tr_env *e)
     return rc;
 }
 
+int tr_params_whole(tr_env *e, void **full, int *owned)
+{
+    int es = e->pr.bf16 ? 4 : e->pr.dsize;
+    void *direct = tr_whole_params(e->comp);
+    *full = direct;
+    *owned = !direct;
+    if (direct)
+        return DL_OK;
+    if (!(*full = malloc(e->numel * (size_t)es + 64)))
+        return dl_error(DL_ENOMEM, "training: out of host memory");
+    int rc = tr_export(e->comp, 0, *full);
+    if (rc) {
+        free(*full);
+        *full = NULL, *owned = 0;
+    }
+    return rc;
+}
+
 int tr_save_params(tr_env *e)
 {
     const dl_train_opts *o = e->o;
     if (!o->output.want_params && !o->ckpt.save)
         return DL_OK;
-    /* the whole parameters (bf16: the fp32 master weights), in host memory when sharded */
-    int es = e->pr.bf16 ? 4 : e->pr.dsize, rc = DL_OK;
-    void *direct = tr_whole_params(e->comp), *full = direct;
-    if (!direct && !(full = malloc(e->numel * (size_t)es + 64)))
-        return dl_error(DL_ENOMEM, "training: out of host memory");
-    if (!direct)
-        rc = tr_export(e->comp, 0, full);
-    if (rc == DL_OK && o->output.want_params)
+    int es = e->pr.bf16 ? 4 : e->pr.dsize, owned;
+    void *full;
+    int rc = tr_params_whole(e, &full, &owned);
+    if (rc)
+        return rc;
+    if (o->output.want_params)
         tr_gather_into(e, full, es, e->res->output.params);
     if (rc == DL_OK && o->ckpt.save)
         rc = dl_ckpt_save(o->ckpt.save, dl_gpt_get_layout(e->g), full, es, dl_ctx_comm(e->ctx),
                           e->mesh->dp_rank == 0);
-    if (!direct)
+    if (owned)
         free(full);
     return rc;
 }

@@ -132,7 +132,7 @@ static void log_progress(tr_env *e, int step, int last, double loss, double val)
             "%7.3f MiB sent/rank/step\n",
             step, o->optim.steps, loss, vbuf,
             (double)o->batch.global * o->model.seq * n / (ms / 1e3), ms / n,
-            (double)sent / 1048576.0 / step);
+            (double)sent / 1048576.0 / (step - R->start));
     fflush(o->output.log);
 }
 
@@ -232,13 +232,12 @@ void tr_record_step(tr_env *e, const tr_step_rec *r, int *last_logged, int *rc)
 
 void tr_report_traffic(tr_env *e, const tr_eval_bytes *eb, int skipped)
 {
-    const dl_train_opts *o = e->o;
     dl_train_result *res = e->R->res;
     dl_comm_stats a, b, w;
     dl_comm_get_stats(e->mesh->dp_comm, &a);
     dl_comm_get_stats(e->mesh->tp_comm, &b);
     dl_comm_get_stats(dl_ctx_comm(e->ctx), &w);
-    double n = o->optim.steps;
+    double n = e->R->steps_done > e->R->start ? e->R->steps_done - e->R->start : 1; /* run here */
     int ds = e->pr.dsize;
     res->comm.dp_grads = (double)a.bytes_sent[DL_PURPOSE_GRADS] / n;
     res->comm.dp_params = (double)(a.bytes_sent[DL_PURPOSE_PARAMS] - eb->param) / n;
@@ -270,8 +269,9 @@ void tr_summarise(tr_run *R, dl_train_result *res)
         res->optim.final_loss = R->loss[S - 1];
         if (!isnan(R->val[S - 1]))
             res->eval.final_val_loss = R->val[S - 1];
-        /* the first step pays for page faults and thread start: leave it out when there are more */
-        int skip = S > 1 ? 1 : 0;
+        /* the first step pays for page faults and thread start: leave it out when there are more
+         * (a resumed run's first is the one after the checkpoint's) */
+        int skip = R->start + (S - R->start > 1 ? 1 : 0);
         qsort(med + skip, (size_t)(S - skip), sizeof(double), cmp_double);
         res->speed.ms_per_step = med[skip + (S - skip) / 2];
         res->speed.tokens_per_s =

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "train/run.h"
+#include "train/state.h"
 #include "distlab/mpi.h"
 
 int tr_run_open(tr_run *R, const dl_train_opts *o, dl_train_result *res, int n)
@@ -56,6 +57,7 @@ int tr_run_open(tr_run *R, const dl_train_opts *o, dl_train_result *res, int n)
 
 void tr_run_close(tr_run *R)
 {
+    tr_ckpt_close(R);
     if (R->trace != R->o->trace.into)
         dl_trace_destroy(R->trace);
     tr_pipe_rows_close(&R->pp);

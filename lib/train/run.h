@@ -29,6 +29,11 @@ struct tr_run {
     dl_trace *trace;          /* NULL unless a trace or timeline was asked for */
     tr_pp_rows pp;            /* the pipeline's per-step rows (parallel/pipe_train.h) */
     int trace_done, trace_rc; /* the trace file and timeline written (rank 0), its status */
+    /* --resume (train/state.c): the checkpoint's manifest (NULL: a fresh run), its directory,
+     * the steps it had done (this run starts after them) and how many of them were skipped */
+    struct json_t *resume;
+    char resume_dir[4096];
+    int start, skipped0;
 };
 typedef struct tr_run tr_run;
 

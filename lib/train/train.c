@@ -18,8 +18,29 @@
 #include "train/eval.h"
 #include "train/report.h"
 #include "train/run.h"
+#include "train/state.h"
 
 /* ---- the step ---- */
+
+enum { TR_STOPPED = -1 };
+
+/* After a step, with ckpt.dir: a checkpoint when one is due or the ranks agreed to stop (sig);
+ * TR_STOPPED when the run stops here. */
+static int ckpt_boundary(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped, int sig)
+{
+    const dl_train_opts *o = e->o;
+    int rc = DL_OK;
+    int due = (o->ckpt.save_every > 0 && step % o->ckpt.save_every == 0) ||
+              (o->ckpt.save_at_end && step == o->optim.steps) || sig;
+    if (rc == DL_OK && due)
+        rc = tr_ckpt_save(e, c, ck, step, skipped);
+    if (rc == DL_OK && sig) {
+        if (e->rank == 0)
+            e->R->res->ckpt.stopped = sig;
+        return TR_STOPPED;
+    }
+    return rc;
+}
 
 /* Every step: the runner's forwards and backwards (the modules reducing gradients as they are
  * final), the reductions' end and the loss, the norm, the optimizer (unless the runner updated
@@ -28,12 +49,16 @@ static int train_steps(tr_env *e, tr_comp *c)
 {
     tr_run *R = e->R;
     const dl_train_opts *o = e->o;
-    int rank = e->rank, rc = DL_OK, last_logged = 0, skipped = 0;
+    int rank = e->rank, rc = DL_OK, last_logged = R->start, skipped = R->skipped0;
     tr_eval_bytes eb = {0, 0, 0};
+    /* full-state checkpoints talk on their own communicator: their traffic is not the step's */
+    dl_comm *ck = NULL;
+    if (o->ckpt.dir && (rc = dl_comm_split(dl_ctx_comm(e->ctx), 0, rank, &ck)))
+        return rc;
     dl_comm_reset_stats(e->mesh->dp_comm);
     dl_comm_reset_stats(e->mesh->tp_comm);
     dl_comm_reset_stats(dl_ctx_comm(e->ctx));
-    for (int step = 1; step <= o->optim.steps && rc == DL_OK; step++) {
+    for (int step = R->start + 1; step <= o->optim.steps && rc == DL_OK; step++) {
         int logging = rank == 0 && R->gemm && step == (o->optim.steps > 1 ? 2 : 1);
         if (logging)
             dl_ops_gemm_log(R->gemm);
@@ -76,12 +101,22 @@ static int train_steps(tr_env *e, tr_comp *c)
         atomic_fetch_add_explicit(&R->finished[step - 1], 1, memory_order_release);
         if (logging)
             dl_ops_gemm_log(NULL);
-        if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps) &&
+        /* the ranks agree on a stop request: the last step then evaluates as the last does */
+        int sig = 0;
+        if (ck && (rc = tr_ckpt_stop_agreed(ck, &sig)))
+            break;
+        if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps || sig) &&
             (rc = tr_evaluate_counted(e, &eb, &r.val, &r.used)))
             break;
         if (rank == 0)
             tr_record_step(e, &r, &last_logged, &rc);
+        if (ck && rc == DL_OK && (rc = ckpt_boundary(e, c, ck, step, skipped, sig)) == TR_STOPPED) {
+            rc = DL_OK;
+            break;
+        }
     }
+    if (ck)
+        dl_comm_free(ck);
     if (rc == DL_OK && rank == 0) {
         tr_report_traffic(e, &eb, skipped);
         tr_report(c, R->res);
@@ -122,8 +157,8 @@ static int rank_run(tr_env *e, tr_comp **c)
         (rc = dl_gpt_create(&go, &e->g)))
         return rc;
     e->numel = dl_gpt_numel(e->g);
-    if ((rc = tr_setup(*c)) || (rc = o->eval.only ? eval_only(e) : train_steps(e, *c)) ||
-        (rc = tr_save_params(e)))
+    if ((rc = tr_setup(*c)) || (rc = tr_ckpt_restore(e, *c)) ||
+        (rc = o->eval.only ? eval_only(e) : train_steps(e, *c)) || (rc = tr_save_params(e)))
         return rc;
     return o->output.sample > 0 ? tr_sample_text(e) : DL_OK;
 }
@@ -181,7 +216,7 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     if (rc)
         return rc;
     tr_run R;
-    if ((rc = tr_run_open(&R, &o, res, n)))
+    if ((rc = tr_run_open(&R, &o, res, n)) || (rc = tr_ckpt_prepare(&R)))
         goto done;
     dl_world_opts w;
     dl_world_opts_init(&w);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Short libFuzzer runs (clang -fsanitize=fuzzer,address,undefined) of the size parser, the apps'
-# list and number parsers and the safetensors reader, each for SECONDS (default 20), starting
+# list and number parsers, the safetensors reader and the checkpoint manifest's reader, each for SECONDS (default 20), starting
 # from the committed corpus in tests/fuzz/corpus/. A crash stops with the reproducer written to
 # tests/fuzz/corpus/TARGET/ (commit it: `make check` replays the corpus, so it stays a test).
 # Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]   (BUILD_DIR: a configured build, for config.h
@@ -14,8 +14,8 @@ var() { sed -n "s/^$1 = //p" "$build/Makefile"; }
 out=$(mktemp -d "${TMPDIR:-/tmp}/distlab-fuzz.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 FLAGS="-g -O1 -std=c11 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
-INC="-D_GNU_SOURCE= -I$src/include -I$build -I$src/lib -I$src/apps/common $(var HWLOC_CFLAGS) $(var OPENBLAS_CFLAGS) $(var MPI_CFLAGS)"
-LIBS="$(var HWLOC_LIBS) $(var OPENBLAS_LIBS) $(var MPI_LIBS) -lpthread -lm"
+INC="-D_GNU_SOURCE= -I$src/include -I$build -I$src/lib -I$src/apps/common $(var HWLOC_CFLAGS) $(var OPENBLAS_CFLAGS) $(var JANSSON_CFLAGS) $(var MPI_CFLAGS)"
+LIBS="$(var HWLOC_LIBS) $(var OPENBLAS_LIBS) $(var JANSSON_LIBS) $(var MPI_LIBS) -lpthread -lm"
 echo "fuzz: building the library with clang (coverage instrumented) in $out"
 i=0
 for f in "$src"/lib/*/*.c "$src"/apps/common/cli.c; do
@@ -25,7 +25,7 @@ for f in "$src"/lib/*/*.c "$src"/apps/common/cli.c; do
 done
 wait
 status=0
-for t in size list ckpt; do
+for t in size list ckpt manifest; do
   clang $FLAGS -fsanitize=fuzzer $INC "$src/tests/fuzz/fuzz_$t.c" "$out"/*.o $LIBS -o "$out/fuzz_$t"
   mkdir -p "$out/work_$t"
   echo "fuzz: $t for $secs s"

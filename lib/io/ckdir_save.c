@@ -1,0 +1,410 @@
+#define _GNU_SOURCE
+/* Full-state checkpoints: a writer's safetensors file and the collective, atomic save of a
+ * checkpoint directory (lib/io/ckdir.h describes the protocol). */
+#include "config.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "distlab.h"
+#include "core/crc32c.h"
+#include "core/testhook.h"
+#include "io/ckdir.h"
+#include "io/ckpt_priv.h"
+
+void dl__ckd_shard_init(dl__ckd_shard *s)
+{
+    memset(s, 0, sizeof *s);
+    s->hdr = json_object();
+    s->pieces = json_object();
+}
+
+void dl__ckd_shard_free(dl__ckd_shard *s)
+{
+    json_decref(s->hdr);
+    json_decref(s->pieces);
+    free(s->data), free(s->bytes);
+    memset(s, 0, sizeof *s);
+}
+
+int dl__ckd_shard_add(dl__ckd_shard *s, const char *name, const char *dtype, int ndim,
+                      const int64_t *shape, const void *data, size_t bytes, json_t *piece)
+{
+    if (!s->hdr || !s->pieces)
+        return json_decref(piece), dl_error(DL_ENOMEM, "checkpoint: out of memory");
+    if (json_object_get(s->hdr, name))
+        return json_decref(piece), dl_error(DL_EINVAL, "checkpoint: tensor '%s' twice", name);
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        const void **d = realloc(s->data, sizeof *d * (size_t)cap);
+        if (d)
+            s->data = d;
+        size_t *b = realloc(s->bytes, sizeof *b * (size_t)cap);
+        if (b)
+            s->bytes = b;
+        if (!d || !b)
+            return json_decref(piece), dl_error(DL_ENOMEM, "checkpoint: out of memory");
+        s->cap = cap;
+    }
+    json_t *sh = json_array();
+    for (int d = 0; d < ndim; d++) json_array_append_new(sh, json_integer(shape[d]));
+    json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype, "shape", sh, "data_offsets",
+                          (json_int_t)s->off, (json_int_t)(s->off + bytes));
+    if (!t || json_object_set_new(s->hdr, name, t) ||
+        (piece && json_object_set_new(s->pieces, name, piece)))
+        return dl_error(DL_ENOMEM, "checkpoint: out of memory");
+    s->data[s->n] = data;
+    s->bytes[s->n++] = bytes;
+    s->off += bytes;
+    return DL_OK;
+}
+
+/* write everything, adding to the CRC */
+static int put(int fd, const void *p, size_t n, uint32_t *crc)
+{
+    *crc = dl__crc32c(*crc, p, n);
+    const char *b = p;
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The header: the tensors, then __metadata__ with the pieces (its values strings, as
+ * safetensors requires), padded with spaces to a multiple of 8. */
+static char *shard_header(dl__ckd_shard *s, uint64_t *N)
+{
+    char *pieces = json_dumps(s->pieces, JSON_COMPACT);
+    json_t *meta = json_pack("{s:s, s:s, s:s}", "format", DL_CKD_FORMAT, "version", "1", "pieces",
+                             pieces ? pieces : "");
+    free(pieces);
+    if (!meta || json_object_set_new(s->hdr, "__metadata__", meta))
+        return NULL;
+    char *h = json_dumps(s->hdr, JSON_COMPACT);
+    json_object_del(s->hdr, "__metadata__");
+    if (!h)
+        return NULL;
+    size_t n = strlen(h), pad = (8 - n % 8) % 8;
+    char *p = realloc(h, n + pad + 1);
+    if (!p)
+        return free(h), NULL;
+    memset(p + n, ' ', pad);
+    p[n + pad] = '\0';
+    *N = n + pad;
+    return p;
+}
+
+/* Write the shard to path (created, fsync'd): its CRC32C and size. */
+static int shard_write(dl__ckd_shard *s, const char *path, uint32_t *crc, uint64_t *size, ck_err *e)
+{
+    uint64_t N = 0;
+    char *h = shard_header(s, &N);
+    if (!h)
+        return dl__ck_fail(e, DL_ENOMEM, "checkpoint '%s': out of memory", path), -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(N >> (8 * i));
+    *crc = 0;
+    int bad = fd < 0 || put(fd, len, 8, crc) || put(fd, h, N, crc);
+    for (int i = 0; !bad && i < s->n; i++) bad = put(fd, s->data[i], s->bytes[i], crc);
+    if (!bad)
+        bad = fsync(fd);
+    int err = errno;
+    if (fd >= 0 && close(fd) && !bad)
+        bad = 1, err = errno;
+    free(h);
+    *size = 8 + N + s->off;
+    if (bad)
+        dl__ck_fail(e, DL_ESYS, "checkpoint: cannot write '%s': %s", path, dl__ck_errtext(err));
+    return bad ? -1 : 0;
+}
+
+static int fsync_dir(const char *d)
+{
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Remove a checkpoint directory (its plain files, then itself). */
+static void rm_dir(const char *d)
+{
+    DIR *dd = opendir(d);
+    struct dirent *de;
+    char p[8192];
+    while (dd && (de = readdir(dd)))
+        if (de->d_name[0] != '.' || strncmp(de->d_name, ".tmp", 4) == 0) {
+            snprintf(p, sizeof p, "%s/%s", d, de->d_name);
+            unlink(p);
+        }
+    if (dd)
+        closedir(dd);
+    rmdir(d);
+}
+
+/* N of "step-N" (0 when the name is not that) */
+static long step_of(const char *name)
+{
+    char *end;
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9')
+        return 0;
+    long v = strtol(name + 5, &end, 10);
+    return *end ? 0 : v;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The complete checkpoints under d, ascending (malloc'd; *n of them). */
+static long *list_steps(const char *d, int *n)
+{
+    DIR *dd = opendir(d);
+    long *v = NULL;
+    int cap = 0;
+    *n = 0;
+    struct dirent *de;
+    while (dd && (de = readdir(dd))) {
+        long s = step_of(de->d_name);
+        if (s <= 0)
+            continue;
+        if (*n == cap) {
+            long *w = realloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!w)
+                break;
+            v = w;
+        }
+        v[(*n)++] = s;
+    }
+    if (dd)
+        closedir(dd);
+    if (v)
+        qsort(v, (size_t)*n, sizeof *v, cmp_long);
+    return v;
+}
+
+/* The temporaries of processes that no longer exist (.tmp-step-N.PID). */
+static void remove_stale(const char *d)
+{
+    DIR *dd = opendir(d);
+    struct dirent *de;
+    char p[8192];
+    while (dd && (de = readdir(dd))) {
+        const char *dot =
+            strncmp(de->d_name, ".tmp-step-", 10) == 0 ? strrchr(de->d_name, '.') : NULL;
+        long pid = dot && dot > de->d_name ? strtol(dot + 1, NULL, 10) : 0;
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", d, de->d_name);
+        rm_dir(p);
+    }
+    if (dd)
+        closedir(dd);
+}
+
+static void prune(const char *d, int keep)
+{
+    int n;
+    long *v = list_steps(d, &n);
+    char p[8192];
+    for (int i = 0; keep > 0 && i < n - keep; i++) {
+        snprintf(p, sizeof p, "%s/step-%07ld", d, v[i]);
+        rm_dir(p);
+    }
+    free(v);
+    if (keep > 0)
+        fsync_dir(d);
+}
+
+/* Per rank: status, writer, crc, size, dp, tp, pp, skip (rank 0: already saved). */
+enum { S_ST, S_WR, S_CRC, S_SIZE, S_DP, S_TP, S_PP, S_SKIP, S_N };
+
+/* Every rank's slot summed: a rank fills only its own. 0, or -1 after setting e (this rank's
+ * own error, or one naming the failing rank). */
+static int sync_slots(const dl__ckd_save_args *a, double *v, ck_err *e, const char *where)
+{
+    int me = dl_comm_rank(a->world), n = dl_comm_size(a->world);
+    v[(size_t)me * S_N + S_ST] = e->st;
+    int rc = dl_allreduce(a->world, v, v, (size_t)n * S_N, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
+    if (rc)
+        return dl__ck_fail(e, rc, "%s", dl_errmsg()), -1;
+    for (int r = 0; r < n && !e->st; r++)
+        if (v[(size_t)r * S_N + S_ST] != 0)
+            dl__ck_fail(e, (int)v[(size_t)r * S_N + S_ST],
+                        "checkpoint save to '%s' failed on rank %d; nothing was written there",
+                        where, r);
+    return e->st ? -1 : 0;
+}
+
+/* Rank 0, after every file is written: the manifest with the files and the tensors' pieces
+ * (read back from the files' headers), written and fsync'd in tmp. */
+static void write_manifest(const dl__ckd_save_args *a, const double *v, const char *tmp, ck_err *e);
+
+/* Rank 0: the directory renamed into place, D fsync'd, the old ones pruned. */
+static void commit(const dl__ckd_save_args *a, const char *tmp, const char *fin, ck_err *e)
+{
+    if (fsync_dir(tmp) || rename(tmp, fin) || fsync_dir(a->dir)) {
+        dl__ck_fail(e, DL_ESYS, "checkpoint: cannot commit '%s': %s", fin, strerror(errno));
+        return;
+    }
+    prune(a->dir, a->keep);
+}
+
+int dl__ckd_save(const dl__ckd_save_args *a, char *out, size_t outn)
+{
+    int me = dl_comm_rank(a->world), n = dl_comm_size(a->world);
+    char tmp[4096], fin[4096], file[4200];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%07d.%ld", a->dir, a->step, (long)getpid());
+    snprintf(fin, sizeof fin, "%s/step-%07d", a->dir, a->step);
+    double *v = calloc((size_t)n * S_N, sizeof *v);
+    ck_err e = {0};
+    if (!v)
+        dl__ck_fail(&e, DL_ENOMEM, "checkpoint: out of memory");
+    struct stat sb;
+    int skip = 0;
+    if (me == 0 && !e.st) {
+        if (mkdir(a->dir, 0755) && errno != EEXIST)
+            dl__ck_fail(&e, DL_ESYS, "checkpoint: cannot create '%s': %s", a->dir, strerror(errno));
+        remove_stale(a->dir);
+        skip = stat(fin, &sb) == 0;
+        if (!e.st && !skip && mkdir(tmp, 0755))
+            dl__ck_fail(&e, DL_ESYS, "checkpoint: cannot create '%s': %s", tmp, strerror(errno));
+        if (v)
+            v[S_SKIP] = skip;
+    }
+    if (!v || sync_slots(a, v, &e, fin))
+        goto out;
+    skip = v[S_SKIP] != 0;
+    if (skip)
+        goto out;
+    double *mine = v + (size_t)me * S_N;
+    memset(v, 0, sizeof *v * (size_t)n * S_N);
+    if (a->writer) {
+        uint32_t crc;
+        uint64_t size;
+        snprintf(file, sizeof file, "%s/rank-%05d.safetensors", tmp, me);
+        if (shard_write(a->shard, file, &crc, &size, &e) == 0) {
+            mine[S_WR] = 1, mine[S_CRC] = crc, mine[S_SIZE] = (double)size;
+            mine[S_DP] = a->coord[0], mine[S_TP] = a->coord[1], mine[S_PP] = a->coord[2];
+        }
+    }
+    dl__test_hook *h = dl__test_hook_get();
+    if (h && h->ckpt_die_at_step == a->step && me == 0)
+        _exit(99); /* a crash mid-save: the temporary stays behind */
+    if (sync_slots(a, v, &e, fin) == 0 && me == 0) {
+        write_manifest(a, v, tmp, &e);
+        if (!e.st)
+            commit(a, tmp, fin, &e);
+    }
+    memset(v, 0, sizeof *v * (size_t)n * S_N);
+    sync_slots(a, v, &e, fin);
+out:
+    if (me == 0 && e.st && !skip)
+        rm_dir(tmp);
+    if (me == 0 && out)
+        snprintf(out, outn, "%s", fin);
+    free(v);
+    json_decref(me == 0 ? a->manifest : NULL);
+    return dl__ck_return(&e);
+}
+
+/* The pieces a file's header lists (its __metadata__'s "pieces"), new reference or NULL. */
+static json_t *file_pieces(const char *path, ck_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    unsigned char len[8];
+    json_t *p = NULL;
+    if (fd < 0 || dl__ck_pread_all(fd, len, 8, 0)) {
+        dl__ck_fail(e, DL_ESYS, "checkpoint: cannot read back '%s'", path);
+    } else {
+        uint64_t N = 0;
+        for (int i = 0; i < 8; i++) N |= (uint64_t)len[i] << (8 * i);
+        char *h = N < CK_MAX_HEADER ? malloc(N + 1) : NULL;
+        json_t *hdr = h && dl__ck_pread_all(fd, h, N, 8) == 0 ? json_loadb(h, N, 0, NULL) : NULL;
+        const char *ps =
+            json_string_value(json_object_get(json_object_get(hdr, "__metadata__"), "pieces"));
+        p = ps ? json_loads(ps, 0, NULL) : NULL;
+        if (!p)
+            dl__ck_fail(e, DL_ESYS, "checkpoint: cannot read back the header of '%s'", path);
+        json_decref(hdr);
+        free(h);
+    }
+    if (fd >= 0)
+        close(fd);
+    return p;
+}
+
+/* tensors[name] = {"global_shape":..,"pieces":[{"file":F, ...}]} from one file's pieces */
+static int merge_pieces(json_t *tensors, json_t *pieces, const char *fname)
+{
+    const char *name;
+    json_t *pc;
+    json_object_foreach(pieces, name, pc)
+    {
+        json_t *t = json_object_get(tensors, name);
+        if (!t) {
+            json_t *gs = json_object_get(pc, "global_shape");
+            t = json_pack("{s:O*, s:[]}", "global_shape", gs, "pieces");
+            if (!t || json_object_set_new(tensors, name, t))
+                return -1;
+        }
+        json_t *q = json_deep_copy(pc);
+        json_object_del(q, "global_shape");
+        if (!q || json_object_set_new(q, "file", json_string(fname)) ||
+            json_array_append_new(json_object_get(t, "pieces"), q))
+            return -1;
+    }
+    return 0;
+}
+
+static void write_manifest(const dl__ckd_save_args *a, const double *v, const char *tmp, ck_err *e)
+{
+    int n = dl_comm_size(a->world);
+    json_t *m = a->manifest, *files = json_array(), *tensors = json_object();
+    char fname[64], path[4200], crc[16];
+    for (int r = 0; r < n && !e->st; r++) {
+        const double *s = v + (size_t)r * S_N;
+        if (!s[S_WR])
+            continue;
+        snprintf(fname, sizeof fname, "rank-%05d.safetensors", r);
+        snprintf(path, sizeof path, "%s/%s", tmp, fname);
+        snprintf(crc, sizeof crc, "%08x", (unsigned)s[S_CRC]);
+        json_array_append_new(files,
+                              json_pack("{s:s, s:i, s:[i, i, i], s:I, s:s}", "name", fname, "rank",
+                                        r, "dp_tp_pp", (int)s[S_DP], (int)s[S_TP], (int)s[S_PP],
+                                        "bytes", (json_int_t)s[S_SIZE], "crc32c", crc));
+        json_t *p = file_pieces(path, e);
+        if (p && merge_pieces(tensors, p, fname))
+            dl__ck_fail(e, DL_ENOMEM, "checkpoint: out of memory");
+        json_decref(p);
+    }
+    json_object_set_new(m, "files", files);
+    json_object_set_new(m, "tensors", tensors);
+    snprintf(path, sizeof path, "%s/" DL_CKD_MANIFEST, tmp);
+    if (!e->st && json_dump_file(m, path, JSON_INDENT(1)) != 0)
+        dl__ck_fail(e, DL_ESYS, "checkpoint: cannot write '%s'", path);
+    int fd = e->st ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    if (!e->st && (fd < 0 || fsync(fd)))
+        dl__ck_fail(e, DL_ESYS, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+}

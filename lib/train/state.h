@@ -1,0 +1,24 @@
+/* The trainer's full state in checkpoints (train/state.c; the directory format: io/ckdir.h,
+ * docs/CHECKPOINTS.md): what a rank saves (its parameters' pieces, AdamW's moments of its shard,
+ * its counters), the manifest's fields, the resume, the stop request. */
+#ifndef DISTLAB_TRAIN_STATE_H
+#define DISTLAB_TRAIN_STATE_H
+#include "parallel/module.h"
+#include "train/compose.h"
+
+/* The caller's thread, before the ranks start: with ckpt.resume, find the checkpoint, read and
+ * verify its manifest and files (checksums), check the options against it (refusing, naming
+ * the field); R->resume, R->resume_dir and R->start set. */
+int tr_ckpt_prepare(tr_run *R);
+void tr_ckpt_close(tr_run *R);
+
+/* Each rank after tr_setup, when resuming: its parameters, moments, Adam step and counters from
+ * the files its coordinates wrote. */
+int tr_ckpt_restore(tr_env *e, tr_comp *c);
+
+/* Each rank at a step boundary (ck: its checkpoint communicator, a split of the world so that
+ * the saves' traffic stays out of the step's figures): the agreed stop request (0: none). */
+int tr_ckpt_stop_agreed(dl_comm *ck, int *sig);
+/* Each rank: the checkpoint of the state after `step` steps (skipped of them skipped). */
+int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped);
+#endif
