@@ -106,6 +106,11 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return CLI_EXIT_OK;
     }
+    if (cmd[0] == '-') { /* the one option is --help: the apps' did-you-mean line */
+        static const char *const names[] = {"help", NULL};
+        cli_unknown_option("", cmd, names, sizeof names[0], 0, 1, "--help");
+        return CLI_EXIT_USAGE;
+    }
     if ((strcmp(cmd, "list") && strcmp(cmd, "verify") && !conv_args) || argc != 3 + conv_args) {
         cli_error("usage: distlab-ckpt list DIR | verify DIR | convert DIR OUT (see --help)");
         return CLI_EXIT_USAGE;

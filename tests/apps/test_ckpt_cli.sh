@@ -94,6 +94,8 @@ run_cmd "verify damaged" 1 "$CKPT" verify "$TMP/conv"
 grep -q "rank-00001.safetensors: checksum mismatch" "$TMP/err" ||
   fail "verify damaged: $(cat "$TMP/err")"
 run_cmd "ckpt usage" 2 "$CKPT" frobnicate
+run_cmd "ckpt did-you-mean" 2 "$CKPT" --hlep
+grep -q "did you mean '--help'" "$TMP/err" || fail "ckpt did-you-mean: $(cat "$TMP/err")"
 
 # refusals: one line, exit 2
 refused "save-every alone" "need --ckpt-dir" --save-every 5
