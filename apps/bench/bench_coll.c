@@ -46,6 +46,9 @@ static const char *const op_name[NOPS] = {"allreduce", "reducescatter", "allgath
                                           "reduce",    "alltoall",      "sendrecv",  "alltoallv"};
 
 enum { MODE_OOP = 0, MODE_IP = 1, NMODES = 2 };
+/* alltoallv's count patterns (--counts) */
+enum { CNT_UNIFORM, CNT_UNEVEN, CNT_SKEW, NCNTS };
+static const char *const cnt_name[NCNTS] = {"uniform", "uneven", "skew"};
 static const char *const mode_key[NMODES] = {"out_of_place", "in_place"};
 
 #define MAX_RANKS 1024
@@ -70,6 +73,7 @@ typedef struct coll_cfg {
     int csv, json;
     int limits, stream_mib, dram; /* --limits, --stream-mib (0: from the L3), --dram */
     int nprocs, threads, vs_mpi;  /* under mpirun: processes, rank threads each, --vs-mpi */
+    int counts;                   /* alltoallv's count pattern (CNT_*) */
 } coll_cfg;
 
 typedef struct row {
@@ -117,6 +121,7 @@ typedef struct bench {
     /* worlds spanning MPI processes: bytes per call a rank sent inside its process and to other
      * processes (mean over ranks), and plain MPI's median time (us; NAN: not timed), per cell */
     double *intra_b, *inter_b, *mpi_us;
+    uint64_t *mpi_wrong;    /* plain MPI's alltoallv checked as distlab's (one thread a process) */
     int lo;                 /* first rank of this process */
     pthread_mutex_t mpi_mu; /* --vs-mpi: the process's other threads sleep while MPI is timed */
     pthread_cond_t mpi_cv;
@@ -250,10 +255,17 @@ static int pattern_init(bench *b, int n)
     return 0;
 }
 
-/* alltoallv's count pattern (a fixed seed): rank r sends u[(p - r) mod n] elements to rank p,
- * with u[k] = q + d_k and u[n-1-k] = q - d_k for k < n/2 (the middle one q when n is odd),
- * d_k = splitmix64(42 + k) mod (q + 1), q = the row's count (size / n / elt). Every rank sends
- * and receives exactly n q elements, in blocks of 0 .. 2q, of which n q - u[0] cross ranks. */
+/* alltoallv's count patterns (--counts); q = the row's count (size / n / elt), and every rank
+ * sends n q elements whatever the pattern.
+ *   uniform  q to every rank (MoE with perfectly balanced routing).
+ *   uneven   rank r sends u[(p - r) mod n] elements to rank p, with u[k] = q + d_k and
+ *            u[n-1-k] = q - d_k for k < n/2 (the middle one q when n is odd),
+ *            d_k = splitmix64(42 + k) mod (q + 1): blocks of 0 .. 2q, every rank also receives
+ *            n q, of which n q - u[0] cross ranks.
+ *   skew     every rank sends rank p w_p = floor(2q (n-1-p) / (n-1)) elements (rank 0 also the
+ *            remainder, so that the w_p sum to n q): a hot expert on rank 0 receiving about 2 n q,
+ *            linearly fewer down to rank n-1, which receives nothing (the dispatch of a badly
+ *            balanced MoE router). One rank: q to itself. */
 static size_t a2av_u(size_t q, int n, int k)
 {
     int lo = k < n - 1 - k ? k : n - 1 - k;
@@ -266,23 +278,65 @@ static size_t a2av_u(size_t q, int n, int k)
     return k == lo ? q + d : q - d;
 }
 
+static size_t a2av_skew(size_t q, int n, int p)
+{
+    if (n == 1)
+        return q;
+    size_t w = 2 * q * (size_t)(n - 1 - p) / (size_t)(n - 1), sum = 0;
+    if (p > 0)
+        return w;
+    for (int j = 0; j < n; j++) sum += 2 * q * (size_t)(n - 1 - j) / (size_t)(n - 1);
+    return w + (size_t)n * q - sum; /* the floors' remainder */
+}
+
+/* Elements rank `from` sends to rank `to` under pattern pat. */
+static size_t a2av_count(int pat, size_t q, int n, int from, int to)
+{
+    switch (pat) {
+    case CNT_UNEVEN: return a2av_u(q, n, (to - from + n) % n);
+    case CNT_SKEW: return a2av_skew(q, n, to);
+    default: return q;
+    }
+}
+
 /* Rank r's arguments, in v[4n]: sendcounts, sdispls, recvcounts, rdispls (blocks packed in
  * peer order on both sides). */
-static void a2av_args(size_t q, int r, int n, size_t *v)
+static void a2av_args(int pat, size_t q, int r, int n, size_t *v)
 {
     size_t so = 0, ro = 0;
     for (int p = 0; p < n; p++) {
-        v[p] = a2av_u(q, n, (p - r + n) % n), v[n + p] = so, so += v[p];
-        v[2 * n + p] = a2av_u(q, n, (r - p + n) % n), v[3 * n + p] = ro, ro += v[2 * n + p];
+        v[p] = a2av_count(pat, q, n, r, p), v[n + p] = so, so += v[p];
+        v[2 * n + p] = a2av_count(pat, q, n, p, r), v[3 * n + p] = ro, ro += v[2 * n + p];
     }
 }
 
 /* Where rank p's block for rank r starts in p's send buffer. */
-static size_t a2av_sdispl(size_t q, int p, int r, int n)
+static size_t a2av_sdispl(int pat, size_t q, int p, int r, int n)
 {
     size_t off = 0;
-    for (int j = 0; j < r; j++) off += a2av_u(q, n, (j - p + n) % n);
+    for (int j = 0; j < r; j++) off += a2av_count(pat, q, n, p, j);
     return off;
+}
+
+/* The part of the n ranks' n q elements each that crosses ranks: busbw's factor (uniform and
+ * skew (n-1)/n, uneven (nq - u[0])/(nq)). */
+static double a2av_factor(int pat, size_t q, int n)
+{
+    double stay = 0, nq = (double)q * n;
+    for (int r = 0; r < n; r++) stay += (double)a2av_count(pat, q, n, r, r);
+    return nq > 0 ? (n * nq - stay) / (n * nq) : 0;
+}
+
+/* The most elements any rank receives (the receive buffer's size). */
+static size_t a2av_recv_max(int pat, size_t q, int n)
+{
+    size_t mx = 0;
+    for (int r = 0; r < n; r++) {
+        size_t in = 0;
+        for (int p = 0; p < n; p++) in += a2av_count(pat, q, n, p, r);
+        mx = in > mx ? in : mx;
+    }
+    return mx;
 }
 
 /* ------------------------------------------------------------------- per-op conventions -- */
@@ -299,12 +353,11 @@ static double bus_factor(int op, int n)
 }
 
 /* The factor of a row: alltoallv's is the part of its size that crosses ranks. */
-static double row_bus_factor(const row *rw, int n)
+static double row_bus_factor(const coll_cfg *c, const row *rw, int n)
 {
     if (rw->op != OP_ALLTOALLV || !rw->count)
         return bus_factor(rw->op, n);
-    double nq = (double)rw->count * n;
-    return (nq - (double)a2av_u(rw->count, n, 0)) / nq;
+    return a2av_factor(c->counts, rw->count, n);
 }
 
 /* DRAM-bound limit on busbw, as a fraction of B, the STREAM copy bandwidth of n threads at a
@@ -445,7 +498,7 @@ static uint64_t count_wrong(const bench *b, const row *rw, const bufs *x, int r,
     case OP_ALLTOALLV: /* the block from rank p: p's send elements from its block for r on */
         for (int p = 0; p < n; p++)
             bad += wrong_seq(b, (const char *)x->d + x->v[3 * n + p] * elt, x->v[2 * n + p], p,
-                             a2av_sdispl(rw->count, p, r, n));
+                             a2av_sdispl(b->c->counts, rw->count, p, r, n));
         return bad;
     default: return wrong_seq(b, x->d, rw->count, (r + n - 1) % n, 0);
     }
@@ -525,29 +578,37 @@ static int mpi_gather_times(bench *b, dl_comm *comm, size_t ci, int r, const dl_
 }
 
 /* Plain MPI on the same buffers: one MPI rank per process. Returns DL_OK; b->mpi_us[ci] stays NAN
- * where MPI has no such operation (bf16, sendrecv). */
+ * where MPI has no such operation (bf16, sendrecv). alltoallv: MPI_Alltoallv with the pattern's
+ * counts and packed displacements over the P processes (q = size / P / elt), so with one rank
+ * thread per process exactly the arguments distlab's ranks pass. */
 static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
 {
 #ifdef DL_HAVE_MPI
     const coll_cfg *c = b->c;
-    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV || rw->op == OP_ALLTOALLV)
+    if (c->dtype == DL_BF16 || rw->op == OP_SENDRECV)
         return DL_OK;
     MPI_Datatype dt = c->dtype == DL_F32 ? MPI_FLOAT : MPI_DOUBLE;
     MPI_Op op = c->redop == DL_MAX ? MPI_MAX : MPI_SUM;
     int P, me;
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    size_t count = rw->op == OP_ALLTOALL ? rw->bytes / b->elt / (size_t)P : rw->count;
-    int *cnt = calloc((size_t)P, sizeof *cnt), *dsp = calloc((size_t)P, sizeof *dsp);
+    int a2a = rw->op == OP_ALLTOALL || rw->op == OP_ALLTOALLV;
+    size_t count = a2a ? rw->bytes / b->elt / (size_t)P : rw->count;
+    int *cnt = calloc(4 * (size_t)P, sizeof *cnt), *dsp = cnt + P; /* alltoallv: + recv side */
+    size_t *v = calloc(4 * (size_t)P, sizeof *v);
     double *ts = calloc((size_t)c->iters + 1, sizeof *ts);
-    if (!cnt || !dsp || !ts) {
-        free(cnt), free(dsp), free(ts);
+    if (!cnt || !v || !ts) {
+        free(cnt), free(v), free(ts);
         return dl_error(DL_ENOMEM, "out of memory");
     }
+    if (rw->op == OP_ALLTOALLV)
+        a2av_args(c->counts, count, me, P, v);
     for (int p = 0; p < P; p++) {
         size_t off, len;
         dl_block(count, P, p, &off, &len);
         cnt[p] = (int)len, dsp[p] = (int)off;
+        if (rw->op == OP_ALLTOALLV)
+            for (int k = 0; k < 4; k++) cnt[k * P + p] = (int)v[k * P + p];
     }
     const void *s = x->s;
     void *d = x->d;
@@ -564,6 +625,9 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
                 break;
             case OP_BROADCAST: e = MPI_Bcast(d, (int)count, dt, root, MPI_COMM_WORLD); break;
             case OP_REDUCE: e = MPI_Reduce(s, d, (int)count, dt, op, root, MPI_COMM_WORLD); break;
+            case OP_ALLTOALLV:
+                e = MPI_Alltoallv(s, cnt, dsp, dt, d, cnt + 2 * P, cnt + 3 * P, dt, MPI_COMM_WORLD);
+                break;
             default: e = MPI_Alltoall(s, (int)count, dt, d, (int)count, dt, MPI_COMM_WORLD); break;
             }
         }
@@ -574,7 +638,16 @@ static int mpi_time(bench *b, const row *rw, const bufs *x, size_t ci)
     }
     if (me == 0)
         b->mpi_us[ci] = dl__median(ts, (size_t)c->iters);
-    free(cnt), free(dsp), free(ts);
+    if (e == MPI_SUCCESS && rw->op == OP_ALLTOALLV && c->check && P == c->nranks) {
+        /* the same arguments as distlab's ranks: check MPI's result as theirs */
+        fill_sentinel(b, d, x->out_len);
+        fill_input(b, rw, x, me, P);
+        e = MPI_Alltoallv(s, cnt, dsp, dt, d, cnt + 2 * P, cnt + 3 * P, dt, MPI_COMM_WORLD);
+        uint64_t bad = e == MPI_SUCCESS ? count_wrong(b, rw, x, me, P) : 0, sum = 0;
+        MPI_Reduce(&bad, &sum, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+        b->mpi_wrong[ci] = sum;
+    }
+    free(cnt), free(v), free(ts);
     return e == MPI_SUCCESS ? DL_OK : dl_error(DL_ESYS, "--vs-mpi: an MPI collective failed");
 #else
     (void)b, (void)rw, (void)x, (void)ci;
@@ -648,8 +721,10 @@ static int rank_fn(dl_ctx *ctx, void *arg)
                 continue;
             bufs x = layout(b, rw, mode, r, n, sendbuf, recvbuf);
             size_t ci = (size_t)i * NMODES + mode;
-            if (rw->op == OP_ALLTOALLV)
-                a2av_args(rw->count, r, n, x.v = a2v);
+            if (rw->op == OP_ALLTOALLV) { /* the receive blocks are packed: their total */
+                a2av_args(c->counts, rw->count, r, n, x.v = a2v);
+                x.out_len = a2v[4 * (size_t)n - 1] + a2v[3 * (size_t)n - 1];
+            }
             fill_input(b, rw, &x, r, n); /* sane values for the timed calls too */
             for (int w = 0; w < c->warmup; w++)
                 if ((rc = run_op(b, comm, rw, &x, r, n)) != DL_OK)
@@ -743,14 +818,17 @@ out:
 static double row_limit(const bench *b, const row *rw, int mode)
 {
     const bl_limits *L = &b->lim;
-    switch (bl_kind_of(L, rw->bytes, b->c->nranks)) {
+    int n = b->c->nranks, a2a = rw->op == OP_ALLTOALL || rw->op == OP_ALLTOALLV;
+    /* all-to-all out of place: each rank also writes its own block, which busbw does not count,
+     * so both bounds carry the crossing factor (in place the own blocks stay) */
+    double cross = a2a && mode == MODE_OOP ? row_bus_factor(b->c, rw, n) : 1.0;
+    switch (bl_kind_of(L, rw->bytes, n)) {
     case BL_HOP: return isfinite(L->hop_ns) ? L->hop_ns : 0;
-    case BL_COPY: return bl_copy_limit(L, rw->bytes, b->c->nranks);
+    case BL_COPY: return bl_copy_limit(L, rw->bytes, n) * cross;
     case BL_DRAM:
-        if (rw->op == OP_ALLTOALLV) /* alltoall's T over its crossing part */
-            return L->stream_gbs * (mode == MODE_IP ? 1.0 : row_bus_factor(rw, b->c->nranks)) /
-                   (2.0 * b->c->nranks);
-        return L->stream_gbs * limit_frac(rw->op, mode, b->c->nranks);
+        if (a2a) /* T = 2nS over the crossing part: B x factor / (2n) */
+            return L->stream_gbs * cross / (2.0 * n);
+        return L->stream_gbs * limit_frac(rw->op, mode, n);
     default: return 0;
     }
 }
@@ -779,11 +857,11 @@ static void reduce_row(bench *b, int i)
         ce->valid = 1;
         ce->time_us = ns / 1e3;
         ce->algbw = ns > 0 ? (double)rw->bytes / ns : 0; /* bytes per ns == GB/s (1e9) */
-        ce->busbw = ce->algbw * row_bus_factor(rw, n);
+        ce->busbw = ce->algbw * row_bus_factor(c, rw, n);
         double lim = row_limit(b, rw, mode);
         if (bl_kind_of(&b->lim, rw->bytes, n) == BL_HOP)
             ce->hops = lim > 0 ? ns / lim : NAN;
-        else if (lim > 0 && row_bus_factor(rw, n) > 0)
+        else if (lim > 0 && row_bus_factor(c, rw, n) > 0)
             ce->lim_pct = 100.0 * ce->busbw / lim;
         for (int r = 0; r < n; r++) ce->wrong += b->wrong[ci * n + r];
         ce->algo = b->algo[ci];
@@ -820,12 +898,19 @@ static void print_section(bench *b, int op)
     fprintf(f, "#\n# %s: busbw = algbw x %s", op_name[op],
             op == OP_ALLREDUCE                                                    ? "2(n-1)/n"
             : (op == OP_REDUCESCATTER || op == OP_ALLGATHER || op == OP_ALLTOALL) ? "(n-1)/n"
-            : op == OP_ALLTOALLV ? "(nq - u[0])/(nq), the part that crosses ranks"
+            : op == OP_ALLTOALLV ? "the part of the ranks' nq that crosses ranks"
                                  : "1");
     fputc('\n', f);
-    if (op == OP_ALLTOALLV)
-        fprintf(f, "# alltoallv: rank r sends u[(p-r) mod n] elements to rank p; u[k] = q + d_k, "
-                   "u[n-1-k] = q - d_k, d_k = splitmix64(42+k) mod (q+1), q = count\n");
+    if (op == OP_ALLTOALLV && c->counts == CNT_UNEVEN)
+        fprintf(f, "# alltoallv --counts uneven: rank r sends u[(p-r) mod n] elements to rank p; "
+                   "u[k] = q + d_k, u[n-1-k] = q - d_k, d_k = splitmix64(42+k) mod (q+1), "
+                   "q = count\n");
+    else if (op == OP_ALLTOALLV)
+        fprintf(f, "# alltoallv --counts %s: %s\n", cnt_name[c->counts],
+                c->counts == CNT_SKEW ? "every rank sends rank p floor(2q(n-1-p)/(n-1)) elements "
+                                        "(rank 0 the remainder too; rank n-1 receives nothing), "
+                                        "q = count"
+                                      : "q = count elements to every rank");
     if (op == OP_SENDRECV && c->mode_on[MODE_IP])
         fprintf(f,
                 "# sendrecv: ring shift r -> r+1 with blocking send/recv; no in-place variant\n");
@@ -889,7 +974,12 @@ static void mpi_cols(const bench *b, int i, double *intra, double *inter, double
         double us = b->mpi_us[(size_t)i * NMODES];
         if (isfinite(us) && us > 0 && ce->valid) {
             *mpi_us = us;
-            *mpi_bus = (double)b->rows[i].bytes / (us * 1e3) * bus_factor(b->rows[i].op, c->nprocs);
+            const row *rw = &b->rows[i];
+            double f =
+                rw->op == OP_ALLTOALLV
+                    ? a2av_factor(c->counts, rw->bytes / b->elt / (size_t)c->nprocs, c->nprocs)
+                    : bus_factor(rw->op, c->nprocs);
+            *mpi_bus = (double)rw->bytes / (us * 1e3) * f;
             *ratio = *mpi_bus > 0 ? ce->busbw / *mpi_bus : NAN;
         }
     }
@@ -1062,6 +1152,10 @@ static void usage(FILE *f)
 "                        and rd apply to all-reduces up to 64 KiB and the eager size, the ring\n"
 "                        runs the rest; rd needs a power-of-two --ranks)\n"
 "  -r, --root R          root of broadcast and reduce (default 0)\n"
+"  --counts P            alltoallv's per-peer counts: uniform (default: q to every rank),\n"
+"                        uneven (seeded blocks of 0..2q) or skew (an MoE router's hot expert:\n"
+"                        every rank sends rank p floor(2q(n-1-p)/(n-1)), so rank 0 receives\n"
+"                        about 2x the mean and rank n-1 nothing); see below\n"
 "  -c, --check 0|1       check results (default 1): inputs are small integers from a formula\n"
 "                        of (rank, index), so every result is exact and known; #wrong counts\n"
 "                        the elements that differ (avg: within one rounding)\n"
@@ -1111,12 +1205,17 @@ static void usage(FILE *f)
 "busbw = algbw x factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n;\n"
 "broadcast, reduce, sendrecv 1. sendrecv is a ring shift (rank r sends to r+1) with blocking\n"
 "send/recv, even ranks sending first; out-of-place only, and skipped for one rank.\n"
-"alltoallv: uneven counts from a fixed seed, q = count = size/(n x elt): rank r sends\n"
+"alltoallv: q = count = size/(n x elt) and every rank sends nq elements (size bytes), blocks\n"
+"packed in peer order on both sides; --counts uniform: q to every rank; uneven: rank r sends\n"
 "u[(p-r) mod n] elements to rank p, u[k] = q + d_k and u[n-1-k] = q - d_k for k < n/2 (the\n"
-"middle one q), d_k = splitmix64(42 + k) mod (q+1); so every rank sends and receives size bytes\n"
-"in blocks of 0..2q elements, and busbw = algbw x (nq - u[0])/(nq), the part that crosses\n"
-"ranks. Its check also counts one wrong where the rank's bytes_sent differs from the payload\n"
-"that crosses plus the count rows the library exchanges first (16n bytes to each peer).\n"
+"middle one q), d_k = splitmix64(42 + k) mod (q+1), so every rank also receives size bytes in\n"
+"blocks of 0..2q; skew: every rank sends rank p w_p = floor(2q(n-1-p)/(n-1)) elements (rank 0\n"
+"also the floors' remainder, so the w_p sum to nq): rank 0 receives n w_0 (about 2 x size),\n"
+"rank n-1 nothing. busbw = algbw x the part of all ranks' nq that crosses ranks: (n-1)/n for\n"
+"uniform and skew, (nq - u[0])/(nq) for uneven. --vs-mpi: MPI_Alltoallv with the same pattern\n"
+"over the P processes (q = size/(P x elt)): the same arguments when --threads is 1. The check\n"
+"also counts one wrong where the rank's bytes_sent differs from the payload that crosses plus\n"
+"the count rows the library exchanges first (16n bytes to each peer).\n"
 "\n");
     /* clang-format on */
     bl_help(f);
@@ -1126,7 +1225,8 @@ static void usage(FILE *f)
 "allgather (n+1)S: B(n-1)/(n(n+1)) (allgather in place nS: B(n-1)/n^2); broadcast (n+1)S:\n"
 "B/(n+1) (in place B/n); reduce B/(n+1); alltoall 2nS: B(n-1)/(2n^2) (in place B/(2n));\n"
 "sendrecv 2nS: B/(2n); alltoallv as alltoall over its crossing part: B x factor/(2n) (in place\n"
-"B/(2n)).\n"
+"B/(2n)). alltoall and alltoallv out of place: the copy bound is C x the crossing factor too,\n"
+"since every rank also writes its own block, which busbw does not count.\n"
 "\n"
 "Exit status: 0 ok, 1 wrong results or a failed run, 2 bad usage.\n");
     /* clang-format on */
@@ -1196,7 +1296,8 @@ enum {
     O_WAIT,
     O_BIND,
     O_THREADS,
-    O_VSMPI
+    O_VSMPI,
+    O_COUNTS
 };
 
 /* --bind's value as a dl_bind_kind; -1 after one line on stderr */
@@ -1254,6 +1355,7 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                                        {"bind", required_argument, NULL, O_BIND},
                                        {"threads", required_argument, NULL, O_THREADS},
                                        {"vs-mpi", no_argument, NULL, O_VSMPI},
+                                       {"counts", required_argument, NULL, O_COUNTS},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     const uint64_t max_bytes = (uint64_t)1 << 40;
@@ -1401,6 +1503,14 @@ static int parse_args(int argc, char **argv, coll_cfg *c)
                 return -1;
             break;
         case O_VSMPI: c->vs_mpi = 1; break;
+        case O_COUNTS:
+            for (c->counts = 0; c->counts < NCNTS && strcmp(optarg, cnt_name[c->counts]);)
+                c->counts++;
+            if (c->counts == NCNTS) {
+                cli_error("--counts: '%s' is not uniform, uneven or skew", optarg);
+                return -1;
+            }
+            break;
         case O_WAIT:
             if (strcmp(optarg, "auto") == 0)
                 c->w.wait_mode = -1;
@@ -1575,7 +1685,8 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             "  \"stepbytes\": %" PRIu64
             ",\n  \"warmup\": %d,\n  \"iters\": %d,\n  \"check\": %d,\n",
             c->minbytes, c->maxbytes, c->stepfactor, c->stepbytes, c->warmup, c->iters, c->check);
-    fprintf(f, "  \"inplace\": \"%s\",\n  \"limits\": ", c->inplace_arg ? c->inplace_arg : "both");
+    fprintf(f, "  \"inplace\": \"%s\",\n  \"counts\": \"%s\",\n  \"limits\": ",
+            c->inplace_arg ? c->inplace_arg : "both", cnt_name[c->counts]);
     if (b->lim.measured) {
         fputs("{", f);
         bl_print_json(f, &b->lim);
@@ -1630,7 +1741,7 @@ static void print_json(const bench *b, double avg_bus, uint64_t wrong_total, int
             json_num(f, mu);
             json_kv(f, "busbw_gbs", mb);
             json_kv(f, "dl_over_mpi", ra);
-            fputc('}', f);
+            fprintf(f, ", \"wrong\": %" PRIu64 "}", b->mpi_wrong[(size_t)i * NMODES]);
         }
         fputc('}', f);
     }
@@ -1730,7 +1841,14 @@ static int coll_main(int argc, char **argv, int nprocs)
                 rw->count = elems;
                 rw->bytes = (uint64_t)elems * b.elt;
             }
-            need = (size_t)rw->bytes; /* no buffer holds more than the size column */
+            /* no buffer holds more than the size column, but alltoallv's skew receives more */
+            need = (size_t)rw->bytes;
+            if (o == OP_ALLTOALLV) { /* and --vs-mpi's pattern over the processes */
+                size_t qp = (size_t)(rw->bytes / b.elt) / (size_t)c.nprocs;
+                size_t mine = a2av_recv_max(c.counts, rw->count, n);
+                size_t mpi = c.vs_mpi ? a2av_recv_max(c.counts, qp, c.nprocs) : 0;
+                need = (mine > mpi ? mine : mpi) * b.elt;
+            }
             if (need > b.buf_bytes)
                 b.buf_bytes = need;
         }
@@ -1818,11 +1936,12 @@ static int coll_main(int argc, char **argv, int nprocs)
     b.inter_b = calloc(ncells + 1, sizeof *b.inter_b);
     b.mpi_us = calloc(ncells + 1, sizeof *b.mpi_us);
     for (size_t k = 0; b.mpi_us && k < ncells; k++) b.mpi_us[k] = NAN;
+    b.mpi_wrong = calloc(ncells + 1, sizeof *b.mpi_wrong);
     b.lo = app_mpi_rank() * (n / c.nprocs);
     pthread_mutex_init(&b.mpi_mu, NULL);
     pthread_cond_init(&b.mpi_cv, NULL);
-    if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.times || !b.wrong || !b.algo || !b.cells ||
-        !b.scratch || !b.cpu || !b.cpus || !b.node || pattern_init(&b, n) != 0) {
+    if (!b.intra_b || !b.inter_b || !b.mpi_us || !b.mpi_wrong || !b.times || !b.wrong || !b.algo ||
+        !b.cells || !b.scratch || !b.cpu || !b.cpus || !b.node || pattern_init(&b, n) != 0) {
         cli_error("out of memory");
         status = CLI_EXIT_FAIL;
         goto done;
@@ -1853,7 +1972,7 @@ static int coll_main(int argc, char **argv, int nprocs)
             continue;
         bus_sum += b.cells[ci].busbw;
         bus_n++;
-        wrong_total += b.cells[ci].wrong;
+        wrong_total += b.cells[ci].wrong + b.mpi_wrong[ci];
     }
     double avg_bus = bus_n ? bus_sum / bus_n : NAN;
     if (wrong_total > 0 && status == CLI_EXIT_OK)
@@ -1891,6 +2010,7 @@ done:
     free(b.intra_b);
     free(b.inter_b);
     free(b.mpi_us);
+    free(b.mpi_wrong);
     pthread_mutex_destroy(&b.mpi_mu);
     pthread_cond_destroy(&b.mpi_cv);
     free(b.vf);

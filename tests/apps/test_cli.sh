@@ -79,6 +79,33 @@ if run "coll --op all" 0 coll --op all --ranks 2 -b 8 -e "$MAXALL" -n 2 -w 1 $ST
   grep -q '^# [0-9]* rows, 0 wrong' "$TMP/out" || fail "coll --op all: no 'rows, 0 wrong' line"
 fi
 
+# alltoallv's --counts patterns, each exact on 3 ranks (skew: rank 2 receives nothing, rank 0
+# about twice the mean); the JSON names the pattern, busbw = algbw x 2/3 (uniform and skew: the
+# part that crosses ranks) and the copy limit carries that factor (C x 2 threads / 3 ranks x 2/3);
+# an unknown pattern is bad usage.
+for pat in uniform uneven skew; do
+  if run "coll alltoallv --counts $pat" 0 coll --op alltoallv --counts $pat --ranks 3 -b 8 -e 64K -f 8 -n 2 -w 1 --json $STREAM &&
+     command -v python3 >/dev/null 2>&1; then
+    python3 - "$pat" "$TMP/out" <<'PY' 2>"$TMP/py" || fail "coll alltoallv --counts $pat: $(tail -1 "$TMP/py")"
+import json, sys
+pat, d = sys.argv[1], json.load(open(sys.argv[2]))
+assert d["counts"] == pat and d["wrong_total"] == 0 and len(d["rows"]) >= 2, d["counts"]
+gbs = {c["size"]: c["gbs"] for c in d["limits"]["copy"]}
+k, ncopy = min(1.0, d["limits"]["threads"] / 3), 0
+for r in d["rows"]:
+    o = r["out_of_place"]
+    if pat != "uneven" and r["size"] >= 96:  # %.6g: 6 digits
+        assert abs(o["busbw_gbs"] - o["algbw_gbs"] * 2 / 3) <= 1e-5 * o["algbw_gbs"], r
+        if r["limit"] == "copy":
+            want = gbs[r["size"]] * k * 2 / 3
+            assert abs(r["limit_value"] - want) <= 1e-5 * want, (r, want)
+            ncopy += 1
+assert pat == "uneven" or ncopy >= 1, "no copy row checked"
+PY
+  fi
+done
+bad_usage "coll --counts bogus" coll --op alltoallv --counts bogus
+
 # bf16 average and f64 max on 4 ranks (exact inputs; avg within one rounding).
 run "coll bf16 avg" 0 coll --op allreduce,reducescatter,reduce --ranks 4 -d bf16 -o avg -b 8 -e "$MAXALL" -n 2 -w 1 --stream 0
 run "coll f64 max" 0 coll --op allreduce,allgather --ranks 4 -d f64 -o max -b 8 -e "$MAXALL" -n 2 -w 1 --stream 0

@@ -116,6 +116,18 @@ PY
      head -1 "$bt/c.csv" | grep -q ',intra_gbs,inter_gbs,mpi_time_us,mpi_busbw_gbs,dl_over_mpi$'; then
     ok "bench coll --vs-mpi --csv under mpirun"
   else bad "bench coll --vs-mpi --csv under mpirun"; fi
+  # alltoallv against MPI_Alltoallv with the same arguments (one rank thread per process): the
+  # skew pattern, in which rank 1 receives nothing; MPI's result is checked as distlab's
+  if run 2 "$BENCH" coll --op alltoallv --counts skew --threads 1 -b 64K -e 256K -n 3 -w 1 --vs-mpi --json >"$bt/v.json" 2>/dev/null &&
+     python3 - "$bt/v.json" <<'PY'; then ok "bench coll --op alltoallv --vs-mpi: MPI_Alltoallv, checked"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["counts"] == "skew" and d["ranks"] == 2 and d["wrong_total"] == 0 and d["rows"], d
+for r in d["rows"]:
+    assert r["op"] == "alltoallv" and r["out_of_place"]["wrong"] == 0, r
+    assert r["mpi"]["time_us"] > 0 and r["mpi"]["busbw_gbs"] > 0 and r["mpi"]["wrong"] == 0, r
+PY
+  else bad "bench coll --op alltoallv --vs-mpi under mpirun"; fi
   rm -rf "$bt"
 fi
 
