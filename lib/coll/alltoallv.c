@@ -7,7 +7,12 @@
  * in dl_alltoall, each member posts its nonzero blocks to their destinations (one message per
  * link, so posting them all first cannot block), copies its own block, and takes each nonzero
  * incoming block in place; pairs with a zero count exchange no data message. The count rows are
- * 8-byte words that travel as f64-sized elements (copied, never read as numbers). */
+ * 8-byte words that travel as f64-sized elements (copied, never read as numbers).
+ *
+ * Every byte is copied once, by its receiver, straight from the sender's buffer (the channel's
+ * rendezvous). In place, peers would read blocks that this member overwrites as its own arrive,
+ * so they read copies of the blocks bound for other members instead (stage): the own block is
+ * not copied (it moves before anything arrives), nor the gaps between blocks. */
 #include "config.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,8 +76,35 @@ static int prepare(dl_request *q, dl_comm *c, const void *sbuf, const size_t *sc
     return DL_OK;
 }
 
+/* The next member to take a message from among those with want[] set (cleared as chosen): the
+ * first whose message has arrived, else the first left (*from = -1: none left). Messages are
+ * taken as they arrive, not in rank order, so that a member late to post (descheduled, when
+ * ranks share cores) holds up nobody else's; waiting stays the links' (policy, abort). */
+static int next_from(dl_call *k, int n, char *want, int *from)
+{
+    int r = k->c->rank, rc;
+    *from = -1;
+    for (int d = 1; d < n; d++) {
+        int m = dl__mod(r - d, n);
+        dl_link *l;
+        if (!want[m])
+            continue;
+        if ((rc = dl__xfer_link(k, m, r, &l)))
+            return rc;
+        if (*from < 0)
+            *from = m;
+        if (dl_link_ready(l)) {
+            *from = m;
+            break;
+        }
+    }
+    if (*from >= 0)
+        want[*from] = 0;
+    return DL_OK;
+}
+
 /* Row m of mat (2n entries) becomes member m's sendcounts then recvcounts. */
-static int exchange_counts(const dl_call *k, const dl_request *q, uint64_t *mat)
+static int exchange_counts(const dl_call *k, const dl_request *q, uint64_t *mat, char *want)
 {
     dl_call kc = *k;
     kc.p = DL_PURPOSE_OTHER; /* metadata: the payload's purpose counts the payload only */
@@ -89,14 +121,14 @@ static int exchange_counts(const dl_call *k, const dl_request *q, uint64_t *mat)
             (rc = dl__send(&p, mine, row)))
             return rc;
     }
-    for (int d = 1; d < n; d++) {
+    for (int j = 0; j < n; j++) want[j] = j != r;
+    for (int from; !(rc = next_from(&kc, n, want, &from)) && from >= 0;) {
         dl_prims p;
-        int from = dl__mod(r - d, n);
         if ((rc = dl__prims_open(&p, &kc, from, -1, DL_F64, DL_SUM)) ||
             (rc = dl__recv(&p, mat + (size_t)from * row, row)))
             return rc;
     }
-    return DL_OK;
+    return rc;
 }
 
 /* The same verdict on every member: the first (sender, receiver) pair in rank order whose send
@@ -117,29 +149,56 @@ static int agree(const uint64_t *mat, int n)
     return DL_OK;
 }
 
-static int move_data(dl_call *k, const dl_request *q, const char *sbuf)
+/* In place: copy the nonzero blocks bound for other members to `base` (page-aligned), each at
+ * its source's offset in a page (a copy whose source and destination differ by a few bytes mod
+ * 4096 runs several times slower, so the receivers copy as fast as from the user's buffer), and
+ * point blk[] at them. Without base, only the bytes needed. */
+static size_t stage(const dl_request *q, int n, int r, size_t es, char *base, const char **blk)
+{
+    size_t pos = 0;
+    for (int d = 1; d < n; d++) {
+        int to = dl__mod(r + d, n);
+        size_t len = q->v[SC][to] * es;
+        const char *src = (const char *)q->sbuf + q->v[SD][to] * es;
+        if (!len)
+            continue;
+        pos += ((uintptr_t)src - pos) & 4095; /* pos = src mod 4096 */
+        if (base) {
+            memcpy(base + pos, src, len);
+            blk[to] = base + pos;
+        }
+        pos += len;
+    }
+    return pos;
+}
+
+/* blk: where the blocks for the other members are (staged), or NULL: in the send buffer */
+static int move_data(dl_call *k, const dl_request *q, const char *const *blk, char *want)
 {
     int n = k->c->sh->n, r = k->c->rank, rc;
     size_t es = dl_dtype_size(q->t);
     const size_t *sc = q->v[SC], *sd = q->v[SD], *rn = q->v[RC], *rd = q->v[RD];
+    const char *sbuf = q->sbuf;
     char *rbuf = q->rbuf;
     for (int d = 1; d < n; d++) {
         dl_prims p;
         int to = dl__mod(r + d, n);
         if (sc[to] && ((rc = dl__prims_open(&p, k, -1, to, q->t, DL_SUM)) ||
-                       (rc = dl__send(&p, sbuf + sd[to] * es, sc[to]))))
+                       (rc = dl__send(&p, blk ? blk[to] : sbuf + sd[to] * es, sc[to]))))
             return rc;
     }
+    /* in place, the own block's source is intact (nothing arrived yet) and whatever of the
+     * other blocks it overwrites was staged */
     if (sc[r] && sbuf + sd[r] * es != rbuf + rd[r] * es)
         memmove(rbuf + rd[r] * es, sbuf + sd[r] * es, sc[r] * es);
-    for (int d = 1; d < n; d++) {
+    for (int j = 0; j < n; j++) want[j] = j != r && rn[j];
+    for (int from; !(rc = next_from(k, n, want, &from)) && from >= 0;) {
         dl_prims p;
-        int from = dl__mod(r - d, n);
-        if (rn[from] && ((rc = dl__prims_open(&p, k, from, -1, q->t, DL_SUM)) ||
-                         (rc = dl__recv(&p, rbuf + rd[from] * es, rn[from]))))
+        if ((rc = dl__prims_open(&p, k, from, -1, q->t, DL_SUM)) ||
+            (rc = dl__recv(&p, rbuf + rd[from] * es, rn[from])))
             return rc;
     }
-    return DL_OK;
+    return rc;
 }
 
 int dl__alltoallv(dl_call *k, dl_request *q)
@@ -147,30 +206,27 @@ int dl__alltoallv(dl_call *k, dl_request *q)
     dl_comm *c = k->c;
     int n = c->sh->n, r = c->rank, rc;
     size_t es = dl_dtype_size(q->t), matb = 2 * (size_t)n * (size_t)n * sizeof(uint64_t);
-    size_t copyb = 0, lent = 0; /* in place: lend peers a copy of the send blocks */
-    for (int j = 0; j < n && q->sbuf == q->rbuf; j++) {
-        size_t end = q->v[SD][j] + q->v[SC][j];
-        lent |= j != r && q->v[SC][j];
-        copyb = q->v[SC][j] && end * es > copyb ? end * es : copyb;
-    }
-    copyb = lent ? copyb : 0;
+    /* scratch: the count matrix, blk[n], want[n], then from a page boundary the staged blocks */
+    size_t head = (matb + (size_t)n * (sizeof(char *) + 1) + 4095) & ~(size_t)4095;
+    size_t stageb = q->sbuf == q->rbuf ? stage(q, n, r, es, NULL, NULL) : 0;
     /* the scratch outlives the call, so peers may still read it (rendezvous) after a failure */
     char *scratch;
-    if ((rc = dl__scratch(c, matb + copyb, (void **)&scratch)))
+    if ((rc = dl__scratch(c, head + stageb, (void **)&scratch)))
         return rc;
-    const char *sbuf = q->sbuf;
-    if (copyb) {
-        memcpy(scratch + matb, sbuf, copyb);
-        sbuf = scratch + matb;
+    const char **blk = NULL;
+    char *want = scratch + matb + (size_t)n * sizeof(char *);
+    if (stageb) {
+        blk = (const char **)(scratch + matb);
+        stage(q, n, r, es, scratch + head, blk);
     }
-    if ((rc = exchange_counts(k, q, (uint64_t *)scratch)))
+    if ((rc = exchange_counts(k, q, (uint64_t *)scratch, want)))
         return rc;
     if ((rc = agree((const uint64_t *)scratch, n))) {
         /* every member holds the same matrix, so every member fails here: nothing to abort */
         q->agreed = dl__flush_peers(k) == DL_OK;
         return rc;
     }
-    if ((rc = move_data(k, q, sbuf)))
+    if ((rc = move_data(k, q, blk, want)))
         return rc;
     return dl__flush_peers(k);
 }

@@ -1,5 +1,7 @@
 /* dl_alltoallv against a serial reference: 1..16 ranks, f32 / f64 / bf16, uneven counts, zero
- * counts (all, some), displacements with gaps and blocks out of order, in place, non-blocking;
+ * counts (all, some), an MoE-like skew (a hot receiver, one that receives nothing, every block
+ * by rendezvous, so that in place peers read the staged copies while the owner's blocks move),
+ * displacements with gaps and blocks out of order, in place, non-blocking;
  * the byte counters against their formula; mismatched counts -> DL_EMISMATCH on every rank with
  * the communicator still usable; bad arguments -> DL_EINVAL naming the argument.
  *
@@ -10,7 +12,7 @@
 #include <check.h>
 #include "../testutil.h"
 
-enum { P_UNEVEN, P_SOMEZERO, P_ALLZERO };
+enum { P_UNEVEN, P_SOMEZERO, P_ALLZERO, P_SKEW };
 
 typedef struct a2case {
     int n, pattern;
@@ -22,9 +24,10 @@ static const a2case cases[] = {
     {2, P_UNEVEN, DL_F32, 0, 0},    {3, P_UNEVEN, DL_F64, 0, 0},  {4, P_SOMEZERO, DL_BF16, 0, 0},
     {5, P_UNEVEN, DL_BF16, 1, 0},   {8, P_ALLZERO, DL_F32, 0, 0}, {16, P_UNEVEN, DL_F32, 0, 0},
     {16, P_SOMEZERO, DL_F64, 0, 1}, {7, P_UNEVEN, DL_F32, 1, 1},  {1, P_UNEVEN, DL_F64, 0, 0},
-    {2, P_SOMEZERO, DL_F32, 1, 0},
+    {2, P_SOMEZERO, DL_F32, 1, 0},  {4, P_SKEW, DL_F32, 1, 0},    {3, P_SKEW, DL_F64, 0, 1},
+    {2, P_SKEW, DL_BF16, 1, 0},     {5, P_SKEW, DL_F64, 1, 1},
 };
-static const int small_cases[] = {0, 2, 3, 4, 5, 8};
+static const int small_cases[] = {0, 2, 3, 4, 5, 8, 10, 12};
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 #define NSMALL ((int)(sizeof small_cases / sizeof small_cases[0]))
 #define ITERS 2
@@ -35,10 +38,13 @@ static uint64_t h3(uint64_t a, uint64_t b, uint64_t c)
 }
 
 /* Elements rank i sends to rank j: mostly small (inline / eager), one pair in four large
- * enough to travel by rendezvous (> 4096 bytes even in bf16). */
+ * enough to travel by rendezvous (> 4096 bytes even in bf16). SKEW: every block by rendezvous,
+ * rank 0 receiving about twice as much as the others and rank n-1 (n > 1) nothing. */
 static size_t count_of(int pattern, int n, int i, int j)
 {
     uint64_t h = h3(0xa11, (uint64_t)i, (uint64_t)j);
+    if (pattern == P_SKEW)
+        return n > 1 && j == n - 1 ? 0 : (2100 + h % 1000) * (j == 0 ? 2 : 1);
     if (pattern == P_ALLZERO || (pattern == P_SOMEZERO && (i * n + j) % 3 == 0))
         return 0;
     return (h >> 20) % 4 == 0 ? 2100 + h % 3000 : h % 64;
@@ -209,6 +215,10 @@ static void check_layout(const a2case *cs, const layout *L)
         ck_assert_int_eq(zero, n * n);
     if (cs->pattern == P_SOMEZERO)
         ck_assert(zero > 0 && zero < n * n);
+    if (cs->pattern == P_SKEW) { /* all rendezvous but the empty column of rank n-1 */
+        ck_assert_int_eq(rdv, n * n - zero);
+        ck_assert_int_eq(zero, n > 1 ? n : 0);
+    }
     if (cs->pattern == P_UNEVEN && n >= 5)
         ck_assert_msg(inl && eager && rdv, "n=%d: %d inline, %d eager, %d rendezvous blocks", n,
                       inl, eager, rdv);
