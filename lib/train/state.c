@@ -293,6 +293,19 @@ static void warn_machine(const tr_run *R)
         fprintf(log, "warning: the checkpoint ran on the CPU '%s', this run on '%s'\n", cpu, here);
 }
 
+/* a line on the log when the layout differs from the checkpoint's */
+static void log_reshard(json_t *m, const dl_train_opts *o)
+{
+    int was[4] = {layout_int(m, "dp"), layout_int(m, "tp"), layout_int(m, "pp"),
+                  layout_int(m, "zero_stage")};
+    int is[4] = {o->layout.dp, o->layout.tp, o->layout.pp > 1 ? o->layout.pp : 1, o->zero.stage};
+    if (o->output.log && memcmp(was, is, sizeof was) != 0)
+        fprintf(o->output.log,
+                "resharding: the checkpoint's dp %d x tp %d x pp %d (ZeRO %d) loads into dp %d x "
+                "tp %d x pp %d (ZeRO %d)\n",
+                was[0], was[1], was[2], was[3], is[0], is[1], is[2], is[3]);
+}
+
 int tr_ckpt_prepare(tr_run *R)
 {
     const dl_train_opts *o = R->o;
@@ -307,6 +320,7 @@ int tr_ckpt_prepare(tr_run *R)
         return rc;
     if ((rc = check_left(m, R->resume_dir, o)))
         return rc;
+    log_reshard(m, o);
     R->start = (int)json_integer_value(json_object_get(m, "step"));
     R->skipped0 = (int)json_integer_value(json_object_get(m, "skipped_steps"));
     for (int i = 0; i < R->start; i++) R->loss[i] = R->val[i] = R->norm[i] = R->lr[i] = NAN;

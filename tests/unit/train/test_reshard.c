@@ -321,6 +321,38 @@ START_TEST(corrupted_and_swapped)
 }
 END_TEST
 
+/* The async pipeline's checkpoint: another schedule is refused naming it, as is async with
+ * other micro-batches; async with another dp resumes (its per-stage versions kept). */
+START_TEST(async_refused)
+{
+    mkroot();
+    char dir[300], ck[330];
+    snprintf(dir, sizeof dir, "%s/y", root);
+    dl_train_opts o = with_pipe(tiny(1, 1, 2, DL_F64), DL_SCHED_ASYNC, 0);
+    o.optim.steps = 2;
+    o.ckpt.dir = dir;
+    dl_train_result a;
+    ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
+    dl_train_result_free(&a);
+    snprintf(ck, sizeof ck, "%s/step-0000002", dir);
+    dl_train_opts r = with_pipe(tiny(1, 1, 2, DL_F64), DL_SCHED_1F1B, 0);
+    r.optim.steps = 3;
+    r.ckpt.resume = ck;
+    ck_assert_int_eq(dl_train_run(&r, &a), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "async pipeline"));
+    dl_train_result_free(&a);
+    r = o, r.optim.steps = 3, r.ckpt.dir = NULL, r.ckpt.resume = ck;
+    r.batch.micro = 1; /* 16 micro-batches, not 8 */
+    ck_assert_int_eq(dl_train_run(&r, &a), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--microbatches"));
+    dl_train_result_free(&a);
+    r.layout.dp = 2; /* 8 micro-batches of 1 per dp rank: as many as the checkpoint's */
+    ck_assert_msg(dl_train_run(&r, &a) == DL_OK, "%s", dl_errmsg());
+    dl_train_result_free(&a);
+    rmroot();
+}
+END_TEST
+
 START_TEST(crc32c_combine)
 {
     unsigned char b[3000];
@@ -360,6 +392,7 @@ int main(void)
     tcase_add_test(t, dp2_to_pp2_dp2);
     tcase_add_test(t, bf16_zero1_to_tp2_pp2_tied);
     tcase_add_test(t, corrupted_and_swapped);
+    tcase_add_test(t, async_refused);
     suite_add_tcase(s, t);
     return tu_run_suite(s);
 }
