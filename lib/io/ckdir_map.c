@@ -391,12 +391,31 @@ static int plan_run(const dl__ckd_runs *src, const dl__ckd_run *t, char *base,
     return DL_OK;
 }
 
-/* Reads closer than a page in one file are joined into one pread through a staging buffer:
- * a rank's rows of a column slice lie a half-row apart, pages the device reads whole anyway, and
- * one small pread after another gets no readahead (cold, tp 2: 5x slower than dd). The rank
+/* A rank's rows of a column slice lie a half-row apart: one small pread after another got no
+ * readahead (cold, tp 2: 0.34-0.64 of dd's bandwidth). So the kernel is asked to read each file's
+ * spans ahead (posix_fadvise WILLNEED), and reads closer than a page, which the device reads
+ * whole anyway, are joined into one pread through a staging buffer (0.66-0.93 of dd). The rank
  * still copies only its own bytes. */
 #define JOIN_GAP ((uint64_t)4096)
 #define STAGE_MAX ((uint64_t)8 << 20)
+
+/* the kernel asked to read ahead every span of ops[i..]'s file (spans closer than 1 MiB
+ * joined), asynchronously: the device streams while the ranges are copied */
+static void prefetch(int fd, const read_op *ops, size_t i, size_t n)
+{
+    uint64_t lo = ops[i].off, hi = lo + ops[i].bytes;
+    for (size_t j = i + 1; j <= n; j++) {
+        if (j < n && ops[j].file == ops[i].file && ops[j].off <= hi + ((uint64_t)1 << 20)) {
+            if (ops[j].off + ops[j].bytes > hi)
+                hi = ops[j].off + ops[j].bytes;
+            continue;
+        }
+        posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_WILLNEED);
+        if (j == n || ops[j].file != ops[i].file)
+            return;
+        lo = ops[j].off, hi = lo + ops[j].bytes;
+    }
+}
 
 /* the end (exclusive) of the ops joined with ops[i]; *end: the span's last byte + 1 */
 static size_t span_of(const read_op *ops, size_t i, size_t n, uint64_t *end)
@@ -452,6 +471,8 @@ static int run_ops(const char *dir, json_t *m, read_op *ops, size_t n)
                          json_object_get(json_array_get(files, (size_t)cur), "name")));
             if (dl_path_open_input(p, "checkpoint shard", &fd))
                 rc = dl_error(DL_EINVAL, "%s: missing (%s)", p, dl_errmsg());
+            else
+                prefetch(fd, ops, i, k);
         }
         uint64_t end;
         j = span_of(ops, i, k, &end);
