@@ -1,11 +1,12 @@
 /* distlab-ckpt: a full-state checkpoint from the outside (docs/CHECKPOINTS.md): list what it
- * holds, verify every file's checksum, convert it to the parameter-only safetensors file that
+ * holds, verify every file's checksum and the state hash, convert it to the parameter-only safetensors file that
  * `distlab-train --save` writes and `--load` reads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "distlab.h"
 #include "io/ckdir.h"
+#include "io/ckdir_map.h"
 #include "cli.h"
 
 /* clang-format off */
@@ -14,7 +15,8 @@ static const char usage[] =
 "\n"
 "DIR is a checkpoint (DIR/manifest.json) or a directory of them (the newest complete one).\n"
 "  list     the step, model, dtype, layout, the files and the tensors\n"
-"  verify   every file's size and CRC32C against the manifest\n"
+"  verify   every file's size and CRC32C against the manifest, and the state hash recomputed\n"
+"           from the files' pieces against the manifest's (independent of the layout)\n"
 "  convert  the parameters, whole, as the safetensors file --save writes (bf16: fp32 masters)\n"
 "Exit status: 0 ok, 1 a damaged or unreadable checkpoint, 2 bad usage.\n";
 /* clang-format on */
@@ -124,10 +126,12 @@ int main(int argc, char **argv)
         rc = dl__ckd_open(dir, strcmp(cmd, "list") != 0, &m);
     if (rc == DL_OK && !strcmp(cmd, "list"))
         list(dir, m);
-    else if (rc == DL_OK && !strcmp(cmd, "verify"))
-        printf("%s: %zu file(s), sizes and CRC32C as the manifest says\n", dir,
-               json_array_size(json_object_get(m, "files")));
-    else if (rc == DL_OK)
+    else if (rc == DL_OK && !strcmp(cmd, "verify") && (rc = dl__ckd_hash_verify(dir, m)) == DL_OK) {
+        const char *h =
+            json_string_value(json_object_get(json_object_get(m, "state_hash"), "whole"));
+        printf("%s: %zu file(s), sizes and CRC32C as the manifest says; state hash %s\n", dir,
+               json_array_size(json_object_get(m, "files")), h ? h : "none (an older checkpoint)");
+    } else if (rc == DL_OK)
         rc = convert(dir, m, argv[3]);
     json_decref(m);
     if (rc) {

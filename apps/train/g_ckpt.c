@@ -65,7 +65,7 @@ static int given(const char *option, void *arg)
 }
 
 /* options that need --ckpt-dir; --resume takes what the command line omits from the manifest
- * and refuses a model, dtype or layout that differs */
+ * and refuses a model, dtype, batch or data that differs (another layout reshards) */
 static int check_full_state(tg_run *r)
 {
     const dl_train_ckpt *k = &r->o.ckpt;
@@ -264,7 +264,8 @@ static const tg_opt opts[] = {
 "  --save-at-end         with --ckpt-dir: a checkpoint after the last step\n"},
     {"resume", 1, p_resume,
 "  --resume DIR          continue from DIR (a step-N, or the newest under it), bit for bit;\n"
-"                        omitted options from it; --steps is the total\n"},
+"                        omitted options from it; --steps is the total; another layout\n"
+"                        (--dp --tp --pp --zero --schedule ...) reshards it, to rounding\n"},
     {0},
 };
 /* clang-format on */

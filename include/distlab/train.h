@@ -105,8 +105,9 @@ typedef struct dl_train_ckpt {
     int keep;                /* with dir: complete checkpoints kept, the newest (0: all) */
     int save_at_end;         /* with dir: one after the last step */
     const char *resume;      /* continue from this checkpoint directory, or the newest complete
-                              * one under it: the same layout, model and dtype (the steps before
-                              * it are not run; optim.steps stays the total) */
+                              * one under it: the same model, dtype and global batch, any layout
+                              * (resharded on load; the steps before it are not run;
+                              * optim.steps stays the total) */
 } dl_train_ckpt;
 
 /* The trace of every rank's events. */
@@ -309,9 +310,11 @@ void dl_train_request_stop(int sig);
 /* Options from a full-state checkpoint (path: a checkpoint, or a directory of them: the newest).
  * For each option the checkpoint records (the model, dtype, layout, batch, optimizer, data,
  * seed, the checkpoint schedule), named as distlab-train's option ("--d-model"; "beta1" for one it lacks): where
- * given(name, arg) is 0 it takes the checkpoint's value; where it is 1 and the values differ, a
- * model, dtype, layout, batch or data option is refused (DL_EINVAL, one line naming the option
- * and both values) and the others (the learning-rate schedule, --steps) keep the given value.
+ * given(name, arg) is 0 it takes the checkpoint's value (the micro-batch split only under the
+ * checkpoint's dp); where it is 1 and the values differ, a model, dtype, global batch or data
+ * option is refused (DL_EINVAL, one line naming the option and both values) and the others (the
+ * layout, which reshards, except the async pipeline's outside its --pp, --microbatches and
+ * --weight-stashing; the learning-rate schedule, --steps) keep the given value.
  * given NULL: every option counts as given (dl_train_run's check). With given, unless
  * given("--ckpt-dir"), ckpt.dir becomes the directory holding the checkpoint: the continued run
  * saves where the first one did. */

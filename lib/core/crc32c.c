@@ -1,4 +1,5 @@
-/* CRC32C (lib/core/crc32c.h): a byte table built once, or the CPU's crc32 instruction. */
+/* CRC32C (lib/core/crc32c.h): a byte table built once, or the CPU's crc32 instruction; the
+ * combination of two CRCs by polynomial arithmetic modulo the generator. */
 #include "config.h"
 #include <pthread.h>
 #include <string.h>
@@ -51,4 +52,33 @@ uint32_t dl__crc32c(uint32_t crc, const void *p, size_t n)
         return ~crc_hw(c, p, n);
 #endif
     return ~crc_table(c, p, n);
+}
+
+/* Polynomials over GF(2) modulo P, in the CRC's reflected order: bit 31 is x^0, bit 0 x^31. */
+static uint32_t mul_mod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t bit = 1u << 31; bit; bit >>= 1) { /* a's coefficients from x^0 up */
+        if (a & bit)
+            p ^= b;
+        b = b & 1 ? (b >> 1) ^ 0x82F63B78u : b >> 1; /* b *= x */
+    }
+    return p;
+}
+
+/* x^(8 n) mod P by squaring */
+static uint32_t x8n_mod(uint64_t n)
+{
+    uint32_t r = 1u << 31, sq = 1u << 23; /* x^0, x^8 */
+    for (; n; n >>= 1, sq = mul_mod(sq, sq))
+        if (n & 1)
+            r = mul_mod(r, sq);
+    return r;
+}
+
+uint32_t dl__crc32c_shift(uint32_t crc, uint64_t n) { return mul_mod(x8n_mod(n), crc); }
+
+uint32_t dl__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return dl__crc32c_shift(crc_a, len_b) ^ crc_b;
 }

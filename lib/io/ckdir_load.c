@@ -14,6 +14,7 @@
 #include "distlab.h"
 #include "core/crc32c.h"
 #include "io/ckdir.h"
+#include "io/ckdir_map.h"
 #include "io/ckpt_priv.h"
 #include "io/path.h"
 
@@ -199,8 +200,7 @@ json_t *dl__ckd_file_of(json_t *m, int rank)
     return NULL;
 }
 
-/* the header of an open shard: N and the parsed JSON */
-static json_t *read_header(int fd, const char *p, uint64_t *N, uint64_t size)
+json_t *dl__ckd_header(int fd, const char *p, uint64_t *N, uint64_t size)
 {
     unsigned char len[8];
     if (dl__ck_pread_all(fd, len, 8, 0))
@@ -298,7 +298,7 @@ int dl__ckd_read(const char *dir, const char *file, const char *name, const char
         return dl_error(DL_EINVAL, "%s: missing (%s)", p, dl_errmsg());
     struct stat sb;
     uint64_t N = 0;
-    json_t *hdr = fstat(fd, &sb) == 0 ? read_header(fd, p, &N, (uint64_t)sb.st_size) : NULL;
+    json_t *hdr = fstat(fd, &sb) == 0 ? dl__ckd_header(fd, p, &N, (uint64_t)sb.st_size) : NULL;
     int rc = hdr ? DL_OK : DL_EINVAL;
     json_t *t = json_object_get(hdr, name), *off = json_object_get(t, "data_offsets");
     const char *dt = json_string_value(json_object_get(t, "dtype"));

@@ -32,7 +32,8 @@ typedef struct ck_field {
     size_t off;              /* in dl_train_opts */
     char type;               /* i int, p pipeline stages (0 = 1), d double, u uint64, t dtype,
                               * s string or null */
-    int fixed;               /* a difference is refused */
+    int fixed;               /* 1: a difference is refused; 2: follows the layout (the
+                              * manifest's value is taken, when omitted, only under its dp) */
 } ck_field;
 
 #define F(opt, g, k, m, t, fx)                                                                     \
@@ -47,16 +48,16 @@ static const ck_field fields[] = {
     F("vocab", "model", "vocab", model.vocab, 'i', 1),
     F("--tie-embeddings", "model", "tie", model.tie, 'i', 1),
     F("--dtype", "precision", "dtype", precision.dtype, 't', 1),
-    F("--dp", "layout", "dp", layout.dp, 'i', 1),
-    F("--tp", "layout", "tp", layout.tp, 'i', 1),
-    F("--pp", "layout", "pp", layout.pp, 'p', 1),
-    F("--zero", "layout", "zero_stage", zero.stage, 'i', 1),
-    F("--schedule", "layout", "schedule", pipeline.schedule, 'i', 1),
-    F("--virtual-stages", "layout", "virtual_stages", pipeline.virtual_stages, 'i', 1),
-    F("--weight-stashing", "layout", "weight_stashing", pipeline.weight_stashing, 'i', 1),
+    F("--dp", "layout", "dp", layout.dp, 'i', 0),
+    F("--tp", "layout", "tp", layout.tp, 'i', 0),
+    F("--pp", "layout", "pp", layout.pp, 'p', 0),
+    F("--zero", "layout", "zero_stage", zero.stage, 'i', 0),
+    F("--schedule", "layout", "schedule", pipeline.schedule, 'i', 0),
+    F("--virtual-stages", "layout", "virtual_stages", pipeline.virtual_stages, 'i', 0),
+    F("--weight-stashing", "layout", "weight_stashing", pipeline.weight_stashing, 'i', 0),
     F("--global-batch", "batch", "global", batch.global, 'i', 1),
-    F("--micro-batch", "batch", "micro", batch.micro, 'i', 1),
-    F("--microbatches", "batch", "microbatches", batch.microbatches, 'i', 1),
+    F("--micro-batch", "batch", "micro", batch.micro, 'i', 2),
+    F("--microbatches", "batch", "microbatches", batch.microbatches, 'i', 2),
     F("--data", "data", "path", data.path, 's', 1),
     F("--data-seed", "data", "seed", data.seed, 'u', 1),
     F("--seed", "optim", "seed", optim.seed, 'u', 0),
@@ -145,6 +146,41 @@ static void field_text(json_t *v, char *b, size_t n)
 
 typedef int (*given_fn)(const char *option, void *arg);
 
+static int layout_int(json_t *m, const char *key)
+{
+    return (int)json_integer_value(json_object_get(json_object_get(m, "layout"), key));
+}
+
+/* the manifest's dp is this run's (the batch split follows it) */
+static int same_dp(json_t *m, const dl_train_opts *o)
+{
+    return layout_int(m, "dp") == o->layout.dp;
+}
+
+/* Another layout loads any checkpoint (train/state_reshard.c), except to or from the async
+ * pipeline: its updates after every micro-batch and its per-stage weight versions belong to its
+ * stages and micro-batches, so those must stay (dp, tp and ZeRO may change). */
+static int check_reshard(json_t *m, const char *dir, const dl_train_opts *o)
+{
+    int pp = o->layout.pp > 1 ? o->layout.pp : 1, async_was = 0, async_is = 0;
+    if (layout_int(m, "pp") > 1)
+        async_was = layout_int(m, "schedule") == DL_SCHED_ASYNC;
+    if (pp > 1)
+        async_is = o->pipeline.schedule == DL_SCHED_ASYNC;
+    if (!async_was && !async_is)
+        return DL_OK;
+    json_t *b = json_object_get(m, "batch");
+    if (async_was && async_is && layout_int(m, "pp") == pp &&
+        layout_int(m, "weight_stashing") == o->pipeline.weight_stashing &&
+        json_integer_value(json_object_get(b, "microbatches")) == o->batch.microbatches)
+        return DL_OK;
+    return dl_error(DL_EINVAL,
+                    "--resume: the checkpoint %s %s the async pipeline: its per-micro-batch "
+                    "updates and per-stage weight versions reshard only to the same --pp, "
+                    "--microbatches and --weight-stashing under --schedule async",
+                    dir, async_was ? "ran" : "would continue under");
+}
+
 /* Apply the manifest's options the command line omitted (given NULL: none) and check the rest. */
 static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn given, void *arg)
 {
@@ -159,16 +195,13 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn giv
         if (!want)
             rc = dl_error(DL_EINVAL, "--resume: %s/" DL_CKD_MANIFEST ": no %s.%s", dir, f->group,
                           f->key);
-        else if (!same && omitted)
+        else if (!same && omitted && (f->fixed != 2 || same_dp(m, o)))
             rc = field_set(f, grp, o);
-        else if (!same && f->fixed)
+        else if (!same && f->fixed == 1)
             rc = dl_error(DL_EINVAL,
                           "--resume: %s was %s in the checkpoint %s, this run gives %s: the %s "
-                          "cannot change on resume%s",
-                          f->opt, a, dir, b, f->group,
-                          strcmp(f->group, "layout") == 0
-                              ? " (resharding to another layout: part 2, issue 30)"
-                              : "");
+                          "cannot change on resume",
+                          f->opt, a, dir, b, f->group);
         if (rc < 0)
             rc = dl_error(DL_EINVAL, "--resume: %s/" DL_CKD_MANIFEST ": %s.%s is not valid", dir,
                           f->group, f->key);
@@ -176,7 +209,7 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn giv
         if (rc)
             return rc;
     }
-    return DL_OK;
+    return check_reshard(m, dir, o);
 }
 
 /* steps left to run after the checkpoint's */
@@ -260,6 +293,19 @@ static void warn_machine(const tr_run *R)
         fprintf(log, "warning: the checkpoint ran on the CPU '%s', this run on '%s'\n", cpu, here);
 }
 
+/* a line on the log when the layout differs from the checkpoint's */
+static void log_reshard(json_t *m, const dl_train_opts *o)
+{
+    int was[4] = {layout_int(m, "dp"), layout_int(m, "tp"), layout_int(m, "pp"),
+                  layout_int(m, "zero_stage")};
+    int is[4] = {o->layout.dp, o->layout.tp, o->layout.pp > 1 ? o->layout.pp : 1, o->zero.stage};
+    if (o->output.log && memcmp(was, is, sizeof was) != 0)
+        fprintf(o->output.log,
+                "resharding: the checkpoint's dp %d x tp %d x pp %d (ZeRO %d) loads into dp %d x "
+                "tp %d x pp %d (ZeRO %d)\n",
+                was[0], was[1], was[2], was[3], is[0], is[1], is[2], is[3]);
+}
+
 int tr_ckpt_prepare(tr_run *R)
 {
     const dl_train_opts *o = R->o;
@@ -274,6 +320,7 @@ int tr_ckpt_prepare(tr_run *R)
         return rc;
     if ((rc = check_left(m, R->resume_dir, o)))
         return rc;
+    log_reshard(m, o);
     R->start = (int)json_integer_value(json_object_get(m, "step"));
     R->skipped0 = (int)json_integer_value(json_object_get(m, "skipped_steps"));
     for (int i = 0; i < R->start; i++) R->loss[i] = R->val[i] = R->norm[i] = R->lr[i] = NAN;
@@ -446,8 +493,20 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     int writer = e->mesh->dp_rank == 0 || c->sh->zu->dp > 1;
     if (writer)
         rc = add_state(&sh, e, c, full, counters);
+    /* the layout-independent hash of the state (train/state_reshard.c): collective, every
+     * rank's status with it, so that all go on to save or none */
+    json_t *hash;
+    int hrc = tr_state_hash(e, c, ck, full, rc, &hash);
+    if (hrc) {
+        dl__ckd_shard_free(&sh);
+        if (owned)
+            free(full);
+        return hrc;
+    }
     /* a failed rank still takes part in the save's collectives, which report it */
     json_t *man = dl_comm_rank(ck) == 0 ? manifest(e, c, step, skipped) : NULL;
+    if (man)
+        json_object_set_new(man, "state_hash", hash);
     dl__ckd_save_args a = {.dir = o->ckpt.dir,
                            .step = step,
                            .keep = o->ckpt.keep,
@@ -465,70 +524,6 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     if (rc == DL_OK && e->rank == 0) {
         e->R->res->ckpt.saves++;
         e->R->res->ckpt.last_saved = step;
-    }
-    return rc;
-}
-
-/* ---- resume ---- */
-
-/* the file world rank `like`'s coordinates with dp rank dp wrote */
-static const char *file_at(json_t *m, int dp, int tp, int pp)
-{
-    json_t *files = json_object_get(m, "files"), *f;
-    size_t i;
-    json_array_foreach(files, i, f)
-    {
-        json_t *c = json_object_get(f, "dp_tp_pp");
-        if (json_integer_value(json_array_get(c, 0)) == dp &&
-            json_integer_value(json_array_get(c, 1)) == tp &&
-            json_integer_value(json_array_get(c, 2)) == pp)
-            return json_string_value(json_object_get(f, "name"));
-    }
-    return NULL;
-}
-
-int tr_ckpt_restore(tr_env *e, tr_comp *c)
-{
-    tr_run *R = e->R;
-    if (!R->resume)
-        return DL_OK;
-    const char *dir = R->resume_dir;
-    const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
-    const dl_zero_units *zu = c->sh->zu;
-    int es = e->pr.bf16 ? 4 : e->pr.dsize, cs = e->pr.csize, rc = DL_OK;
-    int tp = e->mesh->tp_rank, pp = e->mesh->pp_rank;
-    const char *pf = file_at(R->resume, 0, tp, pp),
-               *of = file_at(R->resume, zu->dp > 1 ? e->mesh->dp_rank : 0, tp, pp);
-    if (!pf || !of)
-        return dl_error(DL_EINVAL,
-                        "--resume: %s/" DL_CKD_MANIFEST " lists no file for dp %d tp %d "
-                        "pp %d",
-                        dir, zu->dp > 1 ? e->mesh->dp_rank : 0, tp, pp);
-    char *full = malloc(e->numel * (size_t)es + 64);
-    if (!full)
-        return dl_error(DL_ENOMEM, "--resume: out of host memory");
-    for (int k = 0; rc == DL_OK && k < l->ntensors; k++) {
-        const dl_tensor_info *t = &l->t[k];
-        rc = dl__ckd_read(dir, pf, t->name, st_dtype(es), full + t->offset * (size_t)es,
-                          t->numel * (size_t)es);
-    }
-    if (rc == DL_OK)
-        tr_import(c, full);
-    free(full);
-    int64_t counters[2];
-    dl__test_hook *h = dl__test_hook_get();
-    if (h && h->ckpt_skip_moments)
-        return rc;
-    if (rc == DL_OK)
-        rc = dl__ckd_read(dir, of, "optim.exp_avg", st_dtype(cs), c->opt.m, zu->shard * (size_t)cs);
-    if (rc == DL_OK)
-        rc = dl__ckd_read(dir, of, "optim.exp_avg_sq", st_dtype(cs), c->opt.v,
-                          zu->shard * (size_t)cs);
-    if (rc == DL_OK)
-        rc = dl__ckd_read(dir, of, "state.adam_step_and_version", "I64", counters, sizeof counters);
-    if (rc == DL_OK) {
-        c->opt.t = (int)counters[0];
-        tr_counter(c, &counters[1], 1);
     }
     return rc;
 }

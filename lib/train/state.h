@@ -3,6 +3,7 @@
  * its counters), the manifest's fields, the resume, the stop request. */
 #ifndef DISTLAB_TRAIN_STATE_H
 #define DISTLAB_TRAIN_STATE_H
+#include <jansson.h>
 #include "parallel/module.h"
 #include "train/compose.h"
 
@@ -12,9 +13,16 @@
 int tr_ckpt_prepare(tr_run *R);
 void tr_ckpt_close(tr_run *R);
 
-/* Each rank after tr_setup, when resuming: its parameters, moments, Adam step and counters from
- * the files its coordinates wrote. */
+/* Each rank after tr_setup, when resuming, under any layout (train/state_reshard.c): its
+ * parameters and moments from the byte ranges of the checkpoint's files that hold them, Adam's
+ * step and the counters; then the state hash of what every rank loaded against the manifest's
+ * (collective over the world: DL_EINVAL naming the tensor when it differs). */
 int tr_ckpt_restore(tr_env *e, tr_comp *c);
+/* Collective over comm: the layout-independent state hash of the ranks' parameters (params: the
+ * rank's flat buffer in the export type) and moments; st, this rank's status so far, goes round
+ * with it (any rank's failure: every rank returns one). Rank 0 of comm: *out, the manifest's
+ * "state_hash" (docs/CHECKPOINTS.md); others NULL. */
+int tr_state_hash(tr_env *e, tr_comp *c, dl_comm *comm, const void *params, int st, json_t **out);
 
 /* Each rank at a step boundary (ck: its checkpoint communicator, a split of the world so that
  * the saves' traffic stays out of the step's figures): the agreed stop request (0: none). */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# distlab-bench gemm / stream / overlap / contention (and scaling, overhead, pipeline below): each runs in --quick mode and exits 0, its --csv and
+# distlab-bench gemm / stream / overlap / contention (and scaling, overhead, pipeline, ckpt load below): each runs in --quick mode and exits 0, its --csv and
 # --json output parse (python3 when present), bad options exit 2 with one line on stderr, --plot
 # writes its data and script, and the harness's arithmetic (contention factor, hidden fraction)
 # holds on synthetic timings (`distlab-bench selftest`, which exits 1 on any mismatch).
@@ -252,9 +252,32 @@ for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatch
   [ -s "$TMP/out" ] && fail "pipeline $bad: wrote to stdout"
 done
 
+# ckpt load: a 1 MiB checkpoint read whole and by tp 2's ranks against dd; its JSON parses, the
+# bytes are the state's (one rank: 3 x 4 bytes a parameter); no timing assertions
+run "ckpt load json" 0 ckpt load --mib 1 --trials 1 --json --dir "$TMP"
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "ckpt load: JSON does not parse or is inconsistent"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["type"] for r in recs] == ["config"] + ["row"] * 4 + ["summary"], recs
+assert recs[-1]["status"] == "ok" and all(r["subcommand"] == "ckpt" for r in recs)
+rows = recs[1:-1]
+assert [(r["reader"], r["cache"]) for r in rows] == [("one rank (whole model)", "cold"),
+    ("tp 2 (rank by rank)", "cold"), ("one rank (whole model)", "warm"), ("tp 2 (rank by rank)", "warm")]
+assert rows[0]["bytes"] % 12 == 0 and rows[1]["bytes"] > rows[0]["bytes"]  # tp replicas read twice
+for r in rows: assert r["seconds"] > 0 and r["gbs"] > 0 and r["dd_gbs"] > 0
+PY
+fi
+[ -z "$(find "$TMP" -name 'distlab-bench-ckpt.*')" ] || fail "ckpt load: its checkpoint was left"
+for bad in "--bogus" "--mib 0" "--csv --json"; do
+  # shellcheck disable=SC2086
+  run "ckpt load $bad" 2 ckpt load $bad
+done
+run "ckpt no side" 2 ckpt
+
 # the help lists the new subcommands
 run "help" 0 --help
-for sub in gemm stream overlap contention scaling overhead pipeline; do
+for sub in gemm stream overlap contention scaling overhead pipeline ckpt; do
   grep -q "^  $sub " "$TMP/out" || fail "--help does not list $sub"
 done
 

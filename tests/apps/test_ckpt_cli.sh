@@ -3,7 +3,8 @@
 # and SIGTERM during training finish the step, write a checkpoint and exit 130 / 143; --resume
 # continues to the same last loss as the uninterrupted run; a second signal exits at once and
 # leaves only complete checkpoints (the next save removes the temporary); --load takes the
-# file's shape when none is given; distlab-ckpt converts, lists, verifies; the options refused
+# file's shape when none is given; --resume under another layout; distlab-ckpt converts, lists,
+# verifies (checksums and the state hash); the options refused
 # without --ckpt-dir or against the checkpoint exit 2 with one line.
 # A signal is sent once the run has printed a step (the event, not a delay, orders the test); a
 # run that ended before it would fail on its exit status (20000 steps take a minute).
@@ -88,6 +89,10 @@ run_cmd "list" 0 "$CKPT" list "$TMP/conv"
 has "list" "layout: dp 2 x tp 2 x pp 1, ZeRO stage 1"
 has "list" "file rank-00003.safetensors"
 run_cmd "verify" 0 "$CKPT" verify "$TMP/conv"
+has "verify" "state hash"
+# resharded: the dp 2 x tp 2 ZeRO-1 checkpoint continues on tp 2 alone (the hash checked on load)
+run "resume resharded" 0 --resume "$TMP/conv" --dp 1 --steps 4 --ckpt-dir "$TMP/resh"
+has "resume resharded" "resumed from step 3"
 f=$(find "$TMP/conv" -name rank-00001.safetensors)
 printf 'X' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
 run_cmd "verify damaged" 1 "$CKPT" verify "$TMP/conv"
@@ -101,6 +106,6 @@ grep -q "did you mean '--help'" "$TMP/err" || fail "ckpt did-you-mean: $(cat "$T
 refused "save-every alone" "need --ckpt-dir" --save-every 5
 refused "resume and load" "not with --load" --resume "$TMP/INT" --load x
 refused "resume other model" "--d-model was 32" --resume "$TMP/INT" --d-model 64
-refused "resume other layout" "resharding" --resume "$TMP/INT" --dp 1
+refused "resume other batch" "--global-batch was" --resume "$TMP/INT" --global-batch 64
 refused "resume nothing" "no complete checkpoint" --resume "$TMP"
 finish

@@ -369,10 +369,9 @@ START_TEST(damaged)
     c = r;
     c.precision.dtype = DL_F64;
     refused(c, dir, ck, "--dtype");
-    c = r;
-    c.layout.dp = 1;
+    c = r; /* the global batch (the data position), unlike the layout, cannot change */
     c.batch.microbatches = 4;
-    refused(c, dir, ck, "resharding");
+    refused(c, dir, ck, "--global-batch");
     /* the intact checkpoint still resumes */
     ck_assert_msg(dl_train_run(&r, &a) == DL_OK, "%s", dl_errmsg());
     dl_train_result_free(&a);
