@@ -150,7 +150,7 @@ static int selftest(FILE *f)
     /* the lecture's numbers through the schedules' own formula and simulator */
     dl_sched *s = NULL;
     dl_sched_sim *sim = NULL;
-    dl_sched_costs k = {2, 4, 0};
+    dl_sched_costs k = {2, 4, 0, -1};
     CHECK(dl_sched_gpipe(4, 8, &s) == DL_OK && dl_sched_simulate(s, &k, &sim) == DL_OK);
     if (sim) {
         CHECK(fabs(dl_sched_bubble_formula(s) - 3.0 / 11.0) < 1e-12);
@@ -980,9 +980,9 @@ int bench_pipeline_main(int argc, char **argv)
                     continue;
                 }
                 dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / o.v,
-                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0};
+                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0, -1};
                 if (!(k.f > 0 || k.b > 0))
-                    k = (dl_sched_costs){1, 2, 0};
+                    k = (dl_sched_costs){1, 2, 0, -1};
                 rc = dl_sched_simulate(s, &k, &sim);
                 if (rc != DL_OK) {
                     cli_error("pipeline: %s", dl_errmsg());

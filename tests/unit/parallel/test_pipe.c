@@ -19,7 +19,8 @@
 #define HCOUNT 6000 /* elements per hand-off: rendezvous-sized */
 
 typedef struct hand_rank {
-    int p, v, stage, wrong, fwd, bwd, sleep_ms;
+    int p, v, stage, wrong, fwd, bwd, wgt, sleep_ms;
+    const dl_sched *s;    /* its placement names each chunk's virtual stage */
     dl__test_hook *watch; /* with sleep_ms: sleep only once a sender sleeps on a channel */
     dl_pipe_stats st;
     double in[HCOUNT], out[HCOUNT], gin[HCOUNT], gout[HCOUNT];
@@ -50,7 +51,7 @@ static void *h_bwd_in(void *arg, int mb, int ch)
 static int h_fwd(void *arg, int mb, int ch, const void **out)
 {
     hand_rank *h = arg;
-    int vs = ch * h->p + h->stage;
+    int vs = h->s->vstage[h->stage * h->v + ch];
     if (vs > 0 && (h->in[0] != code(mb, vs - 1, 0, 0) ||
                    h->in[HCOUNT - 1] != code(mb, vs - 1, 0, HCOUNT - 1)))
         h->wrong++;
@@ -63,7 +64,7 @@ static int h_fwd(void *arg, int mb, int ch, const void **out)
 static int h_bwd(void *arg, int mb, int ch, const void **din)
 {
     hand_rank *h = arg;
-    int vs = ch * h->p + h->stage, last = h->p * h->v - 1;
+    int vs = h->s->vstage[h->stage * h->v + ch], last = h->p * h->v - 1;
     if (vs < last && (h->gin[0] != code(mb, vs + 1, 1, 0) ||
                       h->gin[HCOUNT - 1] != code(mb, vs + 1, 1, HCOUNT - 1)))
         h->wrong++;
@@ -79,15 +80,29 @@ static int h_bwd(void *arg, int mb, int ch, const void **din)
     return DL_OK;
 }
 
+/* W: no hand-off, only counted (after its I: the validator's order, checked again here) */
+static int h_wgt(void *arg, int mb, int ch)
+{
+    hand_rank *h = arg;
+    (void)mb, (void)ch;
+    h->wgt++;
+    if (h->wgt > h->bwd)
+        h->wrong++;
+    return DL_OK;
+}
+
 static int hand_fn(dl_ctx *ctx, void *argp)
 {
     hand_arg *a = argp;
     int r = dl_ctx_rank(ctx);
     hand_rank *h = &a->r[r];
-    h->p = a->s->p, h->v = a->s->v, h->stage = r;
+    h->p = a->s->p, h->v = a->s->v, h->stage = r, h->s = a->s;
     dl_pipe *e;
     int rc = dl_pipe_create(dl_ctx_comm(ctx), HCOUNT, DL_F64, dl_ctx_arena(ctx), &e);
     dl_pipe_ops ops = {h_fwd_in, h_fwd, h_bwd_in, h_bwd, NULL};
+    dl_pipe_split_ops split = {h_bwd, h_wgt};
+    if (rc == DL_OK)
+        dl_pipe_set_split(e, &split);
     for (int step = 1; rc == DL_OK && step <= 2; step++)
         rc = dl_pipe_run(e, a->s, &ops, h, step, NULL, 0, &h->st);
     dl_pipe_destroy(e);
@@ -107,6 +122,7 @@ static void check_handoffs(dl_sched *s)
         ck_assert_msg(a->r[r].wrong == 0, "stage %d received %d wrong hand-offs", r, a->r[r].wrong);
         ck_assert_int_eq(a->r[r].fwd, 2 * s->m * s->v);
         ck_assert_int_eq(a->r[r].bwd, 2 * s->m * s->v);
+        ck_assert_int_eq(a->r[r].wgt, dl_sched_splits(s, r) ? 2 * s->m * s->v : 0);
     }
     free(a);
     dl_sched_free(s);
@@ -163,6 +179,18 @@ START_TEST(engine_handoffs)
     ck_assert(dl_sched_interleaved(4, 8, 2, &s) == DL_OK);
     check_handoffs(s);
     ck_assert(dl_sched_async(4, 8, 1, &s) == DL_OK);
+    check_handoffs(s);
+    /* split backwards; ZB-V's V placement, whose turn (virtual stage p-1 to p) stays on the
+     * last stage and whose first and last virtual stages share stage 0 */
+    ck_assert(dl_sched_1f1b_split(4, 6, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_h1(4, 8, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_h2(3, 5, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_v(4, 8, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_v(2, 3, &s) == DL_OK);
     check_handoffs(s);
 }
 END_TEST
