@@ -183,7 +183,11 @@ static const tg_opt opts[] = {
 "  --schedule NAME       gpipe (default), 1f1b, interleaved (--virtual-stages v chunks per\n"
 "                        stage; layers divisible by pp x v, m a multiple of pp), async\n"
 "                        (PipeDream: each stage updates after every backward, no flush), or\n"
-"                        naive (one micro-batch at a time: F, B, update)\n"},
+"                        naive (one micro-batch at a time: F, B, update); split backward\n"
+"                        (input gradient I, weight gradient W later): 1f1b-split, zb-h1\n"
+"                        (Zero Bubble H1, 1F1B's memory), zb-h2 (about twice the\n"
+"                        activations), zb-v (two chunks a stage in a V, layers >= 2 pp);\n"
+"                        these refuse --recompute full\n"},
     {"virtual-stages", 1, p_virt,
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"},
     {"weight-stashing", 0, p_stash,

@@ -283,7 +283,7 @@ static int run_wgrad(const dl_pipe *e, void *arg, const dl_sched_action *a, int 
     int rc = e->split->bwd_weight(arg, a->mb, a->chunk);
     uint64_t t1 = dl_now_ns();
     st->busy_ns += t1 - t0;
-    dl_trace_add(trace, trace_rank, DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
+    dl_trace_add(trace, trace_rank, DL_TR_WGT, step, a->mb, a->chunk, t0, t1);
     return rc;
 }
 

@@ -164,7 +164,8 @@ static char *trace_timeline(const dl_trace *t, int step, int nranks)
                 w0 = e->t0 < w0 ? e->t0 : w0;
                 w1 = e->t1 > w1 ? e->t1 : w1;
             }
-            if ((e->kind == DL_TR_FWD || e->kind == DL_TR_BWD) && e->t1 > e->t0 &&
+            if ((e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_WGT) &&
+                e->t1 > e->t0 &&
                 e->t1 - e->t0 < unit)
                 unit = e->t1 - e->t0;
         }

@@ -1,8 +1,8 @@
 /* The pipeline engine and pipelined training:
  *  - the engine hands every activation and gradient to the right virtual stage, in every
  *    schedule (values encode their origin and are checked at the receiver);
- *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved; with dp and tp; tied
- *    embeddings) trains exactly the model one rank trains, within the rounding bounds of
+ *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved, 1F1B-split, ZB-H1,
+ *    ZB-H2, ZB-V; with dp and tp, ZeRO; tied embeddings) trains exactly the model one rank trains, within the rounding bounds of
  *    lib/train/compare.h (f64 and f32), and negative controls fail them;
  *  - asynchronous PipeDream: with weight stashing every backward uses its forward's weights,
  *    without the gap is p - s (1-based s);
@@ -306,6 +306,51 @@ END_TEST
 START_TEST(pp_f32) { equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F32)); }
 END_TEST
 
+/* the zero-bubble schedules: split backward, W deferred, ZB-V's V placement (the embeddings
+ * and the head both on stage 0) */
+static const struct {
+    int p, m, sched, layers;
+} ZB_CASES[] = {
+    {2, 4, DL_SCHED_ZB_V, 4}, {4, 8, DL_SCHED_ZB_H1, 4},      {2, 4, DL_SCHED_ZB_H2, 4},
+    {4, 8, DL_SCHED_ZB_V, 8}, {2, 4, DL_SCHED_1F1B_SPLIT, 4}, {4, 8, DL_SCHED_ZB_H2, 4},
+    {3, 5, DL_SCHED_ZB_V, 6},
+};
+#define NZB (int)(sizeof ZB_CASES / sizeof ZB_CASES[0])
+
+START_TEST(zb_f64)
+{
+    dl_train_opts o = base(ZB_CASES[_i].p, ZB_CASES[_i].m, ZB_CASES[_i].sched, DL_F64);
+    o.model.layers = ZB_CASES[_i].layers;
+    equals_one_rank(o);
+}
+END_TEST
+
+/* with dp x tp, ZeRO 1-3 (the gradients reduced after the engine, so after every W) and tied
+ * embeddings (ZB-V: both ends on one stage, nothing to exchange; ZB-H1: the two stages') */
+START_TEST(zb_compose_f64)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_ZB_H1, DL_F64);
+    o.layout.dp = 2;
+    o.layout.tp = 2;
+    o.model.layers = 2;
+    equals_one_rank(o);
+    for (int z = 1; z <= 3; z++) {
+        if (DL_TEST_SMALL && z != 3)
+            continue;
+        o = base(2, 2, z == 2 ? DL_SCHED_ZB_H2 : DL_SCHED_ZB_V, DL_F64);
+        o.layout.dp = 2;
+        o.zero.stage = z;
+        equals_one_rank(o);
+    }
+    int tied[] = {DL_SCHED_ZB_V, DL_SCHED_ZB_H1};
+    for (int k = 0; k < 2; k++) {
+        o = base(2, 4, tied[k], DL_F64);
+        o.model.tie = 1;
+        equals_one_rank(o);
+    }
+}
+END_TEST
+
 START_TEST(pp_interleaved4_f64)
 {
     dl_train_opts o = base(4, 4, DL_SCHED_INTERLEAVED, DL_F64);
@@ -494,6 +539,18 @@ START_TEST(bad_configs)
     o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
     ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank count"));
+    /* split backwards refuse full recomputation by name; ZB-V needs two layers a stage */
+    o = base(2, 4, DL_SCHED_ZB_H1, DL_F32);
+    o.precision.recompute = DL_RECOMPUTE_FULL;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--recompute full does not combine with --schedule "
+                                              "zb-h1"));
+    o = base(4, 4, DL_SCHED_ZB_V, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "needs at least 8 layers"));
+    o = base(2, 4, DL_SCHED_ZB_V, DL_F32);
+    o.pipeline.virtual_stages = 3;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
 }
 END_TEST
 
@@ -509,6 +566,8 @@ int main(void)
     tcase_add_loop_test(tc, pp_f64, 0, DL_TEST_SMALL ? 3 : NCASES);
     tcase_add_loop_test(tc, pp_f32, 0, DL_TEST_SMALL ? 1 : 4);
     tcase_add_test(tc, pp_tied_f64);
+    tcase_add_loop_test(tc, zb_f64, 0, DL_TEST_SMALL ? 3 : NZB);
+    tcase_add_test(tc, zb_compose_f64);
     tcase_add_test(tc, controls);
     tcase_add_test(tc, pp_zero3_f64);
     tcase_add_test(tc, pp_bf16_same_as_dp);
