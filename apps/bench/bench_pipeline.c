@@ -52,7 +52,7 @@ typedef struct pcfg {
     long timer_slack_ns;    /* per rank thread (prctl); 0: leave the system's default (50 us) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
     int layers, d_model, seq, micro_batch; /* --work model */
-    const char *trace, *plot_bubbles, *show;
+    const char *trace, *plot_bubbles, *show, *write_sched;
     int show_sched, show_p, show_m;
     int selftest;
     bu_common o;
@@ -224,6 +224,9 @@ static void usage(FILE *f)
 "  --show SCHED:P:M     the configuration --trace and --plot show (default: 1f1b, or the first\n"
 "                       schedule, with the largest p and m swept)\n"
 "  --trace FILE         Chrome trace JSON (Perfetto) of that configuration's steps\n"
+"  --write-schedule FILE\n"
+"                       that configuration's schedule in torch.distributed.pipelining's CSV\n"
+"                       form (a row per rank; distlab-train --schedule-file reads it)\n"
 "  --plot FILE          FILE.svg or FILE.png: that configuration's last step as a measured\n"
 "                       Gantt chart, one row per stage (sleep and spin; gnuplot)\n"
 "  --plot-bubbles FILE  FILE.svg or FILE.png: measured, simulated and lecture bubble per\n"
@@ -261,7 +264,8 @@ static int parse(int argc, char **argv, pcfg *c)
         O_PLOTB,
         O_SELF,
         O_WAIT,
-        O_WGRAD
+        O_WGRAD,
+        O_WSCHED
     };
     static const struct option lo[] = {{"schedules", required_argument, NULL, O_SCHED},
                                        {"stages", required_argument, NULL, O_STAGES},
@@ -285,6 +289,7 @@ static int parse(int argc, char **argv, pcfg *c)
                                        {"selftest", no_argument, NULL, O_SELF},
                                        {"wait-mode", required_argument, NULL, O_WAIT},
                                        {"wgrad-ms", required_argument, NULL, O_WGRAD},
+                                       {"write-schedule", required_argument, NULL, O_WSCHED},
                                        BU_LONGOPTS_END};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
@@ -334,6 +339,11 @@ static int parse(int argc, char **argv, pcfg *c)
             break;
         case O_BWD:
             if (cli_parse_double("--bwd-ms", optarg, 0, 1e5, &c->bwd_ms))
+                return -1;
+            break;
+        case O_WSCHED:
+            c->write_sched = optarg;
+            if (cli_check_output("--write-schedule", optarg))
                 return -1;
             break;
         case O_WGRAD:
@@ -1096,6 +1106,10 @@ int bench_pipeline_main(int argc, char **argv)
                             "WARNING: --work spin with more stages than cores measures the cores' "
                             "sharing, not the schedule; use --work sleep");
                     warned = 1;
+                }
+                if (shown && c.write_sched && dl_sched_save_csv(s, c.write_sched) != DL_OK) {
+                    cli_error("pipeline: --write-schedule: %s", dl_errmsg());
+                    status = CLI_EXIT_FAIL;
                 }
                 if (c.work == WORK_MODEL) {
                     rc = run_model(&c, &o, shown ? c.trace : NULL);

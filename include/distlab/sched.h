@@ -182,6 +182,38 @@ int dl_sched_validate(const dl_sched *s);
  * one in brackets ("  stage 1: ... F3 I2 [W4] F5 ..."): what the validator's messages append. */
 void dl_sched_context(const dl_sched *s, int stage, int i, char *buf, size_t cap);
 
+/* dl_sched_validate that also says where: *stage and *index (may be NULL) receive the offending
+ * action's position, or -1 when the refusal names no action (a missing one, the sizes). */
+int dl_sched_check(const dl_sched *s, int *stage, int *index);
+
+/* ---- torch.distributed.pipelining's CSV form ---------------------------------------------- */
+
+/* One row per rank, its cells that rank's actions in order (an empty cell: an idle slot of the
+ * file's grid); an action is [global virtual stage][type][micro-batch] ("2F0", "1I3", "0W5"),
+ * type F, I (input gradient), W (weight gradient) or B (full backward); the stages in a rank's row
+ * are its chunks, in increasing order (the placement). Older files used B for the input gradient
+ * and BW for the full backward: DL_SCHED_LETTERS_AUTO takes the older letters when the file has a
+ * BW, or a B and a W of the same (stage, micro-batch), and no I and no OVERLAP_F_B.
+ * "(aFx;bBy)OVERLAP_F_B" runs as the two actions in order; communication actions (SEND_F,
+ * RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, the micro-batch optional) are accepted
+ * and ignored (the engine posts its own transfers; *note says how many, "" when none).
+ * m is the largest micro-batch + 1, p the rows; every rank ends with the flush's OPT; mem_limit
+ * > 0 sets every stage's memory limit. The schedule is validated: a refusal (DL_EINVAL) names the
+ * row, the cell and the reason ("schedule file: row 2, cell 5 ('1W3'): weight gradient before
+ * its input gradient ..."), rows and cells counted from 1. */
+enum { DL_SCHED_LETTERS_AUTO = 0, DL_SCHED_LETTERS_NEW = 1, DL_SCHED_LETTERS_OLD = 2 };
+int dl_sched_parse_csv(const char *text, size_t len, int letters, int mem_limit, dl_sched **out,
+                       char *note, size_t notecap);
+/* The same from a file (at most 64 MiB); messages start with the path. */
+int dl_sched_load_csv(const char *path, int letters, int mem_limit, dl_sched **out, char *note,
+                      size_t notecap);
+/* A flush schedule in that form with the newer letters, one line per rank (OPT left out: the
+ * form has none); parse_csv gives back the same actions and placement. *out is malloc'd.
+ * DL_EINVAL for an invalid schedule, or one with optimizer steps inside the step or token
+ * chunks (async, TeraPipe). */
+int dl_sched_write_csv(const dl_sched *s, char **out);
+int dl_sched_save_csv(const dl_sched *s, const char *path);
+
 /* ---- simulation -------------------------------------------------------------------------- */
 
 typedef struct dl_sched_costs {

@@ -251,7 +251,8 @@ int dl_trace_bubble(const dl_trace *t, int rank, int step, double *bubble, doubl
     if (rc)
         return rc;
     const rank_buf *b = &t->r[rank];
-    uint64_t busy = total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_WGT), w0, w1, v));
+    uint64_t busy =
+        total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_WGT), w0, w1, v));
     free(v);
     double wall = (double)(w1 - w0);
     if (busy_ns)
@@ -359,7 +360,8 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
             /* W in a colour of its own (Chrome's reserved colour names; Perfetto colours by
              * name) */
             fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",%s\"ph\":\"X\",\"ts\":", nm,
-                    dl_trace_kind_name(e->kind), e->kind == DL_TR_WGT ? "\"cname\":\"olive\"," : "");
+                    dl_trace_kind_name(e->kind),
+                    e->kind == DL_TR_WGT ? "\"cname\":\"olive\"," : "");
             us3(f, e->t0 - base);
             fputs(",\"dur\":", f);
             us3(f, dur);

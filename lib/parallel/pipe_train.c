@@ -4,6 +4,7 @@
  * weight stashing, the parameters each forward used) and accumulate the last stage's loss.
  * Flush schedules reduce the gradients after the engine (stage by stage, not overlapped with the
  * backward); async (PipeDream) updates the stage after every micro-batch, inside the engine. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "parallel/pipe_train.h"
@@ -247,6 +248,9 @@ void tr_pipe_kind_list(char *buf, size_t n)
 
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 {
+    if (o->pipeline.schedule_file)
+        return dl_sched_load_csv(o->pipeline.schedule_file, o->pipeline.schedule_letters,
+                                 o->pipeline.schedule_mem_limit, out, NULL, 0);
     for (int i = 0; i < NSCHEDULES; i++)
         if ((int)schedules[i].kind == o->pipeline.schedule)
             return schedules[i].make(o, out);
@@ -254,11 +258,52 @@ int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
                     dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule));
 }
 
+/* A split backward with full recomputation is refused by name (the model would recompute each
+ * layer for W again). */
+static int refuse_recompute(const char *what)
+{
+    return dl_error(DL_EINVAL,
+                    "--recompute full does not combine with %s: its deferred weight gradient "
+                    "would recompute each layer again (use --recompute none)",
+                    what);
+}
+
+/* --schedule-file: the file's schedule decides p, m and v (checked against the options). */
+static int resolve_file(dl_train_opts *o)
+{
+    dl_sched *s = NULL;
+    int p = o->layout.pp, rc = tr_pipe_make_sched(o, &s);
+    if (rc)
+        return rc;
+    if (s->p != p)
+        rc = dl_error(DL_EINVAL, "schedule file %s has %d rows (ranks) for pp %d",
+                      o->pipeline.schedule_file, s->p, p);
+    else if (s->m != o->batch.microbatches)
+        rc = dl_error(DL_EINVAL,
+                      "schedule file %s runs %d micro-batches: use --microbatches %d (got %d)",
+                      o->pipeline.schedule_file, s->m, s->m, o->batch.microbatches);
+    else if (s->v > DL_GPT_MAX_CHUNKS || p * s->v > o->model.layers)
+        rc = dl_error(DL_EINVAL,
+                      "schedule file %s: %d stages need at least as many layers (got %d; at "
+                      "most %d chunks a rank)",
+                      o->pipeline.schedule_file, p * s->v, o->model.layers, DL_GPT_MAX_CHUNKS);
+    else if (dl_sched_splits(s, -1) && o->precision.recompute == DL_RECOMPUTE_FULL)
+        rc = refuse_recompute("a schedule file with split backwards (I, W)");
+    else if (o->model.tie && o->zero.stage)
+        rc = dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
+    o->pipeline.schedule = DL_SCHED_CUSTOM;
+    o->pipeline.virtual_stages = s->v;
+    dl_sched_free(s);
+    return rc;
+}
+
 /* The pipeline's part of the configuration, after the batch sizes are known (modules.def:
  * dl_train_resolve calls it). */
 int tr_pipe_resolve(dl_train_opts *o)
 {
     int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    if (o->pipeline.schedule_file)
+        return resolve_file(o);
     if (o->pipeline.schedule == DL_SCHED_CUSTOM)
         o->pipeline.schedule = DL_SCHED_GPIPE;
     int k = o->pipeline.schedule;
@@ -288,11 +333,11 @@ int tr_pipe_resolve(dl_train_opts *o)
     if (zbv && p < 2)
         return dl_error(DL_EINVAL, "the zb-v schedule needs pp >= 2 (its V spans two stages)");
     int split = k >= DL_SCHED_1F1B_SPLIT && k <= DL_SCHED_ZB_V;
-    if (split && p > 1 && o->precision.recompute == DL_RECOMPUTE_FULL)
-        return dl_error(DL_EINVAL,
-                        "--recompute full does not combine with --schedule %s: its deferred "
-                        "weight gradient would recompute each layer again (use --recompute none)",
-                        dl_sched_kind_name((dl_sched_kind)k));
+    if (split && p > 1 && o->precision.recompute == DL_RECOMPUTE_FULL) {
+        char what[64];
+        snprintf(what, sizeof what, "--schedule %s", dl_sched_kind_name((dl_sched_kind)k));
+        return refuse_recompute(what);
+    }
     if (v > DL_GPT_MAX_CHUNKS)
         return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
     if (k == DL_SCHED_INTERLEAVED) {

@@ -395,18 +395,26 @@ static int with_context(const dl_sched *s, int q, int i, int st)
     return dl_error(st, "%s\n%s", msg, ctx);
 }
 
-int dl_sched_validate(const dl_sched *s)
+int dl_sched_check(const dl_sched *s, int *stage, int *index)
 {
     index_t ix;
     int st = check_structure(s, &ix), bad[2] = {-1, -1};
-    if (st != DL_OK)
-        return with_context(s, ix.bq, ix.bi, st);
-    dl_sched_costs c;
-    dl_sched_costs_init(&c);
-    st = execute(s, &ix, &c, NULL, NULL, bad);
-    free(ix.pos);
+    if (st != DL_OK) {
+        bad[0] = ix.bq, bad[1] = ix.bi;
+    } else {
+        dl_sched_costs c;
+        dl_sched_costs_init(&c);
+        st = execute(s, &ix, &c, NULL, NULL, bad);
+        free(ix.pos);
+    }
+    if (stage)
+        *stage = st ? bad[0] : -1;
+    if (index)
+        *index = st ? bad[1] : -1;
     return with_context(s, bad[0], bad[1], st);
 }
+
+int dl_sched_validate(const dl_sched *s) { return dl_sched_check(s, NULL, NULL); }
 
 void dl_sched_context(const dl_sched *s, int stage, int i, char *buf, size_t cap)
 {

@@ -603,6 +603,146 @@ START_TEST(t_placement)
 }
 END_TEST
 
+/* ---- torch.distributed.pipelining's CSV form ---------------------------------------------- */
+
+static int same_sched(const dl_sched *a, const dl_sched *b)
+{
+    if (a->p != b->p || a->m != b->m || a->v != b->v ||
+        memcmp(a->vstage, b->vstage, sizeof(int) * (size_t)a->p * a->v))
+        return 0;
+    for (int q = 0; q < a->p; q++)
+        if (a->len[q] != b->len[q] ||
+            memcmp(a->act[q], b->act[q], sizeof(dl_sched_action) * (size_t)a->len[q]))
+            return 0;
+    return 1;
+}
+
+static dl_sched *csv_ok(const char *text, int letters, char *note, size_t cap)
+{
+    dl_sched *s = NULL;
+    ck_assert_msg(dl_sched_parse_csv(text, strlen(text), letters, 0, &s, note, cap) == DL_OK,
+                  "%s: %s", text, dl_errmsg());
+    return s;
+}
+
+#define ck_csv_refuses(text, ...)                                                                  \
+    do {                                                                                           \
+        dl_sched *s_ = (dl_sched *)1;                                                              \
+        ck_assert_int_eq(dl_sched_parse_csv(text, strlen(text), 0, 0, &s_, NULL, 0), DL_EINVAL);   \
+        ck_assert(s_ == NULL);                                                                     \
+        const char *want_[] = {__VA_ARGS__};                                                       \
+        for (size_t w_ = 0; w_ < sizeof want_ / sizeof want_[0]; w_++)                             \
+            ck_assert_msg(strstr(dl_errmsg(), want_[w_]) != NULL, "message '%s' lacks '%s'",       \
+                          dl_errmsg(), want_[w_]);                                                 \
+    } while (0)
+
+/* Every flush schedule written and read back is the same schedule (actions, placement); the text
+ * of ZB-V p 2 starts as the form says: stage numbers are global (rank 0 holds 0 and 3). */
+START_TEST(t_csv_round_trip)
+{
+    dl_sched *all[8];
+    int n = 0;
+    ck_assert_int_eq(dl_sched_gpipe(3, 4, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_interleaved(2, 4, 3, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b_split(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_h1(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_h2(3, 6, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_v(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_v(2, 2, &all[n++]), DL_OK);
+    for (int i = 0; i < n; i++) {
+        char *text = NULL;
+        ck_assert_int_eq(dl_sched_write_csv(all[i], &text), DL_OK);
+        dl_sched *back = csv_ok(text, DL_SCHED_LETTERS_AUTO, NULL, 0);
+        ck_assert_msg(same_sched(all[i], back), "%s: read back differs\n%s",
+                      dl_sched_kind_name(all[i]->kind), text);
+        if (i == n - 1)
+            ck_assert_msg(strncmp(text, "0F0,0F1,3F0,3I0", 15) == 0 &&
+                              strstr(text, "\n1F0,") != NULL,
+                          "%s", text);
+        free(text);
+        dl_sched_free(back);
+        dl_sched_free(all[i]);
+    }
+    dl_sched *as;
+    char *text = NULL;
+    ck_assert_int_eq(dl_sched_async(2, 2, 0, &as), DL_OK);
+    ck_assert_int_eq(dl_sched_write_csv(as, &text), DL_EINVAL);
+    dl_sched_free(as);
+}
+END_TEST
+
+/* The letters: newer (I, W, B full), older (B input with W, BW full), detected as described;
+ * overlap cells run as their two actions; communication actions ignored with one note. */
+START_TEST(t_csv_letters)
+{
+    char note[256];
+    dl_sched *s = csv_ok("0F0,0B0\n1F0,1B0\n", 0, note, sizeof note); /* B alone: full */
+    ck_assert_int_eq(s->act[1][1].op, DL_SCHED_B);
+    ck_assert_int_eq(s->act[1][2].op, DL_SCHED_OPT);
+    ck_assert_str_eq(note, "");
+    dl_sched_free(s);
+    s = csv_ok("0F0,0B0,0W0\n1F0,1B0,1W0\n", 0, NULL, 0); /* B with W, no I: the older B */
+    ck_assert(s->act[0][1].op == DL_SCHED_I && s->act[0][2].op == DL_SCHED_W);
+    dl_sched_free(s);
+    s = csv_ok("0F0,0BW0\n1F0,1B0,1W0\n", 0, NULL, 0); /* BW: older, so B is the input part */
+    ck_assert(s->act[0][1].op == DL_SCHED_B && s->act[1][1].op == DL_SCHED_I);
+    dl_sched_free(s);
+    /* forced newer letters: B is a whole backward, so its W repeats it */
+    ck_assert_int_eq(dl_sched_parse_csv("0F0,0B0,0W0\n1F0,1B0,1W0\n", 24, DL_SCHED_LETTERS_NEW, 0,
+                                        &s, NULL, 0),
+                     DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 3 ('0W0')") &&
+                      strstr(dl_errmsg(), "already runs as B"),
+                  "%s", dl_errmsg());
+    const char *mixed = "0F0,0BW0\n1F0,1I0,1W0\n";
+    ck_assert_int_eq(dl_sched_parse_csv(mixed, strlen(mixed), 0, 0, &s, NULL, 0), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 2 ('0BW0'): BW is the older letters'"), "%s",
+                  dl_errmsg());
+    s = csv_ok(" 0F0 ,1SEND_F0,,(0F1;0I0)OVERLAP_F_B,0W0,0I1,0W1,0REDUCE_GRAD\r\n"
+               "1RECV_F0,1F0,1I0,1F1,1I1,1W0,1W1,1UNSHARD\r\n\r\n",
+               0, note, sizeof note);
+    ck_assert_int_eq(s->len[0], 7); /* F0 F1 I0 W0 I1 W1 OPT: the overlap's two, in order */
+    ck_assert(s->act[0][1].op == DL_SCHED_F && s->act[0][1].mb == 1);
+    ck_assert(s->act[0][2].op == DL_SCHED_I && s->act[0][2].mb == 0);
+    ck_assert_msg(strstr(note, "4 communication actions") != NULL, "%s", note);
+    dl_sched_free(s);
+}
+END_TEST
+
+/* Bad files: refused with the row, the cell and the reason. */
+START_TEST(t_csv_refusals)
+{
+    ck_csv_refuses("0F0,0X0\n1F0,1B0\n", "row 1, cell 2 ('0X0'): unknown action type");
+    ck_csv_refuses("0F0,F0\n", "row 1, cell 2 ('F0'): an action starts with its stage number");
+    ck_csv_refuses("0F0,0F\n", "row 1, cell 2 ('0F'): the action needs a micro-batch");
+    ck_csv_refuses("0F0,0B0x\n1F0,1B0\n", "row 1, cell 2 ('0B0x'): malformed action");
+    ck_csv_refuses("0F0,(0F1;0I0)\n", "row 1, cell 2", "malformed overlap");
+    /* a W before its I (a B with the newer letters: I present) */
+    ck_csv_refuses("0F0,0I0,0W0\n1F0,1W0,1I0\n", "row 2, cell 2 ('1W0')",
+                   "weight gradient before its input gradient");
+    /* a cycle: stage 0 waits for stage 1's backward, which waits for stage 0's forward 1 */
+    ck_csv_refuses("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", "deadlock", "row 1, cell 2 ('0B0')",
+                   "stage 1 action 0 (F1) waits for F1 on stage 0");
+    /* micro-batch 1 missing on rank 2; micro-batch 0 twice on rank 1 */
+    ck_csv_refuses("0F0,0B0,0F1,0B1\n1F0,1B0\n", "never runs F1", "stage s is row s + 1");
+    ck_csv_refuses("0F0,0F0,0B0\n1F0,1B0\n", "row 1, cell 2 ('0F0')", "repeats action 0");
+    /* a stage on two ranks */
+    ck_csv_refuses("0F0,1F0,0B0\n1F0,1B0\n", "row 2, cell 1 ('1F0'): stage 1 is on two ranks");
+    /* a memory limit broken: 1F1B-split's stage 0 holds 2 slots, the limit 1 */
+    dl_sched *s = (dl_sched *)1;
+    const char *f1 = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n";
+    ck_assert_int_eq(dl_sched_parse_csv(f1, strlen(f1), 0, 2, &s, NULL, 0), DL_OK);
+    dl_sched_free(s);
+    ck_assert_int_eq(dl_sched_parse_csv(f1, strlen(f1), 0, 1, &s, NULL, 0), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 2 ('0F1'): stage 0 action 1 (F1): 2 activation "
+                                      "slots held, over the stage's memory limit 1") != NULL,
+                  "%s", dl_errmsg());
+    ck_csv_refuses("", "no rows");
+    ck_csv_refuses("0F0,0B0\n\n1F0,1B0\n", "row 2 is empty");
+}
+END_TEST
+
 START_TEST(t_errors)
 {
     dl_sched *s = (dl_sched *)1;
@@ -759,6 +899,9 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, t_split_backward);
     tcase_add_test(tc, t_zero_bubble);
     tcase_add_test(tc, t_placement);
+    tcase_add_test(tc, t_csv_round_trip);
+    tcase_add_test(tc, t_csv_letters);
+    tcase_add_test(tc, t_csv_refusals);
     tcase_add_test(tc, t_errors);
     tcase_add_test(tc, t_property);
     suite_add_tcase(s, tc);
