@@ -200,7 +200,7 @@ int dl_sched_check(const dl_sched *s, int *stage, int *index);
  * m is the largest micro-batch + 1, p the rows; every rank ends with the flush's OPT; mem_limit
  * > 0 sets every stage's memory limit. The schedule is validated: a refusal (DL_EINVAL) names the
  * row, the cell and the reason ("schedule file: row 2, cell 5 ('1W3'): weight gradient before
- * its input gradient ..."), rows and cells counted from 1. */
+ * its input gradient ..."), rows and cells counted from 1, on one line (no context lines). */
 enum { DL_SCHED_LETTERS_AUTO = 0, DL_SCHED_LETTERS_NEW = 1, DL_SCHED_LETTERS_OLD = 2 };
 int dl_sched_parse_csv(const char *text, size_t len, int letters, int mem_limit, dl_sched **out,
                        char *note, size_t notecap);

@@ -317,6 +317,10 @@ int dl_sched_parse_csv(const char *text, size_t len, int letters, int mem_limit,
     if (rc == DL_OK && (rc = dl_sched_check(s, &bq, &bi)) != DL_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dl_errmsg());
+        /* one line: the row and cell say where (the validator's context lines dropped) */
+        char *nl = strchr(msg, '\n');
+        if (nl)
+            *nl = '\0';
         const char *why = strncmp(msg, "schedule: ", 10) == 0 ? msg + 10 : msg;
         int k = bq >= 0 ? where[bq][bi] : -1;
         if (k >= 0)
