@@ -1081,6 +1081,16 @@ int bench_pipeline_main(int argc, char **argv)
                                     c.work == WORK_MODEL ? -1 : wg / o.v};
                 if (!(k.f > 0 || k.b > 0))
                     k = (dl_sched_costs){1, 2, 0, -1};
+                if (o.sched == DL_SCHED_ZB_V && c.work != WORK_MODEL) {
+                    /* ZB-V's order found at the bench's own costs (the trainer's is F = I = W) */
+                    dl_sched_free(s);
+                    s = NULL;
+                    if ((rc = dl_sched_zb_v_costs(o.p, o.m, &k, &s)) != DL_OK) {
+                        cli_error("pipeline: %s", dl_errmsg());
+                        status = CLI_EXIT_FAIL;
+                        break;
+                    }
+                }
                 double kw = k.w < 0 ? k.b / 2 : k.w;
                 o.theory = dl_sched_bubble_theory(s, k.f, k.b - kw, kw);
                 if (o.theory < 0)

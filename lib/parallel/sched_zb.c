@@ -17,6 +17,7 @@ enum { OPF = 0, OPI = 1 }; /* the rows of the end-time table */
 typedef struct zb {
     dl__gen g;
     int p, m, v, nvs, greedy;
+    long dur[3];        /* F, I, W: 1 each in the unit-cost model */
     int *end;           /* [(op * nvs + g) * m + j]: end time of F / I of virtual stage g, or -1 */
     int *freeat, *wait; /* per stage: when it is free; 1 while it waits for another stage */
     int *held, *left;   /* per stage: activation slots held; actions still to run */
@@ -30,9 +31,10 @@ typedef struct zb {
 static int zb_vs(const zb *z, int q, int c) { return z->g.s->vstage[q * z->v + c]; }
 
 /* F(j) or I(j) of chunk c of stage q can start at time t: its input has arrived. */
-static int ready(const zb *z, int q, int op, int c, int j, int t)
+static int ready(const zb *z, int q, int op, int c, int j, long t)
 {
-    int g = zb_vs(z, q, c), e;
+    int g = zb_vs(z, q, c);
+    long e;
     if (op == OPF)
         e = g == 0 ? 0 : END(z, OPF, g - 1, j);
     else
@@ -41,7 +43,7 @@ static int ready(const zb *z, int q, int op, int c, int j, int t)
 }
 
 /* The policy's choice at time t: *op (OPF, OPI, or 2 for a pending W), *c, *j; 0 if none. */
-static int pick(zb *z, int q, int t, int *op, int *c, int *j)
+static int pick(zb *z, int q, long t, int *op, int *c, int *j)
 {
     int lim = z->g.s->mem_limit[q];
     if (!z->greedy && z->pos[q] < z->nord[q]) {
@@ -69,28 +71,28 @@ static int pick(zb *z, int q, int t, int *op, int *c, int *j)
     return 1;
 }
 
-static void run_one(zb *z, int q, int op, int c, int j, int t)
+static void run_one(zb *z, int q, int op, int c, int j, long t)
 {
     static const int sched_op[] = {DL_SCHED_F, DL_SCHED_I, DL_SCHED_W};
     dl__gen_emit(&z->g, q, sched_op[op], j, c);
     if (op == OPF) {
         z->held[q]++;
-        END(z, OPF, zb_vs(z, q, c), j) = t + 1;
+        END(z, OPF, zb_vs(z, q, c), j) = t + z->dur[OPF];
     } else if (op == OPI) {
-        END(z, OPI, zb_vs(z, q, c), j) = t + 1;
+        END(z, OPI, zb_vs(z, q, c), j) = t + z->dur[OPI];
         z->wq[(size_t)q * z->m * z->v + z->wt[q]++] = c * z->m + j;
     } else {
         z->held[q]--;
     }
-    z->freeat[q] = t + 1;
+    z->freeat[q] = t + z->dur[op];
     z->left[q]--;
     memset(z->wait, 0, sizeof(int) * (size_t)z->p);
 }
 
 /* The earliest end time after t (-1: none): when a waiting stage may find an input. */
-static int next_event(const zb *z, int t)
+static long next_event(const zb *z, long t)
 {
-    int best = -1;
+    long best = -1;
     for (size_t k = 0; k < (size_t)2 * z->nvs * z->m; k++)
         if (z->end[k] > t && (best < 0 || z->end[k] < best))
             best = z->end[k];
@@ -107,7 +109,8 @@ static int zb_run(zb *z)
                 q = r;
         if (q < 0)
             return DL_OK;
-        int t = z->freeat[q], op, c, j;
+        long t = z->freeat[q];
+        int op, c, j;
         if (pick(z, q, t, &op, &c, &j)) {
             run_one(z, q, op, c, j, t);
             continue;
@@ -119,7 +122,7 @@ static int zb_run(zb *z)
             z->wait[q] = 1;
             continue;
         }
-        int e = next_event(z, t);
+        long e = next_event(z, t);
         if (e < 0)
             return dl_error(DL_EINVAL, "%s schedule: stage %d cannot go on (internal)",
                             dl_sched_kind_name(z->g.s->kind), q);
@@ -138,15 +141,16 @@ static void zb_free(zb *z)
 /* A zero-bubble schedule: warm(s) warm-up forwards then 1F1B's alternation (greedy = 0), or the
  * greedy policy; lim(s) the memory limit of stage s. */
 static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limit,
-                   int (*warm)(int p, int s), dl_sched **out)
+                   int (*warm)(int p, int s), const long dur[3], dl_sched **out)
 {
     zb z = {.p = p, .m = m, .v = v, .nvs = p * v, .greedy = greedy};
+    memcpy(z.dur, dur, sizeof z.dur);
     int st = dl__gen_start(&z.g, kind, p, m, v, out);
     if (st != DL_OK)
         return st;
     size_t P = (size_t)p, M = (size_t)m, V = (size_t)v;
-    z.end = malloc(sizeof(int) * 2 * P * V * M);
-    z.freeat = calloc(P, sizeof(int)), z.wait = calloc(P, sizeof(int));
+    z.end = malloc(sizeof(long) * 2 * P * V * M);
+    z.freeat = calloc(P, sizeof(long)), z.wait = calloc(P, sizeof(int));
     z.held = calloc(P, sizeof(int)), z.left = calloc(P, sizeof(int));
     z.ord = malloc(sizeof(int) * P * 2 * M), z.nord = calloc(P, sizeof(int));
     z.pos = calloc(P, sizeof(int));
@@ -186,6 +190,8 @@ static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limi
     return dl__gen_finish(&z.g, out);
 }
 
+static const long unit[3] = {1, 1, 1};
+
 static int warm_1f1b(int p, int s) { return p - s - 1; }
 static int warm_double(int p, int s) { return 2 * (p - s - 1); }
 
@@ -200,7 +206,7 @@ static int zb_args(const char *what, int p, int m)
 int dl_sched_zb_h1(int p, int m, dl_sched **out)
 {
     int st = zb_args("zb-h1", p, m);
-    return st ? st : zb_make(DL_SCHED_ZB_H1, p, m, 1, 0, p < m ? p : m, warm_1f1b, out);
+    return st ? st : zb_make(DL_SCHED_ZB_H1, p, m, 1, 0, p < m ? p : m, warm_1f1b, unit, out);
 }
 
 int dl_sched_zb_h2(int p, int m, dl_sched **out)
@@ -208,15 +214,32 @@ int dl_sched_zb_h2(int p, int m, dl_sched **out)
     int st = zb_args("zb-h2", p, m);
     return st ? st
               : zb_make(DL_SCHED_ZB_H2, p, m, 1, 0, 2 * p - 1 < m ? 2 * p - 1 : m, warm_double,
-                        out);
+                        unit, out);
 }
 
-int dl_sched_zb_v(int p, int m, dl_sched **out)
+int dl_sched_zb_v(int p, int m, dl_sched **out) { return dl_sched_zb_v_costs(p, m, NULL, out); }
+
+int dl_sched_zb_v_costs(int p, int m, const dl_sched_costs *c, dl_sched **out)
 {
     int st = zb_args("zb-v", p, m);
     if (st == DL_OK && p < 2)
         st = dl_error(DL_EINVAL, "zb-v schedule: the V needs at least 2 stages (p = %d)", p);
-    return st ? st : zb_make(DL_SCHED_ZB_V, p, m, 2, 1, p < m ? 2 * p : 2 * m, NULL, out);
+    long dur[3] = {1, 1, 1};
+    if (st == DL_OK && c) {
+        /* whole microseconds of a millisecond-like unit: integer times keep ties exact */
+        double w = c->w < 0 ? c->b / 2 : c->w, x[3] = {c->f, c->b - w, w};
+        for (int k = 0; k < 3 && st == DL_OK; k++) {
+            if (!(x[k] > 0 && x[k] < 1e9))
+                st = dl_error(DL_EINVAL,
+                              "zb-v schedule: costs must be positive (forward %g, input "
+                              "gradient %g, weight gradient %g)",
+                              x[0], x[1], x[2]);
+            dur[k] = (long)(x[k] * 1000 + 0.5);
+            if (dur[k] < 1)
+                dur[k] = 1;
+        }
+    }
+    return st ? st : zb_make(DL_SCHED_ZB_V, p, m, 2, 1, p < m ? 2 * p : 2 * m, NULL, dur, out);
 }
 
 double dl_sched_bubble_theory(const dl_sched *s, double f, double b, double w)

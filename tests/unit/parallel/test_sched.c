@@ -530,6 +530,17 @@ START_TEST(t_zero_bubble)
             ck_assert(v->makespan >= 2 * work + (p - 1) * F);
             ck_assert_msg(v->bubble_total < a->bubble_total / 2, "ZB-V bubble %g, 1F1B-split %g",
                           v->bubble_total, a->bubble_total);
+        } else { /* unequal costs: the order found at them beats the unit-cost one, and 1F1B-split */
+            dl_sched *zc;
+            ck_assert_int_eq(dl_sched_zb_v_costs(p, m, &c, &zc), DL_OK);
+            dl_sched_sim *vc = sim_of(zc, &c);
+            ck_assert(vc->makespan >= 2 * work + (p - 1) * F);
+            ck_assert_msg(vc->bubble_total < v->bubble_total && vc->bubble_total < a->bubble_total,
+                          "ZB-V at its costs %g, unit order %g, 1F1B-split %g", vc->bubble_total,
+                          v->bubble_total, a->bubble_total);
+            for (int q = 0; q < p; q++) ck_assert_int_le(vc->peak_act[q], zc->mem_limit[q]);
+            dl_sched_sim_free(vc);
+            dl_sched_free(zc);
         }
         /* every schedule within its documented memory limit; 1F1B-split and ZB-H1 at 1F1B's
          * peak p on stage 0 */
