@@ -47,12 +47,12 @@ typedef struct pcfg {
     int stages[MAXL], nstages;
     int mbs[MAXL], nmbs;
     int v, work, steps, handoff_kb;
-    int wait_mode; /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
-    double fwd_ms, bwd_ms;
+    int wait_mode;                   /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
+    double fwd_ms, bwd_ms, wgrad_ms; /* wgrad_ms < 0: half the backward */
     long timer_slack_ns;    /* per rank thread (prctl); 0: leave the system's default (50 us) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
     int layers, d_model, seq, micro_batch; /* --work model */
-    const char *trace, *plot_bubbles, *show;
+    const char *trace, *plot_bubbles, *show, *write_sched;
     int show_sched, show_p, show_m;
     int selftest;
     bu_common o;
@@ -113,10 +113,11 @@ static int parse_sched_list(const char *s, int *out, int *n)
     for (int i = 0; i < *n; i++) {
         const char *tok = items[i];
         dl_sched_kind k;
-        if (dl_sched_kind_parse(tok, &k) != DL_OK ||
-            (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B && k != DL_SCHED_INTERLEAVED &&
-             k != DL_SCHED_ASYNC)) {
-            cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async)", tok);
+        if (dl_sched_kind_parse(tok, &k) != DL_OK || k == DL_SCHED_NAIVE ||
+            k == DL_SCHED_TERAPIPE) {
+            cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async, "
+                      "1f1b-split, zb-h1, zb-h2, zb-v)",
+                      tok);
             return -1;
         }
         out[i] = (int)k;
@@ -150,7 +151,7 @@ static int selftest(FILE *f)
     /* the lecture's numbers through the schedules' own formula and simulator */
     dl_sched *s = NULL;
     dl_sched_sim *sim = NULL;
-    dl_sched_costs k = {2, 4, 0};
+    dl_sched_costs k = {2, 4, 0, -1};
     CHECK(dl_sched_gpipe(4, 8, &s) == DL_OK && dl_sched_simulate(s, &k, &sim) == DL_OK);
     if (sim) {
         CHECK(fabs(dl_sched_bubble_formula(s) - 3.0 / 11.0) < 1e-12);
@@ -195,7 +196,8 @@ static void usage(FILE *f)
 "stage, wall / actions; the median over steps of the slowest stage (goal: under 20 us).\n"
 "\n"
 "Options:\n"
-"  --schedules LIST     of gpipe, 1f1b, interleaved, async (default: all four)\n"
+"  --schedules LIST     of gpipe, 1f1b, interleaved, async, and the split-backward 1f1b-split,\n"
+"                       zb-h1, zb-h2, zb-v (default: the first four)\n"
 "  --stages LIST        pipeline stages p (default 2,4)\n"
 "  --microbatches LIST  micro-batches per step m (default 1,4,8; interleaved needs m a\n"
 "                       multiple of p, other configurations are skipped)\n"
@@ -206,7 +208,9 @@ static void usage(FILE *f)
 "                       the clock (ranks must fit the cores); model: the trainer's real GPT\n"
 "                       stages (distlab-train --pp), sizes below\n"
 "  --fwd-ms MS          forward time per micro-batch and stage (default 2)\n"
-"  --bwd-ms MS          backward time (default 4)\n"
+"  --bwd-ms MS          a whole backward's time (default 4); split schedules run it as the\n"
+"                       input gradient I (bwd - wgrad) and the weight gradient W (wgrad)\n"
+"  --wgrad-ms MS        the weight gradient W's part of --bwd-ms (default: half of it)\n"
 "  --handoff-kb KB      activation / gradient hand-off size (default 64)\n"
 "  --steps N            steps per configuration (default 5; --quick 3); the first is a warm-up\n"
 "  --wait-mode MODE     how ranks wait for hand-offs in the sweep: auto (default: yield when\n"
@@ -220,6 +224,9 @@ static void usage(FILE *f)
 "  --show SCHED:P:M     the configuration --trace and --plot show (default: 1f1b, or the first\n"
 "                       schedule, with the largest p and m swept)\n"
 "  --trace FILE         Chrome trace JSON (Perfetto) of that configuration's steps\n"
+"  --write-schedule FILE\n"
+"                       that configuration's schedule in torch.distributed.pipelining's CSV\n"
+"                       form (a row per rank; distlab-train --schedule-file reads it)\n"
 "  --plot FILE          FILE.svg or FILE.png: that configuration's last step as a measured\n"
 "                       Gantt chart, one row per stage (sleep and spin; gnuplot)\n"
 "  --plot-bubbles FILE  FILE.svg or FILE.png: measured, simulated and lecture bubble per\n"
@@ -256,7 +263,9 @@ static int parse(int argc, char **argv, pcfg *c)
         O_TRACE,
         O_PLOTB,
         O_SELF,
-        O_WAIT
+        O_WAIT,
+        O_WGRAD,
+        O_WSCHED
     };
     static const struct option lo[] = {{"schedules", required_argument, NULL, O_SCHED},
                                        {"stages", required_argument, NULL, O_STAGES},
@@ -279,6 +288,8 @@ static int parse(int argc, char **argv, pcfg *c)
                                        {"plot-bubbles", required_argument, NULL, O_PLOTB},
                                        {"selftest", no_argument, NULL, O_SELF},
                                        {"wait-mode", required_argument, NULL, O_WAIT},
+                                       {"wgrad-ms", required_argument, NULL, O_WGRAD},
+                                       {"write-schedule", required_argument, NULL, O_WSCHED},
                                        BU_LONGOPTS_END};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
@@ -286,6 +297,7 @@ static int parse(int argc, char **argv, pcfg *c)
     c->v = 2;
     c->fwd_ms = 2;
     c->bwd_ms = 4;
+    c->wgrad_ms = -1;
     c->handoff_kb = 64;
     c->wait_mode = -1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -327,6 +339,15 @@ static int parse(int argc, char **argv, pcfg *c)
             break;
         case O_BWD:
             if (cli_parse_double("--bwd-ms", optarg, 0, 1e5, &c->bwd_ms))
+                return -1;
+            break;
+        case O_WSCHED:
+            c->write_sched = optarg;
+            if (cli_check_output("--write-schedule", optarg))
+                return -1;
+            break;
+        case O_WGRAD:
+            if (cli_parse_double("--wgrad-ms", optarg, 0, 1e5, &c->wgrad_ms))
                 return -1;
             break;
         case O_HANDOFF:
@@ -443,6 +464,11 @@ static int parse(int argc, char **argv, pcfg *c)
         c->seq = 32;
     if (!c->micro_batch)
         c->micro_batch = 2;
+    if (c->wgrad_ms > c->bwd_ms) {
+        cli_error("--wgrad-ms %g: the weight gradient is part of the backward (--bwd-ms %g)",
+                  c->wgrad_ms, c->bwd_ms);
+        return -1;
+    }
     if (c->d_model % 4) {
         cli_error("--d-model: %d is not a multiple of the 4 heads", c->d_model);
         return -1;
@@ -492,6 +518,7 @@ typedef struct prun {
     const dl_sched *s;
     int work;            /* WORK_SLEEP, WORK_SPIN, or -1: nothing (the microbenchmark) */
     uint64_t f_ns, b_ns; /* per action (per chunk when interleaved) */
+    uint64_t w_ns;       /* of b_ns, a split backward's W (its I takes the rest) */
     size_t count;        /* hand-off elements (f32) */
     int steps;
     long slack_ns;
@@ -499,11 +526,18 @@ typedef struct prun {
     /* out, [step * p + stage] */
     dl_pipe_stats *st;
     double *t0, *t1;
+    int peak_slots[MAXP]; /* the arena's peak of activation slots per stage (all steps) */
 } prun;
+
+/* A (micro-batch, chunk)'s activation slot: a page from the arena, held from its F to its B or
+ * W, so that the arena's peak counts the slots a schedule holds (against its limit). */
+enum { SLOT_BYTES = 4096 };
 
 typedef struct pstage {
     prun *r;
     float *in, *out;
+    dl_arena *arena;
+    void **slot; /* [mb * v + chunk] */
 } pstage;
 
 static void do_work(int work, uint64_t start, uint64_t ns)
@@ -531,22 +565,50 @@ static void *cb_bwd_in(void *arg, int mb, int chunk)
     (void)chunk;
     return ((pstage *)arg)->in;
 }
+static void slot_free(pstage *x, int mb, int chunk)
+{
+    void **sl = &x->slot[mb * x->r->s->v + chunk];
+    dl_arena_free(x->arena, *sl);
+    *sl = NULL;
+}
+
 static int cb_fwd(void *arg, int mb, int chunk, const void **out)
 {
     pstage *x = arg;
     uint64_t t = dl_now_ns();
+    int rc =
+        dl_arena_alloc(x->arena, DL_MEM_ACTIVATIONS, SLOT_BYTES, &x->slot[mb * x->r->s->v + chunk]);
+    if (rc)
+        return rc;
     do_work(x->r->work, t, x->r->f_ns);
     x->out[0] = (float)mb + (float)chunk;
     *out = x->out;
     return DL_OK;
 }
-static int cb_bwd(void *arg, int mb, int chunk, const void **din)
+/* B (split = 0: the whole backward, the slot spent) or its input part I (the slot kept) */
+static int bwd_part(pstage *x, int mb, int chunk, const void **din, int split)
 {
-    pstage *x = arg;
     uint64_t t = dl_now_ns();
-    do_work(x->r->work, t, x->r->b_ns);
+    do_work(x->r->work, t, split ? x->r->b_ns - x->r->w_ns : x->r->b_ns);
+    if (!split)
+        slot_free(x, mb, chunk);
     x->out[0] = (float)mb - (float)chunk;
     *din = x->out;
+    return DL_OK;
+}
+static int cb_bwd(void *arg, int mb, int chunk, const void **din)
+{
+    return bwd_part(arg, mb, chunk, din, 0);
+}
+static int cb_bwd_input(void *arg, int mb, int chunk, const void **din)
+{
+    return bwd_part(arg, mb, chunk, din, 1);
+}
+static int cb_wgrad(void *arg, int mb, int chunk)
+{
+    pstage *x = arg;
+    do_work(x->r->work, dl_now_ns(), x->r->w_ns);
+    slot_free(x, mb, chunk);
     return DL_OK;
 }
 
@@ -558,16 +620,26 @@ static int stage_fn(dl_ctx *ctx, void *arg)
         prctl(PR_SET_TIMERSLACK, (unsigned long)r->slack_ns, 0, 0, 0);
     dl_comm *c = dl_ctx_comm(ctx);
     dl_arena *a = dl_ctx_arena(ctx);
-    pstage x = {r, NULL, NULL};
+    pstage x = {r, NULL, NULL, a, calloc((size_t)r->s->m * r->s->v, sizeof(void *))};
     dl_pipe *e = NULL;
+    if (!x.slot)
+        return dl_error(DL_ENOMEM, "out of memory");
     int rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.in);
     if (rc == DL_OK)
         rc = dl_arena_alloc(a, DL_MEM_ACTIVATIONS, r->count * 4, (void **)&x.out);
     if (rc == DL_OK)
         rc = dl_pipe_create(c, r->count, DL_F32, a, &e);
-    if (rc)
+    if (rc) {
+        free(x.slot);
         return rc;
+    }
     dl_pipe_ops ops = {cb_fwd_in, cb_fwd, cb_bwd_in, cb_bwd, NULL};
+    static const dl_pipe_split_ops split = {cb_bwd_input, cb_wgrad};
+    dl_pipe_set_split(e, &split);
+    dl_arena_stats as;
+    dl_arena_reset_peaks(a);
+    dl_arena_get_stats(a, &as);
+    uint64_t base = as.current[DL_MEM_ACTIVATIONS];
     for (int k = 0; k < r->steps && rc == DL_OK; k++) {
         rc = dl_barrier(c);
         if (rc)
@@ -580,9 +652,13 @@ static int stage_fn(dl_ctx *ctx, void *arg)
     }
     if (rc == DL_OK)
         rc = dl_barrier(c);
+    dl_arena_get_stats(a, &as);
+    r->peak_slots[s] = (int)((as.peak[DL_MEM_ACTIVATIONS] - base) / SLOT_BYTES);
     dl_pipe_destroy(e);
     dl_arena_free(a, x.in);
     dl_arena_free(a, x.out);
+    for (int i = 0; i < r->s->m * r->s->v; i++) dl_arena_free(a, x.slot[i]);
+    free(x.slot);
     return rc;
 }
 
@@ -615,8 +691,9 @@ typedef struct pres {
     int sched, p, v, m, over, skipped;
     char why[160];
     double step_ms, bubble, bubble_trace, formula, sim, engine_us;
+    double theory; /* the zero-bubble paper's (dl_sched_bubble_theory), NaN for other kinds */
     double stage_bubble[MAXP], sim_stage[MAXP];
-    int peak_act[MAXP];
+    int peak_act[MAXP], arena_slots[MAXP], limit[MAXP]; /* slots: arena -1 unmeasured; limit 0 */
     double act_mib[MAXP]; /* --work model: the arena's activation peak per stage */
 } pres;
 
@@ -692,6 +769,10 @@ static int make_sched(int kind, int p, int m, int v, dl_sched **s)
     case DL_SCHED_GPIPE: return dl_sched_gpipe(p, m, s);
     case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, s);
     case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, v, s);
+    case DL_SCHED_1F1B_SPLIT: return dl_sched_1f1b_split(p, m, s);
+    case DL_SCHED_ZB_H1: return dl_sched_zb_h1(p, m, s);
+    case DL_SCHED_ZB_H2: return dl_sched_zb_h2(p, m, s);
+    case DL_SCHED_ZB_V: return dl_sched_zb_v(p, m, s);
     default: return dl_sched_async(p, m, 0, s);
     }
 }
@@ -768,13 +849,19 @@ static void json_array(FILE *f, const char *key, const double *v, int n, double 
 
 static void print_row(FILE *f, const pcfg *c, const pres *o)
 {
-    double pk[MAXP];
-    for (int s = 0; s < o->p; s++) pk[s] = o->peak_act[s];
+    double pk[MAXP], ar[MAXP], li[MAXP];
+    for (int s = 0; s < o->p; s++) {
+        pk[s] = o->peak_act[s];
+        ar[s] = o->arena_slots[s] >= 0 ? o->arena_slots[s] : NAN;
+        li[s] = o->limit[s] > 0 ? o->limit[s] : NAN;
+    }
     const char *name = dl_sched_kind_name((dl_sched_kind)o->sched);
-    char sb[MAXP * 8], pa[MAXP * 6], am[MAXP * 10];
+    char sb[MAXP * 8], pa[MAXP * 6], am[MAXP * 10], as[MAXP * 6], ls[MAXP * 6];
     join(sb, sizeof sb, o->stage_bubble, o->p, 100, "%.1f");
     join(pa, sizeof pa, pk, o->p, 1, "%.0f");
     join(am, sizeof am, o->act_mib, o->p, 1, "%.2f");
+    join(as, sizeof as, ar, o->p, 1, "%.0f");
+    join(ls, sizeof ls, li, o->p, 1, "%.0f");
     double dpp = 100 * (o->bubble - o->formula);
     if (c->o.json) {
         bu_json_begin(f, "pipeline", "row");
@@ -790,24 +877,30 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         bu_json_num(f, "bubble_trace_pct", 100 * o->bubble_trace);
         bu_json_num(f, "lecture_pct", 100 * o->formula);
         bu_json_num(f, "sim_pct", 100 * o->sim);
+        bu_json_num(f, "theory_pct", 100 * o->theory);
         bu_json_num(f, "delta_pp", dpp);
         bu_json_num(f, "engine_us_per_action", o->engine_us);
         json_array(f, "stage_bubble_pct", o->stage_bubble, o->p, 100);
         json_array(f, "sim_stage_bubble_pct", o->sim_stage, o->p, 100);
         json_array(f, "peak_act_slots", pk, o->p, 1);
+        json_array(f, "arena_act_slots", ar, o->p, 1);
+        json_array(f, "act_slot_limit", li, o->p, 1);
         if (c->work == WORK_MODEL)
             json_array(f, "act_peak_mib", o->act_mib, o->p, 1);
         bu_json_end(f);
     } else if (c->o.csv) {
-        fprintf(f, "config,%s,%d,%d,%d,%s,%d,%.3f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%s,%s,%s,,\n", name,
-                o->p, o->v, o->m, work_name[c->work], o->over, o->step_ms, 100 * o->bubble,
+        fprintf(f,
+                "config,%s,%d,%d,%d,%s,%d,%.3f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%s,%s,%s,,,%.2f,%s,%"
+                "s\n",
+                name, o->p, o->v, o->m, work_name[c->work], o->over, o->step_ms, 100 * o->bubble,
                 100 * o->bubble_trace, 100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
-                c->work == WORK_MODEL ? am : "");
+                c->work == WORK_MODEL ? am : "", 100 * o->theory, as, ls);
     } else {
         fprintf(f,
-                "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %6.1f %+6.1f %9.2f  %-20s %s%s%s%s\n",
+                "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %7.1f %6.1f %+6.1f %9.2f  %-20s %-12s "
+                "%-12s %s%s%s%s\n",
                 name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, 100 * o->bubble_trace,
-                100 * o->formula, 100 * o->sim, dpp, o->engine_us, sb, pa,
+                100 * o->formula, 100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, pa, as, ls,
                 c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
                 o->over ? "  (oversubscribed)" : "");
     }
@@ -933,11 +1026,14 @@ int bench_pipeline_main(int argc, char **argv)
             fprintf(f, "row_kind,schedule,p,v,m,work,oversubscribed,step_ms,bubble_pct,bubble_"
                        "trace_pct,"
                        "lecture_pct,sim_pct,delta_pp,engine_us_per_action,stage_bubble_pct,"
-                       "peak_act_slots,act_peak_mib,per_action_us,dispatch_us\n");
+                       "peak_act_slots,act_peak_mib,per_action_us,dispatch_us,theory_pct,"
+                       "arena_act_slots,act_slot_limit\n");
         else
-            fprintf(f, "# %-11s %3s %2s %4s %9s %7s %7s %8s %6s %6s %9s  %-20s %s\n", "schedule",
-                    "p", "v", "m", "step ms", "bubble%", "trace%", "lecture%", "sim%", "d(pp)",
-                    "engine us", "stage bubble%", "peak act (sim)");
+            fprintf(f,
+                    "# %-11s %3s %2s %4s %9s %7s %7s %8s %7s %6s %6s %9s  %-20s %-12s %-12s %s\n",
+                    "schedule", "p", "v", "m", "step ms", "bubble%", "trace%", "lecture%",
+                    "theory%", "sim%", "d(pp)", "engine us", "stage bubble%", "slots (sim)",
+                    "(arena)", "(limit)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
     double worst_dpp = 0;
@@ -954,9 +1050,9 @@ int bench_pipeline_main(int argc, char **argv)
                 o.sched = c.sched[is];
                 o.p = c.stages[ip];
                 o.m = c.mbs[im];
-                o.v = o.sched == DL_SCHED_INTERLEAVED ? c.v : 1;
+                o.v = o.sched == DL_SCHED_INTERLEAVED ? c.v : o.sched == DL_SCHED_ZB_V ? 2 : 1;
                 o.over = o.p > pus;
-                for (int s = 0; s < MAXP; s++) o.act_mib[s] = NAN;
+                for (int s = 0; s < MAXP; s++) o.act_mib[s] = NAN, o.arena_slots[s] = -1;
                 int shown = o.sched == c.show_sched && o.p == c.show_p && o.m == c.show_m;
                 dl_sched *s = NULL;
                 dl_sched_sim *sim = NULL;
@@ -979,10 +1075,26 @@ int bench_pipeline_main(int argc, char **argv)
                     dl_sched_free(s);
                     continue;
                 }
+                double wg = c.wgrad_ms < 0 ? c.bwd_ms / 2 : c.wgrad_ms;
                 dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / o.v,
-                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0};
+                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0,
+                                    c.work == WORK_MODEL ? -1 : wg / o.v};
                 if (!(k.f > 0 || k.b > 0))
-                    k = (dl_sched_costs){1, 2, 0};
+                    k = (dl_sched_costs){1, 2, 0, -1};
+                if (o.sched == DL_SCHED_ZB_V && c.work != WORK_MODEL) {
+                    /* ZB-V's order found at the bench's own costs (the trainer's is F = I = W) */
+                    dl_sched_free(s);
+                    s = NULL;
+                    if ((rc = dl_sched_zb_v_costs(o.p, o.m, &k, &s)) != DL_OK) {
+                        cli_error("pipeline: %s", dl_errmsg());
+                        status = CLI_EXIT_FAIL;
+                        break;
+                    }
+                }
+                double kw = k.w < 0 ? k.b / 2 : k.w;
+                o.theory = dl_sched_bubble_theory(s, k.f, k.b - kw, kw);
+                if (o.theory < 0)
+                    o.theory = NAN;
                 rc = dl_sched_simulate(s, &k, &sim);
                 if (rc != DL_OK) {
                     cli_error("pipeline: %s", dl_errmsg());
@@ -995,6 +1107,7 @@ int bench_pipeline_main(int argc, char **argv)
                 for (int q = 0; q < o.p; q++) {
                     o.sim_stage[q] = sim->bubble[q];
                     o.peak_act[q] = sim->peak_act[q];
+                    o.limit[q] = s->mem_limit[q];
                 }
                 if (o.over && !warned) {
                     bu_warn_oversub(o.p, pus);
@@ -1003,6 +1116,10 @@ int bench_pipeline_main(int argc, char **argv)
                             "WARNING: --work spin with more stages than cores measures the cores' "
                             "sharing, not the schedule; use --work sleep");
                     warned = 1;
+                }
+                if (shown && c.write_sched && dl_sched_save_csv(s, c.write_sched) != DL_OK) {
+                    cli_error("pipeline: --write-schedule: %s", dl_errmsg());
+                    status = CLI_EXIT_FAIL;
                 }
                 if (c.work == WORK_MODEL) {
                     rc = run_model(&c, &o, shown ? c.trace : NULL);
@@ -1013,6 +1130,7 @@ int bench_pipeline_main(int argc, char **argv)
                     r.work = c.work;
                     r.f_ns = (uint64_t)llround(c.fwd_ms / o.v * 1e6);
                     r.b_ns = (uint64_t)llround(c.bwd_ms / o.v * 1e6);
+                    r.w_ns = (uint64_t)llround(wg / o.v * 1e6);
                     r.count = (size_t)c.handoff_kb * 1024 / 4;
                     r.steps = c.steps;
                     r.slack_ns = c.timer_slack_ns;
@@ -1024,8 +1142,10 @@ int bench_pipeline_main(int argc, char **argv)
                         dl_trace_set_chunks(r.tr, o.v);
                         rc = run_engine(&r, c.wait_mode);
                     }
-                    if (rc == DL_OK)
+                    if (rc == DL_OK) {
                         summarise_engine(&r, &o);
+                        memcpy(o.arena_slots, r.peak_slots, sizeof(int) * (size_t)o.p);
+                    }
                     if (rc == DL_OK && shown && c.trace &&
                         dl_trace_write_chrome(r.tr, c.trace, NULL) != DL_OK) {
                         cli_error("pipeline: --trace: %s", dl_errmsg());
@@ -1079,7 +1199,7 @@ int bench_pipeline_main(int argc, char **argv)
                 bu_json_bool(f, "pass", pass);
                 bu_json_end(f);
             } else if (c.o.csv) {
-                fprintf(f, "overhead,1f1b,%d,1,%d,none,0,,,,,,,,,,,%.3f,%.3f\n", ov.p, ov.m,
+                fprintf(f, "overhead,1f1b,%d,1,%d,none,0,,,,,,,,,,,%.3f,%.3f,,,\n", ov.p, ov.m,
                         ov.per_action_us, ov.dispatch_us);
             } else {
                 fprintf(f,

@@ -180,7 +180,8 @@ static int class_of(int kind)
     case DL_TR_SEND: return 3;
     case DL_TR_RECV_WAIT: return 2;
     case DL_TR_FWD:
-    case DL_TR_BWD: return 1;
+    case DL_TR_BWD:
+    case DL_TR_WGT: return 1;
     default: return 0;
     }
 }

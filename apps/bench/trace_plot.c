@@ -16,7 +16,8 @@ static const struct {
     const char *colour, *title;
 } drawn[] = {
     {DL_TR_FWD, "#4c72b0", "forward"},
-    {DL_TR_BWD, "#dd8452", "backward"},
+    {DL_TR_BWD, "#dd8452", "backward (input gradient when split)"},
+    {DL_TR_WGT, "#937860", "weight gradient"},
     {DL_TR_OPT, "#55a868", "optimizer"},
     {DL_TR_COMM, "#8172b3", "collective"},
 };
@@ -78,7 +79,7 @@ int trace_plot_gantt(const dl_trace *t, int step, const char *svg_path)
                 double x0 = (double)(a - w0) / 1e6, x1 = (double)(z - w0) / 1e6;
                 char label[32] = "";
                 /* a label only where it fits: boxes of at least 2.5% of the step */
-                if ((drawn[d].kind == DL_TR_FWD || drawn[d].kind == DL_TR_BWD) &&
+                if (drawn[d].kind != DL_TR_OPT && drawn[d].kind != DL_TR_COMM &&
                     (z - a) * 40 >= w1 - w0) {
                     if (e[i].chunk > 0)
                         snprintf(label, sizeof label, "%d.%d", (int)e[i].mb, (int)e[i].chunk);
@@ -185,9 +186,10 @@ int trace_plot_demo_main(int argc, char **argv)
             dl_trace_add(t, q, DL_TR_STEP, 0, -1, -1, 0, (uint64_t)(sim->makespan + 0.5) * ms);
             for (int i = 0; i < s->len[q]; i++) {
                 const dl_sched_action *a = &s->act[q][i];
-                int k = a->op == DL_SCHED_F   ? DL_TR_FWD
-                        : a->op == DL_SCHED_B ? DL_TR_BWD
-                                              : DL_TR_OPT;
+                int k = a->op == DL_SCHED_F                          ? DL_TR_FWD
+                        : a->op == DL_SCHED_B || a->op == DL_SCHED_I ? DL_TR_BWD
+                        : a->op == DL_SCHED_W                        ? DL_TR_WGT
+                                                                     : DL_TR_OPT;
                 dl_trace_add(t, q, k, 0, a->mb, a->chunk, (uint64_t)(sim->start[q][i] + 0.5) * ms,
                              (uint64_t)(sim->end[q][i] + 0.5) * ms);
             }

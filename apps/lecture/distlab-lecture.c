@@ -296,6 +296,44 @@ static void list_ints(char *buf, size_t cap, const int *v, int n, const char *se
         k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? sep : "", v[i]);
 }
 
+/* Beyond the lecture: the zero-bubble schedules (Qi et al. 2024) on the same grid, the backward
+ * split into its input gradient I (a letter, on the critical path) and weight gradient W (the
+ * capital, free to move), F = I = W = 1 unit (the lecture's backward of 2), with each paper's
+ * bubble formula beside the simulated one. */
+static int zero_bubble_grids(void)
+{
+    static const struct {
+        int (*make)(int p, int m, dl_sched **out);
+        const char *id, *formula;
+        double paper; /* the formula's bubble time, in units, at p 4, F = B = W = 1 */
+    } zb[] = {{dl_sched_1f1b_split, "bubble_1f1b_split", "(p-1)(F+B)", 6},
+              {dl_sched_zb_h1, "bubble_zb_h1", "(p-1)(F+B-W)", 3},
+              {dl_sched_zb_h2, "bubble_zb_h2", "(p-1)(F+B-2W)", 0},
+              {dl_sched_zb_v, "bubble_zb_v", "(p-1)(F+B-2W)", 0}};
+    lec_text("  beyond the lecture, the backward split into input gradient I (letter) and weight "
+             "gradient W (capital), F = I = W = 1 (Zero Bubble, Qi et al. 2024; ZB-V: two chunks "
+             "a stage in a V, each half a stage, chunk actions 1 unit):\n\n");
+    for (size_t i = 0; i < sizeof zb / sizeof zb[0]; i++) {
+        dl_sched *s;
+        simd x;
+        if (zb[i].make(4, 8, &s) || simulate(s, 1, &x, zb[i].id))
+            return lec_fail(zb[i].id);
+        lec_text("%s\n", x.text);
+        char shown[96], lec[96], label[96];
+        double bub = 100 * x.sim->bubble_total, work = 3.0 * 8 * s->v;
+        double paper = 100 * zb[i].paper / (work + zb[i].paper);
+        snprintf(label, sizeof label, "%s (m = 8), simulated", dl_sched_kind_name(s->kind));
+        snprintf(shown, sizeof shown, "%.1f%%", bub);
+        snprintf(lec, sizeof lec, "paper %s: %.1f%%", zb[i].formula, paper);
+        /* ZB-H2 and ZB-V reach 0 only across steps (no flush): within one the last stage
+         * still waits (p-1) F for its first forward */
+        lec_fig("ZB", zb[i].id, label, bub / 100, shown, lec,
+                zb[i].paper > 0 ? lec_near(bub, paper, 0.05) : LEC_INFO);
+        simd_free(&x);
+    }
+    return 0;
+}
+
 static int lecture_03(void)
 {
     section_header("03", "§4 pipeline parallelism (code 03; schedules and simulator: "
@@ -347,6 +385,8 @@ static int lecture_03(void)
     simd_free(&na);
     simd_free(&gp);
     simd_free(&fb);
+    if (zero_bubble_grids())
+        return -1;
 
     /* code 03 part 2: the 8-layer MLP through the pipeline engine (apps/lecture/lecture_pipe.c) */
     if (lecture_03_pipe())

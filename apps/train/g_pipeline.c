@@ -1,5 +1,6 @@
 /* Pipeline: the schedule, its virtual stages and weight stashing, the layers' split to stages
  * (--layer-costs), and the pipeline's summary lines. */
+#include <math.h>
 #include <string.h>
 #include "group.h"
 #include "cli.h"
@@ -8,6 +9,7 @@
 
 enum { MAX_LAYERS = 4096 };
 static int have_sched, have_virt, measure, ncosts;
+static const char *write_path; /* --write-schedule */
 static double costs[MAX_LAYERS];
 
 static int p_sched(tg_run *r, const char *a)
@@ -38,6 +40,36 @@ static int p_stash(tg_run *r, const char *a)
     return 0;
 }
 
+static int p_file(tg_run *r, const char *a)
+{
+    r->o.pipeline.schedule_file = a;
+    return 0;
+}
+
+static int p_letters(tg_run *r, const char *a)
+{
+    static const char *const names[] = {"auto", "new", "old"};
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(a, names[k])) {
+            r->o.pipeline.schedule_letters = k;
+            return 0;
+        }
+    cli_error("--schedule-letters: '%s' is not auto, new or old", a);
+    return -1;
+}
+
+static int p_limit(tg_run *r, const char *a)
+{
+    return cli_parse_int("--schedule-mem-limit", a, 1, 1 << 20, &r->o.pipeline.schedule_mem_limit);
+}
+
+static int p_write(tg_run *r, const char *a)
+{
+    (void)r;
+    write_path = a;
+    return cli_check_output("--write-schedule", a);
+}
+
 /* a list of costs, one per layer, or "measure" (timed before the run) */
 static int p_costs(tg_run *r, const char *a)
 {
@@ -59,13 +91,24 @@ static int p_costs(tg_run *r, const char *a)
 /* the rule: an option that would have no effect in the configuration given is refused */
 static int idle(tg_run *r)
 {
-    const char *opt = have_sched                  ? "--schedule"
-                      : have_virt                 ? "--virtual-stages"
-                      : r->o.pipeline.layer_costs ? "--layer-costs"
-                                                  : NULL;
+    const dl_train_pipeline *pl = &r->o.pipeline;
+    const char *opt = have_sched               ? "--schedule"
+                      : have_virt              ? "--virtual-stages"
+                      : pl->layer_costs        ? "--layer-costs"
+                      : pl->schedule_file      ? "--schedule-file"
+                      : write_path             ? "--write-schedule"
+                      : pl->schedule_letters   ? "--schedule-letters"
+                      : pl->schedule_mem_limit ? "--schedule-mem-limit"
+                                               : NULL;
     if (r->o.layout.pp == 1 && opt)
         return tg_refuse(r, "%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect",
                          opt);
+    if (pl->schedule_file && (have_sched || have_virt))
+        return tg_refuse(r, "--schedule-file gives the schedule and its chunks: %s has no effect",
+                         have_sched ? "--schedule" : "--virtual-stages");
+    if (!pl->schedule_file && (pl->schedule_letters || pl->schedule_mem_limit))
+        return tg_refuse(r, "%s reads a --schedule-file",
+                         pl->schedule_letters ? "--schedule-letters" : "--schedule-mem-limit");
     return TG_NEXT;
 }
 
@@ -102,6 +145,30 @@ static void print_gap(const tg_run *run)
     printf("%s\n", run->o.pipeline.weight_stashing ? " (stashing)" : " (no stashing: p - s)");
 }
 
+/* The schedule file's note (communication actions ignored), and --write-schedule: the schedule
+ * this run uses in the CSV form. */
+static int sched_files(tg_run *r)
+{
+    const dl_train_opts *o = &r->o;
+    if (o->layout.pp < 2)
+        return TG_NEXT;
+    char note[256] = "";
+    dl_sched *s = NULL;
+    int rc = o->pipeline.schedule_file
+                 ? dl_sched_load_csv(o->pipeline.schedule_file, o->pipeline.schedule_letters,
+                                     o->pipeline.schedule_mem_limit, &s, note, sizeof note)
+                 : tr_pipe_make_sched(o, &s);
+    if (rc == DL_OK && note[0])
+        printf("%s\n", note);
+    if (rc == DL_OK && write_path && (rc = dl_sched_save_csv(s, write_path)) == DL_OK)
+        printf("wrote the schedule (%s, %d ranks, %d micro-batches) to %s\n",
+               dl_sched_kind_name(s->kind), s->p, s->m, write_path);
+    dl_sched_free(s);
+    if (rc)
+        return tg_refuse(r, "%s", dl_errmsg());
+    return TG_NEXT;
+}
+
 static int summary(tg_run *run)
 {
     const dl_train_result *r = run->r;
@@ -117,8 +184,11 @@ static int summary(tg_run *run)
     printf("\n  measured bubble per stage (1 - busy/wall, median step):");
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %.1f%%", 100 * r->pipeline.bubble[st]);
     printf("\n  total %.1f%% vs the schedule's own %.1f%% (simulated, a backward twice a "
-           "forward); activation slots per stage:",
+           "forward",
            100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
+    if (!isnan(r->pipeline.bubble_paper))
+        printf("; the paper's formula at F = B = W: %.1f%%", 100 * r->pipeline.bubble_paper);
+    printf("); activation slots per stage:");
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %d", r->pipeline.slots[st]);
     printf("\n  hand-offs %.3f MiB sent by rank 0 per step; engine overhead per action (the "
            "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
@@ -168,6 +238,7 @@ static void j_pipe(FILE *f, const tg_run *run)
     fputs("],", f);
     tg_put_keynum(f, "bubble_total", p->bubble_total, 1);
     tg_put_keynum(f, "bubble_schedule", p->bubble_theory, 1);
+    tg_put_keynum(f, "bubble_paper", p->bubble_paper, 1);
     put_ints(f, "activation_slots", p->slots, p->stages);
     if (run->o.pipeline.schedule == DL_SCHED_ASYNC)
         put_ints(f, "weight_version_gaps", p->max_gap, p->stages);
@@ -183,7 +254,24 @@ static const tg_opt opts[] = {
 "  --schedule NAME       gpipe (default), 1f1b, interleaved (--virtual-stages v chunks per\n"
 "                        stage; layers divisible by pp x v, m a multiple of pp), async\n"
 "                        (PipeDream: each stage updates after every backward, no flush), or\n"
-"                        naive (one micro-batch at a time: F, B, update)\n"},
+"                        naive (one micro-batch at a time: F, B, update); split backward\n"
+"                        (input gradient I, weight gradient W later): 1f1b-split, zb-h1\n"
+"                        (Zero Bubble H1, 1F1B's memory), zb-h2 (about twice the\n"
+"                        activations), zb-v (two chunks a stage in a V, layers >= 2 pp);\n"
+"                        these refuse --recompute full\n"},
+    {"schedule-file", 1, p_file,
+"  --schedule-file FILE  run the schedule in FILE, torch.distributed.pipelining's CSV form:\n"
+"                        a row per rank, each cell an action [stage][F|I|W|B][micro-batch]\n"
+"                        (2F0, 1I3, 0W5; B a full backward), stages of a row its chunks;\n"
+"                        communication actions ignored; pp = rows, --microbatches = m\n"},
+    {"schedule-letters", 1, p_letters,
+"  --schedule-letters L  auto (default), new (I input gradient, B full backward) or old\n"
+"                        (B input gradient, BW full backward): the file's letters\n"},
+    {"schedule-mem-limit", 1, p_limit,
+"  --schedule-mem-limit N  refuse a --schedule-file in which a rank holds more than N\n"
+"                        activation slots (a micro-batch's chunk from its F to its W)\n"},
+    {"write-schedule", 1, p_write,
+"  --write-schedule FILE write the schedule this run uses in that CSV form\n"},
     {"virtual-stages", 1, p_virt,
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"},
     {"weight-stashing", 0, p_stash,
@@ -198,6 +286,7 @@ static const tg_opt opts[] = {
 static const tg_hook hooks[] = {{TG_CHECK, idle},
                                 {TG_CHECK, count_costs},
                                 {TG_PREPARE, measure_costs},
+                                {TG_PREPARE, sched_files},
                                 {TG_REPORT, summary},
                                 {0}};
 static const tg_field config[] = {{"schedule", j_sched, NULL},

@@ -5,8 +5,10 @@
  * it receives the input activation from the previous virtual stage, after it sends the output to
  * the next one; before B(j, c) it receives the gradient of that output from the next virtual
  * stage, after it sends the gradient of the input back. A split backward's I(j, c) moves what
- * B(j, c) moves; its W(j, c) moves nothing. Chunk c of stage s is virtual stage
- * c·p + s (Megatron's interleaving): stage p-1's chunk c hands on to stage 0's chunk c+1.
+ * B(j, c) moves; its W(j, c) moves nothing. Hand-offs follow the schedule's placement table
+ * (dl_sched_peers): with the loop placement chunk c of stage s is virtual stage c·p + s
+ * (Megatron's interleaving: stage p-1's chunk c hands on to stage 0's chunk c+1); with ZB-V's V
+ * placement the turn from virtual stage p-1 to p stays on stage p-1, copied within the stage.
  *
  * What moves and what is computed is the caller's (dl_pipe_ops): the trainer plugs in the GPT
  * stage, the harness sleeps or spins. Sends never block on the receiver (dl_isend of a staging
@@ -94,8 +96,9 @@ typedef struct dl_pipe_stats {
 int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg, int step,
                 struct dl_trace *trace, int trace_rank, dl_pipe_stats *st);
 
-/* The peers of stage `stage` for an action: the rank F(j, c) receives from (-1: none) and sends
- * to (-1: none); B the reverse. For users that move data themselves and for tests. */
+/* The peers of stage `stage` for an action under the loop placement (c·p + s): the rank F(j, c)
+ * receives from (-1: none) and sends to (-1: none); B the reverse. For users that move data
+ * themselves and for tests; dl_sched_peers follows any schedule's placement. */
 void dl_pipe_peers(int p, int v, int stage, int chunk, int *prev, int *next);
 
 #ifdef __cplusplus

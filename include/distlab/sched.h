@@ -8,15 +8,19 @@
  *
  * Indices are 0-based in the API: stage s = 0 .. p-1 (the lecture's "GPU s+1", and its 1-based
  * s in formulas such as the version gap p - s), micro-batch j = 0 .. m-1, chunk c = 0 .. v-1.
- * With v chunks per stage (interleaving), chunk c of stage s is virtual stage c*p + s, as in
- * Megatron-LM.
+ * With v chunks per stage, the schedule's placement table says which virtual stage (0 .. p v - 1,
+ * the model's pipeline order) chunk c of stage s is: vstage[s v + c]. Interleaving uses the loop
+ * placement c p + s (Megatron-LM); ZB-V the V placement, stage s holding virtual stages s and
+ * 2p - 1 - s (so stage 0 holds the first and the last). A stage's chunks are its virtual stages
+ * in pipeline order (vstage[s v + c] increases with c).
  *
  * Execution model (shared by the validator and the simulator): each stage runs its array in
  * order, one action at a time; an action starts when the stage is free and its cross-stage
  * input has arrived:
- *   F(j, c) on s needs F(j, c) on s-1, or for s = 0 and c > 0, F(j, c-1) on stage p-1;
- *   B(j, c) on s needs F(j, c) earlier on s itself and B(j, c) on s+1, or for s = p-1 and
- *   c < v-1, B(j, c+1) on stage 0 (the last virtual stage turns its forward into its backward);
+ *   F(j, c) on s needs F(j) of the previous virtual stage (where the placement puts it; none
+ *   for virtual stage 0);
+ *   B(j, c) on s needs F(j, c) earlier on s itself and B(j) of the next virtual stage (none for
+ *   the last virtual stage, which turns its forward into its backward);
  *   OPT needs nothing but the actions before it on its stage.
  * A backward may be split (zero-bubble schedules): I(j, c) in B's place (the same inputs, the
  * same hand-off: a stage's I or B receives from the next stage's I or B), then W(j, c) later on
@@ -55,7 +59,11 @@ typedef enum dl_sched_kind {
     DL_SCHED_1F1B = 3,        /* PipeDream-Flush: warm-up, steady 1F1B, cool-down, flush */
     DL_SCHED_INTERLEAVED = 4, /* Megatron's interleaved 1F1B, v chunks per stage */
     DL_SCHED_ASYNC = 5,       /* PipeDream 1F1B without flush: OPT after every backward */
-    DL_SCHED_TERAPIPE = 6     /* GPipe over token chunks of sequences (TeraPipe) */
+    DL_SCHED_TERAPIPE = 6,    /* GPipe over token chunks of sequences (TeraPipe) */
+    DL_SCHED_1F1B_SPLIT = 7,  /* 1F1B with each backward split into I then W at once */
+    DL_SCHED_ZB_H1 = 8,       /* Zero Bubble ZB-H1: 1F1B's order of F and I, W fills bubbles */
+    DL_SCHED_ZB_H2 = 9,       /* ZB-H2: more warm-up forwards, W fills the rest */
+    DL_SCHED_ZB_V = 10        /* ZB-V: two chunks per stage in the V placement */
 } dl_sched_kind;
 
 typedef struct dl_sched {
@@ -72,6 +80,11 @@ typedef struct dl_sched {
     int *len;       /* len[s]: number of actions of stage s */
     dl_sched_action **act; /* act[s][0 .. len[s]-1] in execution order */
     int *cap_;             /* private: allocated length of act[s] */
+    int *vstage;           /* placement: vstage[s * v + c], the virtual stage of chunk c of stage s
+                            * (dl_sched_new writes the loop placement c p + s) */
+    int *mem_limit;        /* per stage: most activation slots held at once (a micro-batch's
+                            * chunk holds one from its F until its B or W), 0: no limit; the
+                            * validator checks it */
 } dl_sched;
 
 /* ---- generators (each returns a new schedule in *out; free it with dl_sched_free) ---------- */
@@ -101,13 +114,47 @@ int dl_sched_async(int p, int m, int stash, dl_sched **out);
  * GPipe's with m = nseq * c. */
 int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out);
 
+/* 1F1B with split backward (the zero-bubble baseline): dl_sched_1f1b's order with every B
+ * replaced by I then W. Memory limit min(p - s, m) (1F1B's). */
+int dl_sched_1f1b_split(int p, int m, dl_sched **out);
+/* Zero Bubble ZB-H1 (Qi et al. 2024): the F and I of 1F1B in 1F1B's order; a stage runs a
+ * pending W whenever its next F or I cannot start (its input not there yet, or an F would
+ * exceed the limit) and the rest at the end. Memory limit min(p, m) on every stage (1F1B's
+ * peak, stage 0's). Bubble (p-1)(F+B-W) with B the input gradient's cost. */
+int dl_sched_zb_h1(int p, int m, dl_sched **out);
+/* ZB-H2: as ZB-H1 with 2 (p-s-1) warm-up forwards and memory limit min(2p - 1, m). The paper's
+ * zero bubble also overlaps one step's tail with the next step's warm-up (it bypasses the
+ * optimizer's synchronisation); with a flush per step the last stage still waits (p-1) F. */
+int dl_sched_zb_h2(int p, int m, dl_sched **out);
+/* ZB-V: v = 2 chunks per stage in the V placement; each stage runs, whenever free, a ready input
+ * gradient (the later virtual stage first), else a ready forward (the later virtual stage first)
+ * if under the limit, else a pending W; the order is fixed by running this in the unit-cost model
+ * (F = I = W). Memory limit min(2p, 2m) chunk slots (each half a stage: 1F1B's peak). p >= 2. */
+int dl_sched_zb_v(int p, int m, dl_sched **out);
+struct dl_sched_costs;
+/* ZB-V with its order found at costs c (f, b, w per chunk action; NULL: F = I = W): the policy
+ * adapts to unequal costs (p 4, m 8, F 2/B 3/W 1: 12% simulated against 30% for the unit-cost
+ * order). Costs must be positive. */
+int dl_sched_zb_v_costs(int p, int m, const struct dl_sched_costs *c, dl_sched **out);
+
+/* Set the placement (vstage[s v + c] for every stage and chunk; copied). DL_EINVAL unless it is a
+ * permutation of 0 .. p v - 1 with each stage's chunks in increasing order. */
+int dl_sched_set_placement(dl_sched *s, const int *vstage);
+/* Where virtual stage g sits: *stage and *chunk (DL_EINVAL for g out of range). */
+int dl_sched_holder(const dl_sched *s, int g, int *stage, int *chunk);
+/* The neighbours of chunk `chunk` of stage `stage`: the stage and chunk its forward receives
+ * from (*prev = -1: virtual stage 0) and sends to (*next = -1: the last virtual stage); a
+ * backward the reverse. */
+void dl_sched_peers(const dl_sched *s, int stage, int chunk, int *prev, int *prev_chunk, int *next,
+                    int *next_chunk);
+
 /* An empty custom schedule (flush = 1, stash = 0; change them if needed) and appending to it. */
 int dl_sched_new(int p, int m, int v, dl_sched **out);
 int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk);
 void dl_sched_free(dl_sched *s);
 
-/* By name: "naive", "gpipe", "1f1b", "interleaved", "async" (also "pipedream"), "terapipe";
- * DL_EINVAL for another. dl_sched_kind_name gives the canonical name ("custom" for CUSTOM). */
+/* By name: "naive", "gpipe", "1f1b", "interleaved", "async" (also "pipedream"), "terapipe",
+ * "1f1b-split", "zb-h1", "zb-h2", "zb-v"; DL_EINVAL for another. dl_sched_kind_name gives the canonical name ("custom" for CUSTOM). */
 int dl_sched_kind_parse(const char *name, dl_sched_kind *kind);
 const char *dl_sched_kind_name(dl_sched_kind kind);
 
@@ -117,6 +164,13 @@ int dl_sched_splits(const dl_sched *s, int stage);
 /* "F3", "B3", "I3", "W3", "OPT", with the chunk when v > 1 ("F3.1"): the form messages use. */
 const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, char *buf, size_t cap);
 
+/* A zero-bubble paper's theoretical bubble of this schedule's kind, as a fraction of the step:
+ * bubble time t over m (F + B + W) + t with F, B (input gradient), W the costs of one action
+ * (of one chunk for ZB-V, whose m counts 2 chunks): 1F1B and GPipe t = (p-1)(F+B+W) (their
+ * backward is whole); 1F1B-split (p-1)(F+B) (its I hands the gradient on before W); ZB-H1 (p-1)(F+B-W); ZB-H2 and ZB-V (p-1)(F+B-2W), 0 when negative (so 0 when
+ * F = B = W). -1 for the other kinds. */
+double dl_sched_bubble_theory(const dl_sched *s, double f, double b, double w);
+
 /* ---- validation -------------------------------------------------------------------------- */
 
 /* Check a schedule and return DL_OK or DL_EINVAL with a message naming the first offending
@@ -124,20 +178,59 @@ const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, cha
  * chunk in range; every (F, j, c) exactly once on every stage, and either (B, j, c) or both
  * (I, j, c) and (W, j, c), each once; every B or I after its F on the same stage (and TeraPipe's
  * token order), every W after its I ("weight gradient before its input gradient"); with flush,
- * exactly one OPT per stage, last;
+ * exactly one OPT per stage, last, and every W before it; the placement; each stage's memory limit
+ * (the action that breaks it);
  * finally no deadlock: the execution model above is run, and if stages block each other the
  * message lists the cycle ("stage 0 action 1 (B0) waits for B0 on stage 1 (its action 2); ..."). */
 int dl_sched_validate(const dl_sched *s);
+/* The actions around action i of stage `stage`, each stage's on its own line with the offending
+ * one in brackets ("  stage 1: ... F3 I2 [W4] F5 ..."): what the validator's messages append. */
+void dl_sched_context(const dl_sched *s, int stage, int i, char *buf, size_t cap);
+
+/* dl_sched_validate that also says where: *stage and *index (may be NULL) receive the offending
+ * action's position, or -1 when the refusal names no action (a missing one, the sizes). */
+int dl_sched_check(const dl_sched *s, int *stage, int *index);
+
+/* ---- torch.distributed.pipelining's CSV form ---------------------------------------------- */
+
+/* A schedule file's letters (dl_sched_parse_csv). */
+enum { DL_SCHED_LETTERS_AUTO = 0, DL_SCHED_LETTERS_NEW = 1, DL_SCHED_LETTERS_OLD = 2 };
+
+/* One row per rank, its cells that rank's actions in order (an empty cell: an idle slot of the
+ * file's grid); an action is [global virtual stage][type][micro-batch] ("2F0", "1I3", "0W5"),
+ * type F, I (input gradient), W (weight gradient) or B (full backward); the stages in a rank's row
+ * are its chunks, in increasing order (the placement). Older files used B for the input gradient
+ * and BW for the full backward: DL_SCHED_LETTERS_AUTO takes the older letters when the file has a
+ * BW, or a B and a W of the same (stage, micro-batch), and no I and no OVERLAP_F_B.
+ * "(aFx;bBy)OVERLAP_F_B" runs as the two actions in order; communication actions (SEND_F,
+ * RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, the micro-batch optional) are accepted
+ * and ignored (the engine posts its own transfers; *note says how many, "" when none).
+ * m is the largest micro-batch + 1, p the rows; every rank ends with the flush's OPT; mem_limit
+ * > 0 sets every stage's memory limit. The schedule is validated: a refusal (DL_EINVAL) names the
+ * row, the cell and the reason ("schedule file: row 2, cell 5 ('1W3'): weight gradient before
+ * its input gradient ..."), rows and cells counted from 1, on one line (no context lines). */
+int dl_sched_parse_csv(const char *text, size_t len, int letters, int mem_limit, dl_sched **out,
+                       char *note, size_t notecap);
+/* The same from a file (at most 64 MiB); messages start with the path. */
+int dl_sched_load_csv(const char *path, int letters, int mem_limit, dl_sched **out, char *note,
+                      size_t notecap);
+/* A flush schedule in that form with the newer letters, one line per rank (OPT left out: the
+ * form has none); parse_csv gives back the same actions and placement. *out is malloc'd.
+ * DL_EINVAL for an invalid schedule, or one with optimizer steps inside the step or token
+ * chunks (async, TeraPipe). */
+int dl_sched_write_csv(const dl_sched *s, char **out);
+int dl_sched_save_csv(const dl_sched *s, const char *path);
 
 /* ---- simulation -------------------------------------------------------------------------- */
 
 typedef struct dl_sched_costs {
     double f;   /* one forward action (of one chunk when interleaved): 1 */
-    double b;   /* one backward action: 2; its parts I and W each cost b / 2 */
+    double b;   /* one whole backward action B: 2 */
     double opt; /* one optimizer step: 0 (the lecture's grids show none) */
+    double w;   /* a split backward's weight part W; its input part I costs b - w. < 0: b / 2 */
 } dl_sched_costs;
 
-/* The defaults beside the fields (f 1, b 2, opt 0). */
+/* The defaults beside the fields (f 1, b 2, opt 0, w -1). */
 void dl_sched_costs_init(dl_sched_costs *c);
 
 typedef struct dl_sched_sim {
@@ -166,8 +259,9 @@ double dl_sched_bubble_formula(const dl_sched *s);
 
 /* The lecture's grid, one line per stage: "GPU 1  " then one character per time unit: the
  * micro-batch's digit for a forward ('0'..'9', then 'A'..'Z', then '+' from 36 on), its letter
- * for a backward ('a'..'z', then '-' from 26 on; a backward of cost 2 prints "aa"), '*' for an
- * optimizer step of non-zero cost and U+00B7 '·' for idle. Every action must start and end on
+ * for a backward or an input gradient I ('a'..'z', then '-' from 26 on; a backward of cost 2
+ * prints "aa"), its capital for a weight gradient W ('A'..'Z', then '~'; a schedule with W draws
+ * forwards past 9 as '+'), '*' for an optimizer step of non-zero cost and U+00B7 '·' for idle. Every action must start and end on
  * whole units, and the makespan must not exceed 1e6 units (DL_EINVAL otherwise).
  * *out is a malloc'd string, each line ending in '\n'. */
 int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out);

@@ -33,6 +33,8 @@ typedef enum dl_trace_kind {
     DL_TR_COMM = 5,      /* a collective (gradient all-reduce etc.) */
     DL_TR_STEP = 6,      /* one whole training step (the span the bubble is measured over) */
     DL_TR_OTHER = 7,
+    DL_TR_WGT = 8, /* a split backward's weight gradient W of (mb, chunk); its input part I
+                          * is a DL_TR_BWD. Counted busy as forwards and backwards are */
     DL_TR_NKINDS
 } dl_trace_kind;
 

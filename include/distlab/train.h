@@ -79,6 +79,12 @@ typedef struct dl_train_pipeline {
     int weight_stashing;       /* async: each backward uses the weights its forward used */
     const double *layer_costs; /* [layers]: split layers to stages minimising the slowest stage
                                 * (the lecture's dynamic program); NULL: evenly by layer count */
+    const char *schedule_file; /* a schedule in torch.distributed.pipelining's CSV form
+                                * (dl_sched_load_csv) instead of `schedule`: its rows must be pp,
+                                * its micro-batches m; NULL: none */
+    int schedule_letters;      /* its letters: DL_SCHED_LETTERS_AUTO, _NEW or _OLD */
+    int schedule_mem_limit;    /* > 0: the activation slots a stage may hold; a schedule file
+                                * that breaks it is refused */
 } dl_train_pipeline;
 
 /* The corpus. */
@@ -255,6 +261,9 @@ typedef struct dl_train_pipeline_result {
     double bubble_total;   /* 1 - sum(busy) / (stages x max wall), median over steps */
     double bubble_theory;  /* the schedule's own: dl_sched_bubble, its simulation with every
                            * forward 1 and every backward 2 */
+    double bubble_paper;   /* the pipeline papers' formula at F = B = W (dl_sched_bubble_theory):
+                           * 1F1B (p-1)(F+B+W), ZB-H1 (p-1)(F+B-W), ZB-H2 and ZB-V about 0;
+                           * NaN for schedules without one */
     int *slots;            /* [stages] activation slots (micro-batch chunks held at once) */
     int *max_gap;          /* [stages] async: most weight updates between a micro-batch's forward
                            * and the weights its backward used (0 with stashing) */

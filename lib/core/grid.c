@@ -13,6 +13,7 @@ char dl__grid_mark(dl__grid_kind k, int mb)
                                      : '+';
     case DL__GRID_BWD: return mb >= 0 && mb < 26 ? (char)('a' + mb) : '-';
     case DL__GRID_OPT: return '*';
+    case DL__GRID_WGT: return mb >= 0 && mb < 26 ? (char)('A' + mb) : '~';
     default: return '=';
     }
 }

@@ -149,8 +149,8 @@ void dl_trace_set_chunks(dl_trace *t, int v)
 
 const char *dl_trace_kind_name(int kind)
 {
-    static const char *const names[DL_TR_NKINDS] = {"fwd", "bwd",  "send", "recv-wait",
-                                                    "opt", "comm", "step", "other"};
+    static const char *const names[DL_TR_NKINDS] = {"fwd",  "bwd",  "send",  "recv-wait", "opt",
+                                                    "comm", "step", "other", "wgt"};
     return kind >= 0 && kind < DL_TR_NKINDS ? names[kind] : "other";
 }
 
@@ -251,7 +251,8 @@ int dl_trace_bubble(const dl_trace *t, int rank, int step, double *bubble, doubl
     if (rc)
         return rc;
     const rank_buf *b = &t->r[rank];
-    uint64_t busy = total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD), w0, w1, v));
+    uint64_t busy =
+        total(v, merged(b, (1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_WGT), w0, w1, v));
     free(v);
     double wall = (double)(w1 - w0);
     if (busy_ns)
@@ -291,8 +292,8 @@ static void us3(FILE *f, uint64_t ns)
 
 static void event_name(const dl_trace *t, const dl_trace_event *e, char *buf, size_t cap)
 {
-    if (e->kind == DL_TR_FWD || e->kind == DL_TR_BWD) {
-        char c = e->kind == DL_TR_FWD ? 'F' : 'B';
+    if (e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_WGT) {
+        char c = e->kind == DL_TR_FWD ? 'F' : e->kind == DL_TR_BWD ? 'B' : 'W';
         if (e->chunk > 0 || t->v > 1)
             snprintf(buf, cap, "%c%d.%d", c, (int)e->mb, (int)e->chunk);
         else
@@ -356,8 +357,11 @@ int dl_trace_write_chrome(const dl_trace *t, const char *path, const char *const
             uint64_t dur = e->t1 > e->t0 ? e->t1 - e->t0 : 0;
             fputs(first ? "" : ",\n", f);
             first = 0;
-            fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", nm,
-                    dl_trace_kind_name(e->kind));
+            /* W in a colour of its own (Chrome's reserved colour names; Perfetto colours by
+             * name) */
+            fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",%s\"ph\":\"X\",\"ts\":", nm,
+                    dl_trace_kind_name(e->kind),
+                    e->kind == DL_TR_WGT ? "\"cname\":\"olive\"," : "");
             us3(f, e->t0 - base);
             fputs(",\"dur\":", f);
             us3(f, dur);
@@ -396,11 +400,14 @@ static char mark(const dl_trace_event *e)
     case DL_TR_BWD: return dl__grid_mark(DL__GRID_BWD, e->mb);
     case DL_TR_OPT: return dl__grid_mark(DL__GRID_OPT, e->mb);
     case DL_TR_COMM: return dl__grid_mark(DL__GRID_COMM, e->mb);
+    case DL_TR_WGT: return dl__grid_mark(DL__GRID_WGT, e->mb);
     default: return 0;
     }
 }
 
-#define DRAWN ((1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_OPT) | (1u << DL_TR_COMM))
+#define DRAWN                                                                                      \
+    ((1u << DL_TR_FWD) | (1u << DL_TR_BWD) | (1u << DL_TR_OPT) | (1u << DL_TR_COMM) |              \
+     (1u << DL_TR_WGT))
 
 int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
 {
@@ -410,7 +417,8 @@ int dl_trace_grid(const dl_trace *t, int step, uint64_t unit_ns, char **out)
 /* An action the grid draws by itself (collectives nest inside forwards and backwards). */
 static int is_action(const dl_trace_event *e)
 {
-    return e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_OPT;
+    return e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_OPT ||
+           e->kind == DL_TR_WGT;
 }
 
 int dl_trace_grid_hidden(const dl_trace *t, int step, uint64_t unit_ns, char **out, int *hidden)

@@ -16,6 +16,13 @@ typedef struct staging {
     int busy;
 } staging;
 
+/* A hand-off between two chunks of the same stage (the V placement's turn at the last stage):
+ * kept here until that stage's receiving action takes it. */
+typedef struct loopback {
+    void *buf;
+    int tag, full;
+} loopback;
+
 struct dl_pipe {
     dl_comm *pp;
     dl_comm *act_comm, *grad_comm;  /* duplicates of pp: activations forward, gradients back */
@@ -27,6 +34,8 @@ struct dl_pipe {
     staging *st;
     int nst, capst;
     size_t staging_peak;
+    loopback *loop;
+    int nloop;
 };
 
 enum { TAG_ACT = 0, TAG_GRAD = 1 };
@@ -83,11 +92,29 @@ void dl_pipe_destroy(dl_pipe *e)
             free(e->st[i].buf);
     }
     free(e->st);
+    for (int i = 0; i < e->nloop; i++) {
+        if (e->arena)
+            dl_arena_free(e->arena, e->loop[i].buf);
+        else
+            free(e->loop[i].buf);
+    }
+    free(e->loop);
     if (e->act_comm)
         dl_comm_free(e->act_comm);
     if (e->grad_comm)
         dl_comm_free(e->grad_comm);
     free(e);
+}
+
+/* One hand-off-sized buffer from the arena (category comm) or malloc. */
+static int buf_alloc(dl_pipe *e, void **out)
+{
+    if (e->arena)
+        return dl_arena_alloc(e->arena, DL_MEM_COMM, e->bytes ? e->bytes : 1, out);
+    if (!(*out = malloc(e->bytes ? e->bytes : 1)))
+        return dl_error(DL_ENOMEM, "pipeline: out of memory for a %zu-byte staging buffer",
+                        e->bytes);
+    return DL_OK;
 }
 
 /* A free staging buffer: one whose send is done, else a new one. */
@@ -120,17 +147,48 @@ static int staging_get(dl_pipe *e, staging **out)
     }
     staging *s = &e->st[e->nst];
     memset(s, 0, sizeof *s);
-    int rc = DL_OK;
-    if (e->arena)
-        rc = dl_arena_alloc(e->arena, DL_MEM_COMM, e->bytes ? e->bytes : 1, &s->buf);
-    else if (!(s->buf = malloc(e->bytes ? e->bytes : 1)))
-        rc = dl_error(DL_ENOMEM, "pipeline: out of memory for a %zu-byte staging buffer", e->bytes);
+    int rc = buf_alloc(e, &s->buf);
     if (rc)
         return rc;
     e->nst++;
-    e->staging_peak = (size_t)e->nst * e->bytes;
+    e->staging_peak = (size_t)(e->nst + e->nloop) * e->bytes;
     *out = s;
     return DL_OK;
+}
+
+/* Keep a hand-off to this stage itself (no channel to oneself): a free loopback buffer or a new
+ * one. */
+static int loop_put(dl_pipe *e, int tag, const void *data)
+{
+    int k = 0;
+    while (k < e->nloop && e->loop[k].full) k++;
+    if (k == e->nloop) {
+        loopback *n = realloc(e->loop, sizeof *n * (size_t)(k + 1));
+        if (!n)
+            return dl_error(DL_ENOMEM, "pipeline: out of memory for loopback buffers");
+        e->loop = n;
+        int rc = buf_alloc(e, &e->loop[k].buf);
+        if (rc)
+            return rc;
+        e->nloop++;
+        e->staging_peak = (size_t)(e->nst + e->nloop) * e->bytes;
+    }
+    memcpy(e->loop[k].buf, data, e->bytes);
+    e->loop[k].tag = tag;
+    e->loop[k].full = 1;
+    return DL_OK;
+}
+
+static int loop_take(dl_pipe *e, int tag, void *into)
+{
+    for (int k = 0; k < e->nloop; k++)
+        if (e->loop[k].full && e->loop[k].tag == tag) {
+            memcpy(into, e->loop[k].buf, e->bytes);
+            e->loop[k].full = 0;
+            return DL_OK;
+        }
+    return dl_error(DL_EMISMATCH,
+                    "pipeline: the hand-off from this stage's other chunk is missing");
 }
 
 static int send_handoff(dl_pipe *e, dl_comm *c, int peer, int tag, const void *data)
@@ -165,8 +223,8 @@ static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void 
                     const dl_sched_action *a, int step, dl_trace *trace, int trace_rank,
                     dl_pipe_stats *st, const char **what)
 {
-    int fwd = a->op == DL_SCHED_F, prev, next, rc;
-    dl_pipe_peers(e->p, s->v, e->stage, a->chunk, &prev, &next);
+    int fwd = a->op == DL_SCHED_F, prev, pc, next, nc, rc;
+    dl_sched_peers(s, e->stage, a->chunk, &prev, &pc, &next, &nc);
     int from = fwd ? prev : next, to = fwd ? next : prev, kind = fwd ? TAG_ACT : TAG_GRAD;
     dl_comm *c = fwd ? e->act_comm : e->grad_comm;
     uint64_t t0, t1;
@@ -177,8 +235,10 @@ static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void 
         void *in = where ? where(arg, a->mb, a->chunk) : NULL;
         if (!in)
             return dl_error(DL_EINVAL, fwd ? "no input buffer" : "no gradient buffer");
-        if ((rc = dl_recv_tag(c, in, e->count, e->t, from, tag_of(kind, a->mb, a->chunk),
-                              DL_PURPOSE_ACTIVATIONS)))
+        int tag = tag_of(kind, a->mb, a->chunk);
+        if ((rc = from == e->stage
+                      ? loop_take(e, tag, in)
+                      : dl_recv_tag(c, in, e->count, e->t, from, tag, DL_PURPOSE_ACTIVATIONS)))
             return rc;
         t1 = dl_now_ns();
         st->recv_ns += t1 - t0;
@@ -205,11 +265,9 @@ static int run_work(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void 
     if (!out)
         return dl_error(DL_EINVAL, fwd ? "the forward returned no output"
                                        : "the backward returned no input gradient");
-    /* the receiver's chunk: a forward of the last stage hands on to chunk + 1 of stage 0, a
-     * backward of stage 0 back to chunk - 1 of the last stage */
-    int rchunk = a->chunk + (fwd ? e->stage == e->p - 1 : -(e->stage == 0));
+    int tag = tag_of(kind, a->mb, fwd ? nc : pc); /* the receiver's chunk */
     t0 = t1;
-    if ((rc = send_handoff(e, c, to, tag_of(kind, a->mb, rchunk), out)))
+    if ((rc = to == e->stage ? loop_put(e, tag, out) : send_handoff(e, c, to, tag, out)))
         return rc;
     t1 = dl_now_ns();
     st->send_ns += t1 - t0;
@@ -225,7 +283,7 @@ static int run_wgrad(const dl_pipe *e, void *arg, const dl_sched_action *a, int 
     int rc = e->split->bwd_weight(arg, a->mb, a->chunk);
     uint64_t t1 = dl_now_ns();
     st->busy_ns += t1 - t0;
-    dl_trace_add(trace, trace_rank, DL_TR_BWD, step, a->mb, a->chunk, t0, t1);
+    dl_trace_add(trace, trace_rank, DL_TR_WGT, step, a->mb, a->chunk, t0, t1);
     return rc;
 }
 

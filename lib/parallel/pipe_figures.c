@@ -9,12 +9,16 @@
 /* The schedule simulated with the lecture's costs (a forward 1, a backward 2): its bubble is the
  * schedule's own (GPipe and 1F1B: (p-1)/(m+p-1); interleaving and async their own), its peak
  * activations per stage the slots. NULL when it cannot be built (out of memory). */
-static dl_sched_sim *simulate(const dl_train_opts *o)
+static dl_sched_sim *simulate(const dl_train_opts *o, double *paper)
 {
     dl_sched *sc = NULL;
     dl_sched_sim *sim = NULL;
     if (tr_pipe_make_sched(o, &sc) != DL_OK || dl_sched_simulate(sc, NULL, &sim) != DL_OK)
         sim = NULL;
+    /* the same costs as the paper's F = B = W (a backward, I + W, twice a forward) */
+    *paper = sc ? dl_sched_bubble_theory(sc, 1, 1, 1) : -1;
+    if (*paper < 0)
+        *paper = NAN;
     dl_sched_free(sc);
     return sim;
 }
@@ -39,8 +43,9 @@ int tr_pipe_figures_open(tr_pp_rows *t, const dl_train_opts *o, int steps, int n
     if (!t->busy || !t->wall || !t->engine || !t->gap || !r->bounds || !r->bubble || !r->slots ||
         !r->max_gap)
         return dl_error(DL_ENOMEM, "training: out of memory");
+    r->bubble_paper = NAN;
     if (p > 1) {
-        dl_sched_sim *sim = simulate(o);
+        dl_sched_sim *sim = simulate(o, &r->bubble_paper);
         if (!sim)
             return dl_error(DL_ENOMEM, "pipeline: simulating the schedule: %s", dl_errmsg());
         r->bubble_theory = sim->bubble_total;
@@ -122,7 +127,8 @@ void tr_pipe_summarise(const tr_pp_rows *t, const dl_train_opts *o, int S,
     r->engine_p90_us = k * n > 0 ? x[(size_t)((k * n - 1) * 0.9 + 0.5)] : NAN;
     r->bytes_per_step = (double)t->bytes / S;
     free(x);
-    dl_sched_sim *sim = simulate(o);
+    double paper;
+    dl_sched_sim *sim = simulate(o, &paper);
     for (int st = 0; sim && st < p; st++) r->slots[st] = sim->peak_act[st];
     dl_sched_sim_free(sim);
 }

@@ -4,6 +4,7 @@
  * weight stashing, the parameters each forward used) and accumulate the last stage's loss.
  * Flush schedules reduce the gradients after the engine (stage by stage, not overlapped with the
  * backward); async (PipeDream) updates the stage after every micro-batch, inside the engine. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "parallel/pipe_train.h"
@@ -16,6 +17,7 @@ typedef struct pipe_state {
     dl_sched *sched;
     dl_gpt_part part;
     int p, v, stage;
+    int embed_rank, head_rank; /* the stages holding virtual stage 0 and the last (ZB-V: both 0) */
     int nslots, *slot_of, *free_slot, nfree;
     int *pin, *ptg; /* a micro-batch's tokens */
     double loss_sum;
@@ -54,7 +56,8 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
     int slot = 0, rc = pp_take_slot(s, mb, ch, &slot);
     if (rc)
         return rc;
-    int first = s->stage == 0 && ch == 0, last = s->stage == s->p - 1 && ch == s->v - 1;
+    int vs = s->sched->vstage[s->stage * s->v + ch];
+    int first = vs == 0, last = vs == s->p * s->v - 1;
     int G = o->batch.global, mbs = o->batch.micro;
     if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->layout.dp,
                                                s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
@@ -110,7 +113,7 @@ static int pp_bwd_part(void *arg, int mb, int ch, const void **din, int split)
     }
     if (rc)
         return rc;
-    *din = s->stage == 0 && ch == 0 ? NULL : dl_gpt_stage_grad(s->e->g);
+    *din = s->sched->vstage[s->stage * s->v + ch] == 0 ? NULL : dl_gpt_stage_grad(s->e->g);
     return DL_OK;
 }
 
@@ -198,16 +201,31 @@ static int mk_naive(const dl_train_opts *o, dl_sched **out)
 {
     return dl_sched_naive(o->layout.pp, out);
 }
+static int mk_1f1b_split(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_1f1b_split(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_zb_h1(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_zb_h1(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_zb_h2(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_zb_h2(o->layout.pp, o->batch.microbatches, out);
+}
+static int mk_zb_v(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_zb_v(o->layout.pp, o->batch.microbatches, out);
+}
 
 /* The schedules the trainer runs, in --help's order (GPipe the default): the one list. */
 static const struct {
     dl_sched_kind kind;
     int (*make)(const dl_train_opts *o, dl_sched **out);
-} schedules[] = {{DL_SCHED_GPIPE, mk_gpipe},
-                 {DL_SCHED_1F1B, mk_1f1b},
-                 {DL_SCHED_INTERLEAVED, mk_interleaved},
-                 {DL_SCHED_ASYNC, mk_async},
-                 {DL_SCHED_NAIVE, mk_naive}};
+} schedules[] =
+    {{DL_SCHED_GPIPE, mk_gpipe}, {DL_SCHED_1F1B, mk_1f1b},   {DL_SCHED_INTERLEAVED, mk_interleaved},
+     {DL_SCHED_ASYNC, mk_async}, {DL_SCHED_NAIVE, mk_naive}, {DL_SCHED_1F1B_SPLIT, mk_1f1b_split},
+     {DL_SCHED_ZB_H1, mk_zb_h1}, {DL_SCHED_ZB_H2, mk_zb_h2}, {DL_SCHED_ZB_V, mk_zb_v}};
 enum { NSCHEDULES = sizeof schedules / sizeof schedules[0] };
 
 int tr_pipe_trains(int k)
@@ -230,6 +248,9 @@ void tr_pipe_kind_list(char *buf, size_t n)
 
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
 {
+    if (o->pipeline.schedule_file)
+        return dl_sched_load_csv(o->pipeline.schedule_file, o->pipeline.schedule_letters,
+                                 o->pipeline.schedule_mem_limit, out, NULL, 0);
     for (int i = 0; i < NSCHEDULES; i++)
         if ((int)schedules[i].kind == o->pipeline.schedule)
             return schedules[i].make(o, out);
@@ -237,11 +258,52 @@ int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
                     dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule));
 }
 
+/* A split backward with full recomputation is refused by name (the model would recompute each
+ * layer for W again). */
+static int refuse_recompute(const char *what)
+{
+    return dl_error(DL_EINVAL,
+                    "--recompute full does not combine with %s: its deferred weight gradient "
+                    "would recompute each layer again (use --recompute none)",
+                    what);
+}
+
+/* --schedule-file: the file's schedule decides p, m and v (checked against the options). */
+static int resolve_file(dl_train_opts *o)
+{
+    dl_sched *s = NULL;
+    int p = o->layout.pp, rc = tr_pipe_make_sched(o, &s);
+    if (rc)
+        return rc;
+    if (s->p != p)
+        rc = dl_error(DL_EINVAL, "schedule file %s has %d rows (ranks) for pp %d",
+                      o->pipeline.schedule_file, s->p, p);
+    else if (s->m != o->batch.microbatches)
+        rc = dl_error(DL_EINVAL,
+                      "schedule file %s runs %d micro-batches: use --microbatches %d (got %d)",
+                      o->pipeline.schedule_file, s->m, s->m, o->batch.microbatches);
+    else if (s->v > DL_GPT_MAX_CHUNKS || p * s->v > o->model.layers)
+        rc = dl_error(DL_EINVAL,
+                      "schedule file %s: %d stages need at least as many layers (got %d; at "
+                      "most %d chunks a rank)",
+                      o->pipeline.schedule_file, p * s->v, o->model.layers, DL_GPT_MAX_CHUNKS);
+    else if (dl_sched_splits(s, -1) && o->precision.recompute == DL_RECOMPUTE_FULL)
+        rc = refuse_recompute("a schedule file with split backwards (I, W)");
+    else if (o->model.tie && o->zero.stage)
+        rc = dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
+    o->pipeline.schedule = DL_SCHED_CUSTOM;
+    o->pipeline.virtual_stages = s->v;
+    dl_sched_free(s);
+    return rc;
+}
+
 /* The pipeline's part of the configuration, after the batch sizes are known (modules.def:
  * dl_train_resolve calls it). */
 int tr_pipe_resolve(dl_train_opts *o)
 {
     int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    if (o->pipeline.schedule_file)
+        return resolve_file(o);
     if (o->pipeline.schedule == DL_SCHED_CUSTOM)
         o->pipeline.schedule = DL_SCHED_GPIPE;
     int k = o->pipeline.schedule;
@@ -253,16 +315,29 @@ int tr_pipe_resolve(dl_train_opts *o)
     }
     if (k == DL_SCHED_NAIVE && m != 1)
         return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
-    if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1)
-        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved",
-                        o->pipeline.virtual_stages);
+    int zbv = k == DL_SCHED_ZB_V;
+    if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1 + zbv)
+        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved%s",
+                        o->pipeline.virtual_stages, zbv ? " (zb-v holds 2 chunks a stage)" : "");
     int v = k == DL_SCHED_INTERLEAVED
                 ? (o->pipeline.virtual_stages > 0 ? o->pipeline.virtual_stages : 2)
-                : 1;
+                : 1 + zbv;
     o->pipeline.virtual_stages = v;
     if (p > L)
         return dl_error(DL_EINVAL, "pp %d is larger than the layers %d: every stage needs a layer",
                         p, L);
+    if (zbv && p > 1 && 2 * p > L)
+        return dl_error(DL_EINVAL,
+                        "zb-v holds two chunks a stage: pp %d needs at least %d layers (got %d)", p,
+                        2 * p, L);
+    if (zbv && p < 2)
+        return dl_error(DL_EINVAL, "the zb-v schedule needs pp >= 2 (its V spans two stages)");
+    int split = k >= DL_SCHED_1F1B_SPLIT && k <= DL_SCHED_ZB_V;
+    if (split && p > 1 && o->precision.recompute == DL_RECOMPUTE_FULL) {
+        char what[64];
+        snprintf(what, sizeof what, "--schedule %s", dl_sched_kind_name((dl_sched_kind)k));
+        return refuse_recompute(what);
+    }
     if (v > DL_GPT_MAX_CHUNKS)
         return dl_error(DL_EINVAL, "at most %d virtual stages (got %d)", DL_GPT_MAX_CHUNKS, v);
     if (k == DL_SCHED_INTERLEAVED) {
@@ -312,6 +387,19 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     if ((rc = pp_bounds(o, k, bounds)) ||
         (rc = dl_gpt_part_stage(&o->model, s->p, s->v, s->stage, bounds, part)))
         return rc;
+    /* the part by the schedule's placement (the model's chunks are a stage's virtual stages in
+     * pipeline order, which the validator guarantees) */
+    for (int c = 0; c < s->v; c++) {
+        int g = s->sched->vstage[s->stage * s->v + c];
+        part->first[c] = bounds[g];
+        part->count[c] = bounds[g + 1] - bounds[g];
+    }
+    int ch;
+    if ((rc = dl_sched_holder(s->sched, 0, &s->embed_rank, &ch)) ||
+        (rc = dl_sched_holder(s->sched, k - 1, &s->head_rank, &ch)))
+        return rc;
+    part->embed = s->stage == s->embed_rank;
+    part->head = s->stage == s->head_rank;
     if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pipeline.bounds)
         memcpy(s->e->res->pipeline.bounds, bounds, sizeof(int) * (size_t)(k + 1));
     int m = o->batch.microbatches, T = o->model.seq;
@@ -351,10 +439,11 @@ static void pp_teardown(void *st)
 static int pp_tie_sync(pipe_state *s)
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(s->e->g);
-    if (!s->e->o->model.tie || s->p == 1 || (s->stage != 0 && s->stage != s->p - 1))
+    int er = s->embed_rank, hr = s->head_rank;
+    if (!s->e->o->model.tie || er == hr || (s->stage != er && s->stage != hr))
         return DL_OK;
-    const dl_tensor_info *t = &l->t[s->stage == 0 ? 0 : l->ntensors - 1];
-    int peer = s->stage == 0 ? s->p - 1 : 0, rc;
+    const dl_tensor_info *t = &l->t[s->stage == er ? 0 : l->ntensors - 1];
+    int peer = s->stage == er ? hr : er, rc;
     char *g = (char *)dl_gpt_grads(s->e->g) + t->offset * (size_t)s->e->pr.dsize;
     dl_request *send;
     if ((rc = dl_isend(s->e->mesh->pp_comm, g, t->numel, s->e->pr.dt, peer, 77, DL_PURPOSE_GRADS,
@@ -379,25 +468,30 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
     size_t n = (size_t)B * o->model.seq * o->model.d_model;
     double l = 0;
     int rc = DL_OK;
+    dl_comm *pp = s->e->mesh->pp_comm;
     for (int ch = 0; ch < s->v && rc == DL_OK; ch++) {
-        int prev, next;
-        dl_pipe_peers(s->p, s->v, s->stage, ch, &prev, &next);
-        if (prev >= 0 && (rc = dl_recv(s->e->mesh->pp_comm, dl_gpt_stage_input(s->e->g, 0, ch), n,
-                                       s->e->pr.ct, prev, DL_PURPOSE_ACTIVATIONS)))
+        int prev, pc, next, nc;
+        dl_sched_peers(s->sched, s->stage, ch, &prev, &pc, &next, &nc);
+        /* a hand-off to this stage's own next chunk (ZB-V's turn) is the copy below */
+        if (prev >= 0 && prev != s->stage &&
+            (rc = dl_recv(pp, dl_gpt_stage_input(s->e->g, 0, ch), n, s->e->pr.ct, prev,
+                          DL_PURPOSE_ACTIVATIONS)))
             break;
         if ((rc = dl_gpt_stage_forward(s->e->g, 0, ch, in, tg, B, &l)))
             break;
-        if (next >= 0)
-            rc = dl_send(s->e->mesh->pp_comm, dl_gpt_stage_output(s->e->g, 0, ch), n, s->e->pr.ct,
-                         next, DL_PURPOSE_ACTIVATIONS);
+        if (next == s->stage)
+            memcpy(dl_gpt_stage_input(s->e->g, 0, nc), dl_gpt_stage_output(s->e->g, 0, ch),
+                   n * dl_dtype_size(s->e->pr.ct));
+        else if (next >= 0)
+            rc = dl_send(pp, dl_gpt_stage_output(s->e->g, 0, ch), n, s->e->pr.ct, next,
+                         DL_PURPOSE_ACTIVATIONS);
     }
     if (rc == DL_OK)
-        rc = dl_broadcast(s->e->mesh->pp_comm, &l, &l, 1, DL_F64, s->p - 1, DL_PURPOSE_LOSS);
+        rc = dl_broadcast(pp, &l, &l, 1, DL_F64, s->head_rank, DL_PURPOSE_LOSS);
     if (loss)
         *loss = l;
     return rc;
 }
-
 
 /* Before the model: this stage's part and slots, the engine. */
 static int pp_model_opts(void *st, dl_gpt_opts *go)
@@ -407,8 +501,10 @@ static int pp_model_opts(void *st, dl_gpt_opts *go)
     go->part = &s->part;
     go->act_slots = s->nslots;
     go->defer_w = rc == DL_OK && dl_sched_splits(s->sched, s->stage);
-    if (rc == DL_OK)
+    if (rc == DL_OK) {
         s->e->self_update = !s->sched->flush;
+        s->e->head = s->stage == s->head_rank;
+    }
     return rc;
 }
 
@@ -424,7 +520,8 @@ static int pp_alloc(void *st)
         (rc = dl_arena_alloc(a, DL_MEM_PARAMS, (size_t)s->nslots * s->e->numel * ds,
                              (void **)&s->stash)))
         return rc;
-    if (o->model.tie && (s->stage == 0 || s->stage == s->p - 1))
+    if (o->model.tie && s->embed_rank != s->head_rank &&
+        (s->stage == s->embed_rank || s->stage == s->head_rank))
         rc = dl_arena_alloc(a, DL_MEM_COMM, (size_t)o->model.vocab * o->model.d_model * ds,
                             &s->tie_buf);
     return rc;
@@ -471,7 +568,8 @@ static int pp_norm(void *st, double *sq)
 static int pp_from_head(void *st, double *v, int n)
 {
     pipe_state *s = st;
-    return dl_broadcast(s->e->mesh->pp_comm, v, v, (size_t)n, DL_F64, s->p - 1, DL_PURPOSE_OTHER);
+    return dl_broadcast(s->e->mesh->pp_comm, v, v, (size_t)n, DL_F64, s->head_rank,
+                        DL_PURPOSE_OTHER);
 }
 
 /* the weight version (a full-state checkpoint keeps it; at a step boundary no stash is held:
@@ -504,7 +602,7 @@ int tr_pipe_make(tr_env *e, tr_module *m)
                      .reduce_norm = pp_norm,
                      .counter = pp_counter,
                      .teardown = pp_teardown};
-    e->head = e->mesh->pp_rank == e->o->layout.pp - 1;
+    e->head = e->mesh->pp_rank == e->o->layout.pp - 1; /* pp_model_opts corrects it (ZB-V) */
     e->runner_span = 1; /* a pipeline's step span is the engine's (its bubble's window) */
     return DL_OK;
 }

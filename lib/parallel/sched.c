@@ -44,10 +44,14 @@ int dl_sched_new(int p, int m, int v, dl_sched **out)
     s->len = calloc((size_t)p, sizeof *s->len);
     s->cap_ = calloc((size_t)p, sizeof *s->cap_);
     s->act = calloc((size_t)p, sizeof *s->act);
-    if (!s->len || !s->cap_ || !s->act) {
+    s->vstage = malloc((size_t)p * v * sizeof *s->vstage);
+    s->mem_limit = calloc((size_t)p, sizeof *s->mem_limit);
+    if (!s->len || !s->cap_ || !s->act || !s->vstage || !s->mem_limit) {
         dl_sched_free(s);
         return dl_error(DL_ENOMEM, "schedule: out of memory");
     }
+    for (int q = 0; q < p; q++)
+        for (int c = 0; c < v; c++) s->vstage[q * v + c] = c * p + q;
     *out = s;
     return DL_OK;
 }
@@ -61,7 +65,65 @@ void dl_sched_free(dl_sched *s)
     free(s->act);
     free(s->len);
     free(s->cap_);
+    free(s->vstage);
+    free(s->mem_limit);
     free(s);
+}
+
+int dl__sched_placement_check(int p, int v, const int *vstage)
+{
+    int n = p * v;
+    char *seen = calloc((size_t)n, 1);
+    if (seen == NULL)
+        return dl_error(DL_ENOMEM, "schedule: out of memory");
+    int st = DL_OK;
+    for (int q = 0; q < p && st == DL_OK; q++)
+        for (int c = 0; c < v && st == DL_OK; c++) {
+            int g = vstage[q * v + c];
+            if (g < 0 || g >= n || seen[g])
+                st = dl_error(DL_EINVAL,
+                              "schedule placement: stage %d chunk %d holds virtual stage %d (%s)",
+                              q, c, g, g < 0 || g >= n ? "out of range" : "placed twice");
+            else if (c > 0 && g < vstage[q * v + c - 1])
+                st = dl_error(DL_EINVAL,
+                              "schedule placement: stage %d's chunks must be its virtual stages in "
+                              "pipeline order (chunk %d holds %d, chunk %d holds %d)",
+                              q, c - 1, vstage[q * v + c - 1], c, g);
+            else
+                seen[g] = 1;
+        }
+    free(seen);
+    return st;
+}
+
+int dl_sched_set_placement(dl_sched *s, const int *vstage)
+{
+    int st = dl__sched_placement_check(s->p, s->v, vstage);
+    if (st == DL_OK)
+        memcpy(s->vstage, vstage, (size_t)s->p * s->v * sizeof *vstage);
+    return st;
+}
+
+int dl_sched_holder(const dl_sched *s, int g, int *stage, int *chunk)
+{
+    for (int k = 0; k < s->p * s->v; k++)
+        if (s->vstage[k] == g) {
+            *stage = k / s->v;
+            *chunk = k % s->v;
+            return DL_OK;
+        }
+    return dl_error(DL_EINVAL, "schedule: no stage holds virtual stage %d", g);
+}
+
+void dl_sched_peers(const dl_sched *s, int stage, int chunk, int *prev, int *prev_chunk, int *next,
+                    int *next_chunk)
+{
+    int g = s->vstage[stage * s->v + chunk];
+    *prev = *next = *prev_chunk = *next_chunk = -1;
+    if (g > 0)
+        dl_sched_holder(s, g - 1, prev, prev_chunk);
+    if (g < s->p * s->v - 1)
+        dl_sched_holder(s, g + 1, next, next_chunk);
 }
 
 int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk)
@@ -83,8 +145,9 @@ int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk)
     return DL_OK;
 }
 
-static const char *const kind_names[] = {"custom",      "naive", "gpipe",   "1f1b",
-                                         "interleaved", "async", "terapipe"};
+static const char *const kind_names[] = {"custom",      "naive", "gpipe",    "1f1b",
+                                         "interleaved", "async", "terapipe", "1f1b-split",
+                                         "zb-h1",       "zb-h2", "zb-v"};
 
 const char *dl_sched_kind_name(dl_sched_kind kind)
 {
@@ -97,7 +160,7 @@ int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
 {
     if (name == NULL || kind == NULL)
         return dl_error(DL_EINVAL, "schedule: null name");
-    for (int k = DL_SCHED_NAIVE; k <= DL_SCHED_TERAPIPE; k++)
+    for (int k = DL_SCHED_NAIVE; k <= DL_SCHED_ZB_V; k++)
         if (strcasecmp(name, kind_names[k]) == 0) {
             *kind = (dl_sched_kind)k;
             return DL_OK;
@@ -107,7 +170,8 @@ int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
         return DL_OK;
     }
     return dl_error(DL_EINVAL,
-                    "unknown schedule '%s' (naive, gpipe, 1f1b, interleaved, async, terapipe)",
+                    "unknown schedule '%s' (naive, gpipe, 1f1b, interleaved, async, terapipe, "
+                    "1f1b-split, zb-h1, zb-h2, zb-v)",
                     name);
 }
 
@@ -138,19 +202,13 @@ const char *dl_sched_action_str(const dl_sched *s, const dl_sched_action *a, cha
 /* ---------------------------------------------------------------------------------------- */
 /* Generators                                                                                */
 
-/* Each generator emits stage by stage through push; the first failure is kept and returned. */
-typedef struct gen {
-    dl_sched *s;
-    int st;
-} gen;
-
-static void emit(gen *g, int stage, int op, int mb, int chunk)
+void dl__gen_emit(dl__gen *g, int stage, int op, int mb, int chunk)
 {
     if (g->st == DL_OK)
         g->st = dl_sched_push(g->s, stage, op, mb, chunk);
 }
 
-static int finish(gen *g, dl_sched **out)
+int dl__gen_finish(dl__gen *g, dl_sched **out)
 {
     if (g->st != DL_OK) {
         dl_sched_free(g->s);
@@ -160,10 +218,10 @@ static int finish(gen *g, dl_sched **out)
     return DL_OK;
 }
 
-static int start(gen *g, dl_sched_kind kind, int p, int m, int v, dl_sched **out)
+int dl__gen_start(dl__gen *g, dl_sched_kind kind, int p, int m, int v, dl_sched **out)
 {
     if (out == NULL)
-        return dl_error(DL_EINVAL, "%s schedule: null output", kind_names[kind]);
+        return dl_error(DL_EINVAL, "%s schedule: null output", dl_sched_kind_name(kind));
     *out = NULL;
     g->st = dl_sched_new(p, m, v, &g->s);
     if (g->st != DL_OK)
@@ -174,16 +232,16 @@ static int start(gen *g, dl_sched_kind kind, int p, int m, int v, dl_sched **out
 
 int dl_sched_gpipe(int p, int m, dl_sched **out)
 {
-    gen g;
-    int st = start(&g, DL_SCHED_GPIPE, p, m, 1, out);
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_GPIPE, p, m, 1, out);
     if (st != DL_OK)
         return st;
     for (int s = 0; s < p; s++) {
-        for (int j = 0; j < m; j++) emit(&g, s, DL_SCHED_F, j, 0);
-        for (int j = 0; j < m; j++) emit(&g, s, DL_SCHED_B, j, 0);
-        emit(&g, s, DL_SCHED_OPT, -1, -1);
+        for (int j = 0; j < m; j++) dl__gen_emit(&g, s, DL_SCHED_F, j, 0);
+        for (int j = 0; j < m; j++) dl__gen_emit(&g, s, DL_SCHED_B, j, 0);
+        dl__gen_emit(&g, s, DL_SCHED_OPT, -1, -1);
     }
-    return finish(&g, out);
+    return dl__gen_finish(&g, out);
 }
 
 int dl_sched_naive(int p, dl_sched **out)
@@ -194,42 +252,58 @@ int dl_sched_naive(int p, dl_sched **out)
     return st;
 }
 
-/* The 1F1B order of one stage; async adds an OPT after every backward instead of the flush. */
-static void one_f_one_b(gen *g, int s, int p, int m, int async)
+/* The 1F1B order of one stage; async adds an OPT after every backward instead of the flush;
+ * split runs each backward as I then W. */
+static void one_f_one_b(dl__gen *g, int s, int p, int m, int async, int split)
 {
     int w = p - s - 1 < m ? p - s - 1 : m;
-    for (int j = 0; j < w; j++) emit(g, s, DL_SCHED_F, j, 0);
+    for (int j = 0; j < w; j++) dl__gen_emit(g, s, DL_SCHED_F, j, 0);
     for (int i = 0; i < m; i++) {
         if (w + i < m)
-            emit(g, s, DL_SCHED_F, w + i, 0);
-        emit(g, s, DL_SCHED_B, i, 0);
+            dl__gen_emit(g, s, DL_SCHED_F, w + i, 0);
+        dl__gen_emit(g, s, split ? DL_SCHED_I : DL_SCHED_B, i, 0);
+        if (split)
+            dl__gen_emit(g, s, DL_SCHED_W, i, 0);
         if (async)
-            emit(g, s, DL_SCHED_OPT, i, -1);
+            dl__gen_emit(g, s, DL_SCHED_OPT, i, -1);
     }
     if (!async)
-        emit(g, s, DL_SCHED_OPT, -1, -1);
+        dl__gen_emit(g, s, DL_SCHED_OPT, -1, -1);
 }
 
 int dl_sched_1f1b(int p, int m, dl_sched **out)
 {
-    gen g;
-    int st = start(&g, DL_SCHED_1F1B, p, m, 1, out);
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_1F1B, p, m, 1, out);
     if (st != DL_OK)
         return st;
-    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 0);
-    return finish(&g, out);
+    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 0, 0);
+    return dl__gen_finish(&g, out);
+}
+
+int dl_sched_1f1b_split(int p, int m, dl_sched **out)
+{
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_1F1B_SPLIT, p, m, 1, out);
+    if (st != DL_OK)
+        return st;
+    for (int s = 0; s < p; s++) {
+        one_f_one_b(&g, s, p, m, 0, 1);
+        g.s->mem_limit[s] = p - s < m ? p - s : m;
+    }
+    return dl__gen_finish(&g, out);
 }
 
 int dl_sched_async(int p, int m, int stash, dl_sched **out)
 {
-    gen g;
-    int st = start(&g, DL_SCHED_ASYNC, p, m, 1, out);
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_ASYNC, p, m, 1, out);
     if (st != DL_OK)
         return st;
     g.s->flush = 0;
     g.s->stash = stash ? 1 : 0;
-    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1);
-    return finish(&g, out);
+    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1, 0);
+    return dl__gen_finish(&g, out);
 }
 
 int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
@@ -254,8 +328,8 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
             (*out)->kind = DL_SCHED_INTERLEAVED;
         return st;
     }
-    gen g;
-    int st = start(&g, DL_SCHED_INTERLEAVED, p, m, v, out);
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_INTERLEAVED, p, m, v, out);
     if (st != DL_OK)
         return st;
     int total = m * v;
@@ -269,18 +343,18 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
 #define MB(k) (((k) / (p * v)) * p + (k) % p)
 #define CF(k) (((k) / p) % v)
 #define CB(k) (v - 1 - ((k) / p) % v)
-        for (int k = 0; k < w; k++) emit(&g, s, DL_SCHED_F, MB(k), CF(k));
+        for (int k = 0; k < w; k++) dl__gen_emit(&g, s, DL_SCHED_F, MB(k), CF(k));
         for (int i = 0; i < total - w; i++) {
-            emit(&g, s, DL_SCHED_F, MB(w + i), CF(w + i));
-            emit(&g, s, DL_SCHED_B, MB(i), CB(i));
+            dl__gen_emit(&g, s, DL_SCHED_F, MB(w + i), CF(w + i));
+            dl__gen_emit(&g, s, DL_SCHED_B, MB(i), CB(i));
         }
-        for (int k = total - w; k < total; k++) emit(&g, s, DL_SCHED_B, MB(k), CB(k));
+        for (int k = total - w; k < total; k++) dl__gen_emit(&g, s, DL_SCHED_B, MB(k), CB(k));
 #undef MB
 #undef CF
 #undef CB
-        emit(&g, s, DL_SCHED_OPT, -1, -1);
+        dl__gen_emit(&g, s, DL_SCHED_OPT, -1, -1);
     }
-    return finish(&g, out);
+    return dl__gen_finish(&g, out);
 }
 
 int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out)
@@ -293,20 +367,20 @@ int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out)
                         "terapipe schedule: need sequences >= 1 and token chunks >= 1 "
                         "(got %d and %d)",
                         nseq, c);
-    gen g;
-    int st = start(&g, DL_SCHED_TERAPIPE, p, nseq * c, 1, out);
+    dl__gen g;
+    int st = dl__gen_start(&g, DL_SCHED_TERAPIPE, p, nseq * c, 1, out);
     if (st != DL_OK)
         return st;
     g.s->seq_chunks = c;
     for (int s = 0; s < p; s++) {
-        for (int j = 0; j < nseq * c; j++) emit(&g, s, DL_SCHED_F, j, 0);
+        for (int j = 0; j < nseq * c; j++) dl__gen_emit(&g, s, DL_SCHED_F, j, 0);
         /* Backward of a token chunk needs the later chunks' backward (their queries read its
          * keys and values), so each sequence goes back to front. */
         for (int q = 0; q < nseq; q++)
-            for (int k = c - 1; k >= 0; k--) emit(&g, s, DL_SCHED_B, q * c + k, 0);
-        emit(&g, s, DL_SCHED_OPT, -1, -1);
+            for (int k = c - 1; k >= 0; k--) dl__gen_emit(&g, s, DL_SCHED_B, q * c + k, 0);
+        dl__gen_emit(&g, s, DL_SCHED_OPT, -1, -1);
     }
-    return finish(&g, out);
+    return dl__gen_finish(&g, out);
 }
 
 /* ---------------------------------------------------------------------------------------- */

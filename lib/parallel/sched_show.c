@@ -19,12 +19,16 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Printing                                                                                  */
 
-/* The grid's mark of an action (a schedule draws no collectives). */
-static char mark(const dl_sched_action *x)
+/* The grid's mark of an action (a schedule draws no collectives); with W actions drawn in
+ * capitals, forwards past 9 draw '+' (core/grid.h). */
+static char mark(const dl_sched_action *x, int split)
 {
     dl__grid_kind k = x->op == DL_SCHED_F     ? DL__GRID_FWD
                       : x->op == DL_SCHED_OPT ? DL__GRID_OPT
-                                              : DL__GRID_BWD; /* B, I and W */
+                      : x->op == DL_SCHED_W   ? DL__GRID_WGT
+                                              : DL__GRID_BWD; /* B and I */
+    if (split && x->op == DL_SCHED_F && x->mb >= 10)
+        return '+';
     return dl__grid_mark(k, x->mb);
 }
 
@@ -40,6 +44,7 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
                         sim->makespan);
     int T = (int)floor(sim->makespan + 0.5), p = s->p, wd = dl__grid_label_width(p);
     char *row = malloc((size_t)T + 1);
+    int split = dl_sched_splits(s, -1);
     if (row == NULL)
         return dl_error(DL_ENOMEM, "grid: out of memory");
     dl__strbuf sb = {0};
@@ -57,7 +62,7 @@ int dl_sched_grid(const dl_sched *s, const dl_sched_sim *sim, char **out)
                                 q, i, dl_sched_action_str(s, &s->act[q][i], t, sizeof t), a, b);
             }
             for (int t = (int)floor(a + 0.5); t < (int)floor(b + 0.5); t++)
-                row[t] = mark(&s->act[q][i]);
+                row[t] = mark(&s->act[q][i], split);
         }
         dl__grid_row(&sb, q, wd, row, (size_t)T);
     }
@@ -82,10 +87,11 @@ int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, c
     if (s == NULL || sim == NULL || out == NULL || sim->p != s->p)
         return dl_error(DL_EINVAL, "caption: null or mismatched schedule and simulation");
     *out = NULL;
-    static const char *const names[] = {"custom",           "naive",      "GPipe",   "1F1B",
-                                        "interleaved 1F1B", "async 1F1B", "TeraPipe"};
+    static const char *const names[] =
+        {"custom",     "naive", "GPipe", "1F1B", "interleaved 1F1B", "async 1F1B", "TeraPipe",
+         "1F1B split", "ZB-H1", "ZB-H2", "ZB-V"};
     dl__strbuf sb = {0};
-    dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_TERAPIPE ? names[s->kind] : "?");
+    dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_ZB_V ? names[s->kind] : "?");
     dl__sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
     if (s->v > 1)
         dl__sb_printf(&sb, ", %d chunks per stage", s->v);

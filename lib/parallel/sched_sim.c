@@ -22,7 +22,8 @@
 /* Positions of every (op, j, c) on every stage, so dependencies are found in O(1). */
 typedef struct index {
     int p, m, v;
-    int *pos; /* [((s * NOPS + op) * m + j) * v + c]: action index on stage s, or -1 */
+    int *pos;   /* [((s * NOPS + op) * m + j) * v + c]: action index on stage s, or -1 */
+    int bq, bi; /* the offending action of a refusal (stage, index), or -1 */
 } index_t;
 
 enum { NOPS = DL_SCHED_W + 1 }; /* indexed by op (OPT's row unused) */
@@ -43,9 +44,18 @@ static const char *astr(const dl_sched *s, int stage, int i, char *buf, size_t c
     return dl_sched_action_str(s, &s->act[stage][i], buf, cap);
 }
 
-/* "weight gradient before its input gradient", naming the W at action i of stage q */
-static int w_before_i(const dl_sched *s, const index_t *ix, int q, int i)
+/* Keep the offending action for the context the validator appends; returns st. */
+static int at(index_t *ix, int q, int i, int st)
 {
+    if (ix->bq < 0)
+        ix->bq = q, ix->bi = i;
+    return st;
+}
+
+/* "weight gradient before its input gradient", naming the W at action i of stage q */
+static int w_before_i(const dl_sched *s, index_t *ix, int q, int i)
+{
+    at(ix, q, i, 0);
     char a[32], b[32];
     const dl_sched_action *x = &s->act[q][i];
     dl_sched_action y = {DL_SCHED_I, x->mb, x->chunk};
@@ -63,7 +73,7 @@ static int w_before_i(const dl_sched *s, const index_t *ix, int q, int i)
 }
 
 /* (j, c) on stage q runs its F and either B or both I and W (each once: the index holds one). */
-static int check_backward(const dl_sched *s, const index_t *ix, int q, int j, int c)
+static int check_backward(const dl_sched *s, index_t *ix, int q, int j, int c)
 {
     char a[32], b[32];
     int f = POS(ix, q, DL_SCHED_F, j, c), bw = POS(ix, q, DL_SCHED_B, j, c);
@@ -74,6 +84,7 @@ static int check_backward(const dl_sched *s, const index_t *ix, int q, int j, in
                         dl_sched_action_str(s, &y, a, sizeof a));
     if (bw >= 0 && (in >= 0 || w >= 0)) {
         int k = in >= 0 ? in : w;
+        at(ix, q, k, 0);
         return dl_error(DL_EINVAL,
                         "schedule: stage %d action %d (%s): %s already runs as B (action %d)", q, k,
                         astr(s, q, k, a, sizeof a), astr(s, q, bw, b, sizeof b), bw);
@@ -87,11 +98,31 @@ static int check_backward(const dl_sched *s, const index_t *ix, int q, int j, in
     return DL_OK;
 }
 
+/* The stage's memory limit: a (micro-batch, chunk) holds a slot from its F to its B or W. */
+static int check_memory(const dl_sched *s, index_t *ix, int q)
+{
+    int held = 0, lim = s->mem_limit[q];
+    char a[32];
+    for (int i = 0; i < s->len[q] && lim > 0; i++) {
+        int op = s->act[q][i].op;
+        held += op == DL_SCHED_F ? 1 : op == DL_SCHED_B || op == DL_SCHED_W ? -1 : 0;
+        if (held > lim)
+            return at(ix, q, i, 0),
+                   dl_error(DL_EINVAL,
+                            "schedule: stage %d action %d (%s): %d activation slots held, over "
+                            "the stage's memory limit %d (a micro-batch holds one from its F "
+                            "until its B or W)",
+                            q, i, astr(s, q, i, a, sizeof a), held, lim);
+    }
+    return DL_OK;
+}
+
 /* Structure checks and the index; the caller frees ix->pos on success. */
 static int check_structure(const dl_sched *s, index_t *ix)
 {
     char a[32];
     ix->pos = NULL;
+    ix->bq = ix->bi = -1;
     if (s == NULL)
         return dl_error(DL_EINVAL, "schedule: null schedule");
     if (s->p < 1 || s->m < 1 || s->v < 1 || s->seq_chunks < 1 || s->len == NULL || s->act == NULL)
@@ -102,6 +133,12 @@ static int check_structure(const dl_sched *s, index_t *ix)
         return dl_error(DL_EINVAL,
                         "schedule: %d micro-batches are not whole sequences of %d token chunks",
                         s->m, s->seq_chunks);
+    if (s->vstage == NULL || s->mem_limit == NULL)
+        return dl_error(DL_EINVAL,
+                        "schedule: no placement table (build schedules with dl_sched_new)");
+    int st = dl__sched_placement_check(s->p, s->v, s->vstage);
+    if (st != DL_OK)
+        return st;
     ix->p = s->p;
     ix->m = s->m;
     ix->v = s->v;
@@ -110,7 +147,6 @@ static int check_structure(const dl_sched *s, index_t *ix)
     if (ix->pos == NULL)
         return dl_error(DL_ENOMEM, "schedule: out of memory");
     for (size_t i = 0; i < n; i++) ix->pos[i] = -1;
-    int st = DL_OK;
     for (int q = 0; q < s->p && st == DL_OK; q++) {
         int nopt = 0;
         for (int i = 0; i < s->len[q] && st == DL_OK; i++) {
@@ -118,12 +154,16 @@ static int check_structure(const dl_sched *s, index_t *ix)
             if (x->op == DL_SCHED_OPT) {
                 nopt++;
                 if (s->flush && (nopt > 1 || i != s->len[q] - 1))
-                    st = dl_error(DL_EINVAL,
-                                  "schedule: stage %d action %d (OPT): a schedule with a flush "
-                                  "has one optimizer step per stage, after all its backwards",
-                                  q, i);
+                    st = (at(ix, q, i, 0),
+                          dl_error(DL_EINVAL,
+                                   "schedule: stage %d action %d (OPT): a schedule with a flush "
+                                   "has one optimizer step per stage, after all its backwards",
+                                   q, i));
                 continue;
             }
+            if (!is_work(x->op) || x->mb < 0 || x->mb >= s->m || x->chunk < 0 || x->chunk >= s->v ||
+                POS(ix, q, x->op, x->mb, x->chunk) >= 0)
+                at(ix, q, i, 0);
             if (!is_work(x->op))
                 st =
                     dl_error(DL_EINVAL, "schedule: stage %d action %d: unknown op %d", q, i, x->op);
@@ -171,6 +211,7 @@ static int check_structure(const dl_sched *s, index_t *ix)
             int j = x->mb, c = x->chunk, k = s->seq_chunks;
             int bin = x->op == DL_SCHED_B || x->op == DL_SCHED_I;
             char b2[32];
+
             if (x->op == DL_SCHED_W && POS(ix, q, DL_SCHED_I, j, c) > i) {
                 st = w_before_i(s, ix, q, i);
             } else if (bin && POS(ix, q, DL_SCHED_F, j, c) > i) {
@@ -193,8 +234,11 @@ static int check_structure(const dl_sched *s, index_t *ix)
                               "runs backward before chunk %d",
                               q, i, astr(s, q, i, a, sizeof a), j % k, j / k, j % k + 1);
             }
+            if (st != DL_OK)
+                at(ix, q, i, 0);
         }
     }
+    for (int q = 0; q < s->p && st == DL_OK; q++) st = check_memory(s, ix, q);
     if (st != DL_OK) {
         free(ix->pos);
         ix->pos = NULL;
@@ -206,29 +250,19 @@ static int check_structure(const dl_sched *s, index_t *ix)
 static int dependency(const dl_sched *s, const index_t *ix, int q, int i, int *ds, int *di)
 {
     const dl_sched_action *x = &s->act[q][i];
-    int p = s->p, j = x->mb, c = x->chunk;
-    if (x->op == DL_SCHED_F) {
-        if (q > 0) {
-            *ds = q - 1;
-            *di = POS(ix, q - 1, DL_SCHED_F, j, c);
-            return 1;
-        }
-        if (c > 0) {
-            *ds = p - 1;
-            *di = POS(ix, p - 1, DL_SCHED_F, j, c - 1);
-            return 1;
-        }
-    } else if (x->op == DL_SCHED_B || x->op == DL_SCHED_I) {
-        if (q < p - 1) {
-            *ds = q + 1;
-            *di = BIN(ix, q + 1, j, c);
-            return 1;
-        }
-        if (c < s->v - 1) {
-            *ds = 0;
-            *di = BIN(ix, 0, j, c + 1);
-            return 1;
-        }
+    int j = x->mb, prev, pc, next, nc;
+    if (x->op != DL_SCHED_F && x->op != DL_SCHED_B && x->op != DL_SCHED_I)
+        return 0;
+    dl_sched_peers(s, q, x->chunk, &prev, &pc, &next, &nc);
+    if (x->op == DL_SCHED_F && prev >= 0) {
+        *ds = prev;
+        *di = POS(ix, prev, DL_SCHED_F, j, pc);
+        return 1;
+    }
+    if (x->op != DL_SCHED_F && next >= 0) {
+        *ds = next;
+        *di = BIN(ix, next, j, nc);
+        return 1;
     }
     return 0;
 }
@@ -248,7 +282,7 @@ static void app(char *buf, size_t cap, const char *fmt, ...)
 /* Run the execution model. end[q][i] < 0 marks not yet run. With start/end NULL only order
  * matters (the validator). Returns DL_EINVAL naming the cycle if the stages block each other. */
 static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *cost, double **start,
-                   double **end)
+                   double **end, int *bad)
 {
     int p = s->p, st = DL_OK;
     int *next = calloc((size_t)p, sizeof *next);
@@ -288,10 +322,12 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
                         t = done[ds][di];
                 }
                 const dl_sched_action *x = &s->act[q][i];
+                double w = cost->w < 0 ? cost->b / 2 : cost->w;
                 double d = x->op == DL_SCHED_F     ? cost->f
                            : x->op == DL_SCHED_B   ? cost->b
                            : x->op == DL_SCHED_OPT ? cost->opt
-                                                   : cost->b / 2; /* I or W */
+                           : x->op == DL_SCHED_W   ? w
+                                                   : cost->b - w; /* I */
                 if (start)
                     start[q][i] = t;
                 done[q][i] = t + d;
@@ -326,6 +362,8 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
         }
         free(seen);
         st = dl_error(DL_EINVAL, "schedule: deadlock: %s", msg);
+        if (bad)
+            bad[0] = q, bad[1] = next[q];
         break;
     }
 out:
@@ -343,19 +381,59 @@ void dl_sched_costs_init(dl_sched_costs *c)
     c->f = 1.0;
     c->b = 2.0;
     c->opt = 0.0;
+    c->w = -1.0;
 }
 
-int dl_sched_validate(const dl_sched *s)
+/* The refusal's message followed by the actions around the offending one. */
+static int with_context(const dl_sched *s, int q, int i, int st)
+{
+    if (q < 0 || st == DL_OK || st == DL_ENOMEM)
+        return st;
+    char msg[1024], ctx[640];
+    snprintf(msg, sizeof msg, "%s", dl_errmsg());
+    dl_sched_context(s, q, i, ctx, sizeof ctx);
+    return dl_error(st, "%s\n%s", msg, ctx);
+}
+
+int dl_sched_check(const dl_sched *s, int *stage, int *index)
 {
     index_t ix;
-    int st = check_structure(s, &ix);
-    if (st != DL_OK)
-        return st;
-    dl_sched_costs c;
-    dl_sched_costs_init(&c);
-    st = execute(s, &ix, &c, NULL, NULL);
-    free(ix.pos);
-    return st;
+    int st = check_structure(s, &ix), bad[2] = {-1, -1};
+    if (st != DL_OK) {
+        bad[0] = ix.bq, bad[1] = ix.bi;
+    } else {
+        dl_sched_costs c;
+        dl_sched_costs_init(&c);
+        st = execute(s, &ix, &c, NULL, NULL, bad);
+        free(ix.pos);
+    }
+    if (stage)
+        *stage = st ? bad[0] : -1;
+    if (index)
+        *index = st ? bad[1] : -1;
+    return with_context(s, bad[0], bad[1], st);
+}
+
+int dl_sched_validate(const dl_sched *s) { return dl_sched_check(s, NULL, NULL); }
+
+void dl_sched_context(const dl_sched *s, int stage, int i, char *buf, size_t cap)
+{
+    enum { SIDE = 4, ROWS = 3 }; /* actions either side; stages either side */
+    buf[0] = '\0';
+    for (int q = stage - ROWS < 0 ? 0 : stage - ROWS; q < s->p && q <= stage + ROWS; q++) {
+        app(buf, cap, "%s  stage %d:", buf[0] ? "\n" : "", q);
+        int lo = i - SIDE < 0 ? 0 : i - SIDE,
+            hi = i + SIDE + 1 < s->len[q] ? i + SIDE + 1 : s->len[q];
+        if (lo > 0)
+            app(buf, cap, " ...");
+        for (int k = lo; k < hi; k++) {
+            char a[32];
+            int mark = q == stage && k == i;
+            app(buf, cap, " %s%s%s", mark ? "[" : "", astr(s, q, k, a, sizeof a), mark ? "]" : "");
+        }
+        if (hi < s->len[q])
+            app(buf, cap, " ...");
+    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -387,11 +465,12 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
         c = *costs;
     else
         dl_sched_costs_init(&c);
-    if (!(c.f >= 0) || !(c.b >= 0) || !(c.opt >= 0) || !isfinite(c.f + c.b + c.opt))
+    if (!(c.f >= 0) || !(c.b >= 0) || !(c.opt >= 0) || !isfinite(c.f + c.b + c.opt + c.w) ||
+        c.w > c.b)
         return dl_error(DL_EINVAL,
-                        "simulate: costs must be non-negative (forward %g, backward %g, optimizer "
-                        "%g)",
-                        c.f, c.b, c.opt);
+                        "simulate: costs must be non-negative, the weight part at most the "
+                        "backward (forward %g, backward %g, weight part %g, optimizer %g)",
+                        c.f, c.b, c.w, c.opt);
     index_t ix;
     int st = check_structure(s, &ix);
     if (st != DL_OK)
@@ -419,7 +498,7 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
             goto fail;
         }
     }
-    if ((st = execute(s, &ix, &c, sim->start, sim->end)) != DL_OK)
+    if ((st = execute(s, &ix, &c, sim->start, sim->end, NULL)) != DL_OK)
         goto fail;
     double busy = 0;
     for (int q = 0; q < p; q++) {

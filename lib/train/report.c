@@ -164,8 +164,8 @@ static char *trace_timeline(const dl_trace *t, int step, int nranks)
                 w0 = e->t0 < w0 ? e->t0 : w0;
                 w1 = e->t1 > w1 ? e->t1 : w1;
             }
-            if ((e->kind == DL_TR_FWD || e->kind == DL_TR_BWD) && e->t1 > e->t0 &&
-                e->t1 - e->t0 < unit)
+            if ((e->kind == DL_TR_FWD || e->kind == DL_TR_BWD || e->kind == DL_TR_WGT) &&
+                e->t1 > e->t0 && e->t1 - e->t0 < unit)
                 unit = e->t1 - e->t0;
         }
     }
@@ -181,7 +181,8 @@ static char *trace_timeline(const dl_trace *t, int step, int nranks)
         list = NULL;
     const char *legend =
         "legend: a digit is a forward of that micro-batch (0-9, then A-Z), a letter its backward "
-        "(a = micro-batch 0), * an optimizer step, = a collective, \xC2\xB7 idle (waiting: the "
+        "(a = micro-batch 0; split: its input gradient B, and a capital its weight gradient W), * "
+        "an optimizer step, = a collective, \xC2\xB7 idle (waiting: the "
         "bubble); a cell shows the one action covering most of it (ties: forward, then backward, "
         "then the earlier one)\n";
     size_t n = strlen(grid) + strlen(legend) + (list ? strlen(list) : 0) + 400;

@@ -40,6 +40,9 @@ if run "03" 0 03 --check; then
   has_re 03 "GPU 4  ···0aa1bb2cc3dd4ee5ff6gg7hh······"
   has_re 03 "1F1B (8 micro-batches): bubble 27.3%, activations held per stage 4 / 3 / 2 / 1"
   has_re 03 "15.8%"
+  # beyond the lecture: the zero-bubble grids with W in capitals and the papers' formulas
+  has_re 03 "GPU 4  ···0a1b2c3dA4eB5fC6gD7hEFGH"
+  has_re 03 "^MATCH .*zb-h1 (m = 8), simulated *11.1% .*paper (p-1)(F+B-W): 11.1%"
   has_re 03 "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5"
   # code 03 part 2: the 8-layer MLP in 4 stages through the pipeline engine (GPipe m = 1 / 4 / 8,
   # 1F1B m = 4 / 8), gradients against the full batch at rounding level (f32 <= 1e-5, f64

@@ -110,7 +110,7 @@ refused "interleaved layers % (pp x v)" 'layers 6 are not divisible by pp 2 x vi
   $M --layers 6 --dp 1 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2
 refused "interleaved m % pp" 'micro-batches 3 must be a multiple of pp 2.*--microbatches 4' \
   $M --layers 4 --dp 1 --pp 2 --microbatches 3 --schedule interleaved
-refused "unknown schedule" "--schedule: 'zigzag' is not gpipe, 1f1b, interleaved, async or naive" \
+refused "unknown schedule" "--schedule: 'zigzag' is not gpipe, 1f1b, interleaved, async, naive, 1f1b-split, zb-h1, zb-h2 or zb-v" \
   $M --layers 2 --dp 1 --pp 2 --schedule zigzag
 refused "stashing without async" '--weight-stashing needs --schedule async' \
   $M --layers 2 --dp 1 --pp 2 --weight-stashing

@@ -100,7 +100,7 @@ START_TEST(t_bubble_random)
                 if (x < s0 || x >= s1)
                     continue;
                 bits[kind][x] = 1;
-                if (kind == DL_TR_FWD || kind == DL_TR_BWD)
+                if (kind == DL_TR_FWD || kind == DL_TR_BWD || kind == DL_TR_WGT)
                     comp[x] = 1;
             }
         }

@@ -1,8 +1,8 @@
 /* The pipeline engine and pipelined training:
  *  - the engine hands every activation and gradient to the right virtual stage, in every
  *    schedule (values encode their origin and are checked at the receiver);
- *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved; with dp and tp; tied
- *    embeddings) trains exactly the model one rank trains, within the rounding bounds of
+ *  - pipelined training (p = 2, 4; m = 1, 4, 8; GPipe, 1F1B, interleaved, 1F1B-split, ZB-H1,
+ *    ZB-H2, ZB-V; with dp and tp, ZeRO; tied embeddings) trains exactly the model one rank trains, within the rounding bounds of
  *    lib/train/compare.h (f64 and f32), and negative controls fail them;
  *  - asynchronous PipeDream: with weight stashing every backward uses its forward's weights,
  *    without the gap is p - s (1-based s);
@@ -19,7 +19,8 @@
 #define HCOUNT 6000 /* elements per hand-off: rendezvous-sized */
 
 typedef struct hand_rank {
-    int p, v, stage, wrong, fwd, bwd, sleep_ms;
+    int p, v, stage, wrong, fwd, bwd, wgt, sleep_ms;
+    const dl_sched *s;    /* its placement names each chunk's virtual stage */
     dl__test_hook *watch; /* with sleep_ms: sleep only once a sender sleeps on a channel */
     dl_pipe_stats st;
     double in[HCOUNT], out[HCOUNT], gin[HCOUNT], gout[HCOUNT];
@@ -50,7 +51,7 @@ static void *h_bwd_in(void *arg, int mb, int ch)
 static int h_fwd(void *arg, int mb, int ch, const void **out)
 {
     hand_rank *h = arg;
-    int vs = ch * h->p + h->stage;
+    int vs = h->s->vstage[h->stage * h->v + ch];
     if (vs > 0 && (h->in[0] != code(mb, vs - 1, 0, 0) ||
                    h->in[HCOUNT - 1] != code(mb, vs - 1, 0, HCOUNT - 1)))
         h->wrong++;
@@ -63,7 +64,7 @@ static int h_fwd(void *arg, int mb, int ch, const void **out)
 static int h_bwd(void *arg, int mb, int ch, const void **din)
 {
     hand_rank *h = arg;
-    int vs = ch * h->p + h->stage, last = h->p * h->v - 1;
+    int vs = h->s->vstage[h->stage * h->v + ch], last = h->p * h->v - 1;
     if (vs < last && (h->gin[0] != code(mb, vs + 1, 1, 0) ||
                       h->gin[HCOUNT - 1] != code(mb, vs + 1, 1, HCOUNT - 1)))
         h->wrong++;
@@ -79,15 +80,29 @@ static int h_bwd(void *arg, int mb, int ch, const void **din)
     return DL_OK;
 }
 
+/* W: no hand-off, only counted (after its I: the validator's order, checked again here) */
+static int h_wgt(void *arg, int mb, int ch)
+{
+    hand_rank *h = arg;
+    (void)mb, (void)ch;
+    h->wgt++;
+    if (h->wgt > h->bwd)
+        h->wrong++;
+    return DL_OK;
+}
+
 static int hand_fn(dl_ctx *ctx, void *argp)
 {
     hand_arg *a = argp;
     int r = dl_ctx_rank(ctx);
     hand_rank *h = &a->r[r];
-    h->p = a->s->p, h->v = a->s->v, h->stage = r;
+    h->p = a->s->p, h->v = a->s->v, h->stage = r, h->s = a->s;
     dl_pipe *e;
     int rc = dl_pipe_create(dl_ctx_comm(ctx), HCOUNT, DL_F64, dl_ctx_arena(ctx), &e);
     dl_pipe_ops ops = {h_fwd_in, h_fwd, h_bwd_in, h_bwd, NULL};
+    dl_pipe_split_ops split = {h_bwd, h_wgt};
+    if (rc == DL_OK)
+        dl_pipe_set_split(e, &split);
     for (int step = 1; rc == DL_OK && step <= 2; step++)
         rc = dl_pipe_run(e, a->s, &ops, h, step, NULL, 0, &h->st);
     dl_pipe_destroy(e);
@@ -107,6 +122,7 @@ static void check_handoffs(dl_sched *s)
         ck_assert_msg(a->r[r].wrong == 0, "stage %d received %d wrong hand-offs", r, a->r[r].wrong);
         ck_assert_int_eq(a->r[r].fwd, 2 * s->m * s->v);
         ck_assert_int_eq(a->r[r].bwd, 2 * s->m * s->v);
+        ck_assert_int_eq(a->r[r].wgt, dl_sched_splits(s, r) ? 2 * s->m * s->v : 0);
     }
     free(a);
     dl_sched_free(s);
@@ -163,6 +179,18 @@ START_TEST(engine_handoffs)
     ck_assert(dl_sched_interleaved(4, 8, 2, &s) == DL_OK);
     check_handoffs(s);
     ck_assert(dl_sched_async(4, 8, 1, &s) == DL_OK);
+    check_handoffs(s);
+    /* split backwards; ZB-V's V placement, whose turn (virtual stage p-1 to p) stays on the
+     * last stage and whose first and last virtual stages share stage 0 */
+    ck_assert(dl_sched_1f1b_split(4, 6, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_h1(4, 8, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_h2(3, 5, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_v(4, 8, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_zb_v(2, 3, &s) == DL_OK);
     check_handoffs(s);
 }
 END_TEST
@@ -276,6 +304,51 @@ START_TEST(pp_f64) { equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sc
 END_TEST
 
 START_TEST(pp_f32) { equals_one_rank(base(CASES[_i].p, CASES[_i].m, CASES[_i].sched, DL_F32)); }
+END_TEST
+
+/* the zero-bubble schedules: split backward, W deferred, ZB-V's V placement (the embeddings
+ * and the head both on stage 0) */
+static const struct {
+    int p, m, sched, layers;
+} ZB_CASES[] = {
+    {2, 4, DL_SCHED_ZB_V, 4}, {4, 8, DL_SCHED_ZB_H1, 4},      {2, 4, DL_SCHED_ZB_H2, 4},
+    {4, 8, DL_SCHED_ZB_V, 8}, {2, 4, DL_SCHED_1F1B_SPLIT, 4}, {4, 8, DL_SCHED_ZB_H2, 4},
+    {3, 5, DL_SCHED_ZB_V, 6},
+};
+#define NZB (int)(sizeof ZB_CASES / sizeof ZB_CASES[0])
+
+START_TEST(zb_f64)
+{
+    dl_train_opts o = base(ZB_CASES[_i].p, ZB_CASES[_i].m, ZB_CASES[_i].sched, DL_F64);
+    o.model.layers = ZB_CASES[_i].layers;
+    equals_one_rank(o);
+}
+END_TEST
+
+/* with dp x tp, ZeRO 1-3 (the gradients reduced after the engine, so after every W) and tied
+ * embeddings (ZB-V: both ends on one stage, nothing to exchange; ZB-H1: the two stages') */
+START_TEST(zb_compose_f64)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_ZB_H1, DL_F64);
+    o.layout.dp = 2;
+    o.layout.tp = 2;
+    o.model.layers = 2;
+    equals_one_rank(o);
+    for (int z = 1; z <= 3; z++) {
+        if (DL_TEST_SMALL && z != 3)
+            continue;
+        o = base(2, 2, z == 2 ? DL_SCHED_ZB_H2 : DL_SCHED_ZB_V, DL_F64);
+        o.layout.dp = 2;
+        o.zero.stage = z;
+        equals_one_rank(o);
+    }
+    int tied[] = {DL_SCHED_ZB_V, DL_SCHED_ZB_H1};
+    for (int k = 0; k < 2; k++) {
+        o = base(2, 4, tied[k], DL_F64);
+        o.model.tie = 1;
+        equals_one_rank(o);
+    }
+}
 END_TEST
 
 START_TEST(pp_interleaved4_f64)
@@ -466,6 +539,18 @@ START_TEST(bad_configs)
     o = base(2, 4, DL_SCHED_GPIPE, DL_F32);
     ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
     ck_assert_ptr_nonnull(strstr(dl_errmsg(), "rank count"));
+    /* split backwards refuse full recomputation by name; ZB-V needs two layers a stage */
+    o = base(2, 4, DL_SCHED_ZB_H1, DL_F32);
+    o.precision.recompute = DL_RECOMPUTE_FULL;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "--recompute full does not combine with --schedule "
+                                              "zb-h1"));
+    o = base(4, 4, DL_SCHED_ZB_V, DL_F32);
+    ck_assert_int_eq(dl_train_resolve(&o, 4), DL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dl_errmsg(), "needs at least 8 layers"));
+    o = base(2, 4, DL_SCHED_ZB_V, DL_F32);
+    o.pipeline.virtual_stages = 3;
+    ck_assert_int_eq(dl_train_resolve(&o, 2), DL_EINVAL);
 }
 END_TEST
 
@@ -481,6 +566,8 @@ int main(void)
     tcase_add_loop_test(tc, pp_f64, 0, DL_TEST_SMALL ? 3 : NCASES);
     tcase_add_loop_test(tc, pp_f32, 0, DL_TEST_SMALL ? 1 : 4);
     tcase_add_test(tc, pp_tied_f64);
+    tcase_add_loop_test(tc, zb_f64, 0, DL_TEST_SMALL ? 3 : NZB);
+    tcase_add_test(tc, zb_compose_f64);
     tcase_add_test(tc, controls);
     tcase_add_test(tc, pp_zero3_f64);
     tcase_add_test(tc, pp_bf16_same_as_dp);

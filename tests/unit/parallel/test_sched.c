@@ -267,7 +267,7 @@ START_TEST(t_terapipe)
         ck_assert_int_eq(s->m, 2 * c);
         ck_assert_int_eq(s->seq_chunks, c);
         /* the lecture's approximation: a token chunk costs 1/c of its sequence */
-        dl_sched_costs k = {1.0 / c, 2.0 / c, 0};
+        dl_sched_costs k = {1.0 / c, 2.0 / c, 0, -1};
         dl_sched_sim *sim = sim_of(s, &k);
         char t[16];
         snprintf(t, sizeof t, "%.1f", 100 * sim->bubble_total);
@@ -488,6 +488,272 @@ START_TEST(t_split_backward)
 }
 END_TEST
 
+/* ---- zero-bubble schedules ----------------------------------------------------------------- */
+
+/* Costs F, B (the input gradient I), W: a whole backward costs B + W. */
+static dl_sched_costs fbw(double f, double b, double w) { return (dl_sched_costs){f, b + w, 0, w}; }
+
+/* The makespans against the paper's bubbles, independent of the generators: a stage's work is
+ * m (F + B + W) (per chunk for ZB-V); 1F1B-split adds (p-1)(F+B) (the lecture's 1F1B, whose
+ * bubble is (p-1)(F+B+W) with the whole backward, but the I hands on before its W); ZB-H1 (p-1)(F+B-W); ZB-H2 (p-1)(F+B-2W) but never below the last stage's
+ * start-up (p-1) F (a flush per step: the paper's zero also overlaps steps). Integer costs: exact
+ * equality. */
+START_TEST(t_zero_bubble)
+{
+    const int p = 4, m = 8;
+    const double cost[2][3] = {{1, 1, 1}, {2, 3, 1}};
+    for (int k = 0; k < 2; k++) {
+        double F = cost[k][0], B = cost[k][1], W = cost[k][2], work = m * (F + B + W);
+        dl_sched_costs c = fbw(F, B, W);
+        dl_sched *s1, *h1, *h2, *zv;
+        ck_assert_int_eq(dl_sched_1f1b_split(p, m, &s1), DL_OK);
+        ck_assert_int_eq(dl_sched_zb_h1(p, m, &h1), DL_OK);
+        ck_assert_int_eq(dl_sched_zb_h2(p, m, &h2), DL_OK);
+        ck_assert_int_eq(dl_sched_zb_v(p, m, &zv), DL_OK);
+        dl_sched_sim *a = sim_of(s1, &c), *b = sim_of(h1, &c), *d = sim_of(h2, &c);
+        double h2_t = (p - 1) * (F + B - 2 * W);
+        ck_near(a->makespan, work + (p - 1) * (F + B), 1e-9);
+        ck_near(b->makespan, work + (p - 1) * (F + B - W), 1e-9);
+        ck_near(d->makespan, work + (h2_t > (p - 1) * F ? h2_t : (p - 1) * F), 1e-9);
+        /* the theory figure is that bubble as a fraction of the step */
+        ck_near(dl_sched_bubble_theory(h1, F, B, W), (p - 1) * (F + B - W) / b->makespan, 1e-12);
+        ck_near(dl_sched_bubble_theory(s1, F, B, W), (p - 1) * (F + B) / a->makespan, 1e-12);
+        dl_sched *f1;
+        ck_assert_int_eq(dl_sched_1f1b(p, m, &f1), DL_OK); /* whole backward: the lecture's */
+        ck_near(dl_sched_bubble_theory(f1, F, B, W), (double)(p - 1) / (m + p - 1), 1e-12);
+        dl_sched_free(f1);
+        /* ZB-V, F = I = W (the costs its order is made for): 2m chunks a stage; the last stage
+         * starts after (p-1) F and, V's turn being on it, cannot finish before its work's end;
+         * it must beat 1F1B-split of whole stages (each action two chunks) */
+        dl_sched_sim *v = sim_of(zv, &c);
+        if (k == 0) {
+            ck_assert(v->makespan >= 2 * work + (p - 1) * F);
+            ck_assert_msg(v->bubble_total < a->bubble_total / 2, "ZB-V bubble %g, 1F1B-split %g",
+                          v->bubble_total, a->bubble_total);
+        } else { /* unequal costs: the order found at them beats the unit-cost one, and 1F1B-split */
+            dl_sched *zc;
+            ck_assert_int_eq(dl_sched_zb_v_costs(p, m, &c, &zc), DL_OK);
+            dl_sched_sim *vc = sim_of(zc, &c);
+            ck_assert(vc->makespan >= 2 * work + (p - 1) * F);
+            ck_assert_msg(vc->bubble_total < v->bubble_total && vc->bubble_total < a->bubble_total,
+                          "ZB-V at its costs %g, unit order %g, 1F1B-split %g", vc->bubble_total,
+                          v->bubble_total, a->bubble_total);
+            for (int q = 0; q < p; q++) ck_assert_int_le(vc->peak_act[q], zc->mem_limit[q]);
+            dl_sched_sim_free(vc);
+            dl_sched_free(zc);
+        }
+        /* every schedule within its documented memory limit; 1F1B-split and ZB-H1 at 1F1B's
+         * peak p on stage 0 */
+        dl_sched *all[] = {s1, h1, h2, zv};
+        dl_sched_sim *sims[] = {a, b, d, v};
+        for (int i = 0; i < 4; i++)
+            for (int q = 0; q < p; q++) {
+                ck_assert_int_gt(all[i]->mem_limit[q], 0);
+                ck_assert_int_le(sims[i]->peak_act[q], all[i]->mem_limit[q]);
+            }
+        ck_assert_int_eq(a->peak_act[0], p);
+        ck_assert_int_eq(b->peak_act[0], p);
+        ck_assert_int_eq(h2->mem_limit[0], 2 * p - 1);
+        ck_assert_int_eq(zv->mem_limit[0], 2 * p);
+        for (int i = 0; i < 4; i++) dl_sched_sim_free(sims[i]), dl_sched_free(all[i]);
+    }
+}
+END_TEST
+
+/* The V placement, peers across it, and the refusals: a broken placement, a memory limit, each
+ * naming the offending action and printing the actions around it. */
+START_TEST(t_placement)
+{
+    dl_sched *s;
+    ck_assert_int_eq(dl_sched_zb_v(4, 8, &s), DL_OK);
+    ck_assert_int_eq(s->v, 2);
+    for (int q = 0; q < 4; q++) {
+        ck_assert_int_eq(s->vstage[q * 2], q);
+        ck_assert_int_eq(s->vstage[q * 2 + 1], 7 - q);
+        int st, ch;
+        ck_assert_int_eq(dl_sched_holder(s, 7 - q, &st, &ch), DL_OK);
+        ck_assert(st == q && ch == 1);
+    }
+    int prev, pc, next, nc;
+    dl_sched_peers(s, 3, 0, &prev, &pc, &next, &nc); /* virtual stage 3: the turn */
+    ck_assert(prev == 2 && pc == 0 && next == 3 && nc == 1);
+    dl_sched_peers(s, 0, 1, &prev, &pc, &next, &nc); /* the last virtual stage */
+    ck_assert(prev == 1 && pc == 1 && next == -1);
+    ck_assert_int_eq(dl_sched_holder(s, 8, &prev, &pc), DL_EINVAL);
+    int bad[8] = {0, 7, 1, 6, 2, 5, 3, 3};
+    ck_assert_int_eq(dl_sched_set_placement(s, bad), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "stage 3 chunk 1 holds virtual stage 3 (placed twice)"), "%s",
+                  dl_errmsg());
+    bad[6] = 4, bad[7] = 3;
+    ck_assert_int_eq(dl_sched_set_placement(s, bad), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "pipeline order"), "%s", dl_errmsg());
+    s->vstage[7] = 3; /* written past the setter: the validator refuses it */
+    ck_rejects(s, "placed twice");
+    s->vstage[7] = 4;
+    /* the loop placement on the same actions: valid too, but a different pipeline */
+    int loop[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    ck_assert_int_eq(dl_sched_set_placement(s, loop), DL_OK);
+    ck_assert_int_eq(dl_sched_holder(s, 4, &prev, &pc), DL_OK);
+    ck_assert(prev == 0 && pc == 1);
+    dl_sched_free(s);
+
+    /* ZB-H1 with stage 0's limit one lower: its 4th forward (action 3) breaks it */
+    ck_assert_int_eq(dl_sched_zb_h1(4, 8, &s), DL_OK);
+    ck_assert_int_eq(dl_sched_validate(s), DL_OK);
+    s->mem_limit[0] = 3;
+    ck_rejects(s, "stage 0 action 3 (F3): 4 activation slots held, over the stage's memory limit 3",
+               "\n  stage 0: F0 F1 F2 [F3] I0", "\n  stage 3: F0 I0");
+    dl_sched_free(s);
+    /* a W moved before its I: named, with the context */
+    ck_assert_int_eq(dl_sched_1f1b_split(2, 2, &s), DL_OK);
+    dl_sched_action t = s->act[1][1]; /* stage 1: F0 I0 W0 ... */
+    s->act[1][1] = s->act[1][2], s->act[1][2] = t;
+    ck_rejects(s, "stage 1 action 1 (W0): weight gradient before its input gradient",
+               "stage 1: F0 [W0] I0 F1");
+    dl_sched_free(s);
+}
+END_TEST
+
+/* ---- torch.distributed.pipelining's CSV form ---------------------------------------------- */
+
+static int same_sched(const dl_sched *a, const dl_sched *b)
+{
+    if (a->p != b->p || a->m != b->m || a->v != b->v ||
+        memcmp(a->vstage, b->vstage, sizeof(int) * (size_t)a->p * a->v))
+        return 0;
+    for (int q = 0; q < a->p; q++)
+        if (a->len[q] != b->len[q] ||
+            memcmp(a->act[q], b->act[q], sizeof(dl_sched_action) * (size_t)a->len[q]))
+            return 0;
+    return 1;
+}
+
+static dl_sched *csv_ok(const char *text, int letters, char *note, size_t cap)
+{
+    dl_sched *s = NULL;
+    ck_assert_msg(dl_sched_parse_csv(text, strlen(text), letters, 0, &s, note, cap) == DL_OK,
+                  "%s: %s", text, dl_errmsg());
+    return s;
+}
+
+#define ck_csv_refuses(text, ...)                                                                  \
+    do {                                                                                           \
+        dl_sched *s_ = (dl_sched *)1;                                                              \
+        ck_assert_int_eq(dl_sched_parse_csv(text, strlen(text), 0, 0, &s_, NULL, 0), DL_EINVAL);   \
+        ck_assert(s_ == NULL);                                                                     \
+        const char *want_[] = {__VA_ARGS__};                                                       \
+        for (size_t w_ = 0; w_ < sizeof want_ / sizeof want_[0]; w_++)                             \
+            ck_assert_msg(strstr(dl_errmsg(), want_[w_]) != NULL, "message '%s' lacks '%s'",       \
+                          dl_errmsg(), want_[w_]);                                                 \
+    } while (0)
+
+/* Every flush schedule written and read back is the same schedule (actions, placement); the text
+ * of ZB-V p 2 starts as the form says: stage numbers are global (rank 0 holds 0 and 3). */
+START_TEST(t_csv_round_trip)
+{
+    dl_sched *all[8];
+    int n = 0;
+    ck_assert_int_eq(dl_sched_gpipe(3, 4, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_interleaved(2, 4, 3, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_1f1b_split(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_h1(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_h2(3, 6, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_v(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_zb_v(2, 2, &all[n++]), DL_OK);
+    for (int i = 0; i < n; i++) {
+        char *text = NULL;
+        ck_assert_int_eq(dl_sched_write_csv(all[i], &text), DL_OK);
+        dl_sched *back = csv_ok(text, DL_SCHED_LETTERS_AUTO, NULL, 0);
+        ck_assert_msg(same_sched(all[i], back), "%s: read back differs\n%s",
+                      dl_sched_kind_name(all[i]->kind), text);
+        if (i == n - 1)
+            ck_assert_msg(strncmp(text, "0F0,0F1,3F0,3I0", 15) == 0 &&
+                              strstr(text, "\n1F0,") != NULL,
+                          "%s", text);
+        free(text);
+        dl_sched_free(back);
+        dl_sched_free(all[i]);
+    }
+    dl_sched *as;
+    char *text = NULL;
+    ck_assert_int_eq(dl_sched_async(2, 2, 0, &as), DL_OK);
+    ck_assert_int_eq(dl_sched_write_csv(as, &text), DL_EINVAL);
+    dl_sched_free(as);
+}
+END_TEST
+
+/* The letters: newer (I, W, B full), older (B input with W, BW full), detected as described;
+ * overlap cells run as their two actions; communication actions ignored with one note. */
+START_TEST(t_csv_letters)
+{
+    char note[256];
+    dl_sched *s = csv_ok("0F0,0B0\n1F0,1B0\n", 0, note, sizeof note); /* B alone: full */
+    ck_assert_int_eq(s->act[1][1].op, DL_SCHED_B);
+    ck_assert_int_eq(s->act[1][2].op, DL_SCHED_OPT);
+    ck_assert_str_eq(note, "");
+    dl_sched_free(s);
+    s = csv_ok("0F0,0B0,0W0\n1F0,1B0,1W0\n", 0, NULL, 0); /* B with W, no I: the older B */
+    ck_assert(s->act[0][1].op == DL_SCHED_I && s->act[0][2].op == DL_SCHED_W);
+    dl_sched_free(s);
+    s = csv_ok("0F0,0BW0\n1F0,1B0,1W0\n", 0, NULL, 0); /* BW: older, so B is the input part */
+    ck_assert(s->act[0][1].op == DL_SCHED_B && s->act[1][1].op == DL_SCHED_I);
+    dl_sched_free(s);
+    /* forced newer letters: B is a whole backward, so its W repeats it */
+    ck_assert_int_eq(dl_sched_parse_csv("0F0,0B0,0W0\n1F0,1B0,1W0\n", 24, DL_SCHED_LETTERS_NEW, 0,
+                                        &s, NULL, 0),
+                     DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 3 ('0W0')") &&
+                      strstr(dl_errmsg(), "already runs as B"),
+                  "%s", dl_errmsg());
+    const char *mixed = "0F0,0BW0\n1F0,1I0,1W0\n";
+    ck_assert_int_eq(dl_sched_parse_csv(mixed, strlen(mixed), 0, 0, &s, NULL, 0), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 2 ('0BW0'): BW is the older letters'"), "%s",
+                  dl_errmsg());
+    s = csv_ok(" 0F0 ,1SEND_F0,,(0F1;0I0)OVERLAP_F_B,0W0,0I1,0W1,0REDUCE_GRAD\r\n"
+               "1RECV_F0,1F0,1I0,1F1,1I1,1W0,1W1,1UNSHARD\r\n\r\n",
+               0, note, sizeof note);
+    ck_assert_int_eq(s->len[0], 7); /* F0 F1 I0 W0 I1 W1 OPT: the overlap's two, in order */
+    ck_assert(s->act[0][1].op == DL_SCHED_F && s->act[0][1].mb == 1);
+    ck_assert(s->act[0][2].op == DL_SCHED_I && s->act[0][2].mb == 0);
+    ck_assert_msg(strstr(note, "4 communication actions") != NULL, "%s", note);
+    dl_sched_free(s);
+}
+END_TEST
+
+/* Bad files: refused with the row, the cell and the reason. */
+START_TEST(t_csv_refusals)
+{
+    ck_csv_refuses("0F0,0X0\n1F0,1B0\n", "row 1, cell 2 ('0X0'): unknown action type");
+    ck_csv_refuses("0F0,F0\n", "row 1, cell 2 ('F0'): an action starts with its stage number");
+    ck_csv_refuses("0F0,0F\n", "row 1, cell 2 ('0F'): the action needs a micro-batch");
+    ck_csv_refuses("0F0,0B0x\n1F0,1B0\n", "row 1, cell 2 ('0B0x'): malformed action");
+    ck_csv_refuses("0F0,(0F1;0I0)\n", "row 1, cell 2", "malformed overlap");
+    /* a W before its I (a B with the newer letters: I present) */
+    ck_csv_refuses("0F0,0I0,0W0\n1F0,1W0,1I0\n", "row 2, cell 2 ('1W0')",
+                   "weight gradient before its input gradient");
+    /* a cycle: stage 0 waits for stage 1's backward, which waits for stage 0's forward 1 */
+    ck_csv_refuses("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", "deadlock", "row 1, cell 2 ('0B0')",
+                   "stage 1 action 0 (F1) waits for F1 on stage 0");
+    /* micro-batch 1 missing on rank 2; micro-batch 0 twice on rank 1 */
+    ck_csv_refuses("0F0,0B0,0F1,0B1\n1F0,1B0\n", "never runs F1", "stage s is row s + 1");
+    ck_csv_refuses("0F0,0F0,0B0\n1F0,1B0\n", "row 1, cell 2 ('0F0')", "repeats action 0");
+    /* a stage on two ranks */
+    ck_csv_refuses("0F0,1F0,0B0\n1F0,1B0\n", "row 2, cell 1 ('1F0'): stage 1 is on two ranks");
+    /* a memory limit broken: 1F1B-split's stage 0 holds 2 slots, the limit 1 */
+    dl_sched *s = (dl_sched *)1;
+    const char *f1 = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n";
+    ck_assert_int_eq(dl_sched_parse_csv(f1, strlen(f1), 0, 2, &s, NULL, 0), DL_OK);
+    dl_sched_free(s);
+    ck_assert_int_eq(dl_sched_parse_csv(f1, strlen(f1), 0, 1, &s, NULL, 0), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "row 1, cell 2 ('0F1'): stage 0 action 1 (F1): 2 activation "
+                                      "slots held, over the stage's memory limit 1") != NULL,
+                  "%s", dl_errmsg());
+    ck_csv_refuses("", "no rows");
+    ck_csv_refuses("0F0,0B0\n\n1F0,1B0\n", "row 2 is empty");
+}
+END_TEST
+
 START_TEST(t_errors)
 {
     dl_sched *s = (dl_sched *)1;
@@ -515,17 +781,17 @@ START_TEST(t_errors)
 
     /* costs: negative refused; fractional times cannot be drawn on a unit grid */
     ck_assert_int_eq(dl_sched_gpipe(2, 2, &s), DL_OK);
-    dl_sched_costs c = {-1, 2, 0};
+    dl_sched_costs c = {-1, 2, 0, -1};
     dl_sched_sim *sim = NULL;
     ck_assert_int_eq(dl_sched_simulate(s, &c, &sim), DL_EINVAL);
-    c = (dl_sched_costs){0.5, 2, 0};
+    c = (dl_sched_costs){0.5, 2, 0, -1};
     sim = sim_of(s, &c);
     char *g = NULL;
     ck_assert_int_eq(dl_sched_grid(s, sim, &g), DL_EINVAL);
     ck_assert_msg(strstr(dl_errmsg(), "whole"), "%s", dl_errmsg());
     dl_sched_sim_free(sim);
     /* an optimizer step of non-zero cost shows as '*' */
-    c = (dl_sched_costs){1, 2, 1};
+    c = (dl_sched_costs){1, 2, 1, -1};
     sim = sim_of(s, &c);
     ck_assert_int_eq(dl_sched_grid(s, sim, &g), DL_OK);
     ck_assert_str_eq(g, "GPU 1  01···aabb*\nGPU 2  ·01aabb*··\n");
@@ -564,7 +830,7 @@ START_TEST(t_property)
     /* Cost conventions under which the simulated bubble equals (p-1)/(m+p-1) exactly: the same
      * forward cost and the same backward cost on every stage (any ratio), optimizer steps free,
      * communication free. Checked for three ratios. */
-    dl_sched_costs conv[] = {{1, 2, 0}, {1, 1, 0}, {2, 1, 0}};
+    dl_sched_costs conv[] = {{1, 2, 0, -1}, {1, 1, 0, -1}, {2, 1, 0, -1}};
     int nsched = 0;
     for (int p = 1; p <= 8; p++) {
         for (int m = 1; m <= 16; m++) {
@@ -642,6 +908,11 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, t_partition);
     tcase_add_test(tc, t_validator);
     tcase_add_test(tc, t_split_backward);
+    tcase_add_test(tc, t_zero_bubble);
+    tcase_add_test(tc, t_placement);
+    tcase_add_test(tc, t_csv_round_trip);
+    tcase_add_test(tc, t_csv_letters);
+    tcase_add_test(tc, t_csv_refusals);
     tcase_add_test(tc, t_errors);
     tcase_add_test(tc, t_property);
     suite_add_tcase(s, tc);
