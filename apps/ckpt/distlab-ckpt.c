@@ -73,9 +73,12 @@ static int save_rank(dl_ctx *ctx, void *arg)
 /* the whole parameters gathered from the pieces, saved by a world of one rank */
 static int convert(const char *dir, json_t *m, const char *out)
 {
-    dl_gpt_config cfg = {get_int(m, "model", "vocab"),  get_int(m, "model", "seq"),
-                         get_int(m, "model", "layers"), get_int(m, "model", "d_model"),
-                         get_int(m, "model", "heads"),  get_int(m, "model", "tie")};
+    dl_gpt_config cfg = {.vocab = get_int(m, "model", "vocab"),
+                         .seq = get_int(m, "model", "seq"),
+                         .layers = get_int(m, "model", "layers"),
+                         .d_model = get_int(m, "model", "d_model"),
+                         .heads = get_int(m, "model", "heads"),
+                         .tie = get_int(m, "model", "tie")};
     const char *dt = json_string_value(json_object_get(json_object_get(m, "precision"), "dtype"));
     int es = dt && strcmp(dt, "f64") == 0 ? 8 : 4, rc;
     dl_gpt_layout *l;
