@@ -150,10 +150,6 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
     return DL_OK;
 }
 
-/* Single-rank tensor ids (the initialiser's key): wte 0, wpe 1, layer i's j-th 2 + 12 i + j,
- * ln_f 2 + 12 L and the next, lm_head after them. */
-#define ID_LAYER(i, j) (2 + DL_LT_COUNT * (i) + (j))
-
 static int layer_tensors(const dl_gpt_config *c, int layer)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -162,12 +158,16 @@ static int layer_tensors(const dl_gpt_config *c, int layer)
     return n;
 }
 
-/* Layer i's tensors, sublayer by sublayer; the j-th tensor of the layer has the init key
- * ID_LAYER(i, j), so the dense layer's keys are those of its named table (model/layer.h); a
- * layer with more tensors (an MoE sublayer's experts) keys the rest after every fixed key. */
+/* Single-rank tensor ids (the initialiser's key, and the index in the whole single-rank
+ * layout): wte 0, wpe 1, then each layer's tensors in order (a dense layer's j-th is
+ * 2 + 12 i + j, model/layer.h's order), then ln_f, its bias and lm_head. */
 static int layer_tensor_id(const dl_gpt_config *c, int i, int j)
 {
-    return j < DL_LT_COUNT ? ID_LAYER(i, j) : ID_LAYER(c->layers, 3) + 4096 * i + j - DL_LT_COUNT;
+    int id = 2;
+    if (!c->experts)
+        return id + DL_LT_COUNT * i + j;
+    for (int l = 0; l < i; l++) id += layer_tensors(c, l);
+    return id + j;
 }
 
 /* whether this rank holds a parameter: every one but the experts of other ep ranks */
@@ -262,10 +262,11 @@ int dl_gpt_layout_create_ep(const dl_gpt_config *c, int tp, int tp_rank, int ep,
         for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
             add_layer(l, &k, &off, i);
     if (part->head) {
-        add(l, &k, &off, ID_LAYER(L, 0), "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, ID_LAYER(L, 1), "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
+        int h = layer_tensor_id(c, L, 0);
+        add(l, &k, &off, h, "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, h + 1, "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
         if (!c->tie)
-            add(l, &k, &off, ID_LAYER(L, 2), "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
+            add(l, &k, &off, h + 2, "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
         else if (!part->embed)
             add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
     }

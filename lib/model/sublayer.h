@@ -19,6 +19,7 @@
 #define DISTLAB_MODEL_SUBLAYER_H
 
 #include <stddef.h>
+#include <string.h>
 #include "distlab.h"
 
 typedef enum dl_bwd_part { DL_BWD_WHOLE = 0, DL_BWD_INPUT = 1, DL_BWD_WEIGHT = 2 } dl_bwd_part;
@@ -104,6 +105,10 @@ typedef struct dl_sublayer_kind {
 enum { DL_SUB_ATTENTION = 0, DL_SUB_MLP_DENSE = 1, DL_SUB_MLP_MOE = 2, DL_SUB_NKINDS };
 extern const dl_sublayer_kind *const dl__sublayer_kinds[DL_SUB_NKINDS];
 extern const dl_sublayer_kind dl__moe_kind; /* model/sublayer_moe.c */
+
+/* Whether a tensor (by its name) is an expert's: held by one ep rank, reduced over the
+ * expert-data-parallel group. */
+static inline int dl__is_expert(const char *name) { return strstr(name, ".mlp.experts.") != NULL; }
 
 /* The parameters of a kind's layer that a layout holds (its experts only, under ep). */
 int dl__sub_nheld(const dl_sublayer_kind *k, const dl_gpt_layout *l, int layer);

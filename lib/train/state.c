@@ -359,7 +359,8 @@ static int add_state(dl__ckd_shard *sh, tr_env *e, tr_comp *c, const void *full,
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
     int es = e->pr.bf16 ? 4 : e->pr.dsize, cs = e->pr.csize, rc = DL_OK;
-    for (int k = 0; rc == DL_OK && e->mesh->dp_rank == 0 && k < l->ntensors; k++) {
+    /* (with expert parallelism each rank of the first ep group writes its own experts) */
+    for (int k = 0; rc == DL_OK && e->mesh->dp_rank < e->mesh->ep && k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         rc = dl__ckd_shard_add(sh, t->name, st_dtype(es), t->ndim, t->local,
                                (const char *)full + t->offset * (size_t)es, t->numel * (size_t)es,
@@ -443,7 +444,7 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     dl__ckd_shard sh;
     dl__ckd_shard_init(&sh);
     int64_t counters[2];
-    int writer = e->mesh->dp_rank == 0 || c->sh->zu->dp > 1;
+    int writer = e->mesh->dp_rank < e->mesh->ep || c->sh->zu->dp > 1;
     if (writer)
         rc = add_state(&sh, e, c, full, counters);
     /* a failed rank still takes part in the save's collectives, which report it */
@@ -497,8 +498,9 @@ int tr_ckpt_restore(tr_env *e, tr_comp *c)
     const dl_zero_units *zu = c->sh->zu;
     int es = e->pr.bf16 ? 4 : e->pr.dsize, cs = e->pr.csize, rc = DL_OK;
     int tp = e->mesh->tp_rank, pp = e->mesh->pp_rank;
-    const char *pf = file_at(R->resume, 0, tp, pp),
-               *of = file_at(R->resume, zu->dp > 1 ? e->mesh->dp_rank : 0, tp, pp);
+    int er = e->mesh->ep_rank; /* 0 without expert parallelism */
+    const char *pf = file_at(R->resume, er, tp, pp),
+               *of = file_at(R->resume, zu->dp > 1 ? e->mesh->dp_rank : er, tp, pp);
     if (!pf || !of)
         return dl_error(DL_EINVAL,
                         "--resume: %s/" DL_CKD_MANIFEST " lists no file for dp %d tp %d "
