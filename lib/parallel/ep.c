@@ -91,6 +91,8 @@ static int ep_setup(void *st)
         return dl_error(DL_ENOMEM, "mixture of experts: out of memory");
     if ((rc = find_ranges(s)))
         return rc;
+    /* every forward is collective over the ep group: evaluations keep step */
+    e->lockstep_fwd |= s->ep > 1;
     e->excl = s->ep > 1 ? s->xr : NULL;
     e->nexcl = s->ep > 1 ? s->nxr : 0;
     return e->rank == 0 ? alloc_tables(s) : DL_OK;
