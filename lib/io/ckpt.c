@@ -118,7 +118,7 @@ static int is_whole(const dl_gpt_layout *l)
 {
     const dl_gpt_part *p = &l->part;
     return p->nchunks == 1 && p->first[0] == 0 && p->count[0] == l->cfg.layers && p->embed &&
-           p->head;
+           p->head && l->ep <= 1; /* an ep rank's layout holds its experts only */
 }
 
 int dl__ck_whole_layout(const dl_gpt_layout *l, const dl_gpt_layout **full, dl_gpt_layout **own)
