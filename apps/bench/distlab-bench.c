@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "  overlap  all-reduce alone, GEMMs alone, both at once: slowdowns, fraction hidden\n"
             "  contention  time in collectives split into waiting and working; futex sleeps\n"
             "  scaling  the trainer's strong and weak scaling over dp and tp, strong over pp\n"
+            "  moe      mixture of experts: the capacity factor's drops, imbalance and idle time\n"
             "  overhead the harness's own cost per training step (timestamps, trace events)\n"
             "  pipeline measured pipeline bubbles of the schedules vs the lecture and the "
             "simulator\n"
@@ -77,8 +78,10 @@ int main(int argc, char **argv)
                 return bench_overhead_main(2, hargv);
             if (strcmp(argv[2], "pipeline") == 0)
                 return bench_pipeline_main(2, hargv);
+            if (strcmp(argv[2], "moe") == 0)
+                return bench_moe_main(2, hargv);
             cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-                      "contention, scaling, overhead, pipeline)",
+                      "contention, scaling, overhead, pipeline, moe)",
                       argv[2]);
             return CLI_EXIT_USAGE;
         }
@@ -107,6 +110,8 @@ int main(int argc, char **argv)
         return bench_overhead_main(argc - 1, argv + 1);
     if (strcmp(sub, "pipeline") == 0)
         return bench_pipeline_main(argc - 1, argv + 1);
+    if (strcmp(sub, "moe") == 0)
+        return bench_moe_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/apps/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0)
         return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
@@ -119,7 +124,7 @@ int main(int argc, char **argv)
         return bench_coll_main(argc, argv);
     }
     cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-              "contention, scaling, overhead, pipeline; see --help)",
+              "contention, scaling, overhead, pipeline, moe; see --help)",
               sub);
     return CLI_EXIT_USAGE;
 }

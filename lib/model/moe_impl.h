@@ -217,13 +217,46 @@ static size_t FN(moe_expert_rows_)(const dl_sub_dims *d, const REAL *cnt_r, int 
 /* local expert e's parameters or gradients */
 static REAL *FN(moe_ex_)(void *const *w, int e, int p) { return R(w[MO_FIXED + e * EX_N + p]); }
 
+/* the experts' forward on their rows (expert-major in xe): h, a, and their outputs in x3 */
+static void FN(moe_experts_fwd_)(dl_sub_ctx *c, FN(moe_view_) * v)
+{
+    const dl_sub_dims *d = &c->d;
+    int C = d->C, F = d->Fe;
+    for (int e = 0; e < d->El; e++) {
+        size_t o, n = FN(moe_expert_rows_)(d, v->cnt_r, e, &o);
+        if (!n)
+            continue;
+        REAL *h = v->h + o * F, *a = v->a + o * F;
+        OP(dl_linear_fwd_)
+        (h, v->xe + o * C, FN(moe_ex_)(c->w, e, EX_FC_W), FN(moe_ex_)(c->w, e, EX_FC_B), (int)n, C,
+         F);
+        OP(dl_gelu_fwd_deriv_)(a, h, h, n * (size_t)F);
+        OP(dl_linear_fwd_)
+        (v->x3 + o * C, a, FN(moe_ex_)(c->w, e, EX_PROJ_W), FN(moe_ex_)(c->w, e, EX_PROJ_B), (int)n,
+         F, C);
+        if (c->moe)
+            c->moe->expert_flop += 4.0 * (double)n * C * F;
+    }
+}
+
+/* the time since *t0 into *acc (when measuring), and *t0 = now */
+static void FN(moe_lap_)(const dl_sub_ctx *c, uint64_t *acc, uint64_t *t0)
+{
+    uint64_t t = dl_now_ns();
+    if (c->moe)
+        *acc += t - *t0;
+    *t0 = t;
+}
+
 static int FN(moe_fwd_)(dl_sub_ctx *c)
 {
     const dl_sub_dims *d = &c->d;
-    int N = d->B * d->T, C = d->C, E = d->E, K = d->K, F = d->Fe, rc;
+    int N = d->B * d->T, C = d->C, E = d->E, K = d->K, rc;
     FN(moe_view_) v = FN(moe_view_at_)(c);
     REAL *const *w = (REAL *const *)c->w, *y = R(c->y);
     const REAL *x = c->x;
+    dl_moe_stats dummy, *st = c->moe ? c->moe : &dummy;
+    uint64_t t0 = dl_now_ns();
     int64_t *tmp = malloc(sizeof(int64_t) * 2 * (size_t)E);
     if (!tmp)
         return dl_error(DL_ENOMEM, "moe: out of memory");
@@ -232,31 +265,24 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
     FN(moe_route_)(c, &v, tmp);
     FN(moe_rows_)(d, &v, tmp);
     free(tmp);
+    FN(moe_lap_)(c, &st->router_ns, &t0);
     for (size_t i = 0; i < (size_t)N * K; i++) /* the dispatch's rows: ln_2's output */
         if (v.row[i] >= 0)
             memcpy(v.ys + (size_t)v.row[i] * C, v.ln + i / K * C, sizeof(REAL) * (size_t)C);
+    uint64_t ta = dl_now_ns();
     if ((rc = FN(moe_counts_)(c, &v)) ||
         (rc = FN(moe_exchange_)(c, v.ys, v.cnt_s, v.x2, v.cnt_r, C)))
         return rc;
+    st->a2a_ns += dl_now_ns() - ta;
     FN(moe_permute_)(d, v.cnt_r, v.xe, v.x2, C, 1);
-    for (int e = 0; e < d->El; e++) {
-        size_t o, n = FN(moe_expert_rows_)(d, v.cnt_r, e, &o);
-        if (!n)
-            continue;
-        REAL *h = v.h + o * F, *a = v.a + o * F;
-        OP(dl_linear_fwd_)
-        (h, v.xe + o * C, FN(moe_ex_)(c->w, e, EX_FC_W), FN(moe_ex_)(c->w, e, EX_FC_B), (int)n, C,
-         F);
-        OP(dl_gelu_fwd_deriv_)(a, h, h, n * (size_t)F);
-        OP(dl_linear_fwd_)
-        (v.x3 + o * C, a, FN(moe_ex_)(c->w, e, EX_PROJ_W), FN(moe_ex_)(c->w, e, EX_PROJ_B), (int)n,
-         F, C);
-    }
+    FN(moe_lap_)(c, &st->dispatch_ns, &t0);
+    FN(moe_experts_fwd_)(c, &v);
+    FN(moe_lap_)(c, &st->expert_ns, &t0);
     FN(moe_permute_)(d, v.cnt_r, v.x2, v.x3, C, 0);
-    uint64_t t0 = dl_now_ns();
+    uint64_t tw = dl_now_ns();
     rc = FN(moe_exchange_)(c, v.x2, v.cnt_r, v.ys, v.cnt_s, C); /* the combine */
-    if (c->moe)
-        c->moe->combine_wait_ns += dl_now_ns() - t0;
+    st->combine_wait_ns += dl_now_ns() - tw;
+    st->a2a_ns += dl_now_ns() - tw;
     if (rc)
         return rc;
     memcpy(y, x, sizeof(REAL) * (size_t)N * C);
@@ -266,6 +292,7 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
             REAL g = v.gate[i], *yo = y + i / K * C;
             for (int j = 0; j < C; j++) yo[j] += g * ye[j];
         }
+    FN(moe_lap_)(c, &st->combine_ns, &t0);
     return DL_OK;
 }
 
