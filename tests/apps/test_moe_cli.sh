@@ -58,6 +58,12 @@ a=$(last_loss "$TMP/whole.json")
 b=$(last_loss "$TMP/res.json")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "resume: last loss $b, uninterrupted $a"
 
+BENCH=$(app_bin distlab-bench) || exit 1
+run_cmd topo 0 "$BENCH" topo --ranks 16 --topology "pack:2 l3:2 core:4 pu:1" --tp 2 --ep 2
+has topo "  ep groups (experts spread, the all-to-alls): 8 of 2 ranks each"
+has topo "  expert-data-parallel groups (experts' gradients): 4 of 4 ranks each"
+run_cmd topo-bad 2 "$BENCH" topo --ranks 6 --ep 4
+
 run sample 0 $M $X --dp 2 --ep 2 --steps 2 --sample 16
 has sample "sample (16 bytes"
 finish
