@@ -5,7 +5,8 @@
 # options; a dp 2 x ep 2 run reports its drops and imbalance and writes the per-step figures to
 # --json; --save at ep 2 loads at ep 1 (and back) to the same validation loss; a full-state
 # checkpoint at dp 2 x ep 2 resumes to the uninterrupted run's last loss, exactly (f64, the same
-# layout and arithmetic); --sample works at ep 2.
+# layout and arithmetic); --sample works at ep 2; distlab-bench topo --ep shows the ep and the
+# expert-data-parallel groups.
 # Run by `make check` from the build directory. $M is an option list, split on purpose.
 # shellcheck disable=SC2086
 
