@@ -172,8 +172,8 @@ static void j_wait(FILE *f, const tg_run *r)
 /* clang-format off */
 static const tg_opt opts[] = {
     {"experts", 1, p_experts,
-"  --experts E           a mixture of experts: the MLP of every --moe-every-th layer becomes E\n"
-"                        expert MLPs behind a router (default: none, dense MLPs)\n"},
+"  --experts E           a mixture of experts: the MLP of the MoE layers (--moe-every)\n"
+"                        becomes E expert MLPs behind a router (default: none, dense MLPs)\n"},
     {"top-k", 1, p_topk,
 "  --top-k K             experts per token, 1 .. E (default 1: gate p; K >= 2: the K chosen\n"
 "                        probabilities renormalised to sum 1)\n"},

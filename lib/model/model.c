@@ -11,6 +11,7 @@
 
 void dl_gpt_config_default(dl_gpt_config *c)
 {
+    memset(c, 0, sizeof *c); /* no mixture of experts */
     c->vocab = 256;
     c->seq = 128;
     c->layers = 4;

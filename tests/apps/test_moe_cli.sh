@@ -6,7 +6,7 @@
 # --json; --save at ep 2 loads at ep 1 (and back) to the same validation loss; a full-state
 # checkpoint at dp 2 x ep 2 resumes to the uninterrupted run's last loss, exactly (f64, the same
 # layout and arithmetic); --sample works at ep 2; distlab-bench topo --ep shows the ep and the
-# expert-data-parallel groups.
+# expert-data-parallel groups; distlab-ckpt converts an ep checkpoint.
 # Run by `make check` from the build directory. $M is an option list, split on purpose.
 # shellcheck disable=SC2086
 
@@ -58,6 +58,12 @@ run resume 0 $M --steps 4 --resume "$TMP/ck/step-0000002" --json "$TMP/res.json"
 a=$(last_loss "$TMP/whole.json")
 b=$(last_loss "$TMP/res.json")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "resume: last loss $b, uninterrupted $a"
+
+# distlab-ckpt converts it (every expert, from both ep ranks' files) to the parameter file
+CKPT=$(app_bin distlab-ckpt) || exit 1
+run_cmd convert 0 "$CKPT" convert "$TMP/ck/step-0000004" "$TMP/conv.safetensors"
+run convload 0 $M $X --dp 1 --load "$TMP/conv.safetensors" --eval-only
+grep -q '^validation loss' "$TMP/out" || fail "convert: the converted file does not evaluate"
 
 BENCH=$(app_bin distlab-bench) || exit 1
 run_cmd topo 0 "$BENCH" topo --ranks 16 --topology "pack:2 l3:2 core:4 pu:1" --tp 2 --ep 2
