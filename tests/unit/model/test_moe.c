@@ -563,6 +563,7 @@ START_TEST(expert_init_any_ep)
             const dl_tensor_info *t = &part->t[k];
             int j = dl_gpt_find(one, t->name), e;
             ck_assert_int_ge(j, 0);
+            ck_assert_int_eq(t->id, j); /* the id: the index in the whole layout */
             if (sscanf(t->name, "h.%*d.mlp.experts.%d", &e) == 1) {
                 ck_assert_int_eq(e / (E / 2), r);
                 experts++;
