@@ -39,6 +39,10 @@ static void usage(FILE *f)
             "groups\n"
             "                            stay inside an L3, a NUMA node, a node; which pipeline\n"
             "                            hand-offs cross them\n"
+            "      --ep E                with --tp/--pp or alone: expert parallelism inside dp\n"
+            "                            (E divides dp): the ep groups (E consecutive dp ranks)\n"
+            "                            and the expert-data-parallel groups (dp / E ranks with\n"
+            "                            the same experts)\n"
             "  -t, --topology STR        plan on a synthetic hwloc topology, e.g.\n"
             "                            \"pack:2 l3:2 core:4 pu:1\" (default: DISTLAB_TOPOLOGY,\n"
             "                            else this machine); threads still run on this machine\n"
@@ -107,7 +111,34 @@ static int same_domain(const int *dom, const int *members, int n)
 /* Where the trainer's mesh lands on this placement: world rank = (pp_rank x dp + dp_rank) x tp +
  * tp_rank (Megatron's order, tp fastest). tp wants its groups inside a cache or memory domain
  * (four all-reduces per layer), pp only crosses between stages (hand-offs), dp once per step. */
-static void mesh_report(const dl_placement *pl, int tp, int pp)
+/* group count and size of a mesh dimension's groups, and how many stay inside each domain */
+static void group_line(const char *what, int groups, int size, const int *in)
+{
+    printf("  %s: %d of %d ranks each; inside one L3 %d, one NUMA node %d, one node %d\n", what,
+           groups, size, in[0], in[1], in[2]);
+}
+
+/* Expert parallelism inside dp (lib/runtime/comm.c's mesh): ep groups are ep consecutive dp
+ * ranks; expert-data-parallel groups the dp / ep ranks with the same ep rank. */
+static void ep_report(const int *const *doms, int *m, int dp, int tp, int pp, int ep)
+{
+    int in[3] = {0, 0, 0}, ein[3] = {0, 0, 0};
+    for (int st = 0; st < pp; st++)
+        for (int t = 0; t < tp; t++) {
+            for (int g = 0; g < dp / ep; g++) {
+                for (int i = 0; i < ep; i++) m[i] = (st * dp + g * ep + i) * tp + t;
+                for (int d = 0; d < 3; d++) in[d] += same_domain(doms[d], m, ep);
+            }
+            for (int q = 0; q < ep; q++) {
+                for (int i = 0; i < dp / ep; i++) m[i] = (st * dp + i * ep + q) * tp + t;
+                for (int d = 0; d < 3; d++) ein[d] += same_domain(doms[d], m, dp / ep);
+            }
+        }
+    group_line("ep groups (experts spread, the all-to-alls)", pp * tp * (dp / ep), ep, in);
+    group_line("expert-data-parallel groups (experts' gradients)", pp * tp * ep, dp / ep, ein);
+}
+
+static void mesh_report(const dl_placement *pl, int tp, int pp, int ep)
 {
     int n = pl->nranks, dp = n / (tp * pp);
     int *m = malloc(sizeof(int) * (size_t)n);
@@ -123,8 +154,7 @@ static void mesh_report(const dl_placement *pl, int tp, int pp)
         for (int i = 0; i < tp; i++) m[i] = g * tp + i;
         for (int d = 0; d < 3; d++) in[d] += same_domain(doms[d], m, tp);
     }
-    printf("  tp groups: %d of %d ranks each; inside one L3 %d, one NUMA node %d, one node %d\n",
-           groups, tp, in[0], in[1], in[2]);
+    group_line("tp groups", groups, tp, in);
     /* dp groups: same (pp, tp) */
     for (int d = 0; d < 3; d++) in[d] = 0;
     groups = pp * tp;
@@ -133,8 +163,9 @@ static void mesh_report(const dl_placement *pl, int tp, int pp)
             for (int i = 0; i < dp; i++) m[i] = (st * dp + i) * tp + t;
             for (int d = 0; d < 3; d++) in[d] += same_domain(doms[d], m, dp);
         }
-    printf("  dp groups: %d of %d ranks each; inside one L3 %d, one NUMA node %d, one node %d\n",
-           groups, dp, in[0], in[1], in[2]);
+    group_line("dp groups", groups, dp, in);
+    if (ep > 1)
+        ep_report(doms, m, dp, tp, pp, ep);
     /* pipelines: how many stage boundaries cross a domain */
     int cross[3] = {0, 0, 0}, bounds = dp * tp * (pp - 1);
     for (int d0 = 0; d0 < dp; d0++)
@@ -160,10 +191,11 @@ int bench_topo_main(int argc, char **argv)
         {"topology", required_argument, NULL, 't'},
         {"tp", required_argument, NULL, 'T'},
         {"pp", required_argument, NULL, 'P'},
+        {"ep", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int nranks = 0, rpn = 0, nodes_given = 0, mtp = 0, mpp = 0;
+    int nranks = 0, rpn = 0, nodes_given = 0, mtp = 0, mpp = 0, mep = 0;
     dl_place_policy policy = DL_PLACE_COMPACT;
     dl_node_kind nodes = DL_NODE_PACKAGE;
     const char *synthetic = NULL;
@@ -172,7 +204,7 @@ int bench_topo_main(int argc, char **argv)
     optind = 0;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":g:n:p:N:k:t:T:P:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":g:n:p:N:k:t:T:P:E:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'T':
             if (parse_int("--tp", optarg, 1, MAX_RANKS, &mtp))
@@ -180,6 +212,10 @@ int bench_topo_main(int argc, char **argv)
             break;
         case 'P':
             if (parse_int("--pp", optarg, 1, MAX_RANKS, &mpp))
+                return 2;
+            break;
+        case 'E':
+            if (parse_int("--ep", optarg, 1, MAX_RANKS, &mep))
                 return 2;
             break;
         case 'g':
@@ -234,11 +270,16 @@ int bench_topo_main(int argc, char **argv)
         return 2;
     }
 
-    if (mtp || mpp) {
-        int tp = mtp ? mtp : 1, pp = mpp ? mpp : 1;
+    if (mtp || mpp || mep) {
+        int tp = mtp ? mtp : 1, pp = mpp ? mpp : 1, ep = mep ? mep : 1;
         if (nranks == 0 || nranks % (tp * pp)) {
             fprintf(stderr, PROG ": --tp %d x --pp %d must divide --ranks (give --ranks N)\n", tp,
                     pp);
+            return 2;
+        }
+        if ((nranks / (tp * pp)) % ep) {
+            fprintf(stderr, PROG ": --ep %d must divide dp = ranks / (tp x pp) = %d\n", ep,
+                    nranks / (tp * pp));
             return 2;
         }
     }
@@ -305,8 +346,8 @@ int bench_topo_main(int argc, char **argv)
         printf(" (%d per node)", rpn);
     printf("\n");
     dl_topo_report(stdout, topo, pl, actual);
-    if (mtp || mpp)
-        mesh_report(pl, mtp ? mtp : 1, mpp ? mpp : 1);
+    if (mtp || mpp || mep)
+        mesh_report(pl, mtp ? mtp : 1, mpp ? mpp : 1, mep ? mep : 1);
     if (bind_failed) {
         fprintf(stderr, PROG ": %d of %d ranks could not be pinned\n", bind_failed, nranks);
         goto out;

@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "  overlap  all-reduce alone, GEMMs alone, both at once: slowdowns, fraction hidden\n"
             "  contention  time in collectives split into waiting and working; futex sleeps\n"
             "  scaling  the trainer's strong and weak scaling over dp and tp, strong over pp\n"
+            "  moe      mixture of experts: the capacity factor's drops, imbalance and idle time\n"
             "  overhead the harness's own cost per training step (timestamps, trace events)\n"
             "  pipeline measured pipeline bubbles of the schedules vs the lecture and the "
             "simulator\n"
@@ -82,8 +83,10 @@ int main(int argc, char **argv)
                 return bench_pipeline_main(2, hargv);
             if (strcmp(argv[2], "ckpt") == 0)
                 return bench_ckpt_main(2, hargv);
+            if (strcmp(argv[2], "moe") == 0)
+                return bench_moe_main(2, hargv);
             cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-                      "contention, scaling, overhead, pipeline, ckpt)",
+                      "contention, scaling, overhead, pipeline, ckpt, moe)",
                       argv[2]);
             return CLI_EXIT_USAGE;
         }
@@ -114,6 +117,8 @@ int main(int argc, char **argv)
         return bench_pipeline_main(argc - 1, argv + 1);
     if (strcmp(sub, "ckpt") == 0)
         return bench_ckpt_main(argc - 1, argv + 1);
+    if (strcmp(sub, "moe") == 0)
+        return bench_moe_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/apps/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0)
         return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
@@ -126,7 +131,7 @@ int main(int argc, char **argv)
         return bench_coll_main(argc, argv);
     }
     cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-              "contention, scaling, overhead, pipeline, ckpt; see --help)",
+              "contention, scaling, overhead, pipeline, ckpt, moe; see --help)",
               sub);
     return CLI_EXIT_USAGE;
 }

@@ -75,9 +75,21 @@ static int save_rank(dl_ctx *ctx, void *arg)
 /* the whole parameters gathered from the pieces, saved by a world of one rank */
 static int convert(const char *dir, json_t *m, const char *out)
 {
-    dl_gpt_config cfg = {get_int(m, "model", "vocab"),  get_int(m, "model", "seq"),
-                         get_int(m, "model", "layers"), get_int(m, "model", "d_model"),
-                         get_int(m, "model", "heads"),  get_int(m, "model", "tie")};
+    dl_gpt_config cfg = {.vocab = get_int(m, "model", "vocab"),
+                         .seq = get_int(m, "model", "seq"),
+                         .layers = get_int(m, "model", "layers"),
+                         .d_model = get_int(m, "model", "d_model"),
+                         .heads = get_int(m, "model", "heads"),
+                         .tie = get_int(m, "model", "tie")};
+    json_t *moe = json_object_get(m, "moe"); /* a mixture of experts (absent: none) */
+    if (moe) {
+        cfg.experts = get_int(m, "moe", "experts"), cfg.top_k = get_int(m, "moe", "top_k");
+        cfg.moe_every = get_int(m, "moe", "moe_every");
+        cfg.expert_ffn = get_int(m, "moe", "expert_ffn");
+        cfg.capacity = json_number_value(json_object_get(moe, "capacity_factor"));
+        cfg.aux_loss = json_number_value(json_object_get(moe, "aux_loss"));
+        cfg.z_loss = json_number_value(json_object_get(moe, "z_loss"));
+    }
     const char *dt = json_string_value(json_object_get(json_object_get(m, "precision"), "dtype"));
     int es = dt && strcmp(dt, "f64") == 0 ? 8 : 4, rc;
     dl_gpt_layout *l;

@@ -61,7 +61,7 @@ static dl_train_opts quiet(const dl_train_opts *o)
 static dl_train_opts one_rank(const dl_train_opts *o)
 {
     dl_train_opts one = quiet(o);
-    one.layout.dp = one.layout.tp = one.layout.pp = 1;
+    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
     one.pipeline.schedule = 0;
     one.pipeline.virtual_stages = 0;
     one.pipeline.weight_stashing = 0;

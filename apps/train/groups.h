@@ -11,6 +11,7 @@
     X(tg_pipeline)                                                                                 \
     X(tg_trace)                                                                                    \
     X(tg_model)                                                                                    \
+    X(tg_moe)                                                                                      \
     X(tg_precision)                                                                                \
     X(tg_batch)                                                                                    \
     X(tg_optim)                                                                                    \

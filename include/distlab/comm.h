@@ -135,10 +135,12 @@ void dl_comm_fail(dl_comm *c);
 typedef struct dl_mesh {
     int dp, pp, tp, ep;
     int dp_rank, pp_rank, tp_rank, ep_rank;
-    dl_comm *dp_comm; /* ranks with the same (pp, tp): gradient all-reduce */
-    dl_comm *pp_comm; /* ranks with the same (dp, tp): the pipeline, stage order */
-    dl_comm *tp_comm; /* ranks with the same (pp, dp): tensor parallel group */
-    dl_comm *ep_comm; /* ep consecutive dp ranks (ep divides dp); NULL when ep == 1 */
+    dl_comm *dp_comm;  /* ranks with the same (pp, tp): gradient all-reduce */
+    dl_comm *pp_comm;  /* ranks with the same (dp, tp): the pipeline, stage order */
+    dl_comm *tp_comm;  /* ranks with the same (pp, dp): tensor parallel group */
+    dl_comm *ep_comm;  /* ep consecutive dp ranks (ep divides dp); NULL when ep == 1 */
+    dl_comm *edp_comm; /* expert-data-parallel: the dp / ep ranks with this rank's (pp, tp,
+                        * ep_rank), which hold the same experts; NULL when ep == 1 */
 } dl_mesh;
 
 /* Collective over `world`; dp * pp * tp must equal its size and ep must divide dp. */

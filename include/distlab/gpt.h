@@ -55,6 +55,10 @@ typedef struct dl_gpt_opts {
     /* split backward: non-zero keeps, per activation slot and layer, what a deferred weight
      * gradient needs (activations category), so dl_gpt_stage_backward_input / _weight work */
     int defer_w;
+    /* expert parallelism (cfg.experts > 0): the ep group holding the experts between them
+     * (0 or 1: this rank holds every expert) */
+    int ep;
+    dl_comm *ep_comm; /* its rank is the ep rank (NULL when ep <= 1) */
 } dl_gpt_opts;
 
 /* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are

@@ -16,6 +16,10 @@
  *   h.L.mlp.c_fc.weight (4C,C)     h.L.mlp.c_fc.bias (4C)
  *   h.L.mlp.c_proj.weight (C,4C)   h.L.mlp.c_proj.bias (C)
  *   ln_f.weight (C)  ln_f.bias (C)  lm_head.weight (V,C) (absent when tied)
+ * A mixture-of-experts layer (cfg.experts > 0) has, instead of its mlp.* tensors (F = expert
+ * width):
+ *   h.L.mlp.router.weight (E,C)
+ *   h.L.mlp.experts.e.c_fc.weight (F,C)  .c_fc.bias (F)  .c_proj.weight (C,F)  .c_proj.bias (C)
  *
  * Tensor parallelism over t ranks (Megatron): c_attn and c_fc are column-parallel (rank r holds a
  * contiguous block of output rows: for c_attn the rows of heads [r·H/t, (r+1)·H/t) in each of the
@@ -42,6 +46,13 @@ typedef struct dl_gpt_config {
     int d_model; /* C */
     int heads;   /* H; C % H == 0 */
     int tie;     /* 1: the LM head is wte */
+    /* Mixture of experts (0 experts: every MLP dense). The MLP of every moe_every-th layer
+     * (layers 0, moe_every, 2 moe_every, ...: Megatron's pattern, the first layer included)
+     * becomes `experts` GeLU MLPs of width expert_ffn (0: 4 C) behind a router (model/
+     * sublayer_moe.c has the rules: top-k, gates, per-sequence capacity ceil(capacity · T · k /
+     * E) or none at capacity 0, the auxiliary and z losses with weights aux_loss, z_loss). */
+    int experts, top_k, moe_every, expert_ffn;
+    double capacity, aux_loss, z_loss;
 } dl_gpt_config;
 
 /* torch_gpt.py's benchmark model: V 256, T 128, L 4, C 256, H 4, untied. */
@@ -91,6 +102,7 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
 typedef struct dl_gpt_layout {
     dl_gpt_config cfg;
     int tp, tp_rank;
+    int ep, ep_rank; /* expert parallelism: this rank holds experts [ep_rank E/ep, ...) */
     int ntensors;
     dl_tensor_info *t;
     size_t numel;     /* local elements in all */
@@ -108,6 +120,11 @@ int dl_gpt_layout_create(const dl_gpt_config *c, int tp, int tp_rank, dl_gpt_lay
  * [wte, wpe], the layers of each chunk, [ln_f, lm_head or the tied wte copy]. */
 int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
                               dl_gpt_layout **out);
+/* Expert parallelism over ep ranks (experts % ep == 0): rank ep_rank holds the tensors of its
+ * E / ep experts, whole, under their global names (h.L.mlp.experts.E.*) and every other tensor
+ * as create_part does (ep 1: create_part). */
+int dl_gpt_layout_create_ep(const dl_gpt_config *c, int tp, int tp_rank, int ep, int ep_rank,
+                            const dl_gpt_part *part, dl_gpt_layout **out);
 void dl_gpt_layout_destroy(dl_gpt_layout *l);
 /* Index of a tensor by name, or -1. */
 int dl_gpt_find(const dl_gpt_layout *l, const char *name);

@@ -42,6 +42,7 @@ typedef struct dl_train_precision {
 typedef struct dl_train_layout {
     int dp, tp;
     int pp; /* pipeline stages (0 or 1: none) */
+    int ep; /* expert parallelism inside dp (0 or 1: none; needs model.experts; divides dp) */
 } dl_train_layout;
 
 /* G = dp * microbatches * micro sequences per step (see dl_train_resolve). */
@@ -196,6 +197,15 @@ typedef struct dl_train_step {
     double ms; /* wall time of the step (slowest rank) */
     double tokens_per_s;
     int skipped; /* the gradient was not finite: no update (mixed-precision guard) */
+    /* a mixture of experts (moe_layers 0: none; NAN losses): the step's auxiliary and z losses
+     * (as the objective has them: averaged over the global batch's sequences and the MoE
+     * layers), per MoE layer and expert the global batch's choices routed to it and of them
+     * dropped ([moe_layers * experts]), per rank the bytes it sent in the all-to-alls and its
+     * time in the combines ([nranks]) */
+    double aux_loss, z_loss;
+    int moe_layers, experts, nranks;
+    const int64_t *routed, *dropped;
+    const double *a2a_bytes, *combine_wait_ms;
 } dl_train_step;
 
 /* The optimisation: the last step's loss and the steps not taken. */
@@ -289,6 +299,19 @@ typedef struct dl_train_ckpt_result {
 } dl_train_ckpt_result;
 
 /* The run's figures, grouped as the options are. */
+/* A mixture of experts' figures per step (layers 0: none), rank 0's tables: per step s, MoE
+ * layer i and expert e, [(s * layers + i) * experts + e]; per rank r, [s * nranks + r]; hash:
+ * per step and layer the sum over the global batch's sequences of a hash of their routing
+ * (choices and admissions: equal on every layout that routes alike). */
+typedef struct dl_train_moe_result {
+    int layers, experts;
+    int *layer; /* [layers] the model layer of each */
+    int64_t *routed, *dropped;
+    double *aux, *z; /* [steps] */
+    uint64_t *hash;  /* [steps * layers] */
+    double *a2a_bytes, *combine_wait_ms;
+} dl_train_moe_result;
+
 typedef struct dl_train_result {
     int nranks, nsteps;
     dl_train_step *steps; /* [nsteps] */
@@ -303,6 +326,7 @@ typedef struct dl_train_result {
     dl_train_pipeline_result pipeline;
     dl_train_output_result output;
     dl_train_ckpt_result ckpt;
+    dl_train_moe_result moe;
 } dl_train_result;
 
 /* Train (or evaluate) with o->layout.dp * tp * pp rank threads. The result is filled even when the run

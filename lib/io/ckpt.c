@@ -82,6 +82,7 @@ void dl__ck_config_string(const dl_gpt_config *c, char *buf, size_t n)
 
 int dl__ck_parse_config(const char *s, dl_gpt_config *c)
 {
+    memset(c, 0, sizeof *c); /* (the file records no mixture of experts: its tensors do) */
     int used = -1;
     if (sscanf(s, "layers=%d,d_model=%d,heads=%d,seq=%d,vocab=%d,tie=%d%n", &c->layers, &c->d_model,
                &c->heads, &c->seq, &c->vocab, &c->tie, &used) != 6 ||
@@ -118,7 +119,7 @@ static int is_whole(const dl_gpt_layout *l)
 {
     const dl_gpt_part *p = &l->part;
     return p->nchunks == 1 && p->first[0] == 0 && p->count[0] == l->cfg.layers && p->embed &&
-           p->head;
+           p->head && l->ep <= 1; /* an ep rank's layout holds its experts only */
 }
 
 int dl__ck_whole_layout(const dl_gpt_layout *l, const dl_gpt_layout **full, dl_gpt_layout **own)

@@ -60,6 +60,10 @@ struct dl_gpt {
     size_t *ubound, umax;
     void **pw, **gw;
     int pdirect, gdirect; /* pw / gw point into the flat buffers (no unit buffers) */
+    int ep;               /* expert parallelism's degree (1: none) */
+    dl_moe_stats *moe;    /* per local MoE layer, in layer order (nmoe of them) */
+    int nmoe, *moe_of;    /* moe_of[l]: local layer l's index in moe, -1: dense */
+    double cur_dloss;     /* the running backward's dloss (the MoE auxiliary losses' weight) */
     int keep0;            /* tied embeddings on this rank: unit 0 kept in the second buffers */
     void *pwork[2], *gwork[2], *gath[2];
     size_t unit_bytes, gath_bytes;
@@ -157,6 +161,15 @@ static void select_slot(dl_gpt *g, int s, int ch)
     }
 }
 
+/* A sublayer's sizes for a batch of B sequences. */
+static dl_sub_dims sub_dims(const dl_gpt *g, int B)
+{
+    const dl_gpt_config *c = &g->o.cfg;
+    int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
+    return (dl_sub_dims){g->MB, B,     g->T, g->C,     g->Cl, g->Fl,     g->NHl,
+                         g->HS, g->tp, E,    c->top_k, Fe,    E / g->ep, g->ep};
+}
+
 /* The context of local layer l's sublayer j for a batch of B sequences in the current slot and
  * chunk: its parameters, activations and stash; its input is the layer's input or the previous
  * sublayer's output, kept in the activation set after that sublayer's own activations, and the
@@ -169,8 +182,12 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     char *set = (char *)g->cur_act + (g->o.recompute ? 0 : (size_t)r) * g->set_elems * ds;
     char *xres = (char *)g->xres + (size_t)r * NC * ds;
     memset(c, 0, sizeof *c);
-    c->d = (dl_sub_dims){g->MB, B, g->T, g->C, g->Cl, g->Fl, g->NHl, g->HS, g->tp};
+    c->d = sub_dims(g, B);
     c->tp_comm = g->o.tp_comm;
+    c->cfg = &g->o.cfg;
+    c->ep_comm = g->ep > 1 ? g->o.ep_comm : NULL;
+    c->moe = g->moe_of[l] >= 0 ? &g->moe[g->moe_of[l]] : NULL;
+    c->dloss = g->cur_dloss;
     c->w = g->pw + s->k;
     c->dw = g->gw + s->k;
     c->act = set + s->act_off * ds;
@@ -218,6 +235,8 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g->lastB);
     free(g->zero_targets);
     free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
+    for (int i = 0; i < g->nmoe; i++) free(g->moe[i].routed), free(g->moe[i].dropped);
+    free(g->moe), free(g->moe_of);
     dl_gpt_layout_destroy(g->lay);
     free(g);
 }
@@ -235,6 +254,15 @@ static int check_opts(const dl_gpt_opts *o)
         return dl_error(DL_EINVAL, "model: tp %d needs a tp communicator of that size", tp);
     if (o->act_slots < 0)
         return dl_error(DL_EINVAL, "model: activation slots must be >= 0 (got %d)", o->act_slots);
+    int ep = o->ep < 1 ? 1 : o->ep;
+    if (ep > 1 && (!o->ep_comm || dl_comm_size(o->ep_comm) != ep || ep > dl__moe_max_ep()))
+        return dl_error(DL_EINVAL,
+                        "model: ep %d needs an ep communicator of that size (at most %d)", ep,
+                        dl__moe_max_ep());
+    if (o->cfg.experts > 0 && (tp > 1 || o->dtype == DL_BF16 || o->gather || o->reduce ||
+                               o->recompute || (o->part && o->part->nchunks != 1)))
+        return dl_error(DL_EINVAL, "model: a mixture of experts with tp, bf16, ZeRO 2-3, full "
+                                   "recomputation or a pipeline part is not supported yet");
     if (o->defer_w && o->recompute == DL_RECOMPUTE_FULL)
         return dl_error(DL_EINVAL, "model: deferred weight gradients with full recomputation are "
                                    "not supported (the weight part would recompute the layer)");
@@ -267,6 +295,23 @@ static void set_dims(dl_gpt *g)
     g->NHl = g->H / tp;
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
+    g->ep = o->ep < 1 ? 1 : o->ep;
+}
+
+/* The measurements of each local MoE layer (model/sublayer.h). */
+static int alloc_moe(dl_gpt *g, int l, int layer)
+{
+    if (!dl__moe_layer(&g->o.cfg, layer))
+        return DL_OK;
+    int E = g->o.cfg.experts;
+    dl_moe_stats *s = &g->moe[g->nmoe];
+    s->layer = layer, s->E = E;
+    s->routed = calloc((size_t)E, sizeof(int64_t));
+    s->dropped = calloc((size_t)E, sizeof(int64_t));
+    if (!s->routed || !s->dropped)
+        return dl_error(DL_ENOMEM, "model: out of memory");
+    g->moe_of[l] = g->nmoe++;
+    return DL_OK;
 }
 
 /* Each local layer's sublayers (the model variant's choice): their first tensors and where their
@@ -278,22 +323,28 @@ static int plan_sublayers(dl_gpt *g)
     size_t L1 = (size_t)(g->L ? g->L : 1), NC = g->N * (size_t)g->C;
     g->sub = calloc(L1 * DL_SUB_MAX, sizeof *g->sub);
     g->nsub = calloc(L1, sizeof *g->nsub);
-    if (!g->sub || !g->nsub)
+    g->moe = calloc(L1, sizeof *g->moe);
+    g->moe_of = calloc(L1, sizeof *g->moe_of);
+    if (!g->sub || !g->nsub || !g->moe || !g->moe_of)
         return dl_error(DL_ENOMEM, "model: out of memory");
-    dl_sub_dims d = {g->MB, g->MB, g->T, g->C, g->Cl, g->Fl, g->NHl, g->HS, g->tp};
+    dl_sub_dims d = sub_dims(g, g->MB);
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             const dl_sublayer_kind *kinds[DL_SUB_MAX];
             int ns = dl__layer_sublayers(&g->o.cfg, part->first[ch] + i, kinds), k = g->k_layer[l];
             size_t act = 0, stash = 0;
             g->nsub[l] = ns;
+            g->moe_of[l] = -1;
+            int rc = alloc_moe(g, l, part->first[ch] + i);
+            if (rc)
+                return rc;
             for (int j = 0; j < ns; j++) {
                 dl_sub_inst *s = &g->sub[(size_t)l * DL_SUB_MAX + j];
                 s->kind = kinds[j];
                 s->k = k;
                 s->act_off = act;
                 s->stash_off = stash;
-                k += kinds[j]->nparams(&g->o.cfg, part->first[ch] + i);
+                k += dl__sub_nheld(kinds[j], g->lay, part->first[ch] + i);
                 act += kinds[j]->act_elems(&d) + (j < ns - 1 ? NC : 0);
                 stash += kinds[j]->stash_elems(&d);
             }
@@ -477,8 +528,9 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
     g->o = *o;
     g->tp = o->tp < 1 ? 1 : o->tp;
     g->slots = o->act_slots < 1 ? 1 : o->act_slots;
-    rc = dl_gpt_layout_create_part(&o->cfg, g->tp, g->tp > 1 ? dl_comm_rank(o->tp_comm) : 0,
-                                   o->part, &g->lay);
+    int ep = o->ep > 1 ? o->ep : 1;
+    rc = dl_gpt_layout_create_ep(&o->cfg, g->tp, g->tp > 1 ? dl_comm_rank(o->tp_comm) : 0, ep,
+                                 ep > 1 ? dl_comm_rank(o->ep_comm) : 0, o->part, &g->lay);
     if (rc) {
         free(g);
         return rc;
@@ -496,6 +548,23 @@ int dl_gpt_create(const dl_gpt_opts *o, dl_gpt **out)
 }
 
 const dl_gpt_layout *dl_gpt_get_layout(const dl_gpt *g) { return g->lay; }
+
+int dl_gpt_moe_layers(const dl_gpt *g) { return g->nmoe; }
+dl_moe_stats *dl_gpt_moe_stats(dl_gpt *g, int i)
+{
+    return i >= 0 && i < g->nmoe ? &g->moe[i] : NULL;
+}
+void dl_gpt_moe_reset(dl_gpt *g)
+{
+    for (int i = 0; i < g->nmoe; i++) {
+        dl_moe_stats *s = &g->moe[i];
+        memset(s->routed, 0, sizeof(int64_t) * (size_t)s->E);
+        memset(s->dropped, 0, sizeof(int64_t) * (size_t)s->E);
+        s->seqs = 0, s->aux = s->z = 0, s->hash = 0, s->a2a_bytes = 0, s->combine_wait_ns = 0;
+        s->router_ns = s->dispatch_ns = s->expert_ns = s->combine_ns = s->a2a_ns = 0;
+        s->expert_flop = 0;
+    }
+}
 void *dl_gpt_params(dl_gpt *g) { return g->params; }
 void *dl_gpt_grads(dl_gpt *g) { return g->grads; }
 size_t dl_gpt_numel(const dl_gpt *g) { return g->lay->numel; }

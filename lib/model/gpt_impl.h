@@ -130,6 +130,7 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_bwd_part part, dl_grad_read
     int B = g->lastB[g->cur_slot], N = B * g->T, C = g->C, rc, ch = g->cur_chunk;
     int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
     int wpart = part != DL_BWD_INPUT;
+    g->cur_dloss = dloss;
     if (g->head && ch == g->lay->part.nchunks - 1) {
         if ((g->keep0 && (rc = unit_begin_part(g, 0, part))) ||
             (rc = unit_begin_part(g, g->u_head, part)) ||

@@ -11,12 +11,37 @@
 
 void dl_gpt_config_default(dl_gpt_config *c)
 {
+    memset(c, 0, sizeof *c); /* no mixture of experts */
     c->vocab = 256;
     c->seq = 128;
     c->layers = 4;
     c->d_model = 256;
     c->heads = 4;
     c->tie = 0;
+}
+
+/* the mixture-of-experts fields (model.h) */
+static int moe_check(const dl_gpt_config *c)
+{
+    if (c->experts < 0)
+        return dl_error(DL_EINVAL, "experts must be >= 0 (got %d)", c->experts);
+    if (!c->experts)
+        return DL_OK;
+    if (c->experts > 1000)
+        return dl_error(DL_EINVAL, "experts %d: at most 1000", c->experts);
+    if (c->top_k < 1 || c->top_k > c->experts)
+        return dl_error(DL_EINVAL, "top-k %d must be in 1 .. experts %d", c->top_k, c->experts);
+    if (!(c->capacity >= 0) || !(c->aux_loss >= 0) || !(c->z_loss >= 0))
+        return dl_error(DL_EINVAL,
+                        "capacity factor %g, aux-loss %g and z-loss %g must be >= 0 (capacity "
+                        "0: no limit)",
+                        c->capacity, c->aux_loss, c->z_loss);
+    if (c->moe_every < 1 || c->moe_every > c->layers)
+        return dl_error(DL_EINVAL, "moe-every %d must be in 1 .. layers %d", c->moe_every,
+                        c->layers);
+    if (c->expert_ffn < 0)
+        return dl_error(DL_EINVAL, "expert-ffn must be >= 1 (got %d)", c->expert_ffn);
+    return DL_OK;
 }
 
 int dl_gpt_config_check(const dl_gpt_config *c, int tp)
@@ -31,6 +56,9 @@ int dl_gpt_config_check(const dl_gpt_config *c, int tp)
                         c->d_model, c->heads, (c->d_model / c->heads + 1) * c->heads);
     if (tp < 1)
         return dl_error(DL_EINVAL, "tp must be >= 1 (got %d)", tp);
+    int rc = moe_check(c);
+    if (rc)
+        return rc;
     if (c->heads % tp) {
         int fit = 1;
         for (int d = 1; d <= c->heads; d++)
@@ -49,7 +77,13 @@ int64_t dl_gpt_num_params(const dl_gpt_config *c)
     int64_t V = c->vocab, T = c->seq, C = c->d_model, L = c->layers;
     int64_t block =
         2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
-    return V * C + T * C + L * block + 2 * C + (c->tie ? 0 : V * C);
+    int64_t n = V * C + T * C + L * block + 2 * C + (c->tie ? 0 : V * C);
+    /* an MoE layer: the router and E experts instead of the dense MLP's two linears */
+    int64_t E = c->experts, F = c->expert_ffn ? c->expert_ffn : 4 * C;
+    for (int l = 0; E && l < L; l++)
+        if (l % c->moe_every == 0)
+            n += E * C + E * (2 * F * C + F + C) - (8 * C * C + 5 * C);
+    return n;
 }
 
 static void add(dl_gpt_layout *l, int *k, size_t *off, int id, const char *name, int layer,
@@ -117,10 +151,6 @@ int dl_gpt_part_stage(const dl_gpt_config *c, int p, int v, int stage, const int
     return DL_OK;
 }
 
-/* Single-rank tensor ids (the initialiser's key): wte 0, wpe 1, layer i's j-th 2 + 12 i + j,
- * ln_f 2 + 12 L and the next, lm_head after them. */
-#define ID_LAYER(i, j) (2 + DL_LT_COUNT * (i) + (j))
-
 static int layer_tensors(const dl_gpt_config *c, int layer)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -129,14 +159,37 @@ static int layer_tensors(const dl_gpt_config *c, int layer)
     return n;
 }
 
-/* Layer i's tensors, sublayer by sublayer; the j-th tensor of the layer has the init key
- * ID_LAYER(i, j), so the dense layer's keys are those of its named table (model/layer.h); a
- * layer with more tensors (an MoE sublayer's experts) keys the rest after every fixed key. */
+/* Single-rank tensor ids (the initialiser's key, and the index in the whole single-rank
+ * layout): wte 0, wpe 1, then each layer's tensors in order (a dense layer's j-th is
+ * 2 + 12 i + j, model/layer.h's order), then ln_f, its bias and lm_head. */
 static int layer_tensor_id(const dl_gpt_config *c, int i, int j)
 {
-    return j < DL_LT_COUNT ? ID_LAYER(i, j) : ID_LAYER(c->layers, 3) + 4096 * i + j - DL_LT_COUNT;
+    int id = 2;
+    if (!c->experts)
+        return id + DL_LT_COUNT * i + j;
+    for (int l = 0; l < i; l++) id += layer_tensors(c, l);
+    return id + j;
 }
 
+/* whether this rank holds a parameter: every one but the experts of other ep ranks */
+static int holds(const dl_gpt_layout *l, const dl_sub_param *pr)
+{
+    return pr->expert < 0 || pr->expert / (l->cfg.experts / l->ep) == l->ep_rank;
+}
+
+int dl__sub_nheld(const dl_sublayer_kind *k, const dl_gpt_layout *l, int layer)
+{
+    int n = 0;
+    for (int q = 0; q < k->nparams(&l->cfg, layer); q++) {
+        dl_sub_param pr;
+        k->param(&l->cfg, layer, q, &pr);
+        n += holds(l, &pr);
+    }
+    return n;
+}
+
+/* (the init key j counts every tensor of the layer, held or not: any ep rank draws its experts'
+ * single-rank values) */
 static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
 {
     const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -145,13 +198,20 @@ static void add_layer(dl_gpt_layout *l, int *k, size_t *off, int i)
         for (int q = 0; q < kinds[s]->nparams(&l->cfg, i); q++, j++) {
             dl_sub_param pr;
             kinds[s]->param(&l->cfg, i, q, &pr);
-            add(l, k, off, layer_tensor_id(&l->cfg, i, j), pr.name, i, pr.rows, pr.cols, pr.ndim,
-                pr.sh);
+            if (holds(l, &pr))
+                add(l, k, off, layer_tensor_id(&l->cfg, i, j), pr.name, i, pr.rows, pr.cols,
+                    pr.ndim, pr.sh);
         }
 }
 
 int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const dl_gpt_part *part,
                               dl_gpt_layout **out)
+{
+    return dl_gpt_layout_create_ep(c, tp, tp_rank, 1, 0, part, out);
+}
+
+int dl_gpt_layout_create_ep(const dl_gpt_config *c, int tp, int tp_rank, int ep, int ep_rank,
+                            const dl_gpt_part *part, dl_gpt_layout **out)
 {
     *out = NULL;
     int rc = dl_gpt_config_check(c, tp);
@@ -159,6 +219,9 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         return rc;
     if (tp_rank < 0 || tp_rank >= tp)
         return dl_error(DL_EINVAL, "tp rank %d out of range (tp %d)", tp_rank, tp);
+    if (ep < 1 || ep_rank < 0 || ep_rank >= ep || (ep > 1 && c->experts % ep))
+        return dl_error(DL_EINVAL, "ep rank %d of ep %d: ep must divide the experts %d", ep_rank,
+                        ep, c->experts);
     dl_gpt_part whole;
     if (!part) {
         dl_gpt_part_whole(c, &whole);
@@ -185,6 +248,8 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
     l->cfg = *c;
     l->tp = tp;
     l->tp_rank = tp_rank;
+    l->ep = ep;
+    l->ep_rank = ep_rank;
     l->part = *part;
     int64_t V = c->vocab, T = c->seq, C = c->d_model;
     int k = 0, L = c->layers;
@@ -198,10 +263,11 @@ int dl_gpt_layout_create_part(const dl_gpt_config *c, int tp, int tp_rank, const
         for (int i = part->first[ch]; i < part->first[ch] + part->count[ch]; i++)
             add_layer(l, &k, &off, i);
     if (part->head) {
-        add(l, &k, &off, ID_LAYER(L, 0), "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
-        add(l, &k, &off, ID_LAYER(L, 1), "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
+        int h = layer_tensor_id(c, L, 0);
+        add(l, &k, &off, h, "ln_f.weight", -1, C, 1, 1, DL_SHARD_NONE);
+        add(l, &k, &off, h + 1, "ln_f.bias", -1, C, 1, 1, DL_SHARD_NONE);
         if (!c->tie)
-            add(l, &k, &off, ID_LAYER(L, 2), "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
+            add(l, &k, &off, h + 2, "lm_head.weight", -1, V, C, 2, DL_SHARD_NONE);
         else if (!part->embed)
             add(l, &k, &off, 0, "wte.weight", -1, V, C, 2, DL_SHARD_NONE);
     }

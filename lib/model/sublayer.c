@@ -73,6 +73,7 @@ static void from_table(const unit_param *t, const dl_gpt_config *c, int q, dl_su
     out->cols = t[q].cols ? (int64_t)t[q].cols * c->d_model : 1;
     out->ndim = t[q].ndim;
     out->sh = t[q].sh;
+    out->expert = -1;
 }
 
 static const unit_param att_params[] = {
@@ -123,12 +124,22 @@ static const dl_sublayer_kind mlp_kind = {.name = "mlp",
 const dl_sublayer_kind *const dl__sublayer_kinds[DL_SUB_NKINDS] = {
     [DL_SUB_ATTENTION] = &att_kind,
     [DL_SUB_MLP_DENSE] = &mlp_kind,
+    [DL_SUB_MLP_MOE] = &dl__moe_kind,
 };
+
+int dl__moe_layer(const dl_gpt_config *c, int layer)
+{
+    return c->experts > 0 && layer % c->moe_every == 0;
+}
+
+int dl__moe_nlayers(const dl_gpt_config *c)
+{
+    return c->experts > 0 ? (c->layers + c->moe_every - 1) / c->moe_every : 0;
+}
 
 int dl__layer_sublayers(const dl_gpt_config *c, int layer, const dl_sublayer_kind **out)
 {
-    (void)c, (void)layer;
     out[0] = dl__sublayer_kinds[DL_SUB_ATTENTION];
-    out[1] = dl__sublayer_kinds[DL_SUB_MLP_DENSE];
+    out[1] = dl__sublayer_kinds[dl__moe_layer(c, layer) ? DL_SUB_MLP_MOE : DL_SUB_MLP_DENSE];
     return 2;
 }

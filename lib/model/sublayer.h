@@ -19,15 +19,41 @@
 #define DISTLAB_MODEL_SUBLAYER_H
 
 #include <stddef.h>
+#include <string.h>
 #include "distlab.h"
 
 typedef enum dl_bwd_part { DL_BWD_WHOLE = 0, DL_BWD_INPUT = 1, DL_BWD_WEIGHT = 2 } dl_bwd_part;
 
 /* The sizes a sublayer's buffers depend on: the shard's (Cl = C / tp, Fl = 4C / tp, NHl heads
- * of HS channels on this rank), MB the largest micro-batch, B the current one. */
+ * of HS channels on this rank), MB the largest micro-batch, B the current one; a mixture of
+ * experts': E experts of width Fe, top-k K, El = E / ep of them on this rank. */
 typedef struct dl_sub_dims {
     int MB, B, T, C, Cl, Fl, NHl, HS, tp;
+    int E, K, Fe, El, ep;
 } dl_sub_dims;
+
+/* What an MoE sublayer measures in its forwards since the last reset, for this rank's tokens
+ * (the trainer sums them over the dp group): per expert the choices that selected it (before
+ * drops) and of them the dropped ones; the sums over sequences of the auxiliary and z losses
+ * (with their weights α, β) and of a hash of each sequence's routing (choices and admissions in
+ * order: a sum, so any split of the sequences over ranks gives the same total); the bytes this
+ * rank sent in the dispatch and combine all-to-alls, forward and backward. */
+typedef struct dl_moe_stats {
+    int layer, E;
+    int64_t *routed, *dropped; /* [E] */
+    int64_t seqs;
+    double aux, z;
+    uint64_t hash;
+    double a2a_bytes;
+    uint64_t combine_wait_ns; /* time in the combine's all-to-all (waiting for the experts) */
+    /* the forwards' time by phase: ln_2, router and routing; dispatch (rows, counts, exchange,
+     * permutation); the experts (GEMMs and GeLU; expert_flop their GEMMs' flops); combine
+     * (permutation, exchange, gated sum) */
+    uint64_t router_ns, dispatch_ns, expert_ns, combine_ns;
+    uint64_t a2a_ns; /* of dispatch and combine, the time inside the all-to-alls (the transfer
+                      * and the wait for the other ranks) */
+    double expert_flop;
+} dl_moe_stats;
 
 /* One call of one sublayer of one layer, for one micro-batch. Pointers are to the compute type
  * (float or double by the function's variant). */
@@ -49,6 +75,13 @@ typedef struct dl_sub_ctx {
     const void *kv_prefix;
     void *dkv_prefix;
     int prefix_len;
+    /* a mixture of experts: the model's config, the ep group (NULL at ep 1), what the forward
+     * measures, and the backward's d(objective)/d(loss of one position) (the auxiliary losses'
+     * weight: 1 / (positions of the global batch)) */
+    const dl_gpt_config *cfg;
+    dl_comm *ep_comm;
+    dl_moe_stats *moe;
+    double dloss;
 } dl_sub_ctx;
 
 typedef struct dl_sub_param {
@@ -56,6 +89,7 @@ typedef struct dl_sub_param {
     int64_t rows, cols; /* the global shape (cols 1: a vector) */
     int ndim;           /* 1 or 2 */
     dl_shard_kind sh;   /* tensor parallelism: how tp ranks split it */
+    int expert;         /* the expert it belongs to (held by one ep rank), -1: none */
 } dl_sub_param;
 
 /* unit: where the ZeRO / gradient-bucket units are cut (include/distlab/gpt.h, "Units") */
@@ -75,11 +109,25 @@ typedef struct dl_sublayer_kind {
 } dl_sublayer_kind;
 
 /* The registry: every kind, by index (a model variant names kinds by these indices). */
-enum { DL_SUB_ATTENTION = 0, DL_SUB_MLP_DENSE = 1, DL_SUB_NKINDS };
+enum { DL_SUB_ATTENTION = 0, DL_SUB_MLP_DENSE = 1, DL_SUB_MLP_MOE = 2, DL_SUB_NKINDS };
 extern const dl_sublayer_kind *const dl__sublayer_kinds[DL_SUB_NKINDS];
+extern const dl_sublayer_kind dl__moe_kind; /* model/sublayer_moe.c */
 
-/* The model variant: the sublayers of layer `layer`, in order (at most DL_SUB_MAX). Today every
- * layer is attention then the dense MLP; a variant picks the MLP kind per layer here. */
+/* Whether a tensor (by its name) is an expert's: held by one ep rank, reduced over the
+ * expert-data-parallel group. */
+static inline int dl__is_expert(const char *name) { return strstr(name, ".mlp.experts.") != NULL; }
+
+/* The parameters of a kind's layer that a layout holds (its experts only, under ep). */
+int dl__sub_nheld(const dl_sublayer_kind *k, const dl_gpt_layout *l, int layer);
+/* Whether layer `layer`'s MLP is a mixture of experts, and how many of the layers' are. */
+int dl__moe_layer(const dl_gpt_config *c, int layer);
+int dl__moe_nlayers(const dl_gpt_config *c);
+/* An expert's capacity per sequence of T tokens (-1: no limit), and the largest ep supported. */
+int64_t dl__moe_capacity(const dl_gpt_config *c, int T);
+int dl__moe_max_ep(void);
+
+/* The model variant: the sublayers of layer `layer`, in order (at most DL_SUB_MAX): attention,
+ * then the dense MLP or, on the config's MoE layers, the mixture of experts. */
 #define DL_SUB_MAX 4
 int dl__layer_sublayers(const dl_gpt_config *c, int layer, const dl_sublayer_kind **out);
 

@@ -32,6 +32,17 @@ static int dp_begin(void *st)
     return DL_OK;
 }
 
+/* the all-reduce of [lo, lo + n) over dp */
+static int dp_launch(dp_state *d, size_t lo, size_t n)
+{
+    tr_env *e = d->e;
+    char *base = (char *)dl_gpt_grads(e->g) + lo * (size_t)e->pr.dsize;
+    if (e->o->comm.overlap && d->nreq < MAX_REQ)
+        return dl_iallreduce(e->mesh->dp_comm, base, base, n, e->pr.dt, DL_SUM, DL_PURPOSE_GRADS,
+                             &d->req[d->nreq++]);
+    return dl_allreduce(e->mesh->dp_comm, base, base, n, e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
+}
+
 static int dp_grads_ready(void *st, size_t first)
 {
     dp_state *d = st;
@@ -39,14 +50,20 @@ static int dp_grads_ready(void *st, size_t first)
     size_t lo, n;
     if (!tr_bucket_next(&d->launched, first, d->bucket_elems, &lo, &n))
         return DL_OK;
-    char *base = (char *)dl_gpt_grads(e->g) + lo * (size_t)e->pr.dsize;
-    int rc;
+    int rc = DL_OK;
     uint64_t t0 = dl_now_ns();
-    if (e->o->comm.overlap && d->nreq < MAX_REQ)
-        rc = dl_iallreduce(e->mesh->dp_comm, base, base, n, e->pr.dt, DL_SUM, DL_PURPOSE_GRADS,
-                           &d->req[d->nreq++]);
-    else
-        rc = dl_allreduce(e->mesh->dp_comm, base, base, n, e->pr.dt, DL_SUM, DL_PURPOSE_GRADS);
+    /* the bucket less the ranges another module reduces (tr_env.excl, in offset order) */
+    size_t at = lo, end = lo + n;
+    for (int i = 0; i < e->nexcl && rc == DL_OK; i++) {
+        size_t a = e->excl[2 * i], b = e->excl[2 * i + 1];
+        if (b <= at || a >= end)
+            continue;
+        if (a > at)
+            rc = dp_launch(d, at, a - at);
+        at = b < end ? b : end;
+    }
+    if (rc == DL_OK && at < end)
+        rc = dp_launch(d, at, end - at);
     /* a blocking bucket runs inside the backward: the trace shows it there */
     dl_trace_add(e->tr, e->rank, DL_TR_COMM, e->step, -1, 0, t0, dl_now_ns());
     return rc;

@@ -55,6 +55,10 @@ typedef struct tr_env {
     int self_update;  /* the runner updates inside the step (the async pipeline) */
     int runner_span;  /* the runner records the step's span in the trace itself */
     int lockstep_fwd; /* every forward is collective over dp (ZeRO 3): evaluations keep step */
+    /* [lo, hi) pairs of the flat buffer that a module reduces over another group than dp (the
+     * experts, over the expert-data-parallel group): the dp reduction leaves them */
+    const size_t *excl;
+    int nexcl;
 } tr_env;
 
 /* The blocks of the flat buffers this rank's optimizer updates: ZeRO's units (stage 0: the units

@@ -326,6 +326,9 @@ int dl_mesh_create(dl_comm *world, int dp, int pp, int tp, int ep, dl_mesh *out)
         rc =
             dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * (dp / ep) + out->dp_rank / ep,
                           out->ep_rank, &out->ep_comm);
+    if (rc == DL_OK && ep > 1)
+        rc = dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * ep + out->ep_rank,
+                           out->dp_rank / ep, &out->edp_comm);
     if (rc != DL_OK) {
         /* a split fails when a peer aborted the world meanwhile: free what was made (the frees'
          * barriers return at once then), keeping the split's message */
@@ -340,8 +343,8 @@ int dl_mesh_create(dl_comm *world, int dp, int pp, int tp, int ep, dl_mesh *out)
 int dl_mesh_destroy(dl_mesh *m)
 {
     int rc = DL_OK, r;
-    dl_comm **cs[4] = {&m->ep_comm, &m->pp_comm, &m->dp_comm, &m->tp_comm};
-    for (int i = 0; i < 4; i++) {
+    dl_comm **cs[5] = {&m->edp_comm, &m->ep_comm, &m->pp_comm, &m->dp_comm, &m->tp_comm};
+    for (int i = 0; i < 5; i++) {
         if ((r = dl_comm_free(*cs[i])) != DL_OK && rc == DL_OK)
             rc = r;
         *cs[i] = NULL;

@@ -15,7 +15,7 @@ static int dump_step(tr_env *e, const void *grads, int es)
 {
     const dl_train_opts *o = e->o;
     int rc = dl_ckpt_save(o->output.dump_grads, dl_gpt_get_layout(e->g), grads, es,
-                          dl_ctx_comm(e->ctx), e->mesh->dp_rank == 0);
+                          dl_ctx_comm(e->ctx), e->mesh->dp_rank < e->mesh->ep);
     if (rc || dl_ctx_rank(e->ctx) != 0)
         return rc;
     char path[4096];
@@ -101,7 +101,7 @@ int tr_save_params(tr_env *e)
         tr_gather_into(e, full, es, e->res->output.params);
     if (rc == DL_OK && o->ckpt.save)
         rc = dl_ckpt_save(o->ckpt.save, dl_gpt_get_layout(e->g), full, es, dl_ctx_comm(e->ctx),
-                          e->mesh->dp_rank == 0);
+                          e->mesh->dp_rank < e->mesh->ep);
     if (owned)
         free(full);
     return rc;

@@ -53,7 +53,8 @@ int tr_evaluate(tr_env *e, double *out, int *used)
 /* Scatter this rank's shard (f32 or f64) into an unsharded f64 buffer (tp = 1 layout order). */
 void tr_gather_into(tr_env *e, const void *src, int es, double *dst)
 {
-    if (e->mesh->dp_rank != 0)
+    /* with expert parallelism the first ep group: each rank its experts, its rank 0 the rest */
+    if (e->mesh->dp_rank >= e->mesh->ep)
         return;
     const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
     dl_gpt_layout *full;
@@ -62,6 +63,8 @@ void tr_gather_into(tr_env *e, const void *src, int es, double *dst)
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         if (!tr_tensor_counted(l, k)) /* tied wte's copy on the head stage: equal */
+            continue;
+        if (e->mesh->ep_rank != 0 && !dl__is_expert(t->name))
             continue;
         for (size_t i = 0; i < t->numel; i++) {
             size_t j = t->offset + i;

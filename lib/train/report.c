@@ -63,6 +63,16 @@ void tr_fill_step(const tr_run *R, int i, dl_train_step *st)
     st->skipped = R->skip[i];
     st->ms = mx;
     st->tokens_per_s = (double)o->batch.global * o->model.seq / (mx / 1e3);
+    const dl_train_moe_result *m = &R->res->moe;
+    st->aux_loss = st->z_loss = NAN;
+    if (m->layers) {
+        size_t le = (size_t)m->layers * m->experts;
+        st->aux_loss = m->aux[i], st->z_loss = m->z[i];
+        st->moe_layers = m->layers, st->experts = m->experts, st->nranks = R->nranks;
+        st->routed = m->routed + (size_t)i * le, st->dropped = m->dropped + (size_t)i * le;
+        st->a2a_bytes = m->a2a_bytes + (size_t)i * R->nranks;
+        st->combine_wait_ms = m->combine_wait_ms + (size_t)i * R->nranks;
+    }
 }
 
 /* Hand the completed steps not yet handed to o->output.on_step: while training (all = 0) those every
@@ -76,7 +86,7 @@ int tr_emit_steps(tr_run *R, int all)
     while (R->emitted < R->steps_done &&
            (all || atomic_load_explicit(&R->finished[R->emitted], memory_order_acquire) ==
                        R->local_ranks)) {
-        dl_train_step st;
+        dl_train_step st = {0};
         tr_fill_step(R, R->emitted, &st);
         R->emitted++;
         int rc = o->output.on_step(&st, o->output.on_step_arg);

@@ -73,6 +73,15 @@ static const ck_field fields[] = {
     F("--save-every", "ckpt", "save_every", ckpt.save_every, 'i', 0),
     F("--keep", "ckpt", "keep", ckpt.keep, 'i', 0),
     F("--save-at-end", "ckpt", "save_at_end", ckpt.save_at_end, 'i', 0),
+    /* the mixture of experts (a manifest without this group predates it: no experts) */
+    F("--experts", "moe", "experts", model.experts, 'i', 1),
+    F("--top-k", "moe", "top_k", model.top_k, 'i', 1),
+    F("--capacity-factor", "moe", "capacity_factor", model.capacity, 'd', 1),
+    F("--moe-every", "moe", "moe_every", model.moe_every, 'i', 1),
+    F("--expert-ffn", "moe", "expert_ffn", model.expert_ffn, 'i', 1),
+    F("--aux-loss", "moe", "aux_loss", model.aux_loss, 'd', 1),
+    F("--z-loss", "moe", "z_loss", model.z_loss, 'd', 1),
+    F("--ep", "moe", "ep", layout.ep, 'i', 1),
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -192,7 +201,9 @@ static int apply_opts(json_t *m, const char *dir, dl_train_opts *o, given_fn giv
         char a[256], b[256];
         field_text(want, a, sizeof a);
         field_text(mine, b, sizeof b);
-        if (!want)
+        if (!want && !strcmp(f->group, "moe") && !o->model.experts)
+            same = 1; /* written before the mixture of experts, resumed without one */
+        else if (!want)
             rc = dl_error(DL_EINVAL, "--resume: %s/" DL_CKD_MANIFEST ": no %s.%s", dir, f->group,
                           f->key);
         else if (!same && omitted && (f->fixed != 2 || same_dp(m, o)))
@@ -406,7 +417,8 @@ static int add_state(dl__ckd_shard *sh, tr_env *e, tr_comp *c, const void *full,
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
     int es = e->pr.bf16 ? 4 : e->pr.dsize, cs = e->pr.csize, rc = DL_OK;
-    for (int k = 0; rc == DL_OK && e->mesh->dp_rank == 0 && k < l->ntensors; k++) {
+    /* (with expert parallelism each rank of the first ep group writes its own experts) */
+    for (int k = 0; rc == DL_OK && e->mesh->dp_rank < e->mesh->ep && k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
         rc = dl__ckd_shard_add(sh, t->name, st_dtype(es), t->ndim, t->local,
                                (const char *)full + t->offset * (size_t)es, t->numel * (size_t)es,
@@ -490,7 +502,7 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     dl__ckd_shard sh;
     dl__ckd_shard_init(&sh);
     int64_t counters[2];
-    int writer = e->mesh->dp_rank == 0 || c->sh->zu->dp > 1;
+    int writer = e->mesh->dp_rank < e->mesh->ep || c->sh->zu->dp > 1;
     if (writer)
         rc = add_state(&sh, e, c, full, counters);
     /* the layout-independent hash of the state (train/state_reshard.c): collective, every

@@ -180,7 +180,8 @@ static int train_rank(dl_ctx *ctx, void *arg)
     tr_comp *c = NULL;
     dl_comm *world = dl_ctx_comm(ctx);
     dl_comm_set_algo(world, R->o->comm.algo);
-    int rc = dl_mesh_create(world, R->o->layout.dp, R->o->layout.pp, R->o->layout.tp, 1, &mesh);
+    int ep = R->o->layout.ep > 1 ? R->o->layout.ep : 1;
+    int rc = dl_mesh_create(world, R->o->layout.dp, R->o->layout.pp, R->o->layout.tp, ep, &mesh);
     if (rc)
         return rc;
     rc = rank_run(&E, &c);
@@ -255,5 +256,8 @@ void dl_train_result_free(dl_train_result *r)
     free(r->output.params);
     free(r->output.grads);
     free(r->output.sample);
+    dl_train_moe_result *m = &r->moe;
+    free(m->layer), free(m->routed), free(m->dropped), free(m->aux), free(m->z), free(m->hash);
+    free(m->a2a_bytes), free(m->combine_wait_ms);
     memset(r, 0, sizeof *r);
 }
