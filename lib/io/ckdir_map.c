@@ -15,6 +15,7 @@
 #include "io/ckdir_map.h"
 #include "io/ckpt_priv.h"
 #include "io/path.h"
+#include "model/sublayer.h"
 
 const char *const dl__ckd_kind_names[DL_CKD_KINDS] = {"parameter", "exp_avg", "exp_avg_sq"};
 
@@ -31,6 +32,16 @@ int dl__ckd_model(json_t *m, const char *what, dl_gpt_layout **whole)
     }
     dl_gpt_config c =
         {.layers = v[0], .d_model = v[1], .heads = v[2], .seq = v[3], .vocab = v[4], .tie = v[5]};
+    /* the mixture of experts names the layers' tensors (a manifest without "moe": none) */
+    json_t *moe = json_object_get(m, "moe");
+    const char *mk[4] = {"experts", "top_k", "moe_every", "expert_ffn"};
+    int *mv[4] = {&c.experts, &c.top_k, &c.moe_every, &c.expert_ffn};
+    for (int i = 0; moe && i < 4; i++) {
+        json_t *x = json_object_get(moe, mk[i]);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 1 << 24)
+            return dl_error(DL_EINVAL, "%s: no valid moe.%s", what, mk[i]);
+        *mv[i] = (int)json_integer_value(x);
+    }
     if (dl_gpt_layout_create(&c, 1, 0, whole))
         return dl_error(DL_EINVAL, "%s: the model: %s", what, dl_errmsg());
     return DL_OK;
@@ -86,7 +97,8 @@ void dl__ckd_flat_runs(dl__ckd_runs *out, const dl_gpt_layout *whole, const dl_g
             b = lo + n;
         int w = dl_gpt_find(whole, t->name);
         if (a >= b || w < 0 || ((flags & DL_CKD_SKIP_TIED) && t->id == 0 && !l->part.embed) ||
-            ((flags & DL_CKD_ONE_REPLICA) && t->shard == DL_SHARD_NONE && l->tp_rank != 0))
+            ((flags & DL_CKD_ONE_REPLICA) && t->shard == DL_SHARD_NONE && l->tp_rank != 0) ||
+            ((flags & DL_CKD_EXPERTS_ONLY) && !dl__is_expert(t->name)))
             continue;
         size_t span = contiguous_span(l, t);
         for (size_t i = a - t->offset; i < b - t->offset;) {
@@ -179,10 +191,13 @@ static int flat_piece_runs(dl__ckd_runs *o, json_t *flat, const dl_gpt_layout *w
         part.first[c] = (int)int_at(json_array_get(ch, (size_t)c), 0);
         part.count[c] = (int)int_at(json_array_get(ch, (size_t)c), 1);
     }
+    /* (a part without "ep": written before expert parallelism, every expert held) */
+    json_t *ep = json_object_get(pt, "ep");
     dl_gpt_layout *l;
-    if (dl_gpt_layout_create_part(&whole->cfg, (int)json_integer_value(json_object_get(pt, "tp")),
-                                  (int)json_integer_value(json_object_get(pt, "tp_rank")), &part,
-                                  &l))
+    if (dl_gpt_layout_create_ep(&whole->cfg, (int)json_integer_value(json_object_get(pt, "tp")),
+                                (int)json_integer_value(json_object_get(pt, "tp_rank")),
+                                ep ? (int)json_integer_value(ep) : 1,
+                                (int)json_integer_value(json_object_get(pt, "ep_rank")), &part, &l))
         return -1;
     int bad = 0;
     size_t i;

@@ -40,6 +40,7 @@ typedef struct dl__ckd_runs {
 enum {
     DL_CKD_SKIP_TIED = 1,   /* not the last stage's copy of tied embeddings */
     DL_CKD_ONE_REPLICA = 2, /* a tp-replicated tensor only from tp rank 0 (the hash) */
+    DL_CKD_EXPERTS_ONLY = 4 /* only the experts' tensors (the hash on an ep rank but the first) */
 };
 
 /* The model's one-rank layout (names, global sizes) from the manifest's "model". */

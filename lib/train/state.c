@@ -388,8 +388,9 @@ static json_t *part_json(const dl_gpt_layout *l)
     json_t *ch = json_array();
     for (int c = 0; c < l->part.nchunks; c++)
         json_array_append_new(ch, json_pack("[i, i]", l->part.first[c], l->part.count[c]));
-    return json_pack("{s:i, s:i, s:o, s:b, s:b}", "tp", l->tp, "tp_rank", l->tp_rank, "chunks", ch,
-                     "embed", l->part.embed, "head", l->part.head);
+    return json_pack("{s:i, s:i, s:i, s:i, s:o, s:b, s:b}", "tp", l->tp, "tp_rank", l->tp_rank,
+                     "ep", l->ep, "ep_rank", l->ep_rank, "chunks", ch, "embed", l->part.embed,
+                     "head", l->part.head);
 }
 
 /* AdamW's shard: each unit's block [begin, begin + owned) of the tp rank's flat parameter

@@ -23,21 +23,25 @@ static void kind_sizes(const tr_env *e, int *es)
 
 /* This rank's runs: every element it keeps (hash 0: what a load fills, the tied copy too), or
  * the elements the hash counts once (hash 1: the parameters of dp rank 0, the moments of every
- * ZeRO shard or of dp rank 0 when they are not sharded, a tp replica on tp rank 0 only). */
+ * ZeRO shard or of dp rank 0 when they are not sharded, a tp replica on tp rank 0 only; with
+ * expert parallelism each expert from the rank of the first ep group that holds it, dp ranks
+ * 0 .. ep - 1, and the dense tensors from dp rank 0: the shares are XORed, so an element
+ * counted twice would cancel). */
 static int rank_runs(tr_env *e, tr_comp *c, const dl_gpt_layout *whole, int hash, dl__ckd_runs *out)
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
     const dl_zero_units *zu = c->sh->zu;
     int es[DL_CKD_KINDS], flags = hash ? DL_CKD_SKIP_TIED | DL_CKD_ONE_REPLICA : 0;
-    int first = e->mesh->dp_rank == 0;
+    int dp = e->mesh->dp_rank, all = !hash || dp == 0, some = all || dp < e->mesh->ep;
+    int xf = all ? flags : flags | DL_CKD_EXPERTS_ONLY;
     kind_sizes(e, es);
     memset(out, 0, sizeof *out);
-    if (!hash || first)
-        dl__ckd_flat_runs(out, whole, l, DL_CKD_PARAM, 0, l->numel, 0, 1, es[0], -1, flags);
-    for (int k = DL_CKD_EXP_AVG; k <= DL_CKD_EXP_AVG_SQ && (!hash || first || zu->dp > 1); k++)
+    if (some)
+        dl__ckd_flat_runs(out, whole, l, DL_CKD_PARAM, 0, l->numel, 0, 1, es[0], -1, xf);
+    for (int k = DL_CKD_EXP_AVG; k <= DL_CKD_EXP_AVG_SQ && (some || zu->dp > 1); k++)
         for (int u = 0; u < zu->n; u++)
             dl__ckd_flat_runs(out, whole, l, k, zu->u[u].begin, zu->u[u].owned, zu->u[u].sbase, 1,
-                              es[k], -1, flags);
+                              es[k], -1, zu->dp > 1 ? flags : xf);
     return out->nomem ? dl_error(DL_ENOMEM, "checkpoint: out of memory") : DL_OK;
 }
 
