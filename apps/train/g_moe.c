@@ -57,7 +57,8 @@ static int check(tg_run *r)
                    ? tg_refuse(r, "--moe-every %d is more than --layers %d (no MoE layer)",
                                r->o.model.moe_every, r->o.model.layers)
                    : TG_NEXT;
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+    /* (a resume takes the mixture of experts from the checkpoint later: --ep may change) */
+    for (size_t i = 0; i < sizeof need / sizeof need[0] && !tg_given(r, "resume"); i++)
         if (tg_given(r, need[i]))
             return tg_refuse(r, "--%s needs a mixture of experts: give --experts E", need[i]);
     return TG_NEXT;

@@ -81,7 +81,7 @@ static const ck_field fields[] = {
     F("--expert-ffn", "moe", "expert_ffn", model.expert_ffn, 'i', 1),
     F("--aux-loss", "moe", "aux_loss", model.aux_loss, 'd', 1),
     F("--z-loss", "moe", "z_loss", model.z_loss, 'd', 1),
-    F("--ep", "moe", "ep", layout.ep, 'i', 1),
+    F("--ep", "moe", "ep", layout.ep, 'i', 2),
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -304,17 +304,19 @@ static void warn_machine(const tr_run *R)
         fprintf(log, "warning: the checkpoint ran on the CPU '%s', this run on '%s'\n", cpu, here);
 }
 
-/* a line on the log when the layout differs from the checkpoint's */
+/* a line on the log when the layout differs from the checkpoint's (ep 0 and 1 alike: none) */
 static void log_reshard(json_t *m, const dl_train_opts *o)
 {
-    int was[4] = {layout_int(m, "dp"), layout_int(m, "tp"), layout_int(m, "pp"),
-                  layout_int(m, "zero_stage")};
-    int is[4] = {o->layout.dp, o->layout.tp, o->layout.pp > 1 ? o->layout.pp : 1, o->zero.stage};
+    int ep = (int)json_integer_value(json_object_get(json_object_get(m, "moe"), "ep"));
+    int was[5] = {layout_int(m, "dp"), layout_int(m, "tp"), layout_int(m, "pp"),
+                  layout_int(m, "zero_stage"), ep > 1 ? ep : 1};
+    int is[5] = {o->layout.dp, o->layout.tp, o->layout.pp > 1 ? o->layout.pp : 1, o->zero.stage,
+                 o->layout.ep > 1 ? o->layout.ep : 1};
     if (o->output.log && memcmp(was, is, sizeof was) != 0)
         fprintf(o->output.log,
-                "resharding: the checkpoint's dp %d x tp %d x pp %d (ZeRO %d) loads into dp %d x "
-                "tp %d x pp %d (ZeRO %d)\n",
-                was[0], was[1], was[2], was[3], is[0], is[1], is[2], is[3]);
+                "resharding: the checkpoint's dp %d x tp %d x pp %d (ZeRO %d, ep %d) loads into "
+                "dp %d x tp %d x pp %d (ZeRO %d, ep %d)\n",
+                was[0], was[1], was[2], was[3], was[4], is[0], is[1], is[2], is[3], is[4]);
 }
 
 int tr_ckpt_prepare(tr_run *R)

@@ -5,8 +5,9 @@
 # options; a dp 2 x ep 2 run reports its drops and imbalance and writes the per-step figures to
 # --json; --save at ep 2 loads at ep 1 (and back) to the same validation loss; a full-state
 # checkpoint at dp 2 x ep 2 resumes to the uninterrupted run's last loss, exactly (f64, the same
-# layout and arithmetic); --sample works at ep 2; distlab-bench topo --ep shows the ep and the
-# expert-data-parallel groups; distlab-ckpt converts an ep checkpoint.
+# layout and arithmetic), and resharded to dp 1 x ep 1 within rounding; --sample works at ep 2;
+# distlab-bench topo --ep shows the ep and the expert-data-parallel groups; distlab-ckpt
+# converts an ep checkpoint and verifies its state hash.
 # Run by `make check` from the build directory. $M is an option list, split on purpose.
 # shellcheck disable=SC2086
 
@@ -58,10 +59,20 @@ run resume 0 $M --steps 4 --resume "$TMP/ck/step-0000002" --json "$TMP/res.json"
 a=$(last_loss "$TMP/whole.json")
 b=$(last_loss "$TMP/res.json")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "resume: last loss $b, uninterrupted $a"
+# resharded to ep 1 (one rank reads both ep ranks' experts): the state hash checked on load;
+# the losses differ from the uninterrupted run's by the changed reduction order's rounding only
+# (f64; test_reshard asserts compare.h's bounds), far below 1e-9 relative
+run reshard 0 $M --dp 1 --ep 1 --steps 4 --resume "$TMP/ck/step-0000002" --json "$TMP/rs.json"
+has reshard "(ZeRO 0, ep 2) loads into dp 1 x tp 1 x pp 1 (ZeRO 0, ep 1)"
+b=$(last_loss "$TMP/rs.json")
+awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; exit !(b != "" && d < 1e-9 && d > -1e-9) }' ||
+  fail "reshard: last loss $b, uninterrupted $a"
 
 # distlab-ckpt converts it (every expert, from both ep ranks' files) to the parameter file
 CKPT=$(app_bin distlab-ckpt) || exit 1
 run_cmd convert 0 "$CKPT" convert "$TMP/ck/step-0000004" "$TMP/conv.safetensors"
+run_cmd verify 0 "$CKPT" verify "$TMP/ck/step-0000004"
+has verify "state hash"
 run convload 0 $M $X --dp 1 --load "$TMP/conv.safetensors" --eval-only
 grep -q '^validation loss' "$TMP/out" || fail "convert: the converted file does not evaluate"
 

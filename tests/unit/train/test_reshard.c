@@ -69,6 +69,31 @@ static dl_train_opts with_pipe(dl_train_opts o, int sched, int v)
     return o;
 }
 
+/* A mixture of experts (4 experts, top-2, every second layer) at dp x ep */
+static dl_train_opts moe(int dp, int ep)
+{
+    dl_train_opts o = tiny(dp, 1, 1, DL_F64);
+    o.model.experts = 4, o.model.top_k = 2, o.model.moe_every = 2, o.model.capacity = 1.0;
+    o.model.aux_loss = 0.01, o.model.z_loss = 0.001;
+    o.layout.ep = ep;
+    return o;
+}
+
+/* the differing routing figures (per expert routed and dropped, per layer the choices' hash)
+ * of the steps after b's resume: 0 when the routing is a's */
+static int routing_diffs(const dl_train_result *a, const dl_train_result *b)
+{
+    const dl_train_moe_result *x = &a->moe, *y = &b->moe;
+    ck_assert_int_eq(x->layers, y->layers);
+    size_t le = (size_t)x->layers * x->experts, s0 = (size_t)b->ckpt.resumed_from;
+    int d = 0;
+    for (size_t i = s0 * le; i < (size_t)a->nsteps * le; i++)
+        d += (x->routed[i] != y->routed[i]) + (x->dropped[i] != y->dropped[i]);
+    for (size_t i = s0 * x->layers; i < (size_t)a->nsteps * x->layers; i++)
+        d += x->hash[i] != y->hash[i];
+    return d;
+}
+
 /* b (resumed) against a (uninterrupted): the steps before the resume are a's by construction;
  * returns the largest relative loss difference after it, or -1 when b is not a's model */
 static double continued_same(dl_train_opts ob, const dl_train_result *a, dl_train_result *b,
@@ -78,6 +103,10 @@ static double continued_same(dl_train_opts ob, const dl_train_result *a, dl_trai
     dl_train_resolve(&ob, ob.layout.dp * ob.layout.tp * (ob.layout.pp > 1 ? ob.layout.pp : 1));
     if (!tu_compare_runs(&ob, b, a, why, wn))
         return -1;
+    if (ob.model.experts && routing_diffs(a, b)) {
+        snprintf(why, wn, "the routing differs");
+        return -1;
+    }
     double worst = 0;
     for (int i = b->ckpt.resumed_from; i < a->nsteps; i++)
         worst = fmax(worst, fabs(b->steps[i].loss - a->steps[i].loss) / fabs(a->steps[i].loss));
@@ -115,7 +144,8 @@ static void reshard_case(dl_train_opts from, dl_train_opts to, const dl_train_op
     ck_assert_int_eq(b.ckpt.resumed_from, 2);
     double d = continued_same(to, &a, &b, why, sizeof why);
     ck_assert_msg(d >= 0, "%s: not the uninterrupted run's model: %s", what, why);
-    fprintf(stderr, "reshard %-40s hash equal, largest loss difference %.3g (relative)\n", what, d);
+    fprintf(stderr, "reshard %-40s hash equal, largest loss difference %.3g (relative)%s\n", what,
+            d, to.model.experts ? ", routing identical" : "");
     if (back) {
         dl_train_opts r = *back;
         snprintf(ck, sizeof ck, "%s/step-0000004", dir2);
@@ -190,6 +220,26 @@ START_TEST(bf16_zero1_to_tp2_pp2_tied)
     f.zero.stage = 1;
     f.model.tie = t.model.tie = 1;
     reshard_case(f, t, NULL, "bf16 ZeRO-1 dp 2 -> tp 2 x pp 2, tied", 0);
+}
+END_TEST
+
+/* Expert parallelism: the experts' whole tensors read from whichever ep rank's file holds
+ * them, the moments in the target rank's own layout order; the routing the uninterrupted run's */
+START_TEST(ep_dp2_ep2_to_1)
+{
+    reshard_case(moe(2, 2), moe(1, 1), NULL, "f64 MoE dp 2 x ep 2 -> dp 1", 0);
+}
+END_TEST
+
+START_TEST(ep_dp1_to_dp4_ep4)
+{
+    reshard_case(moe(1, 1), moe(4, 4), NULL, "f64 MoE dp 1 -> dp 4 x ep 4", 0);
+}
+END_TEST
+
+START_TEST(ep_dp4_ep2_to_dp2_ep2)
+{
+    reshard_case(moe(4, 2), moe(2, 2), NULL, "f64 MoE dp 4 x ep 2 -> dp 2 x ep 2", 0);
 }
 END_TEST
 
@@ -353,6 +403,50 @@ START_TEST(async_refused)
 }
 END_TEST
 
+/* One expert's moments zeroed in the only file that has them (ep rank 1's; CRC32C made to
+ * match): the hash refuses it naming the expert; with the manifest's hash removed the resume
+ * runs, and the comparison sees another model (it would see a loader that dropped them). */
+START_TEST(ep_expert_moments_dropped)
+{
+    mkroot();
+    char dir[300], ck[330], shard[400], man[400], why[512];
+    snprintf(dir, sizeof dir, "%s/e", root);
+    dl_train_opts o = moe(2, 2), one = moe(1, 1);
+    o.ckpt.dir = dir;
+    dl_train_result a, b;
+    ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
+    snprintf(ck, sizeof ck, "%s/step-0000002", dir);
+    snprintf(shard, sizeof shard, "%s/rank-00001.safetensors", ck);
+    snprintf(man, sizeof man, "%s/manifest.json", ck);
+    size_t n;
+    char *bad = slurp(shard, &n);
+    dl_gpt_layout *l; /* ep rank 1's layout: the file's flat moments (dp 1 units: the buffer) */
+    ck_assert_int_eq(dl_gpt_layout_create_ep(&o.model, 1, 0, 2, 1, NULL, &l), DL_OK);
+    const dl_tensor_info *t = &l->t[dl_gpt_find(l, "h.0.mlp.experts.3.c_fc.weight")];
+    for (size_t k = 0; k < t->numel; k++) {
+        memset(bad + element_at(bad, "optim.exp_avg", t->offset + k), 0, 8);
+        memset(bad + element_at(bad, "optim.exp_avg_sq", t->offset + k), 0, 8);
+    }
+    dl_gpt_layout_destroy(l);
+    spill(shard, bad, n);
+    json_t *m;
+    ck_assert_int_eq(dl__ckd_open(ck, 0, &m), DL_OK);
+    set_crc(m, "rank-00001.safetensors", bad, n);
+    ck_assert_int_eq(json_dump_file(m, man, 0), 0);
+    hash_refuses(one, ck, "h.0.mlp.experts.3.c_fc.weight's exp_avg");
+    json_object_del(m, "state_hash");
+    ck_assert_int_eq(json_dump_file(m, man, 0), 0);
+    one.ckpt.resume = ck;
+    ck_assert_msg(dl_train_run(&one, &b) == DL_OK, "%s", dl_errmsg());
+    ck_assert_msg(continued_same(one, &a, &b, why, sizeof why) < 0,
+                  "a resume without one expert's moments passed");
+    dl_train_result_free(&a), dl_train_result_free(&b);
+    json_decref(m);
+    free(bad);
+    rmroot();
+}
+END_TEST
+
 START_TEST(crc32c_combine)
 {
     unsigned char b[3000];
@@ -393,6 +487,10 @@ int main(void)
     tcase_add_test(t, bf16_zero1_to_tp2_pp2_tied);
     tcase_add_test(t, corrupted_and_swapped);
     tcase_add_test(t, async_refused);
+    tcase_add_test(t, ep_dp2_ep2_to_1);
+    tcase_add_test(t, ep_dp1_to_dp4_ep4);
+    tcase_add_test(t, ep_dp4_ep2_to_dp2_ep2);
+    tcase_add_test(t, ep_expert_moments_dropped);
     suite_add_tcase(s, t);
     return tu_run_suite(s);
 }
