@@ -61,6 +61,16 @@ typedef struct dl__test_hook {
      * leaves AdamW's moments and step at zero (lib/train/state.c), the negative control of the
      * bitwise resume. */
     int ckpt_die_at_step, ckpt_skip_moments;
+    /* Crash points: in the save of step ckpt_crash_step (0: off), every boundary of its I/O
+     * (before and after the temporary's mkdir, each file's write and fsync, the manifest's
+     * write and fsync, the directory's fsync, the rename, the parent's fsync) counts into
+     * ckpt_points (over the process's ranks), and the ckpt_crash_at-th (1-based; 0: count only)
+     * calls _exit(99) (lib/io/ckdir_save.c). A full disk: the file write of world rank
+     * ckpt_enospc_rank in the save of step ckpt_enospc_step (0: off) fails with ENOSPC after
+     * its header, the file left short. */
+    int ckpt_crash_step, ckpt_crash_at;
+    atomic_int ckpt_points;
+    int ckpt_enospc_step, ckpt_enospc_rank;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;

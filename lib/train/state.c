@@ -22,6 +22,7 @@
 #include "train/dump.h"
 #include "train/optim.h"
 #include "train/run.h"
+#include "train/saver.h"
 #include "train/state.h"
 
 /* ---- the options a checkpoint records ---- */
@@ -425,15 +426,9 @@ static json_t *manifest(tr_env *e, tr_comp *c, int step, int skipped)
     return m;
 }
 
-int tr_ckpt_stop_agreed(dl_comm *ck, int *sig)
-{
-    float v = (float)atomic_load(&stop_request);
-    int rc = dl_allreduce(ck, &v, &v, 1, DL_F32, DL_MAX, DL_PURPOSE_OTHER);
-    *sig = rc ? 0 : (int)v;
-    return rc;
-}
+int tr_ckpt_stop_requested(void) { return atomic_load(&stop_request); }
 
-int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
+int tr_ckpt_save(tr_env *e, tr_comp *c, tr_saver *sv, int step, int skipped)
 {
     const dl_train_opts *o = e->o;
     void *full;
@@ -447,26 +442,19 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     if (writer)
         rc = add_state(&sh, e, c, full, counters);
     /* a failed rank still takes part in the save's collectives, which report it */
-    json_t *man = dl_comm_rank(ck) == 0 ? manifest(e, c, step, skipped) : NULL;
+    json_t *man = e->rank == 0 ? manifest(e, c, step, skipped) : NULL;
     dl__ckd_save_args a = {.dir = o->ckpt.dir,
                            .step = step,
                            .keep = o->ckpt.keep,
-                           .world = ck,
                            .writer = writer && rc == DL_OK,
                            .coord = {e->mesh->dp_rank, e->mesh->tp_rank, e->mesh->pp_rank},
                            .shard = &sh,
                            .manifest = man};
-    int src = dl__ckd_save(&a, NULL, 0);
-    if (rc == DL_OK)
-        rc = src;
-    dl__ckd_shard_free(&sh);
+    /* the saver snapshots the data (or, ckpt.sync, writes it) before it returns */
+    int src = tr_saver_start(sv, &a);
     if (owned)
         free(full);
-    if (rc == DL_OK && e->rank == 0) {
-        e->R->res->ckpt.saves++;
-        e->R->res->ckpt.last_saved = step;
-    }
-    return rc;
+    return rc ? rc : src;
 }
 
 /* ---- resume ---- */
