@@ -281,11 +281,25 @@ static int sync_slots(const dl__ckd_save_args *a, double *v, ck_err *e, const ch
     int rc = dl_allreduce(a->world, v, v, (size_t)n * S_N, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
     if (rc)
         return dl__ck_fail(e, rc, "%s", dl_errmsg()), -1;
-    for (int r = 0; r < n && !e->st; r++)
+    int first = -1;
+    for (int r = 0; r < n && first < 0; r++)
         if (v[(size_t)r * S_N + S_ST] != 0)
-            dl__ck_fail(e, (int)v[(size_t)r * S_N + S_ST],
-                        "checkpoint save to '%s' failed on rank %d; nothing was written there",
-                        where, r);
+            first = r;
+    if (first < 0)
+        return 0;
+    /* every rank reports the first failing rank's own message (its bytes, sent as floats) */
+    float msg[sizeof e->msg / sizeof(float)];
+    memcpy(msg, e->msg, sizeof msg);
+    if (dl_broadcast(a->world, msg, msg, sizeof msg / sizeof *msg, DL_F32, first,
+                     DL_PURPOSE_OTHER) == DL_OK &&
+        first != me) {
+        char text[sizeof e->msg];
+        memcpy(text, msg, sizeof text);
+        text[sizeof text - 1] = '\0';
+        dl__ck_fail(e, (int)v[(size_t)first * S_N + S_ST],
+                    "checkpoint save to '%s' failed on rank %d (nothing was written there): %s",
+                    where, first, text);
+    }
     return e->st ? -1 : 0;
 }
 
@@ -296,9 +310,9 @@ static void write_manifest(const dl__ckd_save_args *a, const double *v, const ch
 /* Rank 0: the directory renamed into place, D fsync'd, the old ones pruned. */
 static void commit(const dl__ckd_save_args *a, const char *tmp, const char *fin, ck_err *e)
 {
-    int bad = point(a->step) || fsync_dir(tmp) || point(a->step) ||
-              point(a->step) || rename(tmp, fin) || point(a->step) ||
-              point(a->step) || fsync_dir(a->dir) || point(a->step);
+    int bad = point(a->step) || fsync_dir(tmp) || point(a->step) || point(a->step) ||
+              rename(tmp, fin) || point(a->step) || point(a->step) || fsync_dir(a->dir) ||
+              point(a->step);
     if (bad) {
         dl__ck_fail(e, DL_ESYS, "checkpoint: cannot commit '%s': %s", fin, strerror(errno));
         return;

@@ -74,8 +74,8 @@ static int record(tr_saver *s, int rc)
     v[me * 3] = s->stall_ms, v[me * 3 + 1] = s->write_ms, v[me * 3 + 2] = s->cpu_ms;
     int arc = dl_allreduce(s->ck, v, v, (size_t)n * 3, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
     dl_train_ckpt_result *k = &e->R->res->ckpt;
-    dl_train_save *grown = me == 0 ? realloc(k->save, sizeof *grown * (size_t)(k->nrecords + 1))
-                                   : NULL;
+    dl_train_save *grown =
+        me == 0 ? realloc(k->save, sizeof *grown * (size_t)(k->nrecords + 1)) : NULL;
     if (grown) {
         dl_train_save *r = &grown[k->nrecords++];
         memset(r, 0, sizeof *r);
@@ -176,8 +176,7 @@ int tr_saver_start(tr_saver *s, dl__ckd_save_args *a)
     int src = !s->st.over && s->a.writer && !s->e->o->ckpt.sync ? snapshot(s) : DL_OK;
     if (src) {
         s->a.writer = 0;
-        dl__ck_fail(&s->st.e, src, "checkpoint of step %d: no snapshot: %s", a->step,
-                    dl_errmsg());
+        dl__ck_fail(&s->st.e, src, "checkpoint of step %d: no snapshot: %s", a->step, dl_errmsg());
     }
     dl__ckd_writer_post(s->w, job_write, s);
     s->phase = SV_WRITING;
