@@ -155,9 +155,13 @@ typedef struct dl_train_output {
 
 /* The simulated machine. */
 typedef struct dl_train_machine {
-    uint64_t gpu_mem;     /* arena capacity per rank (0: unlimited) */
-    double timeout_s;     /* watchdog */
-    const char *topology; /* synthetic topology for grouping, or NULL */
+    uint64_t gpu_mem;         /* arena capacity per rank (0: unlimited) */
+    double timeout_s;         /* watchdog */
+    const char *topology;     /* synthetic topology for grouping, or NULL */
+    const char *inject_fault; /* a fault to inject (NULL: none), distlab-train's --inject-fault:
+                               * "rank=R,at=step:N|coll:dp|tp|pp|world:N,kind=error|hang|
+                               * slow:MS|crash" (docs/CHECKPOINTS.md); a crash exits the
+                               * process with status 3 */
 } dl_train_machine;
 
 /* The options, one group per concern (dl_train_opts_init: the defaults). */

@@ -3,13 +3,14 @@
  * that the comparisons fail when a layout is wrong; the transport's tests force its fallbacks and
  * watch its sleeps, so that a test can force a wait to sleep instead of hoping a delay does.
  * Compiled into the library but not installed and not in the public headers (tests include it as
- * "core/testhook.h"); off unless a test sets it, and then read at five places only: the
+ * "core/testhook.h"); off unless a test sets it, and then read at these places only: the
  * collectives' argument check (lib/coll/check.c), the parameters after initialisation
  * (lib/parallel/zero_module.c), the plain runner's loss gradient (lib/train/plain.c; the
  * mixed-precision guard's test), rd's transport (lib/coll/small.c; the collective tests force each
  * of its two transports) and the channel's fallbacks and sleep watch (lib/transport/chan.c, at
  * configuration only; tests/unit/transport/, and the tests that force a rank asleep through
- * tests/unit/testutil.h's tu_chan_watch).
+ * tests/unit/testutil.h's tu_chan_watch), and the full-state checkpoints' saves and resume
+ * (lib/io/ckdir_save.c: a crash mid-save, the crash points, a full disk; lib/train/state.c).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */

@@ -19,6 +19,7 @@
 #include "train/report.h"
 #include "train/run.h"
 #include "train/saver.h"
+#include "runtime/fault.h"
 #include "train/state.h"
 
 /* ---- the step ---- */
@@ -68,6 +69,8 @@ static int train_steps(tr_env *e, tr_comp *c)
         int logging = rank == 0 && R->gemm && step == (o->optim.steps > 1 ? 2 : 1);
         if (logging)
             dl_ops_gemm_log(R->gemm);
+        if ((rc = dl__fault_step(e->ctx, step)))
+            break;
         uint64_t t0 = dl_now_ns();
         e->step = step;
         e->tr =
@@ -236,7 +239,11 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     w.topology = o.machine.topology;
     if (!o.eval.only)
         R.gemm = calloc(1, sizeof *R.gemm);
+    dl__fault f;
+    if (o.machine.inject_fault && dl__fault_parse(o.machine.inject_fault, &f) == DL_OK)
+        dl__fault_install(&f);
     rc = dl_world_run(&w, train_rank, &R);
+    dl__fault_install(NULL);
     /* GEMM utilisation's reference: the step's own GEMMs replayed alone on one thread */
     if (R.gemm && R.gemm->n > 0)
         res->speed.gemm_gflops = dl_ops_gemm_replay(R.gemm, o.precision.dtype == DL_F64 ? 8 : 4, 5);
