@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "  overhead the harness's own cost per training step (timestamps, trace events)\n"
             "  pipeline measured pipeline bubbles of the schedules vs the lecture and the "
             "simulator\n"
+            "  ckpt     full-state checkpoints: save throughput vs dd, async saves' stall\n"
             "\n"
             "Options:\n"
             "  -h, --help      this help; `distlab-bench SUBCOMMAND --help` for a subcommand's\n"
@@ -77,8 +78,10 @@ int main(int argc, char **argv)
                 return bench_overhead_main(2, hargv);
             if (strcmp(argv[2], "pipeline") == 0)
                 return bench_pipeline_main(2, hargv);
+            if (strcmp(argv[2], "ckpt") == 0)
+                return bench_ckpt_save_main(2, hargv);
             cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-                      "contention, scaling, overhead, pipeline)",
+                      "contention, scaling, overhead, pipeline, ckpt)",
                       argv[2]);
             return CLI_EXIT_USAGE;
         }
@@ -107,6 +110,8 @@ int main(int argc, char **argv)
         return bench_overhead_main(argc - 1, argv + 1);
     if (strcmp(sub, "pipeline") == 0)
         return bench_pipeline_main(argc - 1, argv + 1);
+    if (strcmp(sub, "ckpt") == 0)
+        return bench_ckpt_save_main(argc - 1, argv + 1);
     /* hidden: the harness's arithmetic on synthetic timings (tests/apps/test_bench_harness.sh) */
     if (strcmp(sub, "selftest") == 0)
         return bu_selftest(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
@@ -119,7 +124,7 @@ int main(int argc, char **argv)
         return bench_coll_main(argc, argv);
     }
     cli_error("unknown subcommand '%s' (subcommands: coll, topo, gemm, stream, overlap, "
-              "contention, scaling, overhead, pipeline; see --help)",
+              "contention, scaling, overhead, pipeline, ckpt; see --help)",
               sub);
     return CLI_EXIT_USAGE;
 }

@@ -107,6 +107,7 @@ int bench_overlap_main(int argc, char **argv);
 int bench_contention_main(int argc, char **argv);
 int bench_scaling_main(int argc, char **argv);
 int bench_overhead_main(int argc, char **argv);
+int bench_ckpt_save_main(int argc, char **argv); /* ckpt: the save side (bench_ckpt_save.c) */
 
 /* The machine's topology for subcommand `sub`; NULL, with one line on stderr ("SUB: cannot load
  * the topology: ..."), when it cannot be loaded. */

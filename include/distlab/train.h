@@ -287,8 +287,8 @@ typedef struct dl_train_save {
     int step;             /* the steps it holds */
     int ok;               /* 1: complete; 0: failed (ckpt.on_save_error continue went on) */
     double stall_ms;      /* the step boundaries' extra time for it (the snapshot, the waits for
-                           * the writers, the save's agreements; a sync save: all of it), the
-                           * slowest rank's */
+                           * the writers, the save's agreements; a sync save: all of it; not the
+                           * run's end's wait for it), the slowest rank's */
     double write_ms;      /* the writing: the slowest rank's file, then rank 0's manifest and
                            * commit */
     double writer_cpu_ms; /* CPU time of the threads that wrote it, summed over the ranks */

@@ -95,22 +95,29 @@ static int disk_full(int step, int rank)
     return h && h->ckpt_enospc_step == step && h->ckpt_enospc_rank == rank;
 }
 
-/* write everything, adding to the CRC */
+enum { PUT_CHUNK = 256 << 10 }; /* fits L2 */
+
+/* write everything, adding to the CRC: a chunk at a time, so that the write copies what the
+ * checksum has just brought into the cache (one pass over memory, not two) */
 static int put(int fd, const void *p, size_t n, uint32_t *crc)
 {
-    *crc = dl__crc32c(*crc, p, n);
     const char *b = p;
     while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            if (k == 0)
-                errno = ENOSPC;
-            return -1;
+        size_t c = n < PUT_CHUNK ? n : PUT_CHUNK;
+        *crc = dl__crc32c(*crc, b, c);
+        for (size_t done = 0; done < c;) {
+            ssize_t k = write(fd, b + done, c - done);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                if (k == 0)
+                    errno = ENOSPC;
+                return -1;
+            }
+            done += (size_t)k;
         }
-        b += k;
-        n -= (size_t)k;
+        b += c;
+        n -= c;
     }
     return 0;
 }

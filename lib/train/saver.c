@@ -27,6 +27,7 @@ struct tr_saver {
     void *snap; /* the snapshot's buffer (DL_MEM_CKPT), kept for the next save */
     size_t snap_bytes;
     double stall_ms, write_ms, cpu_ms; /* this rank's, for the save in flight */
+    int ending; /* the run's end waits: no training is held up (not a stall) */
 };
 
 static double ms_since(uint64_t t0) { return (double)(dl_now_ns() - t0) / 1e6; }
@@ -114,18 +115,19 @@ static int advance(tr_saver *s)
         dl__ckd_collect(&s->a, &s->st);
         dl__ckd_writer_post(s->w, job_commit, s);
         s->phase = SV_COMMITTING;
-        s->stall_ms += ms_since(t0);
+        s->stall_ms += s->ending ? 0 : ms_since(t0);
         return DL_OK;
     }
     int rc = dl__ckd_finish(&s->a, &s->st, NULL, 0);
     s->phase = SV_IDLE;
-    s->stall_ms += ms_since(t0);
+    s->stall_ms += s->ending ? 0 : ms_since(t0);
     return record(s, rc);
 }
 
-int tr_saver_drain(tr_saver *s)
+int tr_saver_drain(tr_saver *s, int end)
 {
     int rc = DL_OK;
+    s->ending = end;
     while (s->phase != SV_IDLE && rc == DL_OK) rc = advance(s);
     return rc;
 }
@@ -160,7 +162,7 @@ static int snapshot(tr_saver *s)
 
 int tr_saver_start(tr_saver *s, dl__ckd_save_args *a)
 {
-    int rc = tr_saver_drain(s);
+    int rc = tr_saver_drain(s, 0);
     uint64_t t0 = dl_now_ns();
     s->sh = *a->shard;
     s->a = *a;
@@ -181,7 +183,7 @@ int tr_saver_start(tr_saver *s, dl__ckd_save_args *a)
     dl__ckd_writer_post(s->w, job_write, s);
     s->phase = SV_WRITING;
     s->stall_ms += ms_since(t0);
-    return s->e->o->ckpt.sync ? tr_saver_drain(s) : DL_OK;
+    return s->e->o->ckpt.sync ? tr_saver_drain(s, 0) : DL_OK;
 }
 
 void tr_saver_destroy(tr_saver *s)

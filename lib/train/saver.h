@@ -19,8 +19,9 @@ int tr_saver_boundary(tr_saver *s, int *sig);
  * (rank 0). The previous save is finished first; then the shard is copied into the snapshot
  * (ckpt.sync: not) and its file posted to the writer. */
 int tr_saver_start(tr_saver *s, dl__ckd_save_args *a);
-/* Finish the save in flight, if any (the run's end, a stop). */
-int tr_saver_drain(tr_saver *s);
+/* Finish the save in flight, if any: before the next one, or (end) at the run's end or a stop,
+ * where the wait holds no training up and is not counted as the save's stall. */
+int tr_saver_drain(tr_saver *s, int end);
 /* Wait for the writer (no collective: after a failure the peers may be gone), free. */
 void tr_saver_destroy(tr_saver *s);
 #endif

@@ -36,7 +36,7 @@ static int ckpt_boundary(tr_env *e, tr_comp *c, tr_saver *sv, int step, int skip
               (o->ckpt.save_at_end && step == o->optim.steps) || sig;
     if (rc == DL_OK && due)
         rc = tr_ckpt_save(e, c, sv, step, skipped);
-    if (rc == DL_OK && sig && (rc = tr_saver_drain(sv)) == DL_OK) {
+    if (rc == DL_OK && sig && (rc = tr_saver_drain(sv, 1)) == DL_OK) {
         if (e->rank == 0)
             e->R->res->ckpt.stopped = sig;
         return TR_STOPPED;
@@ -126,7 +126,7 @@ static int train_steps(tr_env *e, tr_comp *c)
     }
     /* the run's end waits for the save in flight */
     if (sv && rc == DL_OK)
-        rc = tr_saver_drain(sv);
+        rc = tr_saver_drain(sv, 1);
     tr_saver_destroy(sv);
     if (ck)
         dl_comm_free(ck);
