@@ -116,7 +116,7 @@ static int parse_sched_list(const char *s, int *out, int *n)
         if (dl_sched_kind_parse(tok, &k) != DL_OK || k == DL_SCHED_NAIVE ||
             k == DL_SCHED_TERAPIPE) {
             cli_error("--schedules: unknown schedule '%s' (gpipe, 1f1b, interleaved, async, "
-                      "1f1b-split, zb-h1, zb-h2, zb-v)",
+                      "1f1b-split, zb-h1, zb-h2, zb-v, dualpipev)",
                       tok);
             return -1;
         }
@@ -197,7 +197,7 @@ static void usage(FILE *f)
 "\n"
 "Options:\n"
 "  --schedules LIST     of gpipe, 1f1b, interleaved, async, and the split-backward 1f1b-split,\n"
-"                       zb-h1, zb-h2, zb-v (default: the first four)\n"
+"                       zb-h1, zb-h2, zb-v, dualpipev (m >= 2p) (default: the first four)\n"
 "  --stages LIST        pipeline stages p (default 2,4)\n"
 "  --microbatches LIST  micro-batches per step m (default 1,4,8; interleaved needs m a\n"
 "                       multiple of p, other configurations are skipped)\n"
@@ -773,6 +773,7 @@ static int make_sched(int kind, int p, int m, int v, dl_sched **s)
     case DL_SCHED_ZB_H1: return dl_sched_zb_h1(p, m, s);
     case DL_SCHED_ZB_H2: return dl_sched_zb_h2(p, m, s);
     case DL_SCHED_ZB_V: return dl_sched_zb_v(p, m, s);
+    case DL_SCHED_DUALPIPEV: return dl_sched_dualpipev(p, m, s);
     default: return dl_sched_async(p, m, 0, s);
     }
 }
@@ -1050,7 +1051,9 @@ int bench_pipeline_main(int argc, char **argv)
                 o.sched = c.sched[is];
                 o.p = c.stages[ip];
                 o.m = c.mbs[im];
-                o.v = o.sched == DL_SCHED_INTERLEAVED ? c.v : o.sched == DL_SCHED_ZB_V ? 2 : 1;
+                o.v = o.sched == DL_SCHED_INTERLEAVED                             ? c.v
+                      : o.sched == DL_SCHED_ZB_V || o.sched == DL_SCHED_DUALPIPEV ? 2
+                                                                                  : 1;
                 o.over = o.p > pus;
                 for (int s = 0; s < MAXP; s++) o.act_mib[s] = NAN, o.arena_slots[s] = -1;
                 int shown = o.sched == c.show_sched && o.p == c.show_p && o.m == c.show_m;

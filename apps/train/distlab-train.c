@@ -27,7 +27,9 @@ static const char outro[] =
 "empty list elements (1,,2) and hexadecimal numbers.\n"
 "OpenBLAS runs one thread per rank: distlab-train sets OPENBLAS_NUM_THREADS=1 and restarts\n"
 "itself when needed, also to pick the CPU's kernel class when OpenBLAS picked a lower one and\n"
-"OPENBLAS_CORETYPE is unset. Exit status: 0 ok, 1 a failed run, 2 bad options.\n";
+"OPENBLAS_CORETYPE is unset. Exit status: 0 ok, 1 a failed run (a failed save with\n"
+"--on-save-error stop, an injected error or hang), 2 bad options, 3 an injected crash,\n"
+"130 / 143 stopped by SIGINT / SIGTERM with --ckpt-dir (a checkpoint written).\n";
 /* clang-format on */
 
 /* Parse, the groups' checks and steps, the run, the groups' reports. */

@@ -52,6 +52,21 @@ static int p_save_at_end(tg_run *r, const char *a)
     r->o.ckpt.save_at_end = 1;
     return 0;
 }
+static int p_ckpt_sync(tg_run *r, const char *a)
+{
+    (void)a;
+    r->o.ckpt.sync = 1;
+    return 0;
+}
+static int p_on_save_error(tg_run *r, const char *a)
+{
+    if (strcmp(a, "stop") == 0 || strcmp(a, "continue") == 0) {
+        r->o.ckpt.on_save_error = a[0] == 'c' ? DL_SAVE_ERROR_CONTINUE : DL_SAVE_ERROR_STOP;
+        return 0;
+    }
+    cli_error("--on-save-error: '%s' is not stop or continue", a);
+    return -1;
+}
 static int p_resume(tg_run *r, const char *a)
 {
     r->o.ckpt.resume = a;
@@ -69,8 +84,10 @@ static int given(const char *option, void *arg)
 static int check_full_state(tg_run *r)
 {
     const dl_train_ckpt *k = &r->o.ckpt;
-    if (!k->dir && (k->save_every || k->keep || k->save_at_end))
-        return tg_refuse(r, "--save-every, --keep and --save-at-end need --ckpt-dir DIR");
+    if (!k->dir && (k->save_every || k->keep || k->save_at_end || tg_given(r, "ckpt-sync") ||
+                    tg_given(r, "on-save-error")))
+        return tg_refuse(r, "--save-every, --keep, --save-at-end, --ckpt-sync and "
+                            "--on-save-error need --ckpt-dir DIR");
     if (k->resume && (k->load || r->o.eval.only))
         return tg_refuse(r, "--resume continues a run: not with --load or --eval-only");
     if (!k->resume)
@@ -116,8 +133,17 @@ static int report_full_state(tg_run *run)
     const char *d = run->o.ckpt.dir;
     if (run->r->ckpt.resumed_from)
         printf("resumed from step %d\n", k->resumed_from);
+    for (int i = 0; i < k->nrecords; i++) {
+        const dl_train_save *v = &k->save[i];
+        printf("checkpoint step %d: %s, %.1f MiB, stall %.2f ms, write %.1f ms, writer CPU "
+               "%.1f ms (%s)\n",
+               v->step, v->ok ? "complete" : "FAILED", cli_mib((double)v->bytes), v->stall_ms,
+               v->write_ms, v->writer_cpu_ms, run->o.ckpt.sync ? "--ckpt-sync" : "async");
+    }
     if (d && k->saves)
         printf("checkpoints: %d written, the last %s/step-%07d\n", k->saves, d, k->last_saved);
+    if (k->failed)
+        printf("checkpoints: %d failed (--on-save-error continue)\n", k->failed);
     if (k->stopped)
         printf("stopped by %s after step %d; continue with --resume %s\n",
                k->stopped == SIGINT    ? "SIGINT"
@@ -262,6 +288,13 @@ static const tg_opt opts[] = {
 "  --keep K              with --ckpt-dir: keep the K newest complete checkpoints\n"},
     {"save-at-end", 0, p_save_at_end,
 "  --save-at-end         with --ckpt-dir: a checkpoint after the last step\n"},
+    {"ckpt-sync", 0, p_ckpt_sync,
+"  --ckpt-sync           with --ckpt-dir: write each checkpoint at its step (default: copy\n"
+"                        the state there, a thread per rank writes it while training goes on)\n"},
+    {"on-save-error", 1, p_on_save_error,
+"  --on-save-error stop|continue\n"
+"                        with --ckpt-dir: a failed save (full disk, unwritable directory)\n"
+"                        stops the run, exit 1 (default), or is reported and training goes on\n"},
     {"resume", 1, p_resume,
 "  --resume DIR          continue from DIR (a step-N, or the newest under it), bit for bit;\n"
 "                        omitted options from it; --steps is the total; another layout\n"
@@ -276,8 +309,31 @@ static const tg_hook hooks[] = {{TG_CHECK, check_eval_only},    {TG_CHECK, check
                                 {TG_REPORT, report_full_state}, {TG_CLOSE, wrote},
                                 {TG_CLOSE, stopped_status},     {0}};
 
+/* the saves, as the summary lists them */
+static void j_saves(FILE *f, const tg_run *run)
+{
+    const dl_train_ckpt_result *k = &run->r->ckpt;
+    fputc('[', f);
+    for (int i = 0; i < k->nrecords; i++) {
+        const dl_train_save *v = &k->save[i];
+        fprintf(f, "%s{\"step\":%d,\"ok\":", i ? "," : "", v->step);
+        tg_put_bool(f, v->ok);
+        fprintf(f, ",\"bytes\":%llu,", (unsigned long long)v->bytes);
+        tg_put_keynum(f, "stall_ms", v->stall_ms, 1);
+        tg_put_keynum(f, "write_ms", v->write_ms, 1);
+        tg_put_keynum(f, "writer_cpu_ms", v->writer_cpu_ms, 0);
+        fputc('}', f);
+    }
+    fprintf(f, "]");
+}
+
+static int has_dir(const tg_run *run) { return run->o.ckpt.dir != NULL; }
+
+static const tg_field summary[] = {{"checkpoints", j_saves, has_dir}, {0}};
+
 /* under the output heading */
 const tg_group tg_ckpt = {
     .opts = opts,
     .hooks = hooks,
+    .summary = summary,
 };

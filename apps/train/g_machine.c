@@ -4,6 +4,7 @@
 #include "group.h"
 #include "cli.h"
 #include "core/blas.h"
+#include "core/fault_spec.h"
 #include "core/topo.h"
 
 static int p_mem(tg_run *r, const char *a)
@@ -25,6 +26,17 @@ static int p_timeout(tg_run *r, const char *a)
 static int p_topo(tg_run *r, const char *a)
 {
     r->o.machine.topology = a;
+    return 0;
+}
+/* --inject-fault: checked here so that a bad spec is a usage error (exit 2) */
+static int p_fault(tg_run *r, const char *a)
+{
+    dl__fault f;
+    if (dl__fault_parse(a, &f)) {
+        cli_error("%s", dl_errmsg());
+        return -1;
+    }
+    r->o.machine.inject_fault = a;
     return 0;
 }
 static int p_threads(tg_run *r, const char *a)
@@ -56,6 +68,14 @@ static const tg_opt opts[] = {
 "  --timeout SEC         watchdog: a rank stuck this long is an error (default 120)\n"},
     {"topology", 1, p_topo,
 "  --topology STR        synthetic topology for grouping ranks into nodes\n"},
+    {"inject-fault", 1, p_fault,
+"  --inject-fault rank=R,at=step:N|coll:COMM:N,kind=error|hang|slow:MS|crash\n"
+"                        a fault in world rank R at its N-th step, or before its N-th\n"
+"                        collective on COMM (dp, tp, pp or world; counted per communicator):\n"
+"                        error fails it (exit 1), hang stops there (the watchdog, --timeout,\n"
+"                        names the rank, the operation and its sequence; exit 1), slow:MS\n"
+"                        sleeps MS ms before it, crash kills the process (exit 3); the last\n"
+"                        complete checkpoint resumes (docs/CHECKPOINTS.md)\n"},
     {"threads", 1, p_threads,
 "  --threads N           rank threads per process: under mpirun -np P the world is P x N\n"
 "                        ranks (= dp x tp x pp; default: dp x tp x pp / P), process k hosting\n"

@@ -257,8 +257,10 @@ static const tg_opt opts[] = {
 "                        naive (one micro-batch at a time: F, B, update); split backward\n"
 "                        (input gradient I, weight gradient W later): 1f1b-split, zb-h1\n"
 "                        (Zero Bubble H1, 1F1B's memory), zb-h2 (about twice the\n"
-"                        activations), zb-v (two chunks a stage in a V, layers >= 2 pp);\n"
-"                        these refuse --recompute full\n"},
+"                        activations), zb-v (two chunks a stage in a V, layers >= 2 pp),\n"
+"                        dualpipev (DeepSeek's DualPipeV: zb-v's V, a forward paired with\n"
+"                        the other chunk's backward; micro-batches >= 2 pp); these refuse\n"
+"                        --recompute full\n"},
     {"schedule-file", 1, p_file,
 "  --schedule-file FILE  run the schedule in FILE, torch.distributed.pipelining's CSV form:\n"
 "                        a row per rank, each cell an action [stage][F|I|W|B][micro-batch]\n"

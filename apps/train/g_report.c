@@ -6,8 +6,8 @@
 #include "cli.h"
 
 static int quiet;
-static const char *cat_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "optimizer",
-                                                    "activations", "comm",  "other"};
+static const char *cat_names[DL_MEM_NCATEGORIES] = {"params", "grads", "optimizer", "activations",
+                                                    "comm",   "other", "ckpt"};
 
 static int p_every(tg_run *r, const char *a)
 {

@@ -63,7 +63,8 @@ typedef enum dl_sched_kind {
     DL_SCHED_1F1B_SPLIT = 7,  /* 1F1B with each backward split into I then W at once */
     DL_SCHED_ZB_H1 = 8,       /* Zero Bubble ZB-H1: 1F1B's order of F and I, W fills bubbles */
     DL_SCHED_ZB_H2 = 9,       /* ZB-H2: more warm-up forwards, W fills the rest */
-    DL_SCHED_ZB_V = 10        /* ZB-V: two chunks per stage in the V placement */
+    DL_SCHED_ZB_V = 10,       /* ZB-V: two chunks per stage in the V placement */
+    DL_SCHED_DUALPIPEV = 11   /* DeepSeek's DualPipeV: ZB-V's V, forward and backward paired */
 } dl_sched_kind;
 
 typedef struct dl_sched {
@@ -136,6 +137,16 @@ struct dl_sched_costs;
  * adapts to unequal costs (p 4, m 8, F 2/B 3/W 1: 12% simulated against 30% for the unit-cost
  * order). Costs must be positive. */
 int dl_sched_zb_v_costs(int p, int m, const struct dl_sched_costs *c, dl_sched **out);
+/* DualPipeV (DeepSeek-V3's DualPipe folded into ZB-V's V, as torch.distributed.pipelining's
+ * ScheduleDualPipeV): v = 2 chunks per stage, stage s holding virtual stages s and 2p - 1 - s.
+ * Stage s runs 2(p-s-1) forwards of chunk 0, s+1 pairs (F chunk 0, F chunk 1), p-s-1 pairs
+ * (I chunk 1, F chunk 1), then m-2p+s+1 overlapped steps F0 I1 F1 I0 (one chunk's forward, then
+ * the other's backward, in that order: distlab runs no two actions at once), then the cool-down
+ * I1 F1 I0 (p-s-1 times), I1 I0 (s+1), I0 (p-s-1); each W runs when the next F or I cannot start
+ * (its input not there, or the limit reached) or at the end. Memory limit 2p + 1 chunk slots on
+ * every stage (the overlapped forward before its paired backward holds one past the warm-up's 2p).
+ * Needs p >= 2 and m >= 2p (DL_EINVAL naming the rule otherwise). */
+int dl_sched_dualpipev(int p, int m, dl_sched **out);
 
 /* Set the placement (vstage[s v + c] for every stage and chunk; copied). DL_EINVAL unless it is a
  * permutation of 0 .. p v - 1 with each stage's chunks in increasing order. */
@@ -154,7 +165,7 @@ int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk);
 void dl_sched_free(dl_sched *s);
 
 /* By name: "naive", "gpipe", "1f1b", "interleaved", "async" (also "pipedream"), "terapipe",
- * "1f1b-split", "zb-h1", "zb-h2", "zb-v"; DL_EINVAL for another. dl_sched_kind_name gives the canonical name ("custom" for CUSTOM). */
+ * "1f1b-split", "zb-h1", "zb-h2", "zb-v", "dualpipev"; DL_EINVAL for another. dl_sched_kind_name gives the canonical name ("custom" for CUSTOM). */
 int dl_sched_kind_parse(const char *name, dl_sched_kind *kind);
 const char *dl_sched_kind_name(dl_sched_kind kind);
 

@@ -115,7 +115,15 @@ typedef struct dl_train_ckpt {
                               * one under it: the same model, dtype and global batch, any layout
                               * (resharded on load; the steps before it are not run;
                               * optim.steps stays the total) */
+    int sync;                /* with dir: write each checkpoint at its step boundary (0: a
+                              * snapshot there, written by a thread per rank while training goes
+                              * on; docs/CHECKPOINTS.md) */
+    int on_save_error;       /* with dir: a failed save (a full disk, an unwritable directory)
+                              * stops the run with its error (DL_SAVE_ERROR_STOP, the default)
+                              * or is reported and training goes on (DL_SAVE_ERROR_CONTINUE) */
 } dl_train_ckpt;
+
+enum { DL_SAVE_ERROR_STOP = 0, DL_SAVE_ERROR_CONTINUE = 1 };
 
 /* The trace of every rank's events. */
 typedef struct dl_train_trace {
@@ -155,9 +163,13 @@ typedef struct dl_train_output {
 
 /* The simulated machine. */
 typedef struct dl_train_machine {
-    uint64_t gpu_mem;     /* arena capacity per rank (0: unlimited) */
-    double timeout_s;     /* watchdog */
-    const char *topology; /* synthetic topology for grouping, or NULL */
+    uint64_t gpu_mem;         /* arena capacity per rank (0: unlimited) */
+    double timeout_s;         /* watchdog */
+    const char *topology;     /* synthetic topology for grouping, or NULL */
+    const char *inject_fault; /* a fault to inject (NULL: none), distlab-train's --inject-fault:
+                               * "rank=R,at=step:N|coll:dp|tp|pp|world:N,kind=error|hang|
+                               * slow:MS|crash" (docs/CHECKPOINTS.md); a crash exits the
+                               * process with status 3 */
 } dl_train_machine;
 
 /* The options, one group per concern (dl_train_opts_init: the defaults). */
@@ -290,12 +302,28 @@ typedef struct dl_train_output_result {
     char *timeline; /* trace.timeline: the last step's grid, legend, every stage's actions */
 } dl_train_output_result;
 
+/* One full-state save, as it went. */
+typedef struct dl_train_save {
+    int step;             /* the steps it holds */
+    int ok;               /* 1: complete; 0: failed (ckpt.on_save_error continue went on) */
+    double stall_ms;      /* the step boundaries' extra time for it (the snapshot, the waits for
+                           * the writers, the save's agreements; a sync save: all of it; not the
+                           * run's end's wait for it), the slowest rank's */
+    double write_ms;      /* the writing: the slowest rank's file, then rank 0's manifest and
+                           * commit */
+    double writer_cpu_ms; /* CPU time of the threads that wrote it, summed over the ranks */
+    uint64_t bytes;       /* the files' bytes (the manifest not counted) */
+} dl_train_save;
+
 /* Full-state checkpoints. */
 typedef struct dl_train_ckpt_result {
-    int resumed_from; /* steps done by the checkpoint resumed (0: a fresh run) */
-    int saves;        /* checkpoints written */
-    int last_saved;   /* the step of the last one (0: none) */
-    int stopped;      /* the signal whose stop request ended the run early (0: none) */
+    int resumed_from;    /* steps done by the checkpoint resumed (0: a fresh run) */
+    int saves;           /* checkpoints written */
+    int last_saved;      /* the step of the last one (0: none) */
+    int stopped;         /* the signal whose stop request ended the run early (0: none) */
+    int failed;          /* saves that failed (with on_save_error continue) */
+    int nrecords;        /* every save tried, in order: */
+    dl_train_save *save; /* [nrecords] */
 } dl_train_ckpt_result;
 
 /* The run's figures, grouped as the options are. */

@@ -62,6 +62,7 @@ typedef enum dl_mem_category {
     DL_MEM_ACTIVATIONS,
     DL_MEM_COMM,
     DL_MEM_OTHER,
+    DL_MEM_CKPT, /* a full-state checkpoint's snapshot, written while training goes on */
     DL_MEM_NCATEGORIES
 } dl_mem_category;
 
@@ -74,7 +75,7 @@ typedef struct dl_arena_stats {
     uint64_t allocations;                 /* number of successful allocations so far */
 } dl_arena_stats;
 
-/* Name of a category ("params", "grads", "optimizer", "activations", "comm", "other"). */
+/* Name of a category ("params", "grads", "optimizer", "activations", "comm", "other", "ckpt"). */
 const char *dl_mem_category_name(dl_mem_category cat);
 
 /* Allocate `bytes` (0 is allowed and returns a valid unique pointer) page-aligned, zeroed.

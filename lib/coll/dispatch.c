@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "distlab.h"
+#include "runtime/fault.h"
 #include "runtime/internal.h"
 #include "coll/prims.h"
 #include "coll/algo.h"
@@ -127,6 +128,11 @@ int dl__run_op(dl_request *q)
         return dl__run_p2p(q);
     if (q->skip)
         return skip_op(q);
+    int frc = dl__fault_op(c, q->kind);
+    if (frc) { /* an injected fault: this rank fails the operation before it begins */
+        dl__fail_and_drain(c);
+        return frc;
+    }
     dl__op_begin(c, q->kind, q->count, (int)q->t, q->root);
     dl_call k = dl__call(c, q->kind, c->seq, q->t, q->op, q->count, q->root, q->p);
     dl_algo algo;

@@ -38,7 +38,8 @@ struct dl_arena {
 };
 
 static const char *const category_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "optimizer",
-                                                               "activations", "comm",  "other"};
+                                                               "activations", "comm",  "other",
+                                                               "ckpt"};
 
 const char *dl_mem_category_name(dl_mem_category cat)
 {

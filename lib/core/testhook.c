@@ -12,6 +12,7 @@ void dl__test_hook_set(dl__test_hook *h)
         atomic_store(&h->chan_asleep[1], 0);
         atomic_store(&h->chan_asleep[2], 0);
         atomic_store(&h->chan_timeouts, 0);
+        atomic_store(&h->ckpt_points, 0);
     }
     hook = h;
 }

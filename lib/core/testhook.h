@@ -3,13 +3,14 @@
  * that the comparisons fail when a layout is wrong; the transport's tests force its fallbacks and
  * watch its sleeps, so that a test can force a wait to sleep instead of hoping a delay does.
  * Compiled into the library but not installed and not in the public headers (tests include it as
- * "core/testhook.h"); off unless a test sets it, and then read at five places only: the
+ * "core/testhook.h"); off unless a test sets it, and then read at these places only: the
  * collectives' argument check (lib/coll/check.c), the parameters after initialisation
  * (lib/parallel/zero_module.c), the plain runner's loss gradient (lib/train/plain.c; the
  * mixed-precision guard's test), rd's transport (lib/coll/small.c; the collective tests force each
  * of its two transports) and the channel's fallbacks and sleep watch (lib/transport/chan.c, at
  * configuration only; tests/unit/transport/, and the tests that force a rank asleep through
- * tests/unit/testutil.h's tu_chan_watch).
+ * tests/unit/testutil.h's tu_chan_watch), and the full-state checkpoints' saves and resume
+ * (lib/io/ckdir_save.c: a crash mid-save, the crash points, a full disk; lib/train/state.c).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
@@ -61,6 +62,16 @@ typedef struct dl__test_hook {
      * leaves AdamW's moments and step at zero (lib/train/state.c), the negative control of the
      * bitwise resume. */
     int ckpt_die_at_step, ckpt_skip_moments;
+    /* Crash points: in the save of step ckpt_crash_step (0: off), every boundary of its I/O
+     * (before and after the temporary's mkdir, each file's write and fsync, the manifest's
+     * write and fsync, the directory's fsync, the rename, the parent's fsync) counts into
+     * ckpt_points (over the process's ranks), and the ckpt_crash_at-th (1-based; 0: count only)
+     * calls _exit(99) (lib/io/ckdir_save.c). A full disk: the file write of world rank
+     * ckpt_enospc_rank in the save of step ckpt_enospc_step (0: off) fails with ENOSPC after
+     * its header, the file left short. */
+    int ckpt_crash_step, ckpt_crash_at;
+    atomic_int ckpt_points;
+    int ckpt_enospc_step, ckpt_enospc_rank;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "distlab.h"
+#include "io/ckpt_priv.h"
 
 #define DL_CKD_FORMAT "distlab-state"
 #define DL_CKD_VERSION 1 /* the manifest's format version this build writes and reads */
@@ -57,6 +58,33 @@ typedef struct dl__ckd_save_args {
  * removed and nothing else is touched. A step already saved under D is not saved again (its
  * state is this one: DL_OK). *out (may be NULL; rank 0) receives the final directory's path. */
 int dl__ckd_save(const dl__ckd_save_args *a, char *out, size_t outn);
+
+/* The same save in phases, so that its file I/O can run on a writer thread (io/ckdir_writer.h)
+ * while the collective phases run on the rank's thread at step boundaries: begin (collective:
+ * rank 0 makes the temporary), write (I/O: this rank's file), collect (collective: every file's
+ * size and CRC), commit (I/O, rank 0: the manifest, the rename), finish (collective: the
+ * status, the temporary removed on failure; frees). Every rank calls all five in this order,
+ * whatever failed: a phase after a failure does nothing but report it, and finish returns the
+ * save's status, the same on every rank. a (and its shard, until write returns) must live
+ * until finish. */
+typedef struct dl__ckd_save_state {
+    char tmp[4096], fin[4096];
+    double *v;      /* every rank's slots */
+    ck_err e;       /* the first failure */
+    int skip;       /* the step was saved already */
+    int over;       /* every rank knows the save is over (skipped or failed at begin) */
+    int made;       /* rank 0 made the temporary */
+    uint64_t bytes; /* after collect: the files' bytes */
+} dl__ckd_save_state;
+int dl__ckd_begin(const dl__ckd_save_args *a, dl__ckd_save_state *s);
+int dl__ckd_write(const dl__ckd_save_args *a, dl__ckd_save_state *s);
+int dl__ckd_collect(const dl__ckd_save_args *a, dl__ckd_save_state *s);
+int dl__ckd_commit(const dl__ckd_save_args *a, dl__ckd_save_state *s);
+int dl__ckd_finish(const dl__ckd_save_args *a, dl__ckd_save_state *s, char *out, size_t outn);
+
+/* Copy every tensor's data into buf (s->off bytes) and point the shard at the copies: a
+ * snapshot that the training may overwrite the originals of. */
+void dl__ckd_shard_snapshot(dl__ckd_shard *s, void *buf);
 
 /* D itself when it holds a manifest or is named step-N, else the newest D/step-N: its path in out. DL_EINVAL
  * naming D when there is none. */

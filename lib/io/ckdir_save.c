@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,22 +65,59 @@ int dl__ckd_shard_add(dl__ckd_shard *s, const char *name, const char *dtype, int
     return DL_OK;
 }
 
-/* write everything, adding to the CRC */
+void dl__ckd_shard_snapshot(dl__ckd_shard *s, void *buf)
+{
+    char *p = buf;
+    for (int i = 0; i < s->n; i++) {
+        memcpy(p, s->data[i], s->bytes[i]);
+        s->data[i] = p;
+        p += s->bytes[i];
+    }
+}
+
+/* A boundary of the save of `step` (before or after a write, an fsync, a rename): the test hook's
+ * crash points count them and _exit at the chosen one (core/testhook.h). Always 0. */
+static int point(int step)
+{
+    dl__test_hook *h = dl__test_hook_get();
+    if (!h || h->ckpt_crash_step != step)
+        return 0;
+    int k = atomic_fetch_add(&h->ckpt_points, 1) + 1;
+    if (k == h->ckpt_crash_at)
+        _exit(99); /* a crash here: what is on disk stays as it is */
+    return 0;
+}
+
+/* the test hook fails this rank's file write of this step's save with ENOSPC */
+static int disk_full(int step, int rank)
+{
+    dl__test_hook *h = dl__test_hook_get();
+    return h && h->ckpt_enospc_step == step && h->ckpt_enospc_rank == rank;
+}
+
+enum { PUT_CHUNK = 256 << 10 }; /* fits L2 */
+
+/* write everything, adding to the CRC: a chunk at a time, so that the write copies what the
+ * checksum has just brought into the cache (one pass over memory, not two) */
 static int put(int fd, const void *p, size_t n, uint32_t *crc)
 {
-    *crc = dl__crc32c(*crc, p, n);
     const char *b = p;
     while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            if (k == 0)
-                errno = ENOSPC;
-            return -1;
+        size_t c = n < PUT_CHUNK ? n : PUT_CHUNK;
+        *crc = dl__crc32c(*crc, b, c);
+        for (size_t done = 0; done < c;) {
+            ssize_t k = write(fd, b + done, c - done);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                if (k == 0)
+                    errno = ENOSPC;
+                return -1;
+            }
+            done += (size_t)k;
         }
-        b += k;
-        n -= (size_t)k;
+        b += c;
+        n -= c;
     }
     return 0;
 }
@@ -109,7 +147,8 @@ static char *shard_header(dl__ckd_shard *s, uint64_t *N)
 }
 
 /* Write the shard to path (created, fsync'd): its CRC32C and size. */
-static int shard_write(dl__ckd_shard *s, const char *path, uint32_t *crc, uint64_t *size, ck_err *e)
+static int shard_write(dl__ckd_shard *s, const char *path, int step, int rank, uint32_t *crc,
+                       uint64_t *size, ck_err *e)
 {
     uint64_t N = 0;
     char *h = shard_header(s, &N);
@@ -119,10 +158,12 @@ static int shard_write(dl__ckd_shard *s, const char *path, uint32_t *crc, uint64
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)(N >> (8 * i));
     *crc = 0;
-    int bad = fd < 0 || put(fd, len, 8, crc) || put(fd, h, N, crc);
+    int bad = fd < 0 || point(step) || put(fd, len, 8, crc) || put(fd, h, N, crc);
+    if (!bad && disk_full(step, rank))
+        bad = 1, errno = ENOSPC; /* a full disk part-way: the file is left short */
     for (int i = 0; !bad && i < s->n; i++) bad = put(fd, s->data[i], s->bytes[i], crc);
     if (!bad)
-        bad = fsync(fd);
+        bad = point(step) || point(step) || fsync(fd) || point(step);
     int err = errno;
     if (fd >= 0 && close(fd) && !bad)
         bad = 1, err = errno;
@@ -247,11 +288,25 @@ static int sync_slots(const dl__ckd_save_args *a, double *v, ck_err *e, const ch
     int rc = dl_allreduce(a->world, v, v, (size_t)n * S_N, DL_F64, DL_SUM, DL_PURPOSE_OTHER);
     if (rc)
         return dl__ck_fail(e, rc, "%s", dl_errmsg()), -1;
-    for (int r = 0; r < n && !e->st; r++)
+    int first = -1;
+    for (int r = 0; r < n && first < 0; r++)
         if (v[(size_t)r * S_N + S_ST] != 0)
-            dl__ck_fail(e, (int)v[(size_t)r * S_N + S_ST],
-                        "checkpoint save to '%s' failed on rank %d; nothing was written there",
-                        where, r);
+            first = r;
+    if (first < 0)
+        return 0;
+    /* every rank reports the first failing rank's own message (its bytes, sent as floats) */
+    float msg[sizeof e->msg / sizeof(float)];
+    memcpy(msg, e->msg, sizeof msg);
+    if (dl_broadcast(a->world, msg, msg, sizeof msg / sizeof *msg, DL_F32, first,
+                     DL_PURPOSE_OTHER) == DL_OK &&
+        first != me) {
+        char text[sizeof e->msg];
+        memcpy(text, msg, sizeof text);
+        text[sizeof text - 1] = '\0';
+        dl__ck_fail(e, (int)v[(size_t)first * S_N + S_ST],
+                    "checkpoint save to '%s' failed on rank %d (nothing was written there): %s",
+                    where, first, text);
+    }
     return e->st ? -1 : 0;
 }
 
@@ -262,69 +317,112 @@ static void write_manifest(const dl__ckd_save_args *a, const double *v, const ch
 /* Rank 0: the directory renamed into place, D fsync'd, the old ones pruned. */
 static void commit(const dl__ckd_save_args *a, const char *tmp, const char *fin, ck_err *e)
 {
-    if (fsync_dir(tmp) || rename(tmp, fin) || fsync_dir(a->dir)) {
+    int bad = point(a->step) || fsync_dir(tmp) || point(a->step) || point(a->step) ||
+              rename(tmp, fin) || point(a->step) || point(a->step) || fsync_dir(a->dir) ||
+              point(a->step);
+    if (bad) {
         dl__ck_fail(e, DL_ESYS, "checkpoint: cannot commit '%s': %s", fin, strerror(errno));
         return;
     }
     prune(a->dir, a->keep);
 }
 
-int dl__ckd_save(const dl__ckd_save_args *a, char *out, size_t outn)
+int dl__ckd_begin(const dl__ckd_save_args *a, dl__ckd_save_state *s)
 {
     int me = dl_comm_rank(a->world), n = dl_comm_size(a->world);
-    char tmp[4096], fin[4096], file[4200];
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%07d.%ld", a->dir, a->step, (long)getpid());
-    snprintf(fin, sizeof fin, "%s/step-%07d", a->dir, a->step);
-    double *v = calloc((size_t)n * S_N, sizeof *v);
-    ck_err e = {0};
-    if (!v)
-        dl__ck_fail(&e, DL_ENOMEM, "checkpoint: out of memory");
+    memset(s, 0, sizeof *s);
+    snprintf(s->tmp, sizeof s->tmp, "%s/.tmp-step-%07d.%ld", a->dir, a->step, (long)getpid());
+    snprintf(s->fin, sizeof s->fin, "%s/step-%07d", a->dir, a->step);
+    s->v = calloc((size_t)n * S_N, sizeof *s->v);
+    if (!s->v)
+        dl__ck_fail(&s->e, DL_ENOMEM, "checkpoint: out of memory");
     struct stat sb;
-    int skip = 0;
-    if (me == 0 && !e.st) {
+    if (me == 0 && !s->e.st) {
         if (mkdir(a->dir, 0755) && errno != EEXIST)
-            dl__ck_fail(&e, DL_ESYS, "checkpoint: cannot create '%s': %s", a->dir, strerror(errno));
+            dl__ck_fail(&s->e, DL_ESYS, "checkpoint: cannot create '%s': %s", a->dir,
+                        strerror(errno));
         remove_stale(a->dir);
-        skip = stat(fin, &sb) == 0;
-        if (!e.st && !skip && mkdir(tmp, 0755))
-            dl__ck_fail(&e, DL_ESYS, "checkpoint: cannot create '%s': %s", tmp, strerror(errno));
-        if (v)
-            v[S_SKIP] = skip;
+        s->skip = stat(s->fin, &sb) == 0;
+        point(a->step);
+        if (!s->e.st && !s->skip && mkdir(s->tmp, 0755))
+            dl__ck_fail(&s->e, DL_ESYS, "checkpoint: cannot create '%s': %s", s->tmp,
+                        strerror(errno));
+        s->made = !s->e.st && !s->skip;
+        point(a->step);
+        s->v[S_SKIP] = s->skip;
     }
-    if (!v || sync_slots(a, v, &e, fin))
-        goto out;
-    skip = v[S_SKIP] != 0;
-    if (skip)
-        goto out;
-    double *mine = v + (size_t)me * S_N;
-    memset(v, 0, sizeof *v * (size_t)n * S_N);
-    if (a->writer) {
-        uint32_t crc;
-        uint64_t size;
-        snprintf(file, sizeof file, "%s/rank-%05d.safetensors", tmp, me);
-        if (shard_write(a->shard, file, &crc, &size, &e) == 0) {
-            mine[S_WR] = 1, mine[S_CRC] = crc, mine[S_SIZE] = (double)size;
-            mine[S_DP] = a->coord[0], mine[S_TP] = a->coord[1], mine[S_PP] = a->coord[2];
-        }
+    if (!s->v || sync_slots(a, s->v, &s->e, s->fin))
+        return s->over = 1, dl__ck_return(&s->e);
+    s->skip = s->over = s->v[S_SKIP] != 0;
+    memset(s->v, 0, sizeof *s->v * (size_t)n * S_N);
+    return DL_OK;
+}
+
+int dl__ckd_write(const dl__ckd_save_args *a, dl__ckd_save_state *s)
+{
+    int me = dl_comm_rank(a->world);
+    char file[4200];
+    if (s->over || !a->writer)
+        return DL_OK;
+    double *mine = s->v + (size_t)me * S_N;
+    uint32_t crc;
+    uint64_t size;
+    snprintf(file, sizeof file, "%s/rank-%05d.safetensors", s->tmp, me);
+    if (shard_write(a->shard, file, a->step, me, &crc, &size, &s->e) == 0) {
+        mine[S_WR] = 1, mine[S_CRC] = crc, mine[S_SIZE] = (double)size;
+        mine[S_DP] = a->coord[0], mine[S_TP] = a->coord[1], mine[S_PP] = a->coord[2];
     }
     dl__test_hook *h = dl__test_hook_get();
     if (h && h->ckpt_die_at_step == a->step && me == 0)
         _exit(99); /* a crash mid-save: the temporary stays behind */
-    if (sync_slots(a, v, &e, fin) == 0 && me == 0) {
-        write_manifest(a, v, tmp, &e);
-        if (!e.st)
-            commit(a, tmp, fin, &e);
+    return dl__ck_return(&s->e);
+}
+
+int dl__ckd_collect(const dl__ckd_save_args *a, dl__ckd_save_state *s)
+{
+    int n = dl_comm_size(a->world);
+    if (s->over)
+        return dl__ck_return(&s->e);
+    if (sync_slots(a, s->v, &s->e, s->fin) == 0)
+        for (int r = 0; r < n; r++) s->bytes += (uint64_t)s->v[(size_t)r * S_N + S_SIZE];
+    return dl__ck_return(&s->e);
+}
+
+int dl__ckd_commit(const dl__ckd_save_args *a, dl__ckd_save_state *s)
+{
+    if (s->over || s->e.st || dl_comm_rank(a->world) != 0)
+        return dl__ck_return(&s->e);
+    write_manifest(a, s->v, s->tmp, &s->e);
+    if (!s->e.st)
+        commit(a, s->tmp, s->fin, &s->e);
+    return dl__ck_return(&s->e);
+}
+
+int dl__ckd_finish(const dl__ckd_save_args *a, dl__ckd_save_state *s, char *out, size_t outn)
+{
+    int me = dl_comm_rank(a->world), n = dl_comm_size(a->world);
+    if (!s->over) {
+        memset(s->v, 0, sizeof *s->v * (size_t)n * S_N);
+        sync_slots(a, s->v, &s->e, s->fin);
     }
-    memset(v, 0, sizeof *v * (size_t)n * S_N);
-    sync_slots(a, v, &e, fin);
-out:
-    if (me == 0 && e.st && !skip)
-        rm_dir(tmp);
+    if (me == 0 && s->e.st && s->made)
+        rm_dir(s->tmp);
     if (me == 0 && out)
-        snprintf(out, outn, "%s", fin);
-    free(v);
+        snprintf(out, outn, "%s", s->fin);
+    free(s->v);
+    s->v = NULL;
     json_decref(me == 0 ? a->manifest : NULL);
-    return dl__ck_return(&e);
+    return dl__ck_return(&s->e);
+}
+
+int dl__ckd_save(const dl__ckd_save_args *a, char *out, size_t outn)
+{
+    dl__ckd_save_state s;
+    dl__ckd_begin(a, &s);
+    dl__ckd_write(a, &s);
+    dl__ckd_collect(a, &s);
+    dl__ckd_commit(a, &s);
+    return dl__ckd_finish(a, &s, out, outn);
 }
 
 /* The pieces a file's header lists (its __metadata__'s "pieces"), new reference or NULL. */
@@ -400,10 +498,10 @@ static void write_manifest(const dl__ckd_save_args *a, const double *v, const ch
     json_object_set_new(m, "files", files);
     json_object_set_new(m, "tensors", tensors);
     snprintf(path, sizeof path, "%s/" DL_CKD_MANIFEST, tmp);
-    if (!e->st && json_dump_file(m, path, JSON_INDENT(1)) != 0)
+    if (!e->st && (point(a->step) || json_dump_file(m, path, JSON_INDENT(1)) != 0))
         dl__ck_fail(e, DL_ESYS, "checkpoint: cannot write '%s'", path);
     int fd = e->st ? -1 : open(path, O_RDONLY | O_CLOEXEC);
-    if (!e->st && (fd < 0 || fsync(fd)))
+    if (!e->st && (fd < 0 || point(a->step) || point(a->step) || fsync(fd) || point(a->step)))
         dl__ck_fail(e, DL_ESYS, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);

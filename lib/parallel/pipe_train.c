@@ -217,15 +217,25 @@ static int mk_zb_v(const dl_train_opts *o, dl_sched **out)
 {
     return dl_sched_zb_v(o->layout.pp, o->batch.microbatches, out);
 }
+static int mk_dualpipev(const dl_train_opts *o, dl_sched **out)
+{
+    return dl_sched_dualpipev(o->layout.pp, o->batch.microbatches, out);
+}
 
 /* The schedules the trainer runs, in --help's order (GPipe the default): the one list. */
 static const struct {
     dl_sched_kind kind;
     int (*make)(const dl_train_opts *o, dl_sched **out);
-} schedules[] =
-    {{DL_SCHED_GPIPE, mk_gpipe}, {DL_SCHED_1F1B, mk_1f1b},   {DL_SCHED_INTERLEAVED, mk_interleaved},
-     {DL_SCHED_ASYNC, mk_async}, {DL_SCHED_NAIVE, mk_naive}, {DL_SCHED_1F1B_SPLIT, mk_1f1b_split},
-     {DL_SCHED_ZB_H1, mk_zb_h1}, {DL_SCHED_ZB_H2, mk_zb_h2}, {DL_SCHED_ZB_V, mk_zb_v}};
+} schedules[] = {{DL_SCHED_GPIPE, mk_gpipe},
+                 {DL_SCHED_1F1B, mk_1f1b},
+                 {DL_SCHED_INTERLEAVED, mk_interleaved},
+                 {DL_SCHED_ASYNC, mk_async},
+                 {DL_SCHED_NAIVE, mk_naive},
+                 {DL_SCHED_1F1B_SPLIT, mk_1f1b_split},
+                 {DL_SCHED_ZB_H1, mk_zb_h1},
+                 {DL_SCHED_ZB_H2, mk_zb_h2},
+                 {DL_SCHED_ZB_V, mk_zb_v},
+                 {DL_SCHED_DUALPIPEV, mk_dualpipev}};
 enum { NSCHEDULES = sizeof schedules / sizeof schedules[0] };
 
 int tr_pipe_trains(int k)
@@ -315,10 +325,12 @@ int tr_pipe_resolve(dl_train_opts *o)
     }
     if (k == DL_SCHED_NAIVE && m != 1)
         return dl_error(DL_EINVAL, "the naive schedule runs one micro-batch (got %d)", m);
-    int zbv = k == DL_SCHED_ZB_V;
+    int zbv = k == DL_SCHED_ZB_V || k == DL_SCHED_DUALPIPEV; /* the V: two chunks a stage */
+    const char *kn = dl_sched_kind_name((dl_sched_kind)k);
     if (k != DL_SCHED_INTERLEAVED && o->pipeline.virtual_stages > 1 + zbv)
-        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved%s",
-                        o->pipeline.virtual_stages, zbv ? " (zb-v holds 2 chunks a stage)" : "");
+        return dl_error(DL_EINVAL, "--virtual-stages %d needs --schedule interleaved%s%s%s",
+                        o->pipeline.virtual_stages, zbv ? " (" : "", zbv ? kn : "",
+                        zbv ? " holds 2 chunks a stage)" : "");
     int v = k == DL_SCHED_INTERLEAVED
                 ? (o->pipeline.virtual_stages > 0 ? o->pipeline.virtual_stages : 2)
                 : 1 + zbv;
@@ -328,11 +340,16 @@ int tr_pipe_resolve(dl_train_opts *o)
                         p, L);
     if (zbv && p > 1 && 2 * p > L)
         return dl_error(DL_EINVAL,
-                        "zb-v holds two chunks a stage: pp %d needs at least %d layers (got %d)", p,
-                        2 * p, L);
+                        "%s holds two chunks a stage: pp %d needs at least %d layers (got %d)", kn,
+                        p, 2 * p, L);
     if (zbv && p < 2)
-        return dl_error(DL_EINVAL, "the zb-v schedule needs pp >= 2 (its V spans two stages)");
-    int split = k >= DL_SCHED_1F1B_SPLIT && k <= DL_SCHED_ZB_V;
+        return dl_error(DL_EINVAL, "the %s schedule needs pp >= 2 (its V spans two stages)", kn);
+    if (k == DL_SCHED_DUALPIPEV && m < 2 * p)
+        return dl_error(DL_EINVAL,
+                        "the dualpipev schedule needs micro-batches >= 2 pp (pp %d: at least %d, "
+                        "got %d)",
+                        p, 2 * p, m);
+    int split = k >= DL_SCHED_1F1B_SPLIT && k <= DL_SCHED_DUALPIPEV;
     if (split && p > 1 && o->precision.recompute == DL_RECOMPUTE_FULL) {
         char what[64];
         snprintf(what, sizeof what, "--schedule %s", dl_sched_kind_name((dl_sched_kind)k));

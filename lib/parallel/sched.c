@@ -147,7 +147,7 @@ int dl_sched_push(dl_sched *s, int stage, int op, int mb, int chunk)
 
 static const char *const kind_names[] = {"custom",      "naive", "gpipe",    "1f1b",
                                          "interleaved", "async", "terapipe", "1f1b-split",
-                                         "zb-h1",       "zb-h2", "zb-v"};
+                                         "zb-h1",       "zb-h2", "zb-v",     "dualpipev"};
 
 const char *dl_sched_kind_name(dl_sched_kind kind)
 {
@@ -160,7 +160,7 @@ int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
 {
     if (name == NULL || kind == NULL)
         return dl_error(DL_EINVAL, "schedule: null name");
-    for (int k = DL_SCHED_NAIVE; k <= DL_SCHED_ZB_V; k++)
+    for (int k = DL_SCHED_NAIVE; k <= DL_SCHED_DUALPIPEV; k++)
         if (strcasecmp(name, kind_names[k]) == 0) {
             *kind = (dl_sched_kind)k;
             return DL_OK;
@@ -171,7 +171,7 @@ int dl_sched_kind_parse(const char *name, dl_sched_kind *kind)
     }
     return dl_error(DL_EINVAL,
                     "unknown schedule '%s' (naive, gpipe, 1f1b, interleaved, async, terapipe, "
-                    "1f1b-split, zb-h1, zb-h2, zb-v)",
+                    "1f1b-split, zb-h1, zb-h2, zb-v, dualpipev)",
                     name);
 }
 

@@ -89,9 +89,9 @@ int dl_sched_caption(const dl_sched *s, const dl_sched_sim *sim, int with_act, c
     *out = NULL;
     static const char *const names[] =
         {"custom",     "naive", "GPipe", "1F1B", "interleaved 1F1B", "async 1F1B", "TeraPipe",
-         "1F1B split", "ZB-H1", "ZB-H2", "ZB-V"};
+         "1F1B split", "ZB-H1", "ZB-H2", "ZB-V", "DualPipeV"};
     dl__strbuf sb = {0};
-    dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_ZB_V ? names[s->kind] : "?");
+    dl__sb_str(&sb, (int)s->kind >= 0 && s->kind <= DL_SCHED_DUALPIPEV ? names[s->kind] : "?");
     dl__sb_printf(&sb, " (%d micro-batch%s", s->m, s->m == 1 ? "" : "es");
     if (s->v > 1)
         dl__sb_printf(&sb, ", %d chunks per stage", s->v);

@@ -21,7 +21,7 @@ typedef struct zb {
     int *end;           /* [(op * nvs + g) * m + j]: end time of F / I of virtual stage g, or -1 */
     int *freeat, *wait; /* per stage: when it is free; 1 while it waits for another stage */
     int *held, *left;   /* per stage: activation slots held; actions still to run */
-    int *ord, *nord, *pos; /* fixed order: per stage up to 2m (op, j) pairs as op * m + j */
+    int *ord, *nord, *pos; /* fixed order: per stage up to 2mv (op, c, j) as (op v + c) m + j */
     int *nextf, *nexti;    /* greedy: per stage and chunk, the next micro-batch to run */
     int *wq, *wh, *wt;     /* per stage: a FIFO of pending W (chunk * m + j), head, tail */
 } zb;
@@ -47,9 +47,9 @@ static int pick(zb *z, int q, long t, int *op, int *c, int *j)
 {
     int lim = z->g.s->mem_limit[q];
     if (!z->greedy && z->pos[q] < z->nord[q]) {
-        int k = z->ord[(size_t)q * 2 * z->m + z->pos[q]];
-        *op = k / z->m, *c = 0, *j = k % z->m;
-        if (ready(z, q, *op, 0, *j, t) && (*op == OPI || z->held[q] < lim)) {
+        int k = z->ord[(size_t)q * 2 * z->m * z->v + z->pos[q]];
+        *op = k / z->m / z->v, *c = k / z->m % z->v, *j = k % z->m;
+        if (ready(z, q, *op, *c, *j, t) && (*op == OPI || z->held[q] < lim)) {
             z->pos[q]++;
             return 1;
         }
@@ -138,10 +138,13 @@ static void zb_free(zb *z)
     free(z->wq), free(z->wh), free(z->wt);
 }
 
-/* A zero-bubble schedule: warm(s) warm-up forwards then 1F1B's alternation (greedy = 0), or the
- * greedy policy; lim(s) the memory limit of stage s. */
-static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limit,
-                   int (*warm)(int p, int s), const long dur[3], dl_sched **out)
+/* Stage s's fixed order of forwards and input gradients: o[0 .. n-1] as (op v + c) m + j. */
+typedef int (*zb_order)(int p, int m, int s, int *o);
+
+/* A zero-bubble schedule: the fixed order (greedy = 0) or the greedy policy, W filling the gaps;
+ * limit the memory limit of every stage. */
+static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limit, zb_order order,
+                   const long dur[3], dl_sched **out)
 {
     zb z = {.p = p, .m = m, .v = v, .nvs = p * v, .greedy = greedy};
     memcpy(z.dur, dur, sizeof z.dur);
@@ -152,7 +155,7 @@ static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limi
     z.end = malloc(sizeof(long) * 2 * P * V * M);
     z.freeat = calloc(P, sizeof(long)), z.wait = calloc(P, sizeof(int));
     z.held = calloc(P, sizeof(int)), z.left = calloc(P, sizeof(int));
-    z.ord = malloc(sizeof(int) * P * 2 * M), z.nord = calloc(P, sizeof(int));
+    z.ord = malloc(sizeof(int) * P * 2 * M * V), z.nord = calloc(P, sizeof(int));
     z.pos = calloc(P, sizeof(int));
     z.nextf = calloc(P * V, sizeof(int)), z.nexti = calloc(P * V, sizeof(int));
     z.wq = malloc(sizeof(int) * P * M * V), z.wh = calloc(P, sizeof(int));
@@ -171,16 +174,8 @@ static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limi
     for (int s = 0; s < p; s++) {
         z.left[s] = 3 * m * v;
         z.g.s->mem_limit[s] = limit;
-        if (greedy)
-            continue;
-        int w = warm(p, s) < m ? warm(p, s) : m, *o = z.ord + (size_t)s * 2 * m, n = 0;
-        for (int j = 0; j < w; j++) o[n++] = OPF * m + j;
-        for (int i = 0; i < m; i++) {
-            if (w + i < m)
-                o[n++] = OPF * m + w + i;
-            o[n++] = OPI * m + i;
-        }
-        z.nord[s] = n;
+        if (!greedy)
+            z.nord[s] = order(p, m, s, z.ord + (size_t)s * 2 * m * v);
     }
     st = zb_run(&z);
     if (st != DL_OK && z.g.st == DL_OK)
@@ -192,8 +187,21 @@ static int zb_make(dl_sched_kind kind, int p, int m, int v, int greedy, int limi
 
 static const long unit[3] = {1, 1, 1};
 
-static int warm_1f1b(int p, int s) { return p - s - 1; }
-static int warm_double(int p, int s) { return 2 * (p - s - 1); }
+/* w warm-up forwards, then 1F1B's alternation of a forward and an input gradient (one chunk). */
+static int order_1f1b(int m, int w, int *o)
+{
+    int n = 0;
+    w = w < m ? w : m;
+    for (int j = 0; j < w; j++) o[n++] = OPF * m + j;
+    for (int i = 0; i < m; i++) {
+        if (w + i < m)
+            o[n++] = OPF * m + w + i;
+        o[n++] = OPI * m + i;
+    }
+    return n;
+}
+static int order_h1(int p, int m, int s, int *o) { return order_1f1b(m, p - s - 1, o); }
+static int order_h2(int p, int m, int s, int *o) { return order_1f1b(m, 2 * (p - s - 1), o); }
 
 static int zb_args(const char *what, int p, int m)
 {
@@ -206,15 +214,15 @@ static int zb_args(const char *what, int p, int m)
 int dl_sched_zb_h1(int p, int m, dl_sched **out)
 {
     int st = zb_args("zb-h1", p, m);
-    return st ? st : zb_make(DL_SCHED_ZB_H1, p, m, 1, 0, p < m ? p : m, warm_1f1b, unit, out);
+    return st ? st : zb_make(DL_SCHED_ZB_H1, p, m, 1, 0, p < m ? p : m, order_h1, unit, out);
 }
 
 int dl_sched_zb_h2(int p, int m, dl_sched **out)
 {
     int st = zb_args("zb-h2", p, m);
     return st ? st
-              : zb_make(DL_SCHED_ZB_H2, p, m, 1, 0, 2 * p - 1 < m ? 2 * p - 1 : m, warm_double,
-                        unit, out);
+              : zb_make(DL_SCHED_ZB_H2, p, m, 1, 0, 2 * p - 1 < m ? 2 * p - 1 : m, order_h2, unit,
+                        out);
 }
 
 int dl_sched_zb_v(int p, int m, dl_sched **out) { return dl_sched_zb_v_costs(p, m, NULL, out); }
@@ -242,6 +250,47 @@ int dl_sched_zb_v_costs(int p, int m, const dl_sched_costs *c, dl_sched **out)
     return st ? st : zb_make(DL_SCHED_ZB_V, p, m, 2, 1, p < m ? 2 * p : 2 * m, NULL, dur, out);
 }
 
+/* DualPipeV (DeepSeek's DualPipe folded into a V), stage s of p, m >= 2p micro-batches, chunk 0
+ * going down the V and chunk 1 coming back up. The phases, with their counts:
+ *   2(p-s-1) forwards of chunk 0 (the V's far end must fill before s's chunk 1 has input);
+ *   s+1 pairs F0 F1 (chunk 1's first inputs arrive one each two steps);
+ *   p-s-1 pairs I1 F1 (the first input gradients, one W each filling the wait for the F1);
+ *   m-2p+s+1 overlapped quads F0 I1 F1 I0: one chunk's forward then the other's backward;
+ *   p-s-1 triples I1 F1 I0, s+1 pairs I1 I0, p-s-1 lone I0 (the cool-down), W deferred.
+ * Each chunk gets m forwards and m input gradients. Pending Ws fill the gaps (run_one's FIFO) and
+ * the limit 2p+1 (the overlapped F0 before I1 holds one slot past the 2p of the warm-up) makes
+ * each steady-phase W run before the next forward, as DualPipe's full backward does. */
+static int order_dualpipev(int p, int m, int s, int *o)
+{
+    static const char *phase[] = {"f", "fF", "iF", "fiFI", "iFI", "iI", "I"};
+    int count[] = {2 * (p - s - 1), s + 1, p - s - 1, m - 2 * p + s + 1,
+                   p - s - 1,       s + 1, p - s - 1};
+    int next[2][2] = {{0, 0}, {0, 0}}, n = 0; /* [op][chunk]: the next micro-batch */
+    for (int ph = 0; ph < 7; ph++)
+        for (int k = 0; k < count[ph]; k++)
+            for (const char *a = phase[ph]; *a; a++) {
+                /* f/F: forward of chunk 0/1; i/I: input gradient of chunk 1/0 (the backward
+                 * runs the V the other way) */
+                int op = *a == 'f' || *a == 'F' ? OPF : OPI;
+                int c = (*a == 'F') || (*a == 'i');
+                o[n++] = (op * 2 + c) * m + next[op][c]++;
+            }
+    return n;
+}
+
+int dl_sched_dualpipev(int p, int m, dl_sched **out)
+{
+    int st = zb_args("dualpipev", p, m);
+    if (st == DL_OK && p < 2)
+        st = dl_error(DL_EINVAL, "dualpipev schedule: the V needs at least 2 stages (p = %d)", p);
+    if (st == DL_OK && m < 2 * p)
+        st = dl_error(DL_EINVAL,
+                      "dualpipev schedule: needs at least 2p micro-batches (p = %d: m >= %d, got "
+                      "%d)",
+                      p, 2 * p, m);
+    return st ? st : zb_make(DL_SCHED_DUALPIPEV, p, m, 2, 0, 2 * p + 1, order_dualpipev, unit, out);
+}
+
 double dl_sched_bubble_theory(const dl_sched *s, double f, double b, double w)
 {
     if (s == NULL)
@@ -254,6 +303,10 @@ double dl_sched_bubble_theory(const dl_sched *s, double f, double b, double w)
     case DL_SCHED_ZB_H1: t = k * (f + b - w); break;
     case DL_SCHED_ZB_H2:
     case DL_SCHED_ZB_V: t = k * (f + b - 2 * w); break;
+    /* DualPipe's (PP/2 - 1)(F&B + B - 3W) for PP devices, B the whole backward and F&B an
+     * overlapped forward-backward pair; DualPipeV is half of it, PP/2 = p. distlab runs the pair
+     * one after the other (F&B = F + B + W here), so t = (p-1)(F + 2B - W) with B the I. */
+    case DL_SCHED_DUALPIPEV: t = k * (f + 2 * b - w); break;
     default: return -1.0;
     }
     if (t < 0)

@@ -6,6 +6,7 @@
 #include "distlab.h"
 #include "transport/chan.h"
 #include "runtime/internal.h"
+#include "runtime/fault.h"
 
 static const char *dtype_names[DL_NDTYPES] = {"f32", "f64", "bf16"};
 static const char *redop_names[DL_NREDOPS] = {"sum", "avg", "max"};
@@ -322,6 +323,9 @@ int dl_mesh_create(dl_comm *world, int dp, int pp, int tp, int ep, dl_mesh *out)
         rc = dl_comm_split(world, out->pp_rank * tp + out->tp_rank, out->dp_rank, &out->dp_comm);
     if (rc == DL_OK)
         rc = dl_comm_split(world, out->dp_rank * tp + out->tp_rank, out->pp_rank, &out->pp_comm);
+    dl__comm_set_label(out->tp_comm, DL__COMM_TP);
+    dl__comm_set_label(out->dp_comm, DL__COMM_DP);
+    dl__comm_set_label(out->pp_comm, DL__COMM_PP);
     if (rc == DL_OK && ep > 1)
         rc =
             dl_comm_split(world, (out->pp_rank * tp + out->tp_rank) * (dp / ep) + out->dp_rank / ep,

@@ -63,6 +63,7 @@ struct dl_comm {
     struct dl_comm *h_intra, *h_inter; /* hierarchical all-reduce: this member's views */
     void *scratch; /* rank's scratch buffer for reduce / reduce-scatter partials */
     size_t scratch_bytes;
+    int label; /* dl__comm_label for injected faults (runtime/fault.h; 0: none) */
 };
 
 /* Flight recorder entry. */

@@ -3,6 +3,7 @@
  * starts. */
 #include <string.h>
 #include "distlab.h"
+#include "core/fault_spec.h"
 #include "distlab/train.h"
 #include "model/gpt_priv.h"
 
@@ -132,6 +133,12 @@ int dl_train_resolve(dl_train_opts *o, int nranks)
     if (o->precision.dtype != DL_F32 && o->precision.dtype != DL_F64 &&
         o->precision.dtype != DL_BF16)
         return dl_error(DL_EINVAL, "dtype must be f32, f64 or bf16");
+    dl__fault f;
+    if (o->machine.inject_fault && (rc = dl__fault_parse(o->machine.inject_fault, &f)))
+        return rc;
+    if (o->machine.inject_fault && f.rank >= d * o->layout.tp * o->layout.pp)
+        return dl_error(DL_EINVAL, "--inject-fault: rank %d of %d ranks", f.rank,
+                        d * o->layout.tp * o->layout.pp);
     for (size_t i = 0; i < sizeof resolvers / sizeof resolvers[0]; i++)
         if ((rc = resolvers[i](o)))
             return rc;

@@ -22,6 +22,7 @@
 #include "train/dump.h"
 #include "train/optim.h"
 #include "train/run.h"
+#include "train/saver.h"
 #include "train/state.h"
 
 /* ---- the options a checkpoint records ---- */
@@ -487,15 +488,9 @@ static json_t *manifest(tr_env *e, tr_comp *c, int step, int skipped)
     return m;
 }
 
-int tr_ckpt_stop_agreed(dl_comm *ck, int *sig)
-{
-    float v = (float)atomic_load(&stop_request);
-    int rc = dl_allreduce(ck, &v, &v, 1, DL_F32, DL_MAX, DL_PURPOSE_OTHER);
-    *sig = rc ? 0 : (int)v;
-    return rc;
-}
+int tr_ckpt_stop_requested(void) { return atomic_load(&stop_request); }
 
-int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
+int tr_ckpt_save(tr_env *e, tr_comp *c, tr_saver *sv, int step, int skipped)
 {
     const dl_train_opts *o = e->o;
     void *full;
@@ -511,6 +506,7 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     /* the layout-independent hash of the state (train/state_reshard.c): collective, every
      * rank's status with it, so that all go on to save or none */
     json_t *hash;
+    dl_comm *ck = tr_saver_comm(sv);
     int hrc = tr_state_hash(e, c, ck, full, rc, &hash);
     if (hrc) {
         dl__ckd_shard_free(&sh);
@@ -525,20 +521,13 @@ int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped)
     dl__ckd_save_args a = {.dir = o->ckpt.dir,
                            .step = step,
                            .keep = o->ckpt.keep,
-                           .world = ck,
                            .writer = writer && rc == DL_OK,
                            .coord = {e->mesh->dp_rank, e->mesh->tp_rank, e->mesh->pp_rank},
                            .shard = &sh,
                            .manifest = man};
-    int src = dl__ckd_save(&a, NULL, 0);
-    if (rc == DL_OK)
-        rc = src;
-    dl__ckd_shard_free(&sh);
+    /* the saver snapshots the data (or, ckpt.sync, writes it) before it returns */
+    int src = tr_saver_start(sv, &a);
     if (owned)
         free(full);
-    if (rc == DL_OK && e->rank == 0) {
-        e->R->res->ckpt.saves++;
-        e->R->res->ckpt.last_saved = step;
-    }
-    return rc;
+    return rc ? rc : src;
 }

@@ -24,9 +24,10 @@ int tr_ckpt_restore(tr_env *e, tr_comp *c);
  * "state_hash" (docs/CHECKPOINTS.md); others NULL. */
 int tr_state_hash(tr_env *e, tr_comp *c, dl_comm *comm, const void *params, int st, json_t **out);
 
-/* Each rank at a step boundary (ck: its checkpoint communicator, a split of the world so that
- * the saves' traffic stays out of the step's figures): the agreed stop request (0: none). */
-int tr_ckpt_stop_agreed(dl_comm *ck, int *sig);
-/* Each rank: the checkpoint of the state after `step` steps (skipped of them skipped). */
-int tr_ckpt_save(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped);
+/* The stop request (dl_train_request_stop's signal, 0: none); train/saver.c agrees on it. */
+int tr_ckpt_stop_requested(void);
+/* Each rank: the checkpoint of the state after `step` steps (skipped of them skipped), handed
+ * to the rank's saver (train/saver.h). */
+struct tr_saver;
+int tr_ckpt_save(tr_env *e, tr_comp *c, struct tr_saver *sv, int step, int skipped);
 #endif

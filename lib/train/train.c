@@ -18,6 +18,8 @@
 #include "train/eval.h"
 #include "train/report.h"
 #include "train/run.h"
+#include "train/saver.h"
+#include "runtime/fault.h"
 #include "train/state.h"
 
 /* ---- the step ---- */
@@ -25,16 +27,16 @@
 enum { TR_STOPPED = -1 };
 
 /* After a step, with ckpt.dir: a checkpoint when one is due or the ranks agreed to stop (sig);
- * TR_STOPPED when the run stops here. */
-static int ckpt_boundary(tr_env *e, tr_comp *c, dl_comm *ck, int step, int skipped, int sig)
+ * TR_STOPPED when the run stops here (its checkpoint written). */
+static int ckpt_boundary(tr_env *e, tr_comp *c, tr_saver *sv, int step, int skipped, int sig)
 {
     const dl_train_opts *o = e->o;
     int rc = DL_OK;
     int due = (o->ckpt.save_every > 0 && step % o->ckpt.save_every == 0) ||
               (o->ckpt.save_at_end && step == o->optim.steps) || sig;
     if (rc == DL_OK && due)
-        rc = tr_ckpt_save(e, c, ck, step, skipped);
-    if (rc == DL_OK && sig) {
+        rc = tr_ckpt_save(e, c, sv, step, skipped);
+    if (rc == DL_OK && sig && (rc = tr_saver_drain(sv, 1)) == DL_OK) {
         if (e->rank == 0)
             e->R->res->ckpt.stopped = sig;
         return TR_STOPPED;
@@ -53,8 +55,13 @@ static int train_steps(tr_env *e, tr_comp *c)
     tr_eval_bytes eb = {0, 0, 0};
     /* full-state checkpoints talk on their own communicator: their traffic is not the step's */
     dl_comm *ck = NULL;
+    tr_saver *sv = NULL;
     if (o->ckpt.dir && (rc = dl_comm_split(dl_ctx_comm(e->ctx), 0, rank, &ck)))
         return rc;
+    if (ck && (rc = tr_saver_create(e, ck, &sv))) {
+        dl_comm_free(ck);
+        return rc;
+    }
     dl_comm_reset_stats(e->mesh->dp_comm);
     dl_comm_reset_stats(e->mesh->tp_comm);
     dl_comm_reset_stats(dl_ctx_comm(e->ctx));
@@ -62,6 +69,8 @@ static int train_steps(tr_env *e, tr_comp *c)
         int logging = rank == 0 && R->gemm && step == (o->optim.steps > 1 ? 2 : 1);
         if (logging)
             dl_ops_gemm_log(R->gemm);
+        if ((rc = dl__fault_step(e->ctx, step)))
+            break;
         uint64_t t0 = dl_now_ns();
         e->step = step;
         e->tr =
@@ -103,18 +112,22 @@ static int train_steps(tr_env *e, tr_comp *c)
             dl_ops_gemm_log(NULL);
         /* the ranks agree on a stop request: the last step then evaluates as the last does */
         int sig = 0;
-        if (ck && (rc = tr_ckpt_stop_agreed(ck, &sig)))
+        if (sv && (rc = tr_saver_boundary(sv, &sig)))
             break;
         if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps || sig) &&
             (rc = tr_evaluate_counted(e, &eb, &r.val, &r.used)))
             break;
         if (rank == 0)
             tr_record_step(e, &r, &last_logged, &rc);
-        if (ck && rc == DL_OK && (rc = ckpt_boundary(e, c, ck, step, skipped, sig)) == TR_STOPPED) {
+        if (sv && rc == DL_OK && (rc = ckpt_boundary(e, c, sv, step, skipped, sig)) == TR_STOPPED) {
             rc = DL_OK;
             break;
         }
     }
+    /* the run's end waits for the save in flight */
+    if (sv && rc == DL_OK)
+        rc = tr_saver_drain(sv, 1);
+    tr_saver_destroy(sv);
     if (ck)
         dl_comm_free(ck);
     if (rc == DL_OK && rank == 0) {
@@ -227,7 +240,11 @@ int dl_train_run(const dl_train_opts *oin, dl_train_result *res)
     w.topology = o.machine.topology;
     if (!o.eval.only)
         R.gemm = calloc(1, sizeof *R.gemm);
+    dl__fault f;
+    if (o.machine.inject_fault && dl__fault_parse(o.machine.inject_fault, &f) == DL_OK)
+        dl__fault_install(&f);
     rc = dl_world_run(&w, train_rank, &R);
+    dl__fault_install(NULL);
     /* GEMM utilisation's reference: the step's own GEMMs replayed alone on one thread */
     if (R.gemm && R.gemm->n > 0)
         res->speed.gemm_gflops = dl_ops_gemm_replay(R.gemm, o.precision.dtype == DL_F64 ? 8 : 4, 5);
@@ -252,6 +269,7 @@ void dl_train_result_free(dl_train_result *r)
     tr_pipe_result_free(&r->pipeline);
     free(r->output.timeline);
     free(r->steps);
+    free(r->ckpt.save);
     free(r->memory.peak);
     free(r->output.params);
     free(r->output.grads);

@@ -233,7 +233,7 @@ refused "--gpu-mem garbage" "'12Q' is not a size" $TRAIN $TINY --steps 1 --gpu-m
 refused "plan unknown subcommand" "subcommands: memory, comm, zero, pipeline, search, calibrate, validate" \
   $PLAN frobnicate
 refused "plan no subcommand" "calibrate, validate" $PLAN
-refused "--schedule unknown" "is not gpipe, 1f1b, interleaved, async, naive, 1f1b-split, zb-h1, zb-h2 or zb-v" \
+refused "--schedule unknown" "is not gpipe, 1f1b, interleaved, async, naive, 1f1b-split, zb-h1, zb-h2, zb-v or dualpipev" \
   $TRAIN $TINY --layers 2 --pp 2 --steps 1 --schedule zigzag
 if run "train --help" 0 $TRAIN --help; then
   for name in gpipe 1f1b interleaved async naive; do

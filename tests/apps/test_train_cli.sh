@@ -110,8 +110,10 @@ refused "interleaved layers % (pp x v)" 'layers 6 are not divisible by pp 2 x vi
   $M --layers 6 --dp 1 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2
 refused "interleaved m % pp" 'micro-batches 3 must be a multiple of pp 2.*--microbatches 4' \
   $M --layers 4 --dp 1 --pp 2 --microbatches 3 --schedule interleaved
-refused "unknown schedule" "--schedule: 'zigzag' is not gpipe, 1f1b, interleaved, async, naive, 1f1b-split, zb-h1, zb-h2 or zb-v" \
+refused "unknown schedule" "--schedule: 'zigzag' is not gpipe, 1f1b, interleaved, async, naive, 1f1b-split, zb-h1, zb-h2, zb-v or dualpipev" \
   $M --layers 2 --dp 1 --pp 2 --schedule zigzag
+refused "dualpipev m < 2 pp" 'the dualpipev schedule needs micro-batches >= 2 pp .pp 2: at least 4, got 3.' \
+  $M --layers 4 --dp 1 --pp 2 --microbatches 3 --schedule dualpipev
 refused "stashing without async" '--weight-stashing needs --schedule async' \
   $M --layers 2 --dp 1 --pp 2 --weight-stashing
 refused "layer costs count" '--layer-costs: 2 costs for 4 layers' $M --layers 4 --dp 1 --pp 2 --layer-costs 1,2
@@ -165,7 +167,7 @@ assert m["zero"] == {"stage": 0, "padded_elements": 29664, "padding": 0,
 p = m["peak_bytes_per_rank"]
 assert [r["rank"] for r in p] == [0, 1], p
 for r in p:
-    assert set(r) == {"rank", "params", "grads", "optimizer", "activations", "comm", "other"}, r
+    assert set(r) == {"rank", "params", "grads", "optimizer", "activations", "comm", "other", "ckpt"}, r
     assert r["params"] == 4 * 29664, r
 assert "check" not in m
 EOF

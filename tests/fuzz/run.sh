@@ -1,7 +1,7 @@
 #!/bin/sh
 # Short libFuzzer runs (clang -fsanitize=fuzzer,address,undefined) of the size parser, the apps'
-# list and number parsers, the safetensors reader, the checkpoint manifest's reader and the
-# pipeline schedule file reader, each for SECONDS (default 20), starting
+# list and number parsers, the safetensors reader, the checkpoint manifest's reader, the
+# pipeline schedule file reader and --inject-fault's parser, each for SECONDS (default 20), starting
 # from the committed corpus in tests/fuzz/corpus/. A crash stops with the reproducer written to
 # tests/fuzz/corpus/TARGET/ (commit it: `make check` replays the corpus, so it stays a test).
 # Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]   (BUILD_DIR: a configured build, for config.h
@@ -26,7 +26,7 @@ for f in "$src"/lib/*/*.c "$src"/apps/common/cli.c; do
 done
 wait
 status=0
-for t in size list ckpt manifest schedcsv; do
+for t in size list ckpt manifest schedcsv fault; do
   clang $FLAGS -fsanitize=fuzzer $INC "$src/tests/fuzz/fuzz_$t.c" "$out"/*.o $LIBS -o "$out/fuzz_$t"
   mkdir -p "$out/work_$t"
   echo "fuzz: $t for $secs s"

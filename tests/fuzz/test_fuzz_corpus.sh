@@ -9,7 +9,7 @@ fails=0
 # check refuses files a test leaves there)
 out=$(mktemp "${TMPDIR:-/tmp}/test_fuzz_corpus.XXXXXX") || exit 1
 trap 'rm -f "$out"' EXIT
-for t in size list ckpt manifest schedcsv; do
+for t in size list ckpt manifest schedcsv fault; do
   r="$B/tests/fuzz/replay_$t"
   [ -x "$r" ] || { echo "test_fuzz_corpus: $r not found"; exit 1; }
   n=$(ls "$S/tests/fuzz/corpus/$t" | wc -l)

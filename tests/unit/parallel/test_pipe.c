@@ -180,7 +180,7 @@ START_TEST(engine_handoffs)
     check_handoffs(s);
     ck_assert(dl_sched_async(4, 8, 1, &s) == DL_OK);
     check_handoffs(s);
-    /* split backwards; ZB-V's V placement, whose turn (virtual stage p-1 to p) stays on the
+    /* split backwards; ZB-V's and DualPipeV's V placement, whose turn (virtual stage p-1 to p) stays on the
      * last stage and whose first and last virtual stages share stage 0 */
     ck_assert(dl_sched_1f1b_split(4, 6, &s) == DL_OK);
     check_handoffs(s);
@@ -191,6 +191,8 @@ START_TEST(engine_handoffs)
     ck_assert(dl_sched_zb_v(4, 8, &s) == DL_OK);
     check_handoffs(s);
     ck_assert(dl_sched_zb_v(2, 3, &s) == DL_OK);
+    check_handoffs(s);
+    ck_assert(dl_sched_dualpipev(3, 7, &s) == DL_OK);
     check_handoffs(s);
 }
 END_TEST
@@ -348,6 +350,20 @@ START_TEST(zb_compose_f64)
         o.model.tie = 1;
         equals_one_rank(o);
     }
+}
+END_TEST
+
+/* DualPipeV (the V of ZB-V, m >= 2p): pp 2 with dp 2 and with ZeRO-1, pp 4 (8 layers) */
+START_TEST(dualpipev_f64)
+{
+    dl_train_opts o = base(2, 4, DL_SCHED_DUALPIPEV, DL_F64);
+    o.layout.dp = 2;
+    equals_one_rank(o);
+    o.zero.stage = 1;
+    equals_one_rank(o);
+    o = base(4, 8, DL_SCHED_DUALPIPEV, DL_F64);
+    o.model.layers = 8;
+    equals_one_rank(o);
 }
 END_TEST
 
@@ -568,6 +584,7 @@ int main(void)
     tcase_add_test(tc, pp_tied_f64);
     tcase_add_loop_test(tc, zb_f64, 0, DL_TEST_SMALL ? 3 : NZB);
     tcase_add_test(tc, zb_compose_f64);
+    tcase_add_test(tc, dualpipev_f64);
     tcase_add_test(tc, controls);
     tcase_add_test(tc, pp_zero3_f64);
     tcase_add_test(tc, pp_bf16_same_as_dp);

@@ -647,11 +647,75 @@ static dl_sched *csv_ok(const char *text, int letters, char *note, size_t cap)
                           dl_errmsg(), want_[w_]);                                                 \
     } while (0)
 
+/* DualPipeV, checked without the validator's help: the V placement; on every stage each (chunk,
+ * micro-batch) has one F, one I and one W, I after F and W after I; the activation slots counted
+ * along each stage (F takes one, W frees it) stay within the limit 2p + 1 and reach it (so a limit
+ * of 2p is refused: the negative control); then the validator passes it, and at F = I = W its
+ * simulated bubble is at most ZB-H1's at the same costs per whole stage (a chunk half a stage's
+ * work) and at most the DualPipe paper's (p-1)(F + 2B - W) (its F&B = F + B + W unoverlapped). */
+START_TEST(t_dualpipev)
+{
+    const int ms[] = {0, 1, 2, 8}; /* m = 2p + these */
+    for (int p = 2; p <= 4; p++)
+        for (int k = 0; k < 4; k++) {
+            int m = 2 * p + ms[k], cnt[4][2][64] = {{{0}}}; /* [F, I, W, -][chunk][mb] */
+            dl_sched *s, *h;
+            ck_assert_int_eq(dl_sched_dualpipev(p, m, &s), DL_OK);
+            ck_assert_int_eq(s->v, 2);
+            for (int q = 0; q < p; q++) {
+                ck_assert_int_eq(s->vstage[2 * q], q);
+                ck_assert_int_eq(s->vstage[2 * q + 1], 2 * p - 1 - q);
+                ck_assert_int_eq(s->mem_limit[q], 2 * p + 1);
+                memset(cnt, 0, sizeof cnt);
+                int held = 0, peak = 0;
+                for (int i = 0; i < s->len[q] - 1; i++) {
+                    const dl_sched_action *a = &s->act[q][i];
+                    int r = a->op == DL_SCHED_F ? 0 : a->op == DL_SCHED_I ? 1 : 2;
+                    ck_assert(a->op == DL_SCHED_F || a->op == DL_SCHED_I || a->op == DL_SCHED_W);
+                    ck_assert(r == 0 || cnt[r - 1][a->chunk][a->mb] == 1); /* in F, I, W order */
+                    cnt[r][a->chunk][a->mb]++;
+                    held += r == 0 ? 1 : r == 2 ? -1 : 0;
+                    peak = held > peak ? held : peak;
+                }
+                ck_assert_int_eq(s->act[q][s->len[q] - 1].op, DL_SCHED_OPT);
+                ck_assert_int_eq(s->len[q], 6 * m + 1);
+                for (int r = 0; r < 3; r++)
+                    for (int c = 0; c < 2; c++)
+                        for (int j = 0; j < m; j++) ck_assert_int_eq(cnt[r][c][j], 1);
+                ck_assert_int_eq(peak, 2 * p + 1);
+            }
+            ck_assert_int_eq(dl_sched_validate(s), DL_OK);
+            dl_sched_costs c = fbw(1, 1, 1), c2 = fbw(2, 2, 2);
+            ck_assert_int_eq(dl_sched_zb_h1(p, m, &h), DL_OK);
+            dl_sched_sim *sv = sim_of(s, &c), *sh = sim_of(h, &c2);
+            ck_assert_msg(sv->bubble_total <= sh->bubble_total + 1e-12, "p %d m %d: %g > %g", p, m,
+                          sv->bubble_total, sh->bubble_total);
+            double t = (p - 1) * (1 + 2 - 1.0), theory = t / (2 * m * 3 + t);
+            ck_near(dl_sched_bubble_theory(s, 1, 1, 1), theory, 1e-12);
+            ck_assert(sv->bubble_total <= theory + 1e-12);
+            for (int q = 0; q < p; q++) ck_assert_int_eq(sv->peak_act[q], 2 * p + 1);
+            dl_sched_sim_free(sv), dl_sched_sim_free(sh), dl_sched_free(h);
+            for (int q = 0; q < p; q++) s->mem_limit[q] = 2 * p;
+            ck_assert_int_eq(dl_sched_validate(s), DL_EINVAL);
+            ck_assert_msg(strstr(dl_errmsg(), "limit") != NULL, "%s", dl_errmsg());
+            dl_sched_free(s);
+        }
+    dl_sched *s = NULL;
+    ck_assert_int_eq(dl_sched_dualpipev(3, 5, &s), DL_EINVAL);
+    ck_assert_msg(strstr(dl_errmsg(), "dualpipev") && strstr(dl_errmsg(), "m >= 6"), "%s",
+                  dl_errmsg());
+    ck_assert_int_eq(dl_sched_dualpipev(1, 4, &s), DL_EINVAL);
+    dl_sched_kind kd;
+    ck_assert_int_eq(dl_sched_kind_parse("dualpipev", &kd), DL_OK);
+    ck_assert_int_eq(kd, DL_SCHED_DUALPIPEV);
+}
+END_TEST
+
 /* Every flush schedule written and read back is the same schedule (actions, placement); the text
  * of ZB-V p 2 starts as the form says: stage numbers are global (rank 0 holds 0 and 3). */
 START_TEST(t_csv_round_trip)
 {
-    dl_sched *all[8];
+    dl_sched *all[9];
     int n = 0;
     ck_assert_int_eq(dl_sched_gpipe(3, 4, &all[n++]), DL_OK);
     ck_assert_int_eq(dl_sched_1f1b(4, 8, &all[n++]), DL_OK);
@@ -660,6 +724,7 @@ START_TEST(t_csv_round_trip)
     ck_assert_int_eq(dl_sched_zb_h1(4, 8, &all[n++]), DL_OK);
     ck_assert_int_eq(dl_sched_zb_h2(3, 6, &all[n++]), DL_OK);
     ck_assert_int_eq(dl_sched_zb_v(4, 8, &all[n++]), DL_OK);
+    ck_assert_int_eq(dl_sched_dualpipev(3, 7, &all[n++]), DL_OK);
     ck_assert_int_eq(dl_sched_zb_v(2, 2, &all[n++]), DL_OK);
     for (int i = 0; i < n; i++) {
         char *text = NULL;
@@ -909,6 +974,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, t_validator);
     tcase_add_test(tc, t_split_backward);
     tcase_add_test(tc, t_zero_bubble);
+    tcase_add_test(tc, t_dualpipev);
     tcase_add_test(tc, t_placement);
     tcase_add_test(tc, t_csv_round_trip);
     tcase_add_test(tc, t_csv_letters);
