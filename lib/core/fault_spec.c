@@ -71,6 +71,11 @@ int dl__fault_parse(const char *s, dl__fault *f)
     memset(f, 0, sizeof *f);
     int seen[3] = {0, 0, 0};
     const char *p = s ? s : "";
+    /* the messages below quote the text: keep them one line */
+    for (const char *q = p; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            return dl_error(DL_EINVAL, "--inject-fault: a control character (byte %d) at offset %d",
+                            (unsigned char)*q, (int)(q - p));
     while (*p) {
         const char *end = strchr(p, ','), *eq;
         size_t len = end ? (size_t)(end - p) : strlen(p);
