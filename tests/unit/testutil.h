@@ -362,4 +362,20 @@ static inline dl__test_hook tu_skip_hook(dl_purpose p, int n)
     return h;
 }
 
+/* Full-state checkpoint tests: 1 when b's steps from b's first run step and its final parameters equal a's, bit for bit */
+static inline int tu_same_bits(const dl_train_result *a, const dl_train_result *b, char *why,
+                               size_t wn)
+{
+    if (a->nsteps != b->nsteps)
+        return snprintf(why, wn, "%d steps against %d", b->nsteps, a->nsteps), 0;
+    for (int i = b->ckpt.resumed_from; i < a->nsteps; i++)
+        if (memcmp(&a->steps[i].loss, &b->steps[i].loss, sizeof(double)) != 0)
+            return snprintf(why, wn, "step %d: loss %.17g against %.17g", i + 1, b->steps[i].loss,
+                            a->steps[i].loss),
+                   0;
+    if (memcmp(a->output.params, b->output.params, sizeof(double) * (size_t)a->nparams) != 0)
+        return snprintf(why, wn, "the final parameters differ"), 0;
+    return 1;
+}
+
 #endif

@@ -59,20 +59,6 @@ static dl_train_opts tiny(const char *dir, int steps)
     return o;
 }
 
-/* 1 when b's steps from its first run step and its final parameters equal a's, bit for bit */
-static int same_bits(const dl_train_result *a, const dl_train_result *b, char *why, size_t wn)
-{
-    if (a->nsteps != b->nsteps)
-        return snprintf(why, wn, "%d steps against %d", b->nsteps, a->nsteps), 0;
-    for (int i = b->ckpt.resumed_from; i < a->nsteps; i++)
-        if (memcmp(&a->steps[i].loss, &b->steps[i].loss, sizeof(double)) != 0)
-            return snprintf(why, wn, "step %d: loss %.17g against %.17g", i + 1, b->steps[i].loss,
-                            a->steps[i].loss),
-                   0;
-    if (memcmp(a->output.params, b->output.params, sizeof(double) * (size_t)a->nparams) != 0)
-        return snprintf(why, wn, "the final parameters differ"), 0;
-    return 1;
-}
 
 static char *slurp(const char *p, size_t *n)
 {
@@ -156,8 +142,8 @@ START_TEST(async_equals_sync)
     r.ckpt.resume = a2;
     ck_assert_msg(dl_train_run(&r, &b) == DL_OK, "resume: %s", dl_errmsg());
     ck_assert_int_eq(b.ckpt.resumed_from, 2);
-    ck_assert_msg(same_bits(&a, &b, why, sizeof why), "resumed from the async save: %s", why);
-    ck_assert_msg(same_bits(&s, &b, why, sizeof why), "the sync run: %s", why);
+    ck_assert_msg(tu_same_bits(&a, &b, why, sizeof why), "resumed from the async save: %s", why);
+    ck_assert_msg(tu_same_bits(&s, &b, why, sizeof why), "the sync run: %s", why);
     dl_train_result_free(&a), dl_train_result_free(&s), dl_train_result_free(&b);
     rmroot();
 }
@@ -206,8 +192,8 @@ START_TEST(disk_full)
     dl_train_opts q = p;
     q.ckpt.dir = NULL;
     ck_assert_msg(dl_train_run(&q, &u) == DL_OK, "%s", dl_errmsg());
-    ck_assert_msg(same_bits(&u, &b, why, sizeof why), "%s", why);
-    ck_assert_msg(same_bits(&u, &a, why, sizeof why), "the run that went on: %s", why);
+    ck_assert_msg(tu_same_bits(&u, &b, why, sizeof why), "%s", why);
+    ck_assert_msg(tu_same_bits(&u, &a, why, sizeof why), "the run that went on: %s", why);
     dl_train_result_free(&a), dl_train_result_free(&s), dl_train_result_free(&b);
     dl_train_result_free(&u);
     rmroot();
@@ -254,7 +240,7 @@ static void latest_resumes(const dl_train_opts *o, const char *dir, const dl_tra
     r.ckpt.dir = NULL; /* the resume saves nothing (fsyncs are slow) */
     dl_train_result b;
     ck_assert_msg(dl_train_run(&r, &b) == DL_OK, "%s: resume: %s", what, dl_errmsg());
-    ck_assert_msg(same_bits(u, &b, why, sizeof why), "%s: %s", what, why);
+    ck_assert_msg(tu_same_bits(u, &b, why, sizeof why), "%s: %s", what, why);
     *step = b.ckpt.resumed_from;
     dl_train_result_free(&b);
 }

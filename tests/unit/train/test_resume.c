@@ -57,20 +57,6 @@ static dl_train_opts tiny(int dp, int tp, int pp, dl_dtype dt, const char *dir)
     return o;
 }
 
-/* 1 when b's steps from b's first run step and its final parameters equal a's, bit for bit */
-static int same_bits(const dl_train_result *a, const dl_train_result *b, char *why, size_t wn)
-{
-    if (a->nsteps != b->nsteps)
-        return snprintf(why, wn, "%d steps against %d", b->nsteps, a->nsteps), 0;
-    for (int i = b->ckpt.resumed_from; i < a->nsteps; i++)
-        if (memcmp(&a->steps[i].loss, &b->steps[i].loss, sizeof(double)) != 0)
-            return snprintf(why, wn, "step %d: loss %.17g against %.17g", i + 1, b->steps[i].loss,
-                            a->steps[i].loss),
-                   0;
-    if (memcmp(a->output.params, b->output.params, sizeof(double) * (size_t)a->nparams) != 0)
-        return snprintf(why, wn, "the final parameters differ"), 0;
-    return 1;
-}
 
 /* The uninterrupted run (saving at 2 and 4) and the run resumed from step 2: the same bits; the
  * same resume without the moments (the control): different bits. */
@@ -89,14 +75,14 @@ static void resume_case(dl_train_opts o, const char *what)
     r.ckpt.resume = from;
     ck_assert_msg(dl_train_run(&r, &b) == DL_OK, "%s: resume: %s", what, dl_errmsg());
     ck_assert_int_eq(b.ckpt.resumed_from, 2);
-    ck_assert_msg(same_bits(&a, &b, why, sizeof why), "%s: resumed: %s", what, why);
+    ck_assert_msg(tu_same_bits(&a, &b, why, sizeof why), "%s: resumed: %s", what, why);
     dl__test_hook h = {0};
     h.ckpt_skip_moments = 1;
     dl__test_hook_set(&h);
     int rc = dl_train_run(&r, &c);
     dl__test_hook_set(NULL);
     ck_assert_msg(rc == DL_OK, "%s: control: %s", what, dl_errmsg());
-    ck_assert_msg(!same_bits(&a, &c, why, sizeof why), "%s: a resume without the moments passed",
+    ck_assert_msg(!tu_same_bits(&a, &c, why, sizeof why), "%s: a resume without the moments passed",
                   what);
     dl_train_result_free(&a), dl_train_result_free(&b), dl_train_result_free(&c);
     rmroot();
@@ -222,7 +208,7 @@ START_TEST(crash_during_save)
     dl_train_opts u = o;
     u.ckpt.dir = NULL;
     ck_assert_msg(dl_train_run(&u, &a) == DL_OK, "%s", dl_errmsg());
-    ck_assert_msg(same_bits(&a, &b, why, sizeof why), "%s", why);
+    ck_assert_msg(tu_same_bits(&a, &b, why, sizeof why), "%s", why);
     dl_train_result_free(&a), dl_train_result_free(&b);
     rmroot();
 }
@@ -262,7 +248,7 @@ START_TEST(stop_request)
     p.ckpt.resume = NULL;
     p.ckpt.dir = NULL;
     ck_assert_msg(dl_train_run(&p, &u) == DL_OK, "%s", dl_errmsg());
-    ck_assert_msg(same_bits(&u, &b, why, sizeof why), "%s", why);
+    ck_assert_msg(tu_same_bits(&u, &b, why, sizeof why), "%s", why);
     dl_train_result_free(&a), dl_train_result_free(&b), dl_train_result_free(&u);
     rmroot();
 }
