@@ -138,7 +138,12 @@ static void put_le64(unsigned char *b, uint64_t v)
 
 static dl_gpt_config cfg_make(int vocab, int seq, int layers, int d_model, int heads, int tie)
 {
-    dl_gpt_config c = {vocab, seq, layers, d_model, heads, tie};
+    dl_gpt_config c = {.vocab = vocab,
+                       .seq = seq,
+                       .layers = layers,
+                       .d_model = d_model,
+                       .heads = heads,
+                       .tie = tie};
     return c;
 }
 

@@ -87,7 +87,15 @@ static int fd_rank(dl_ctx *x, void *arg)
     int rank = dl_ctx_rank(x), tp = fr->tp;
     fd_state s = {.k = fr->kind, .N = (size_t)MB * T};
     dl_sub_ctx *c = &s.c;
-    c->d = (dl_sub_dims){MB, MB, T, C, C / tp, 4 * C / tp, H / tp, C / H, tp};
+    c->d = (dl_sub_dims){.MB = MB,
+                         .B = MB,
+                         .T = T,
+                         .C = C,
+                         .Cl = C / tp,
+                         .Fl = 4 * C / tp,
+                         .NHl = H / tp,
+                         .HS = C / H,
+                         .tp = tp}; /* dense: no experts */
     c->tp_comm = tp > 1 ? dl_ctx_comm(x) : NULL;
     size_t N = s.N, na = s.k->act_elems(&c->d), ns = s.k->stash_elems(&c->d);
     void *w[8], *dw[8];
@@ -353,7 +361,8 @@ START_TEST(stash_accounted)
         dl_gpt_destroy(g);
         dl_arena_destroy(a);
     }
-    dl_sub_dims dims = {MB, MB, T, C, C, 4 * C, H, C / H, 1};
+    dl_sub_dims dims =
+        {.MB = MB, .B = MB, .T = T, .C = C, .Cl = C, .Fl = 4 * C, .NHl = H, .HS = C / H, .tp = 1};
     size_t NC = (size_t)MB * T * C, per_layer = 0;
     const dl_sublayer_kind *k[DL_SUB_MAX];
     int ns = dl__layer_sublayers(&cfg, 0, k);
