@@ -53,6 +53,12 @@ typedef struct dl_moe_stats {
     uint64_t a2a_ns; /* of dispatch and combine, the time inside the all-to-alls (the transfer
                       * and the wait for the other ranks) */
     double expert_flop;
+    /* split_wait (set by a benchmark; kept by dl_gpt_moe_reset): each forward all-to-all is
+     * preceded by a barrier of the ep group, timed into peer_wait_ns and kept out of the phases
+     * and a2a_ns, which are then the exchanges' own transfer: the wait for the other ranks
+     * (the load imbalance) apart from what dispatch and combine cost */
+    int split_wait;
+    uint64_t peer_wait_ns;
 } dl_moe_stats;
 
 /* One call of one sublayer of one layer, for one micro-batch. Pointers are to the compute type
