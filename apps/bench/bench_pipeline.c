@@ -188,7 +188,7 @@ static void usage(FILE *f)
 "wall = the step from the first stage's start to the last stage's end, as the simulator\n"
 "charges every stage; median over the steps after the first) per stage and in total\n"
 "(1 - sum busy / (p x step)), the same from the trace (union of its forward and backward events),\n"
-"the lecture's (p-1)/(v m + p-1), the simulator's (costs fwd, bwd),\n"
+"the lecture's (p-1)/(v m + p-1), the simulator's (costs fwd, bwd) in total and per stage,\n"
 "the engine's own time per action, and the peak activation slots each stage holds (simulator;\n"
 "the arena's activation bytes with --work model). Ranks exceeding the cores are flagged.\n"
 "Then an engine overhead microbenchmark: 1F1B on p <= cores stages, forward and backward doing\n"
@@ -831,8 +831,9 @@ static void join(char *buf, size_t cap, const double *v, int n, double scale, co
     for (int i = 0; i < n && k < cap; i++) {
         if (i)
             k += (size_t)snprintf(buf + k, cap - k, "/");
-        if (k < cap)
-            k += (size_t)snprintf(buf + k, cap - k, fmt, v[i] * scale);
+        if (k < cap) /* '-': not measured, or no limit */
+            k += isfinite(v[i]) ? (size_t)snprintf(buf + k, cap - k, fmt, v[i] * scale)
+                                : (size_t)snprintf(buf + k, cap - k, "-");
     }
 }
 
@@ -857,13 +858,17 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         li[s] = o->limit[s] > 0 ? o->limit[s] : NAN;
     }
     const char *name = dl_sched_kind_name((dl_sched_kind)o->sched);
-    char sb[MAXP * 8], pa[MAXP * 6], am[MAXP * 10], as[MAXP * 6], ls[MAXP * 6];
+    char sb[MAXP * 8], ss[MAXP * 8], pa[MAXP * 6], am[MAXP * 10], as[MAXP * 6], ls[MAXP * 6];
     join(sb, sizeof sb, o->stage_bubble, o->p, 100, "%.1f");
+    join(ss, sizeof ss, o->sim_stage, o->p, 100, "%.1f");
     join(pa, sizeof pa, pk, o->p, 1, "%.0f");
     join(am, sizeof am, o->act_mib, o->p, 1, "%.2f");
     join(as, sizeof as, ar, o->p, 1, "%.0f");
     join(ls, sizeof ls, li, o->p, 1, "%.0f");
     double dpp = 100 * (o->bubble - o->formula);
+    char tr[16] = "-"; /* the trace's bubble: none with --work model */
+    if (isfinite(o->bubble_trace))
+        snprintf(tr, sizeof tr, "%.1f", 100 * o->bubble_trace);
     if (c->o.json) {
         bu_json_begin(f, "pipeline", "row");
         bu_json_str(f, "row_kind", "config");
@@ -898,10 +903,10 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                 c->work == WORK_MODEL ? am : "", 100 * o->theory, as, ls);
     } else {
         fprintf(f,
-                "  %-11s %3d %2d %4d %9.2f %7.1f %7.1f %8.1f %7.1f %6.1f %+6.1f %9.2f  %-20s %-12s "
-                "%-12s %s%s%s%s\n",
-                name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, 100 * o->bubble_trace,
-                100 * o->formula, 100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, pa, as, ls,
+                "  %-11s %3d %2d %4d %9.2f %7.1f %7s %8.1f %7.1f %6.1f %+6.1f %9.2f  %-20s %-20s "
+                "%-12s %-12s %s%s%s%s\n",
+                name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, tr, 100 * o->formula,
+                100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, ss, pa, as, ls,
                 c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
                 o->over ? "  (oversubscribed)" : "");
     }
@@ -1031,10 +1036,11 @@ int bench_pipeline_main(int argc, char **argv)
                        "arena_act_slots,act_slot_limit\n");
         else
             fprintf(f,
-                    "# %-11s %3s %2s %4s %9s %7s %7s %8s %7s %6s %6s %9s  %-20s %-12s %-12s %s\n",
+                    "# %-11s %3s %2s %4s %9s %7s %7s %8s %7s %6s %6s %9s  %-20s %-20s %-12s %-12s "
+                    "%s\n",
                     "schedule", "p", "v", "m", "step ms", "bubble%", "trace%", "lecture%",
-                    "theory%", "sim%", "d(pp)", "engine us", "stage bubble%", "slots (sim)",
-                    "(arena)", "(limit)");
+                    "theory%", "sim%", "d(pp)", "engine us", "stage bubble%", "(sim)",
+                    "slots (sim)", "(arena)", "(limit)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
     double worst_dpp = 0;
