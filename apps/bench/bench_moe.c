@@ -155,7 +155,7 @@ static int plots(const mcfg *c, const row *rows, const dl_train_result *heat)
 
 typedef struct phase_run {
     const mcfg *c;
-    double router, dispatch, expert, combine, flop, a2a, wait; /* summed over ranks, layers */
+    double norm, router, dispatch, expert, combine, flop, a2a, wait; /* over ranks, layers */
     double dense_s, dense_flop;
 } phase_run;
 
@@ -224,15 +224,15 @@ static int phase_rank(dl_ctx *x, void *arg)
     double rows = 0;
     for (int i = 0; rc == DL_OK && i < dl_gpt_moe_layers(g); i++) {
         const dl_moe_stats *s = dl_gpt_moe_stats(g, i);
-        double me[7] = {s->router_ns / 1e9,   s->dispatch_ns / 1e9, s->expert_ns / 1e9,
-                        s->combine_ns / 1e9,  s->expert_flop,       s->a2a_ns / 1e9,
-                        s->peer_wait_ns / 1e9};
+        double me[8] = {s->router_ns / 1e9,    s->dispatch_ns / 1e9, s->expert_ns / 1e9,
+                        s->combine_ns / 1e9,   s->expert_flop,       s->a2a_ns / 1e9,
+                        s->peer_wait_ns / 1e9, s->norm_ns / 1e9};
         rows += s->expert_flop / (4.0 * c->d_model * 4 * c->d_model) / reps;
-        if ((rc = dl_allreduce(dl_ctx_comm(x), me, me, 7, DL_F64, DL_SUM, DL_PURPOSE_OTHER)))
+        if ((rc = dl_allreduce(dl_ctx_comm(x), me, me, 8, DL_F64, DL_SUM, DL_PURPOSE_OTHER)))
             break;
         if (dl_ctx_rank(x) == 0)
             p->router += me[0], p->dispatch += me[1], p->expert += me[2], p->combine += me[3],
-                p->flop += me[4], p->a2a += me[5], p->wait += me[6];
+                p->flop += me[4], p->a2a += me[5], p->wait += me[6], p->norm += me[7];
     }
     /* the dense kernels on this rank's expert rows, all ranks at once as the experts ran */
     double d[2] = {0, 0};
@@ -265,14 +265,15 @@ static int phases(const mcfg *c)
         cli_error("moe: %s", dl_errmsg());
         return -1;
     }
-    double rdc = p.router + p.dispatch + p.combine, all = rdc + p.expert + p.wait;
+    double rdc = p.router + p.dispatch + p.combine, all = p.norm + rdc + p.expert + p.wait;
     double er = p.flop / p.expert / 1e9, dr = p.dense_flop / p.dense_s / 1e9;
-    printf("MoE layer forward at dp %d x ep %d (f32, C 1, summed over ranks and layers): router "
-           "%.1f%%, dispatch %.1f%%, experts %.1f%%, combine %.1f%% (of which the all-to-alls' "
+    printf("MoE layer forward at dp %d x ep %d (f32, C 1, summed over ranks and layers): ln_2 "
+           "%.1f%% (as the dense MLP's), router %.1f%%, dispatch %.1f%%, experts %.1f%%, combine "
+           "%.1f%% (of which the all-to-alls' "
            "transfers %.1f%%), waiting for the other ranks at the all-to-alls %.1f%% (the ranks' "
            "load imbalance: a barrier before each all-to-all times it apart)\n",
-           c->dp, c->ep, 100 * p.router / all, 100 * p.dispatch / all, 100 * p.expert / all,
-           100 * p.combine / all, 100 * p.a2a / all, 100 * p.wait / all);
+           c->dp, c->ep, 100 * p.norm / all, 100 * p.router / all, 100 * p.dispatch / all,
+           100 * p.expert / all, 100 * p.combine / all, 100 * p.a2a / all, 100 * p.wait / all);
     printf("router+dispatch+combine: %.1f%% of the layer (goal < 10%%), %.1f%% with the waits for "
            "the other ranks\n",
            100 * rdc / all, 100 * (rdc + p.wait) / all);

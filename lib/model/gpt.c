@@ -561,7 +561,7 @@ void dl_gpt_moe_reset(dl_gpt *g)
         memset(s->routed, 0, sizeof(int64_t) * (size_t)s->E);
         memset(s->dropped, 0, sizeof(int64_t) * (size_t)s->E);
         s->seqs = 0, s->aux = s->z = 0, s->hash = 0, s->a2a_bytes = 0, s->combine_wait_ns = 0;
-        s->router_ns = s->dispatch_ns = s->expert_ns = s->combine_ns = s->a2a_ns = 0;
+        s->norm_ns = s->router_ns = s->dispatch_ns = s->expert_ns = s->combine_ns = s->a2a_ns = 0;
         s->expert_flop = 0, s->peer_wait_ns = 0;
     }
 }

@@ -58,8 +58,9 @@ static REAL FN(moe_softmax_)(REAL *l, int E)
 {
     REAL m = l[0], s = 0;
     for (int e = 1; e < E; e++) m = l[e] > m ? l[e] : m;
-    for (int e = 0; e < E; e++) s += (REAL)exp((double)(l[e] - m));
-    for (int e = 0; e < E; e++) l[e] = (REAL)exp((double)(l[e] - m)) / s;
+    for (int e = 0; e < E; e++) /* each exp once: the routing's largest cost was these */
+        s += l[e] = (REAL)exp((double)(l[e] - m));
+    for (int e = 0; e < E; e++) l[e] /= s;
     return m + (REAL)log((double)s);
 }
 
@@ -274,6 +275,7 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
     if (!tmp)
         return dl_error(DL_ENOMEM, "moe: out of memory");
     OP(dl_layernorm_fwd_)(v.ln, v.mean, v.rstd, x, w[MO_LN_W], w[MO_LN_B], N, C);
+    FN(moe_lap_)(c, &st->norm_ns, &t0);
     OP(dl_linear_fwd_)(v.p, v.ln, w[MO_ROUTER], NULL, N, C, E); /* logits, softmax in place */
     FN(moe_route_)(c, &v, tmp);
     FN(moe_rows_)(d, &v, tmp);

@@ -46,10 +46,11 @@ typedef struct dl_moe_stats {
     uint64_t hash;
     double a2a_bytes;
     uint64_t combine_wait_ns; /* time in the combine's all-to-all (waiting for the experts) */
-    /* the forwards' time by phase: ln_2, router and routing; dispatch (rows, counts, exchange,
+    /* the forwards' time by phase: ln_2 (the norm the dense MLP has too); the router and
+     * routing; dispatch (rows, counts, exchange,
      * permutation); the experts (GEMMs and GeLU; expert_flop their GEMMs' flops); combine
      * (permutation, exchange, gated sum) */
-    uint64_t router_ns, dispatch_ns, expert_ns, combine_ns;
+    uint64_t norm_ns, router_ns, dispatch_ns, expert_ns, combine_ns;
     uint64_t a2a_ns; /* of dispatch and combine, the time inside the all-to-alls (the transfer
                       * and the wait for the other ranks) */
     double expert_flop;
