@@ -43,6 +43,9 @@ if run "03" 0 03 --check; then
   # beyond the lecture: the zero-bubble grids with W in capitals and the papers' formulas
   has_re 03 "GPU 4  ···0a1b2c3dA4eB5fC6gD7hEFGH"
   has_re 03 "^MATCH .*zb-h1 (m = 8), simulated *11.1% .*paper (p-1)(F+B-W): 11.1%"
+  # DualPipeV: its grid, and its paper formula shown as the bound it is (no verdict)
+  has_re 03 "GPU 4  ···001122334aA4aA5bB5bB6cC6cC7dD7deeffgghhDEEFFGGHH"
+  has_re 03 "^  .*dualpipev (m = 8), simulated *5.9% .*a bound: 11.1%"
   has_re 03 "0-1, 2-5, 6-9, 10-11: 4 / 4 / 4 / 5, max 5"
   # code 03 part 2: the 8-layer MLP in 4 stages through the pipeline engine (GPipe m = 1 / 4 / 8,
   # 1F1B m = 4 / 8), gradients against the full batch at rounding level (f32 <= 1e-5, f64
