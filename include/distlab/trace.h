@@ -35,6 +35,11 @@ typedef enum dl_trace_kind {
     DL_TR_OTHER = 7,
     DL_TR_WGT = 8, /* a split backward's weight gradient W of (mb, chunk); its input part I
                           * is a DL_TR_BWD. Counted busy as forwards and backwards are */
+    /* a mixture-of-experts layer's forward all-to-alls (chunk: the model layer), the wait for
+     * the other ranks included: the combine's is each rank's idle time while the busiest
+     * experts finish (dl_train_step's combine_wait_ms sums these very intervals) */
+    DL_TR_MOE_DISPATCH = 9,
+    DL_TR_MOE_COMBINE = 10,
     DL_TR_NKINDS
 } dl_trace_kind;
 

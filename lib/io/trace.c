@@ -149,8 +149,10 @@ void dl_trace_set_chunks(dl_trace *t, int v)
 
 const char *dl_trace_kind_name(int kind)
 {
-    static const char *const names[DL_TR_NKINDS] = {"fwd",  "bwd",  "send",  "recv-wait", "opt",
-                                                    "comm", "step", "other", "wgt"};
+    static const char *const names[DL_TR_NKINDS] = {"fwd",          "bwd",        "send",
+                                                    "recv-wait",    "opt",        "comm",
+                                                    "step",         "other",      "wgt",
+                                                    "moe-dispatch", "moe-combine"};
     return kind >= 0 && kind < DL_TR_NKINDS ? names[kind] : "other";
 }
 

@@ -269,7 +269,7 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
     FN(moe_view_) v = FN(moe_view_at_)(c);
     REAL *const *w = (REAL *const *)c->w, *y = R(c->y);
     const REAL *x = c->x;
-    dl_moe_stats dummy, *st = c->moe ? c->moe : &dummy;
+    dl_moe_stats dummy = {0}, *st = c->moe ? c->moe : &dummy;
     uint64_t t0 = dl_now_ns();
     int64_t *tmp = malloc(sizeof(int64_t) * 2 * (size_t)E);
     if (!tmp)
@@ -290,7 +290,9 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
     if ((rc = FN(moe_counts_)(c, &v)) ||
         (rc = FN(moe_exchange_)(c, v.ys, v.cnt_s, v.x2, v.cnt_r, C)))
         return rc;
-    st->a2a_ns += dl_now_ns() - ta;
+    uint64_t tb = dl_now_ns();
+    st->a2a_ns += tb - ta;
+    dl_trace_add(st->tr, st->tr_rank, DL_TR_MOE_DISPATCH, st->tr_step, -1, st->layer, ta, tb);
     FN(moe_permute_)(d, v.cnt_r, v.xe, v.x2, C, 1);
     FN(moe_lap_)(c, &st->dispatch_ns, &t0);
     FN(moe_experts_fwd_)(c, &v);
@@ -300,8 +302,10 @@ static int FN(moe_fwd_)(dl_sub_ctx *c)
         return rc;
     uint64_t tw = dl_now_ns();
     rc = FN(moe_exchange_)(c, v.x2, v.cnt_r, v.ys, v.cnt_s, C); /* the combine */
-    st->combine_wait_ns += dl_now_ns() - tw;
-    st->a2a_ns += dl_now_ns() - tw;
+    uint64_t tx = dl_now_ns();
+    st->combine_wait_ns += tx - tw;
+    st->a2a_ns += tx - tw;
+    dl_trace_add(st->tr, st->tr_rank, DL_TR_MOE_COMBINE, st->tr_step, -1, st->layer, tw, tx);
     if (rc)
         return rc;
     memcpy(y, x, sizeof(REAL) * (size_t)N * C);

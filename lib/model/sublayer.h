@@ -60,6 +60,11 @@ typedef struct dl_moe_stats {
      * (the load imbalance) apart from what dispatch and combine cost */
     int split_wait;
     uint64_t peer_wait_ns;
+    /* the trace of a traced step (NULL: none; set by the trainer each step, kept by
+     * dl_gpt_moe_reset): the forward's all-to-alls as DL_TR_MOE_DISPATCH / _COMBINE events of
+     * rank tr_rank, step tr_step, timed by the clock reads the fields above sum */
+    struct dl_trace *tr;
+    int tr_rank, tr_step;
 } dl_moe_stats;
 
 /* One call of one sublayer of one layer, for one micro-batch. Pointers are to the compute type

@@ -47,6 +47,15 @@ static int ckpt_boundary(tr_env *e, tr_comp *c, tr_saver *sv, int step, int skip
 /* Every step: the runner's forwards and backwards (the modules reducing gradients as they are
  * final), the reductions' end and the loss, the norm, the optimizer (unless the runner updated
  * already), the records, evaluations. */
+
+/* The step's trace (or NULL) for the MoE layers' all-to-all events. */
+static void moe_trace(dl_gpt *g, dl_trace *tr, int rank, int step)
+{
+    for (int i = 0; i < dl_gpt_moe_layers(g); i++) {
+        dl_moe_stats *ms = dl_gpt_moe_stats(g, i);
+        ms->tr = tr, ms->tr_rank = rank, ms->tr_step = step;
+    }
+}
 static int train_steps(tr_env *e, tr_comp *c)
 {
     tr_run *R = e->R;
@@ -79,8 +88,10 @@ static int train_steps(tr_env *e, tr_comp *c)
         tr_step_rec r = {.val = NAN,
                          .lr = tr_lr_at(o->optim.lr, o->optim.min_lr, o->optim.warmup,
                                         o->optim.steps, step)};
+        moe_trace(e->g, e->tr, rank, step);
         if ((rc = tr_begin(c)) || (rc = tr_fwd_bwd(c, &r.loss)))
             break;
+        moe_trace(e->g, NULL, rank, step); /* evaluations' forwards are not the step's */
         uint64_t c0 = dl_now_ns();
         if ((rc = tr_reduce(c)) || (rc = tr_reduce_loss(c, &r.loss)))
             break;

@@ -120,6 +120,34 @@ START_TEST(routing_negative_control)
 }
 END_TEST
 
+/* Each rank's wait at the combine, as the trace shows it: the sum of its DL_TR_MOE_COMBINE events
+ * in a step is the step record's combine_wait_ms (the same clock reads: summed in integer ns there,
+ * a union of disjoint intervals here, so equal up to the ms conversion's rounding, 1e-15
+ * relative). Controls: the waits are not zero, and the dispatch's events, other intervals, differ. */
+START_TEST(combine_wait_from_trace)
+{
+    dl_train_opts o = moe_opts(2, 2, DL_F64, 2);
+    dl_trace *t;
+    ck_assert_int_eq(dl_trace_create(2, 4096, &t), DL_OK);
+    o.trace.into = t;
+    dl_train_result r;
+    run(&o, &r);
+    for (int s = 1; s <= 2; s++)
+        for (int q = 0; q < 2; q++) {
+            double ns[DL_TR_NKINDS];
+            ck_assert_int_eq(dl_trace_breakdown(t, q, s, ns), DL_OK);
+            double want = r.moe.combine_wait_ms[(size_t)(s - 1) * r.nranks + q] * 1e6;
+            double got = ns[DL_TR_MOE_COMBINE];
+            ck_assert_msg(got > 0 && fabs(got - want) <= 1e-12 * want,
+                          "step %d rank %d: the trace's combines %.0f ns, the record %.0f ns", s, q,
+                          got, want);
+            ck_assert(ns[DL_TR_MOE_DISPATCH] > 0 && ns[DL_TR_MOE_DISPATCH] != want);
+        }
+    dl_train_result_free(&r);
+    dl_trace_destroy(t);
+}
+END_TEST
+
 /* f32: step 1 within the f32 bounds; routing flips (near-ties rounded the other way) counted and
  * reported, not asserted. */
 START_TEST(f32_step1)
@@ -303,6 +331,7 @@ int main(void)
     tcase_add_test(tc, dp4_ep2);
     tcase_add_test(tc, routing_negative_control);
     tcase_add_test(tc, f32_step1);
+    tcase_add_test(tc, combine_wait_from_trace);
     tcase_add_test(tc, zero_tokens);
     tcase_add_test(tc, refusals);
     suite_add_tcase(s, tc);
