@@ -7,7 +7,8 @@
  * (dl_plan_hw_write, the optional calibration keys included).
  *
  * validate predicts distlab-train's step time and model-state memory per rank for local layouts
- * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-2), runs each through dl_train_run
+ * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-3; --moe: a mixture of experts at dp x ep, with its
+ * all-to-all bytes), runs each through dl_train_run
  * for a few steps, and prints predicted vs measured with the error (docs/PLANNER.md,
  * "Calibrated against this machine"). */
 #define _GNU_SOURCE
