@@ -15,13 +15,14 @@
 #include "distlab.h"
 #include "cli.h"
 #include "bench_util.h"
+#include "moe_sweep.h"
 #include "core/arena.h"
 #include "core/strbuf.h"
 #include "model/gpt_priv.h"
 #include "model/ops.h"
 
 typedef struct mcfg {
-    int dp, ep, experts, top_k, steps, layers, d_model, seq, batch;
+    ms_cfg m; /* the sweep's model, layout and run (apps/common/moe_sweep.h) */
     bu_common o;
 } mcfg;
 
@@ -52,61 +53,6 @@ static void usage(FILE *f)
     /* clang-format on */
 }
 
-static const double factors[] = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 0.0};
-enum { NF = sizeof factors / sizeof factors[0] };
-
-typedef struct row {
-    double cap, drop, imb, ms, bytes, wait_ms;
-} row;
-
-static dl_train_opts train_opts(const mcfg *c, double cap)
-{
-    dl_train_opts o;
-    dl_train_opts_init(&o);
-    o.model.layers = c->layers, o.model.d_model = c->d_model, o.model.seq = c->seq;
-    o.model.heads = 4;
-    o.model.experts = c->experts, o.model.top_k = c->top_k, o.model.capacity = cap;
-    o.model.moe_every = 1, o.model.aux_loss = 0.01;
-    o.layout.dp = c->dp, o.layout.ep = c->ep;
-    o.batch.global = c->batch;
-    o.optim.steps = c->steps;
-    o.eval.windows = 1;
-    o.output.log_every = 0;
-    return o;
-}
-
-/* one factor's figures from a run */
-static void summarise(const dl_train_result *r, double cap, row *w)
-{
-    const dl_train_moe_result *m = &r->moe;
-    double routed = 0, dropped = 0, imb = 0, bytes = 0, wait = 0;
-    int E = m->experts, n = 0;
-    for (int s = 0; s < r->nsteps; s++) {
-        for (int i = 0; i < m->layers; i++, n++) {
-            const int64_t *ro = m->routed + ((size_t)s * m->layers + i) * E;
-            const int64_t *dr = m->dropped + ((size_t)s * m->layers + i) * E;
-            double mx = 0, sum = 0;
-            for (int e = 0; e < E; e++) {
-                mx = fmax(mx, (double)ro[e]), sum += (double)ro[e];
-                dropped += (double)dr[e];
-            }
-            routed += sum;
-            imb += sum > 0 ? mx / (sum / E) : 1;
-        }
-        for (int q = 0; q < r->nranks; q++) {
-            bytes += m->a2a_bytes[(size_t)s * r->nranks + q];
-            wait += m->combine_wait_ms[(size_t)s * r->nranks + q];
-        }
-    }
-    double rs = (double)r->nsteps * r->nranks;
-    *w = (row){cap,
-               routed > 0 ? dropped / routed : 0,
-               n ? imb / n : 1,
-               r->speed.ms_per_step,
-               bytes / rs,
-               wait / rs};
-}
-
 /* the heat map's data: tokens routed per expert (rows) over the steps (columns), layer 0 */
 static void heat_data(const dl_train_result *r, dl__strbuf *d)
 {
@@ -132,12 +78,12 @@ static void heat_data(const dl_train_result *r, dl__strbuf *d)
     "set xlabel 'step - 1'\nset ylabel 'expert'\nset cblabel 'tokens'\nset view map\n"             \
     "plot datafile matrix with image notitle\n"
 
-static int plots(const mcfg *c, const row *rows, const dl_train_result *heat)
+static int plots(const mcfg *c, const ms_row *rows, const dl_train_result *heat)
 {
 
     char *dat = NULL, *hd = NULL, file[4096];
     dl__strbuf d = {0}, h = {0};
-    for (int i = 0; i < NF; i++)
+    for (int i = 0; i < MS_NF; i++)
         dl__sb_printf(&d, "%g %.6f %.4f %.3f %.0f %.4f\n", rows[i].cap, rows[i].drop, rows[i].imb,
                       rows[i].ms, rows[i].bytes, rows[i].wait_ms);
     heat_data(heat, &h);
@@ -154,7 +100,7 @@ static int plots(const mcfg *c, const row *rows, const dl_train_result *heat)
 /* ---- the MoE layer's forward by phase, and the dense MLP's kernels on the same shapes ---- */
 
 typedef struct phase_run {
-    const mcfg *c;
+    const ms_cfg *c;
     double norm, router, dispatch, expert, combine, flop, a2a, wait; /* over ranks, layers */
     double dense_s, dense_flop;
 } phase_run;
@@ -188,7 +134,7 @@ static double dense_seconds(int rows, int C, int F, int reps)
 static int phase_rank(dl_ctx *x, void *arg)
 {
     phase_run *p = arg;
-    const mcfg *c = p->c;
+    const ms_cfg *c = p->c;
     dl_gpt_config cfg = {.vocab = 256,
                          .seq = c->seq,
                          .layers = c->layers,
@@ -251,7 +197,7 @@ static int phase_rank(dl_ctx *x, void *arg)
     return rc;
 }
 
-static int phases(const mcfg *c)
+static int phases(const ms_cfg *c)
 {
     phase_run p = {.c = c};
     dl_world_opts w;
@@ -285,7 +231,8 @@ static int phases(const mcfg *c)
 
 int bench_moe_main(int argc, char **argv)
 {
-    mcfg c = {.dp = 2, .ep = 2, .experts = 8, .top_k = 2};
+    mcfg mc = {.m = {.dp = 2, .ep = 2, .experts = 8, .top_k = 2}};
+    ms_cfg *c = &mc.m;
     int quick = 0, opt;
     enum { O_DP = 256, O_EP, O_E, O_K, O_STEPS, O_LAYERS, O_DMODEL, O_SEQ, O_BATCH };
     static const struct option lo[] = {{"dp", required_argument, NULL, O_DP},
@@ -298,62 +245,59 @@ int bench_moe_main(int argc, char **argv)
                                        {"seq", required_argument, NULL, O_SEQ},
                                        {"batch", required_argument, NULL, O_BATCH},
                                        BU_LONGOPTS_END};
-    int *dst[] = {&c.dp,     &c.ep,      &c.experts, &c.top_k, &c.steps,
-                  &c.layers, &c.d_model, &c.seq,     &c.batch};
+    int *dst[] = {&c->dp,     &c->ep,      &c->experts, &c->top_k, &c->steps,
+                  &c->layers, &c->d_model, &c->seq,     &c->batch};
     const char *names[] = {"--dp",     "--ep",      "--experts", "--top-k", "--steps",
                            "--layers", "--d-model", "--seq",     "--batch"};
-    BU_FOR_EACH_OPT(opt, "moe", argc, argv, lo, &c.o, usage)
+    BU_FOR_EACH_OPT(opt, "moe", argc, argv, lo, &mc.o, usage)
     {
         if (opt >= O_DP && opt <= O_BATCH &&
             cli_parse_int(names[opt - O_DP], optarg, 1, 1 << 16, dst[opt - O_DP]))
             return CLI_EXIT_USAGE;
     }
-    if (opt < 0 || (c.o.plot && bu_plot_check(c.o.plot)))
+    if (opt < 0 || (mc.o.plot && bu_plot_check(mc.o.plot)))
         return CLI_EXIT_USAGE;
-    quick = c.o.quick;
-    c.steps = c.steps ? c.steps : quick ? 3 : 6;
-    c.layers = c.layers ? c.layers : 2;
-    c.d_model = c.d_model ? c.d_model : quick ? 32 : 128;
-    c.seq = c.seq ? c.seq : quick ? 32 : 128;
-    c.batch = c.batch ? c.batch : quick ? 8 : 16;
-    dl_train_opts probe = train_opts(&c, 1.0);
-    if (dl_train_resolve(&probe, c.dp)) {
+    quick = mc.o.quick;
+    c->steps = c->steps ? c->steps : quick ? 3 : 6;
+    c->layers = c->layers ? c->layers : 2;
+    c->d_model = c->d_model ? c->d_model : quick ? 32 : 128;
+    c->seq = c->seq ? c->seq : quick ? 32 : 128;
+    c->batch = c->batch ? c->batch : quick ? 8 : 16;
+    dl_train_opts probe = ms_train_opts(c, 1.0);
+    if (dl_train_resolve(&probe, c->dp)) {
         cli_error("moe: %s", dl_errmsg());
         return CLI_EXIT_USAGE;
     }
     printf("distlab-bench moe: dp %d x ep %d, %d experts, top-%d, %d layers of d-model %d, seq "
            "%d, global batch %d, %d steps per factor, f32 (a shared, loaded machine: timings "
            "are indicative)\n",
-           c.dp, c.ep, c.experts, c.top_k, c.layers, c.d_model, c.seq, c.batch, c.steps);
+           c->dp, c->ep, c->experts, c->top_k, c->layers, c->d_model, c->seq, c->batch, c->steps);
     printf("%8s %10s %10s %10s %14s %16s\n", "C", "drop rate", "imbalance", "ms/step",
            "a2a MiB/rank", "idle ms/rank");
-    row rows[NF];
+    ms_row rows[MS_NF];
     dl_train_result heat;
     int have_heat = 0, status = CLI_EXIT_OK;
-    for (int i = 0; i < NF && status == CLI_EXIT_OK; i++) {
-        dl_train_opts o = train_opts(&c, factors[i]);
+    for (int i = 0; i < MS_NF && status == CLI_EXIT_OK; i++) {
         dl_train_result r;
-        if (dl_train_run(&o, &r) != DL_OK) {
-            cli_error("moe: C %g: %s", factors[i], dl_errmsg());
+        if (ms_run(c, ms_factors[i], &rows[i], &r) != DL_OK) {
+            cli_error("moe: C %g: %s", ms_factors[i], dl_errmsg());
             status = CLI_EXIT_FAIL;
             break;
         }
-        summarise(&r, factors[i], &rows[i]);
-        char lab[16] = "no limit";
-        if (factors[i] > 0)
-            snprintf(lab, sizeof lab, "%g", factors[i]);
+        char lab[16];
+        ms_label(ms_factors[i], lab, sizeof lab);
         printf("%8s %10.4f %10.3f %10.2f %14.4f %16.3f\n", lab, rows[i].drop, rows[i].imb,
                rows[i].ms, rows[i].bytes / 1048576.0, rows[i].wait_ms);
-        if (factors[i] == 1.0)
+        if (ms_factors[i] == 1.0)
             heat = r, have_heat = 1;
         else
             dl_train_result_free(&r);
     }
-    if (status == CLI_EXIT_OK && c.o.plot && have_heat && plots(&c, rows, &heat))
+    if (status == CLI_EXIT_OK && mc.o.plot && have_heat && plots(&mc, rows, &heat))
         status = CLI_EXIT_FAIL;
     if (have_heat)
         dl_train_result_free(&heat);
-    if (status == CLI_EXIT_OK && phases(&c))
+    if (status == CLI_EXIT_OK && phases(c))
         status = CLI_EXIT_FAIL;
     return status;
 }

@@ -5,7 +5,7 @@
  * figures against a stated bound) and exits 1 on any DIFF. Nothing is re-implemented: the
  * accounting comes from the planner (lib/plan/plan.c), the schedules from lib/parallel/sched.c, the real runs
  * (section 02, apps/lecture/lecture_par.c; section 03's pipeline, apps/lecture/lecture_pipe.c; section 04,
- * apps/lecture/lecture_zero.c and apps/lecture/lecture_mlp.c) from the runtime, the pipeline engine, the arenas, the
+ * apps/lecture/lecture_zero.c and apps/lecture/lecture_mlp.c; section 06, apps/lecture/lecture_moe.c) from the runtime, the pipeline engine, the arenas, the
  * collectives and the kernels. */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -820,6 +820,9 @@ static void usage(FILE *f)
 "             elements sent per step from the counters (2Psi and 3Psi (N-1)/N), the difference to\n"
 "             the single-rank Adam (bf16, and f32); the paper's Figure 1 for 7.5B, K = 12, N_d = 64\n"
 "  05         §6.4: the (t, p, d) search for GPT-3 175B and the 405B shape on 1024 H100\n"
+"  06         §6.3, run on rank threads: the capacity factor's drops and idle experts (dp 4 x ep 4,\n"
+"             one expert per rank, top-2, the factors 0.5 .. 2 and no limit), two all-to-alls per\n"
+"             MoE layer; the Mixtral-sized layer from the planner (235 MB per GPU, comm/compute)\n"
 "  exercises  §9: the six exercises' answers\n"
 "  all        every section in order\n"
 "\n"
@@ -858,9 +861,21 @@ static int lecture_04_wrap(void)
     return lecture_04();
 }
 
+static int lecture_06_wrap(void)
+{
+    section_header("06", "§6.3 expert parallelism: the capacity factor on rank threads, the "
+                         "Mixtral-sized layer from the planner");
+    return lecture_06();
+}
+
 static const section SECTIONS[] = {
-    {"01", lecture_01},      {"02", lecture_02_wrap}, {"03", lecture_03},
-    {"04", lecture_04_wrap}, {"05", lecture_05},      {"exercises", lecture_exercises},
+    {"01", lecture_01},
+    {"02", lecture_02_wrap},
+    {"03", lecture_03},
+    {"04", lecture_04_wrap},
+    {"05", lecture_05},
+    {"06", lecture_06_wrap},
+    {"exercises", lecture_exercises},
 };
 #define NSECTIONS (int)(sizeof SECTIONS / sizeof SECTIONS[0])
 
@@ -888,7 +903,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        cli_error("missing SECTION: 01, 02, 03, 04, 05, exercises or all (try --help)");
+        cli_error("missing SECTION: 01, 02, 03, 04, 05, 06, exercises or all (try --help)");
         return CLI_EXIT_USAGE;
     }
     if (argc - optind > 1) {
@@ -900,7 +915,7 @@ int main(int argc, char **argv)
     int all = strcmp(want, "all") == 0, found = all;
     for (int i = 0; i < NSECTIONS && !found; i++) found = strcmp(want, SECTIONS[i].name) == 0;
     if (!found) {
-        cli_error("unknown section '%s' (01, 02, 03, 04, 05, exercises or all)", want);
+        cli_error("unknown section '%s' (01, 02, 03, 04, 05, 06, exercises or all)", want);
         return CLI_EXIT_USAGE;
     }
     if (!opt_json) {

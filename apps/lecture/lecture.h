@@ -1,7 +1,8 @@
 /* distlab-lecture: shared declarations of the app's files (apps/lecture/distlab-lecture.c: options,
  * output, sections 01, 03, 05 and the exercises; apps/lecture/lecture_par.c: section 02, the real runs
  * of data and tensor parallelism on rank threads; apps/lecture/lecture_zero.c: section 04, ZeRO;
- * apps/lecture/lecture_pipe.c: section 03's real pipeline run). */
+ * apps/lecture/lecture_pipe.c: section 03's real pipeline run; apps/lecture/lecture_moe.c: section
+ * 06, expert parallelism). */
 #ifndef DISTLAB_APPS_LECTURE_H
 #define DISTLAB_APPS_LECTURE_H
 
@@ -40,5 +41,8 @@ int lecture_02(void);
 int lecture_03_pipe(void);
 /* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/lecture_mlp.c). Returns 0, or -1 after lec_fail. */
 int lecture_04(void);
+/* Section 06, §6.3 expert parallelism: the capacity sweep on rank threads and the Mixtral-sized
+ * layer from the planner (apps/lecture/lecture_moe.c). Returns 0, or -1 after lec_fail. */
+int lecture_06(void);
 
 #endif

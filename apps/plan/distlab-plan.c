@@ -335,7 +335,14 @@ enum {
     F_M,
     F_SLICES,
     F_TARGET,
-    F_COSTS
+    F_COSTS,
+    F_EXPERTS,
+    F_TOPK,
+    F_EFFN,
+    F_MOE_EVERY,
+    F_CAPACITY,
+    F_EP,
+    F_EPLINK
 };
 
 static const flag flags[] = {
@@ -384,16 +391,28 @@ static const flag flags[] = {
     {"slices", G_PIPE, F_SLICES},
     {"target", G_PIPE, F_TARGET},
     {"costs", G_PIPE, F_COSTS},
+    {"experts", G_MODEL, F_EXPERTS},
+    {"top-k", G_MODEL, F_TOPK},
+    {"expert-ffn", G_MODEL, F_EFFN},
+    {"moe-every", G_MODEL, F_MOE_EVERY},
+    {"capacity-factor", G_MODEL, F_CAPACITY},
+    {"ep", G_LAYOUT, F_EP},
+    {"ep-link", G_ASSUME, F_EPLINK},
 };
 
 static const char *const help_model =
     "Model:\n"
-    "  --model PRESET        gpt3-175b, llama3-405b, dense-7.5b, dense-70b, maverick-400b\n"
+    "  --model PRESET        gpt3-175b, llama3-405b, dense-7.5b, dense-70b, maverick-400b,\n"
+    "                        mixtral-8x7b\n"
     "  --layers N --hidden N --heads N --kv-heads N --ffn N --vocab N --gated 0|1\n"
     "                        a custom shape (or override a preset's; ffn defaults to 4 x hidden,\n"
     "                        kv-heads to heads, vocab to 50257, gated 0 = GPT MLP)\n"
     "  --params N            a bare parameter count (e.g. 400e9); pins Psi for a shape\n"
-    "  --seq N               tokens per sequence (default: the model's, 2048)\n";
+    "  --seq N               tokens per sequence (default: the model's, 2048)\n"
+    "  --experts E --top-k K --expert-ffn F --moe-every N --capacity-factor C\n"
+    "                        a mixture of experts: the MLP of every N-th layer (1) becomes E\n"
+    "                        experts of width F (the model's ffn) in the model's MLP form, K per\n"
+    "                        token (2), capacity factor C (0: no limit)\n";
 static const char *const help_hw =
     "Hardware:\n"
     "  --hardware PRESET|FILE  a100, h100 (default), b200, or a profile file (key = value;\n"
@@ -413,6 +432,7 @@ static const char *const help_assume =
     "  --tp-allreduces N     all-reduces per layer per micro-batch (4: 2 forward, 2 backward)\n"
     "  --zero 0-3            ZeRO stage over the d data-parallel GPUs (1)\n"
     "  --tp-link L --pp-link L --dp-link L   nvlink, ib or auto (nvlink, ib, ib)\n"
+    "  --ep-link L           the experts' all-to-alls: nvlink, ib or auto (ib: across nodes)\n"
     "  --mem-limit-gb X      fit against X GB instead of the GPU's memory\n";
 static const char *const help_out =
     "Output:\n"
@@ -448,6 +468,7 @@ static void usage_sub(const char *sub, FILE *f)
                 "GPUs needed for the model states, and memory per GPU of the first pipeline stage\n"
                 "for --t, --p, --d and --zero. Default: gpt3-175b on one H100.\n\n"
                 "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
+                "  --ep N                expert parallelism: N of the d GPUs share the experts\n"
                 "                        (global batch default: d x micro-batch x p, so m = "
                 "p)\n\n");
         fputs(help_model, f);
@@ -463,6 +484,7 @@ static void usage_sub(const char *sub, FILE *f)
                 "traffic (2 Psi vs 3 Psi), each against the compute. Default: the lecture's 7.5B\n"
                 "model on 64 H100 of data parallelism, 16,384 tokens per GPU.\n\n"
                 "Layout:\n  --t N --p N --d N --zero S --micro-batch N --global-batch N\n"
+                "  --ep N                expert parallelism: N of the d GPUs share the experts\n"
                 "  --tokens-per-gpu N    sets the global batch to N x GPUs / seq\n\n");
         fputs(help_model, f);
         fputs(help_hw, f);
@@ -501,7 +523,9 @@ static void usage_sub(const char *sub, FILE *f)
                 "  --gpus N              GPUs (1024; a multiple of --gpus-per-node)\n"
                 "  --global-batch N      sequences per step (1536)\n"
                 "  --micro-batch N       sequences per micro-batch (1)\n"
-                "  --v N                 interleaved stages (1)\n\n");
+                "  --v N                 interleaved stages (1)\n"
+                "With experts (--experts or a MoE preset) every ep dividing d and the experts "
+                "too.\n\n");
         fputs(help_model, f);
         fputs(help_hw, f);
         fputs(help_assume, f);
@@ -557,13 +581,40 @@ static void unknown_flag(const char *sub, int groups, const char *arg)
     cli_unknown_option(prefix, arg, names, sizeof names[0], n, 0, help);
 }
 
+/* The MoE flags on top of the model (-1: not given): --experts on a dense model defaults top-k
+ * to 2 (Mixtral's); the flags without --experts on a dense model are refused by the check. */
+static int set_moe(dl_plan_model *m, const int moe[4], double cap)
+{
+    if (moe[0] > 0 && m->experts == 0 && moe[1] < 0)
+        m->top_k = moe[0] < 2 ? 1 : 2;
+    if (moe[0] > 0)
+        m->experts = moe[0];
+    if (moe[1] > 0)
+        m->top_k = moe[1];
+    if (moe[2] > 0)
+        m->expert_ffn = moe[2];
+    if (moe[3] > 0)
+        m->moe_every = moe[3];
+    if (cap >= 0)
+        m->capacity = cap;
+    if (m->experts > 0 && m->params > 0) {
+        cli_error("a mixture of experts needs its shape counted: --params pins Psi");
+        return -1;
+    }
+    if (dl_plan_model_check(m, 0, NULL) != DL_OK) {
+        cli_error("%s", dl_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(args *a, int argc, char **argv)
 {
     const char *hw_name = "h100", *model_name = NULL;
     int shape[F_SEQ + 1];
     int shape_set[F_SEQ + 1];
-    double params = -1, tflops = -1, mfu = -1, memgb = -1, nvl = -1, ib = -1;
-    int gpn = -1;
+    double params = -1, tflops = -1, mfu = -1, memgb = -1, nvl = -1, ib = -1, cap = -1;
+    int gpn = -1, moe[4] = {-1, -1, -1, -1}; /* experts, top-k, expert ffn, moe-every */
     memset(shape_set, 0, sizeof shape_set);
     int groups = sub_groups(a->sub);
 
@@ -695,6 +746,13 @@ static int parse_args(args *a, int argc, char **argv)
         case F_SLICES: r = pint(what, val, 1 << 20, &a->slices); break;
         case F_TARGET: r = cli_parse_double(what, val, 1e-9, 1 - 1e-9, &a->target); break;
         case F_COSTS: a->costs = (char *)val; break;
+        case F_EXPERTS:
+        case F_TOPK:
+        case F_EFFN:
+        case F_MOE_EVERY: r = pint(what, val, 100000000L, &moe[fl->id - F_EXPERTS]); break;
+        case F_CAPACITY: r = cli_parse_double(what, val, 0, 1e6, &cap); break;
+        case F_EP: r = pint(what, val, 1 << 24, &a->l.e); break;
+        case F_EPLINK: r = parse_link(what, val, &a->o.ep_link); break;
         default: break;
         }
         if (r)
@@ -760,6 +818,8 @@ static int parse_args(args *a, int argc, char **argv)
             return -1;
         }
     }
+    if (set_moe(&a->model, moe, cap))
+        return -1;
     if (shape_set[F_SEQ]) {
         a->model.seq = shape[F_SEQ];
         a->l.seq = shape[F_SEQ];
@@ -805,13 +865,21 @@ static int parse_args(args *a, int argc, char **argv)
 static void describe_model(const dl_plan_model *m, char *buf, size_t n)
 {
     double psi = dl_plan_model_params(m);
+    char moe[160] = "";
+    if (m->experts > 0)
+        snprintf(moe, sizeof moe,
+                 "; %d MoE layers of %d experts (FFN %d), top-%d, capacity factor %g%s: %.4g "
+                 "billion in experts, %.4g billion active per token",
+                 dl_plan_moe_layers(m), m->experts, m->expert_ffn > 0 ? m->expert_ffn : m->ffn,
+                 m->top_k, m->capacity, m->capacity > 0 ? "" : " (no limit)",
+                 dl_plan_expert_params(m) / 1e9, dl_plan_model_active_params(m) / 1e9);
     if (dl_plan_model_has_shape(m))
         snprintf(buf, n,
                  "%s: %.4g billion parameters (%d layers, h %d, %d heads, %d kv heads, FFN %d, "
-                 "vocab %d%s)",
+                 "vocab %d%s%s)",
                  m->name, psi / 1e9, m->layers, m->hidden, m->heads,
                  m->kv_heads ? m->kv_heads : m->heads, m->ffn, m->vocab,
-                 m->gated_mlp ? ", SwiGLU" : "");
+                 m->gated_mlp ? ", SwiGLU" : "", moe);
     else
         snprintf(buf, n, "%s: %.4g billion parameters (a bare count: no shape)", m->name,
                  psi / 1e9);
@@ -901,10 +969,10 @@ static int cmd_memory(args *a)
     }
 
     snprintf(title, sizeof title,
-             "Per GPU (first pipeline stage): t = %d, p = %d, d = %d, ZeRO-%d, %s, m = %d "
+             "Per GPU (first pipeline stage): t = %d, p = %d, d = %d, ep = %d, ZeRO-%d, %s, m = %d "
              "micro-batches of %d",
-             a->l.t, a->l.p, a->l.d, o->zero_stage, o->schedule == DL_PLAN_GPIPE ? "GPipe" : "1F1B",
-             mem.micro_batches, a->l.micro_batch);
+             a->l.t, a->l.p, a->l.d, a->l.e > 1 ? a->l.e : 1, o->zero_stage,
+             o->schedule == DL_PLAN_GPIPE ? "GPipe" : "1F1B", mem.micro_batches, a->l.micro_batch);
     t = tbl_new("per_gpu", title, 2, "item", "item", "bytes", "GiB");
     tbl_row(t);
     c_text("weights");
@@ -918,6 +986,13 @@ static int cmd_memory(args *a)
     tbl_row(t);
     c_text("model states");
     c_bytes(mem.states);
+    if (m->experts > 0) {
+        tbl_row(t);
+        c_text("of which experts (%d of %d per layer, ZeRO over d / ep = %d)",
+               m->experts / (a->l.e > 1 ? a->l.e : 1), m->experts,
+               a->l.d / (a->l.e > 1 ? a->l.e : 1));
+        c_bytes(mem.expert_states);
+    }
     tbl_row(t);
     if (dl_plan_model_has_shape(m))
         c_text("activations (%d layers x %d micro-batches)", mem.stage_layers, mem.inflight);
@@ -935,7 +1010,7 @@ static int cmd_memory(args *a)
     c_bool(mem.fits);
 
     if (a->mode == OUT_HUMAN) {
-        char d[256];
+        char d[512];
         describe_model(m, d, sizeof d);
         printf("model %s\n", d);
         describe_hw(&a->hw, o->mfu);
@@ -947,6 +1022,35 @@ static int cmd_memory(args *a)
 
 /* ---------------------------------------------------------------------------------------- */
 /* comm                                                                                      */
+
+/* The mixture of experts' rows of the comm table: one MoE layer's all-to-alls against its
+ * experts' compute (the lecture's 235 MB and 0.32), the step's, the experts' gradients. */
+static void comm_moe_rows(const args *a, const dl_plan_comm_report *c)
+{
+    const dl_plan_a2a *x = &c->a2a;
+    int e = a->l.e > 1 ? a->l.e : 1;
+    tbl_row(cur_tbl);
+    c_text("EP all-to-alls, one MoE layer fwd");
+    c_text(x->inter ? "ib" : "nvlink");
+    c_bytes(x->fwd_sent);
+    c_secs(x->fwd_time);
+    c_num(x->ratio, "%.1f%%", 100 * x->ratio);
+    c_text("2 x %.6g tok x k %d x h x %d/%d vs experts' fwd", x->tokens, a->model.top_k, e - 1, e);
+    tbl_row(cur_tbl);
+    c_text("EP all-to-alls, step");
+    c_text(x->inter ? "ib" : "nvlink");
+    c_bytes(c->a2a_step_sent);
+    c_secs(c->a2a_step_time);
+    c_num(c->a2a_step_time / c->compute, "%.1f%%", 100 * c->a2a_step_time / c->compute);
+    c_text("4 per layer x %d MoE layers x %d micro-batches", c->moe_layers, c->micro_batches);
+    tbl_row(cur_tbl);
+    c_text("EDP expert gradient all-reduce");
+    c_text(c->dp_inter ? "ib" : "nvlink");
+    c_bytes(c->edp_sent);
+    c_secs(c->edp_time);
+    c_num(c->edp_time / c->compute, "%.1f%%", 100 * c->edp_time / c->compute);
+    c_text("over the d / ep = %d GPUs with the same experts", a->l.d / e);
+}
 
 static int cmd_comm(args *a)
 {
@@ -1034,10 +1138,13 @@ static int cmd_comm(args *a)
         c_num(c.pp_step_time / c.compute, "%.1f%%", 100 * c.pp_step_time / c.compute);
         c_text("activation + gradient per micro-batch");
     }
+    if (m->experts > 0)
+        comm_moe_rows(a, &c);
 
     snprintf(title, sizeof title,
-             "ZeRO traffic per GPU per step over d = %d (Psi' = %.4g billion parameters per GPU)",
-             a->l.d, c.params / a->l.t / a->l.p / 1e9);
+             "ZeRO traffic per GPU per step over d = %d (Psi' = %.4g billion %sparameters per GPU)",
+             a->l.d, (c.params - dl_plan_expert_params(m)) / a->l.t / a->l.p / 1e9,
+             m->experts > 0 ? "dense " : "");
     table *z = tbl_new("zero_comm", title, 4, "stage", "stage", "traffic", "traffic", "factor",
                        "x Psi'(N-1)/N", "bytes_sent_per_gpu", "sent per GPU GiB");
     static const char *const how[4] = {"all-reduce (reduce-scatter + all-gather)",
@@ -1053,7 +1160,7 @@ static int cmd_comm(args *a)
     }
 
     if (a->mode == OUT_HUMAN) {
-        char d[256];
+        char d[512];
         describe_model(m, d, sizeof d);
         printf("model %s\n", d);
         describe_hw(&a->hw, a->o.mfu);
@@ -1400,15 +1507,23 @@ static int cmd_search(args *a)
              "micro-batch %d, ZeRO-%d; sorted by step time",
              n, fit, (a->o.mem_limit > 0 ? a->o.mem_limit : a->hw.mem_bytes) / 1e9, gpus,
              a->hw.gpus_per_node, a->l.global_batch, s, a->l.micro_batch, a->o.zero_stage);
-    table *t = tbl_new("search", title, 12, "t", "t", "p", "p", "d", "d", "m", "m", "mem_gb",
-                       "GiB/GPU", "fits", "fits", "bubble", "bubble", "step_s", "step s",
-                       "compute_s", "compute s", "tp_s", "TP s", "pp_s", "PP s", "dp_s", "DP s");
+    int moe = a->model.experts > 0; /* an ep column and its all-to-all time */
+    table *t =
+        moe ? tbl_new("search", title, 14, "t", "t", "p", "p", "d", "d", "ep", "ep", "m", "m",
+                      "mem_gb", "GiB/GPU", "fits", "fits", "bubble", "bubble", "step_s", "step s",
+                      "compute_s", "compute s", "tp_s", "TP s", "pp_s", "PP s", "dp_s", "DP s",
+                      "ep_s", "EP s")
+            : tbl_new("search", title, 12, "t", "t", "p", "p", "d", "d", "m", "m", "mem_gb",
+                      "GiB/GPU", "fits", "fits", "bubble", "bubble", "step_s", "step s",
+                      "compute_s", "compute s", "tp_s", "TP s", "pp_s", "PP s", "dp_s", "DP s");
     for (int i = 0; i < n && i < cap; i++) {
         const dl_plan_step *x = &r[i];
         tbl_row(t);
         c_int(x->layout.t);
         c_int(x->layout.p);
         c_int(x->layout.d);
+        if (moe)
+            c_int(x->layout.e);
         c_int(x->micro_batches);
         c_num(x->mem.total / 1e9, "%.1f", cli_gib(x->mem.total)); /* --csv: GB as mem_gb says */
         c_bool(x->mem.fits);
@@ -1418,13 +1533,15 @@ static int cmd_search(args *a)
         c_num(x->tp, "%.2f", x->tp);
         c_num(x->pp, "%.2f", x->pp);
         c_num(x->dp, "%.2f", x->dp);
+        if (moe)
+            c_num(x->ep, "%.2f", x->ep);
     }
     if (a->mode == OUT_HUMAN) {
-        char d[256];
+        char d[512];
         describe_model(&a->model, d, sizeof d);
         printf("model %s\n", d);
         describe_hw(&a->hw, a->o.mfu);
-        printf("step = compute / (1 - bubble) + TP (%s) + PP (%s) + DP (%s), no overlap, no "
+        printf("step = compute / (1 - bubble) + TP (%s) + PP (%s) + DP (%s)%s, no overlap, no "
                "latency "
                "unless the hardware gives one\n\n",
                a->o.tp_link == DL_PLAN_LINK_INTER  ? "ib"
@@ -1435,7 +1552,8 @@ static int cmd_search(args *a)
                                                    : "ib",
                a->o.dp_link == DL_PLAN_LINK_INTRA  ? "nvlink"
                : a->o.dp_link == DL_PLAN_LINK_AUTO ? "auto"
-                                                   : "ib");
+                                                   : "ib",
+               moe ? " + EP all-to-alls (4 per MoE layer per micro-batch)" : "");
     }
     print_tables(a->mode, stdout);
     free(r);

@@ -7,7 +7,8 @@
  * (dl_plan_hw_write, the optional calibration keys included).
  *
  * validate predicts distlab-train's step time and model-state memory per rank for local layouts
- * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-2), runs each through dl_train_run
+ * (dp, tp, pp with GPipe and 1F1B, ZeRO 0-3; --moe: a mixture of experts at dp x ep, with its
+ * all-to-all bytes), runs each through dl_train_run
  * for a few steps, and prints predicted vs measured with the error (docs/PLANNER.md,
  * "Calibrated against this machine"). */
 #define _GNU_SOURCE
@@ -231,6 +232,7 @@ static int measure_comm(int n, int p2p, int quick, double *bw, double *lat, comm
  * (of micro_batch sequences each) and schedule. */
 typedef struct pc_layout {
     int dp, tp, zero, pp, m, sched;
+    int ep; /* expert parallelism (a mixture of experts, validate --moe; 1: none) */
 } pc_layout;
 
 /* One dl_train_run of the layout; fills ms (median step) and the result (caller frees). */
@@ -242,6 +244,7 @@ static int run_layout(const pc_model *m, const pc_layout *L, int steps, dl_train
     o.layout.dp = L->dp;
     o.layout.tp = L->tp;
     o.layout.pp = L->pp > 1 ? L->pp : 1;
+    o.layout.ep = L->ep;
     o.pipeline.schedule = L->sched;
     o.zero.stage = L->zero;
     o.batch.micro = m->micro_batch;
@@ -267,7 +270,7 @@ static int run_layout(const pc_model *m, const pc_layout *L, int steps, dl_train
 static double run_best(const pc_model *m, int dp, int tp, int zero, int steps, int reps,
                        dl_train_result *res)
 {
-    pc_layout L = {dp, tp, zero, 1, 1, 0};
+    pc_layout L = {dp, tp, zero, 1, 1, 0, 1};
     double best = INFINITY;
     for (int i = 0; i < reps; i++) {
         if (i > 0)
@@ -355,7 +358,9 @@ void pc_state_predict(const dl_gpt_config *c, int dp, int tp, int zero, int dsiz
 
 typedef struct pc_pred {
     double gemm, nongemm, dp_comm, tp_comm, small_comm, sync, total; /* seconds */
-    int ncoll; /* blocking collectives per step on the critical path */
+    double a2a;       /* the MoE layers' all-to-alls (s) */
+    double a2a_bytes; /* bytes a rank's all-to-alls carry per step, its own block included */
+    int ncoll;        /* blocking collectives per step on the critical path */
     int oversub;
 } pc_pred;
 
@@ -510,6 +515,102 @@ static void pc_predict_time_pp(const dl_plan_hw *hw, const pc_model *m, const pc
     if (p->oversub && work / cores > path)
         path = work / cores;
     p->total = path + p->dp_comm + p->tp_comm + p->small_comm;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A mixture of experts (validate --moe)                                                      */
+
+/* The MoE model validate --moe runs: every MLP 4 experts of the dense width behind a top-2
+ * router, no capacity limit (nothing dropped, so the all-to-all bytes are the planner's formula
+ * exactly; the time is the balanced load's, which routing imbalance can only exceed). */
+static void pc_model_moe(pc_model *m)
+{
+    m->cfg.experts = 4, m->cfg.top_k = 2, m->cfg.moe_every = 1, m->cfg.capacity = 0;
+    m->cfg.aux_loss = 0.01;
+}
+
+/* The trainer's model as the planner describes it: GPT MLPs, the byte vocabulary; Psi pinned to
+ * the trainer's count (biases, norms and positions included), so that only the split between
+ * dense and expert parameters is the planner's formula's. f32 everywhere: 4-byte weights,
+ * gradients and values on the wire, AdamW's m and v (K = 8), ZeRO 0. */
+static void pc_plan_of(const pc_model *m, const pc_layout *L, dl_plan_model *pm, dl_plan_opts *po,
+                       dl_plan_layout *pl)
+{
+    const dl_gpt_config *c = &m->cfg;
+    memset(pm, 0, sizeof *pm);
+    snprintf(pm->name, sizeof pm->name, "distlab-train");
+    pm->layers = c->layers, pm->hidden = c->d_model, pm->heads = c->heads;
+    pm->kv_heads = c->heads, pm->ffn = 4 * c->d_model, pm->vocab = c->vocab, pm->seq = c->seq;
+    pm->experts = c->experts, pm->top_k = c->top_k, pm->expert_ffn = c->expert_ffn;
+    pm->moe_every = c->moe_every, pm->capacity = c->capacity;
+    pm->params = (double)dl_gpt_num_params(c);
+    dl_plan_opts_init(po);
+    po->weight_bytes = po->grad_bytes = po->grad_comm_bytes = po->act_bytes = 4;
+    po->optim_bytes = 8, po->zero_stage = 0;
+    po->ep_link = DL_PLAN_LINK_INTRA; /* rank threads: the profile's point-to-point link */
+    *pl = (dl_plan_layout){1,      1,    L->dp, 1, m->micro_batch, (long)L->dp * m->micro_batch,
+                           c->seq, L->ep};
+}
+
+/* Model-state bytes of rank 0 of dp x ep (its E / ep experts whole, every dense tensor), and the
+ * elements it holds: the trainer's layout, as pc_state_predict (ZeRO 0: the only stage the trainer
+ * composes with experts on this branch). */
+static void pc_state_predict_ep(const dl_gpt_config *c, int dp, int ep, double bytes[3],
+                                size_t *numel)
+{
+    dl_gpt_layout *lay = NULL;
+    bytes[0] = bytes[1] = bytes[2] = 0, *numel = 0;
+    if (dl_gpt_layout_create_ep(c, 1, 0, ep, 0, NULL, &lay) != DL_OK)
+        return;
+    pc_state_of(lay, dp, 0, 4, bytes);
+    *numel = lay->numel;
+    dl_gpt_layout_destroy(lay);
+}
+
+/* A dp x ep step: the dense step's model (pc_predict_time) with, per MoE layer, the dense MLP's
+ * GEMMs 6 BT C 8C replaced by the router's 6 BT C E and the experts' 6 BT k 2 C F (uniform
+ * routing: a rank's experts get as many choices as its tokens make), the non-GEMM work scaled
+ * alike; the gradients of the dense parameters reduced over dp, the experts' over dp / ep; the
+ * all-to-alls (the planner's dl_plan_moe_a2a on the point-to-point link: 2 forward, 2 backward
+ * per MoE layer) and a rendezvous for each of them and the counts' exchange. */
+static void pc_predict_time_moe(const dl_plan_hw *hw, const pc_model *m, const pc_layout *L,
+                                int cores, pc_pred *p)
+{
+    const dl_gpt_config *c = &m->cfg;
+    pc_predict_time(hw, m, L->dp, 1, 0, cores, p);
+    dl_plan_model pm;
+    dl_plan_opts po;
+    dl_plan_layout pl;
+    pc_plan_of(m, L, &pm, &po, &pl);
+    int nmoe = dl_plan_moe_layers(&pm), ep = L->ep > 1 ? L->ep : 1, edp = L->dp / ep;
+    double blocks, head, bt = (double)m->micro_batch * c->seq, C = c->d_model;
+    double F = c->expert_ffn > 0 ? c->expert_ffn : 4 * C;
+    pc_gemm_flops(m, &blocks, &head);
+    double delta = nmoe * 6.0 * bt * C * (c->experts + 2.0 * c->top_k * F - 8.0 * C);
+    double scale = (blocks + head + delta) / (blocks + head);
+    p->gemm *= scale, p->nongemm *= scale;
+    double pb[3];
+    size_t P;
+    pc_state_predict_ep(c, L->dp, ep, pb, &P);
+    double Pe = (double)nmoe * (c->experts / ep) * (2.0 * C * F + F + C), Pd = (double)P - Pe;
+    double alpha = hw->intra_lat, beta = hw->intra_bw;
+    p->dp_comm = (L->dp > 1 ? 2.0 * (L->dp - 1) * (alpha + Pd * 4 / (L->dp * beta)) : 0) +
+                 (edp > 1 ? 2.0 * (edp - 1) * (alpha + Pe * 4 / (edp * beta)) : 0);
+    dl_plan_hw ph = *hw;
+    ph.intra_bw = hw->p2p_bw > 0 ? hw->p2p_bw : hw->intra_bw;
+    ph.intra_lat = hw->p2p_bw > 0 ? hw->p2p_lat : hw->intra_lat;
+    dl_plan_a2a a;
+    if (dl_plan_moe_a2a(&pm, &ph, &po, &pl, &a) == DL_OK) {
+        p->a2a = 2.0 * a.fwd_time * nmoe;
+        p->a2a_bytes = 4.0 * a.payload * nmoe;
+    }
+    if (ep > 1)
+        p->ncoll += 5 * nmoe;
+    p->sync = p->ncoll * hw->sync_cost;
+    double comp = p->gemm + p->nongemm + p->sync;
+    if (p->oversub)
+        comp *= (double)L->dp / cores;
+    p->total = comp + p->dp_comm + p->small_comm + p->a2a;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -896,7 +997,7 @@ static const char *const cal_help =
 
 static const char *const val_help =
     "Usage: distlab-plan validate [--hardware FILE] [--ranks N] [--quick] [--small] [--steps N]\n"
-    "                             [--quiet]\n"
+    "                             [--moe] [--quiet]\n"
     "\n"
     "Predicts distlab-train's step time and model-state memory per rank (params + grads +\n"
     "AdamW state, from the tp sharding, the pipeline stage and the ZeRO shard) for local layouts\n"
@@ -912,11 +1013,14 @@ static const char *const val_help =
     "  --quick          fewer layouts and steps\n"
     "  --small          a smaller model (L 2, C 64, T 32); use the same for calibrate\n"
     "  --steps N        training steps per layout (default 30; --quick 10)\n"
+    "  --moe            a mixture of experts instead (every MLP 4 experts, top-2, no capacity\n"
+    "                   limit) at dp x ep (1 x 1, 2 x 1, 2 x 2, 4 x 2, 4 x 4): the planner's\n"
+    "                   expert memory and all-to-all bytes (exact: nothing dropped) and time\n"
     "  --quiet          no progress on stderr\n";
 
 typedef struct pc_args {
     const char *out, *hardware, *figures;
-    int ranks, quick, small, steps, quiet;
+    int ranks, quick, small, steps, quiet, moe;
 } pc_args;
 
 static int pc_parse(int argc, char **argv, int validate, pc_args *a)
@@ -935,6 +1039,8 @@ static int pc_parse(int argc, char **argv, int validate, pc_args *a)
             a->small = 1;
         else if (!strcmp(s, "--quiet"))
             a->quiet = 1;
+        else if (validate && !strcmp(s, "--moe"))
+            a->moe = 1;
         else if (!strcmp(s, "--ranks") && v) {
             if (cli_parse_int("--ranks", v, 1, 64, &a->ranks))
                 return -1;
@@ -1026,8 +1132,28 @@ typedef struct pc_vrow {
     int n, failed, insample;
     pc_pred p;
     double spred, paper, best, worst, smeas0, peak0, terr;
+    double a2a_meas; /* MoE: all-to-all bytes per rank per step, measured (mean of the ranks) */
     char name[40];
 } pc_vrow;
+
+/* A dp x ep layout's prediction: pc_predict_time_moe, the trainer's layout's states, and as the
+ * paper column the planner's own MoE memory model (dl_plan_memory: the dense parameters on every
+ * rank, E / ep experts' on each). */
+static void pc_vrow_predict_moe(const dl_plan_hw *hw, const pc_model *m, int cores, pc_vrow *v)
+{
+    double pb[3];
+    size_t P;
+    pc_predict_time_moe(hw, m, &v->L, cores, &v->p);
+    pc_state_predict_ep(&m->cfg, v->L.dp, v->L.ep, pb, &P);
+    v->spred = pb[0] + pb[1] + pb[2];
+    dl_plan_model pm;
+    dl_plan_opts po;
+    dl_plan_layout pl;
+    dl_plan_mem mem;
+    pc_plan_of(m, &v->L, &pm, &po, &pl);
+    v->paper = dl_plan_memory(&pm, NULL, &po, &pl, &mem) == DL_OK ? mem.states : NAN;
+    snprintf(v->name, sizeof v->name, "dp %d ep %d zero 0", v->L.dp, v->L.ep);
+}
 
 static void pc_vrow_predict(const dl_plan_hw *hw, const pc_model *m, int cores, pc_vrow *v)
 {
@@ -1035,28 +1161,33 @@ static void pc_vrow_predict(const dl_plan_hw *hw, const pc_model *m, int cores, 
     double pb[3];
     size_t P;
     v->n = L->dp * L->tp * L->pp;
-    if (L->pp > 1) {
-        pc_predict_time_pp(hw, m, L, cores, &v->p);
-        pc_state_predict_stage(&m->cfg, L, 0, 4, pb, &P);
+    if (m->cfg.experts > 0) {
+        pc_vrow_predict_moe(hw, m, cores, v);
     } else {
-        pc_predict_time(hw, m, L->dp, L->tp, L->zero, cores, &v->p);
-        pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+        if (L->pp > 1) {
+            pc_predict_time_pp(hw, m, L, cores, &v->p);
+            pc_state_predict_stage(&m->cfg, L, 0, 4, pb, &P);
+        } else {
+            pc_predict_time(hw, m, L->dp, L->tp, L->zero, cores, &v->p);
+            pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, &P);
+        }
+        v->spred = pb[0] + pb[1] + pb[2];
+        /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
+        dl_plan_opts po;
+        dl_plan_opts_init(&po);
+        po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
+        v->paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
+        if (L->pp > 1) /* six words like the others: "dp1 tp1 pp2 1f1b m4 z0" */
+            snprintf(v->name, sizeof v->name, "dp%d tp%d pp%d %s m%d z%d", L->dp, L->tp, L->pp,
+                     L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m, L->zero);
+        else
+            snprintf(v->name, sizeof v->name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
     }
-    v->spred = pb[0] + pb[1] + pb[2];
-    /* the ZeRO paper's formula with 4-byte weights and grads and K = 8 (f32 m, v) */
-    dl_plan_opts po;
-    dl_plan_opts_init(&po);
-    po.weight_bytes = 4, po.grad_bytes = 4, po.optim_bytes = 8;
-    v->paper = dl_plan_state_bytes((double)P, &po, 1, L->dp > 1 ? L->zero : 0, L->dp);
-    if (L->pp > 1) /* six words like the others: "dp1 tp1 pp2 1f1b m4 z0" */
-        snprintf(v->name, sizeof v->name, "dp%d tp%d pp%d %s m%d z%d", L->dp, L->tp, L->pp,
-                 L->sched == DL_SCHED_GPIPE ? "gpipe" : "1f1b", L->m, L->zero);
-    else
-        snprintf(v->name, sizeof v->name, "dp %d tp %d zero %d", L->dp, L->tp, L->zero);
     int R = hw->ranks > 0 ? hw->ranks : 2;
     v->insample = L->zero == 0 && L->pp == 1 &&
                   ((L->dp == 1 && L->tp == 1) || (L->dp == R && L->tp == 1) ||
-                   (L->dp == 1 && L->tp == (m->cfg.heads % R == 0 ? R : 2)));
+                   (L->dp == 1 && L->tp == (m->cfg.heads % R == 0 ? R : 2))) &&
+                  m->cfg.experts == 0;
     v->best = INFINITY, v->worst = 0, v->failed = 0;
 }
 
@@ -1069,7 +1200,10 @@ static void pc_vrow_memory(const pc_model *m, const dl_train_result *res, pc_vro
     v->peak0 = 0;
     for (int rk = 0; rk < res->nranks; rk++) {
         double pb[3];
-        if (L->pp > 1)
+        size_t P;
+        if (m->cfg.experts > 0)
+            pc_state_predict_ep(&m->cfg, L->dp, L->ep, pb, &P);
+        else if (L->pp > 1)
             pc_state_predict_stage(&m->cfg, L, rk / per_stage, 4, pb, NULL);
         else
             pc_state_predict(&m->cfg, L->dp, L->tp, L->zero, 4, pb, NULL);
@@ -1085,45 +1219,68 @@ static void pc_vrow_memory(const pc_model *m, const dl_train_result *res, pc_vro
             for (int c = 0; c < DL_MEM_NCATEGORIES; c++) v->peak0 += (double)pk[c];
         }
     }
+    double bytes = 0;
+    for (size_t i = 0; res->moe.a2a_bytes && i < (size_t)res->nsteps * res->nranks; i++)
+        bytes += res->moe.a2a_bytes[i];
+    v->a2a_meas = bytes / ((double)res->nsteps * res->nranks);
 }
 
-/* The row of a finished layout; 1 when its goals hold. */
+/* The row of a finished layout; 1 when its goals hold. A MoE layout's all-to-all bytes are a
+ * goal too: nothing is dropped, so the planner's formula is exact (the mean over the ranks; a
+ * rank's own share varies with its routing). */
 static int pc_vrow_print(pc_vrow *v)
 {
     v->terr = 100.0 * (v->best - v->p.total * 1e3) / (v->p.total * 1e3);
     int tgoal = v->p.oversub || fabs(v->terr) <= 25.0, mgoal = fabs(v->worst) <= 2.0;
+    double berr = v->p.a2a_bytes > 0 ? 100.0 * (v->a2a_meas - v->p.a2a_bytes) / v->p.a2a_bytes : 0;
+    int bgoal = fabs(berr) <= 1e-9;
     printf("%-22s %5d %7s %6s %9.2f %9.2f %+7.1f %11.0f %11.0f %+7.2f %11.0f %11.0f %s\n", v->name,
            v->n, v->p.oversub ? "yes" : "no", v->insample ? "calib" : "new", v->p.total * 1e3,
            v->best, v->terr, v->spred, v->smeas0, v->worst, v->paper, v->peak0,
-           tgoal && mgoal ? "ok" : (mgoal ? "TIME" : "MEM"));
+           tgoal && mgoal && bgoal ? "ok"
+                                   : (!mgoal   ? "MEM"
+                                      : !bgoal ? "A2A"
+                                               : "TIME"));
+    if (v->p.a2a_bytes > 0)
+        printf("#   %s: all-to-all bytes per rank per step planner %.0f, measured %.0f (%+.2f%%); "
+               "all-to-alls %.2f ms of the predicted step\n",
+               v->name, v->p.a2a_bytes, v->a2a_meas, berr, v->p.a2a * 1e3);
     fflush(stdout);
-    return tgoal && mgoal;
+    return tgoal && mgoal && bgoal;
 }
 
-static const pc_layout pc_val_layouts[] = {/* dp, tp, zero, pp, micro-batches (pp > 1), schedule */
-                                           {1, 1, 0, 1, 1, 0},
-                                           {2, 1, 0, 1, 1, 0},
-                                           {1, 2, 0, 1, 1, 0},
-                                           {2, 1, 1, 1, 1, 0},
-                                           {2, 1, 2, 1, 1, 0},
-                                           {2, 2, 0, 1, 1, 0},
-                                           {4, 1, 0, 1, 1, 0},
-                                           {1, 4, 0, 1, 1, 0},
-                                           {4, 1, 2, 1, 1, 0},
-                                           {2, 2, 1, 1, 1, 0},
-                                           {8, 1, 0, 1, 1, 0},
-                                           {2, 4, 0, 1, 1, 0},
-                                           {2, 1, 3, 1, 1, 0},
-                                           {4, 1, 3, 1, 1, 0},
-                                           {2, 2, 3, 1, 1, 0},
-                                           {1, 1, 0, 2, 4, DL_SCHED_1F1B},
-                                           {1, 1, 0, 2, 4, DL_SCHED_GPIPE},
-                                           {2, 1, 1, 2, 4, DL_SCHED_1F1B},
-                                           {1, 2, 0, 2, 4, DL_SCHED_1F1B},
-                                           {1, 1, 0, 4, 8, DL_SCHED_1F1B},
-                                           {2, 2, 0, 2, 4, DL_SCHED_1F1B},
-                                           {2, 1, 3, 2, 4, DL_SCHED_1F1B}};
+static const pc_layout pc_val_layouts[] =
+    {/* dp, tp, zero, pp, micro-batches (pp > 1), schedule, ep */
+     {1, 1, 0, 1, 1, 0, 1},
+     {2, 1, 0, 1, 1, 0, 1},
+     {1, 2, 0, 1, 1, 0, 1},
+     {2, 1, 1, 1, 1, 0, 1},
+     {2, 1, 2, 1, 1, 0, 1},
+     {2, 2, 0, 1, 1, 0, 1},
+     {4, 1, 0, 1, 1, 0, 1},
+     {1, 4, 0, 1, 1, 0, 1},
+     {4, 1, 2, 1, 1, 0, 1},
+     {2, 2, 1, 1, 1, 0, 1},
+     {8, 1, 0, 1, 1, 0, 1},
+     {2, 4, 0, 1, 1, 0, 1},
+     {2, 1, 3, 1, 1, 0, 1},
+     {4, 1, 3, 1, 1, 0, 1},
+     {2, 2, 3, 1, 1, 0, 1},
+     {1, 1, 0, 2, 4, DL_SCHED_1F1B, 1},
+     {1, 1, 0, 2, 4, DL_SCHED_GPIPE, 1},
+     {2, 1, 1, 2, 4, DL_SCHED_1F1B, 1},
+     {1, 2, 0, 2, 4, DL_SCHED_1F1B, 1},
+     {1, 1, 0, 4, 8, DL_SCHED_1F1B, 1},
+     {2, 2, 0, 2, 4, DL_SCHED_1F1B, 1},
+     {2, 1, 3, 2, 4, DL_SCHED_1F1B, 1}};
 enum { PC_NVAL = sizeof pc_val_layouts / sizeof pc_val_layouts[0] };
+/* validate --moe: dp x ep, ZeRO 0 (what the trainer composes with experts on this branch) */
+static const pc_layout pc_moe_layouts[] = {{1, 1, 0, 1, 1, 0, 1},
+                                           {2, 1, 0, 1, 1, 0, 1},
+                                           {2, 1, 0, 1, 1, 0, 2},
+                                           {4, 1, 0, 1, 1, 0, 2},
+                                           {4, 1, 0, 1, 1, 0, 4}};
+enum { PC_NMOE = sizeof pc_moe_layouts / sizeof pc_moe_layouts[0] };
 
 int plan_validate_main(int argc, char **argv)
 {
@@ -1152,10 +1309,12 @@ int plan_validate_main(int argc, char **argv)
     } else if (calibrate(&m, cores < 2 ? 2 : cores, a.quick, a.quiet, &hw, stdout) != 0) {
         return CLI_EXIT_FAIL;
     }
-    static pc_vrow v[PC_NVAL];
-    int nv = 0;
-    for (int i = 0; i < PC_NVAL; i++) {
-        const pc_layout *L = &pc_val_layouts[i];
+    static pc_vrow v[PC_NVAL + PC_NMOE];
+    int nv = 0, nlay = a.moe ? PC_NMOE : PC_NVAL;
+    if (a.moe)
+        pc_model_moe(&m); /* after calibrate: the profile is the dense model's */
+    for (int i = 0; i < nlay; i++) {
+        const pc_layout *L = a.moe ? &pc_moe_layouts[i] : &pc_val_layouts[i];
         if (L->dp * L->tp * L->pp > a.ranks || m.cfg.heads % L->tp || L->pp > m.cfg.layers)
             continue;
         v[nv].L = *L;
@@ -1168,9 +1327,15 @@ int plan_validate_main(int argc, char **argv)
            "%d steps per layout, fastest step of %d interleaved rounds; %d cores\n",
            m.cfg.layers, m.cfg.d_model, m.cfg.heads, m.cfg.seq, m.micro_batch, m.micro_batch,
            a.steps, reps, cores);
-    printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x m x "
-           "%d)\n",
-           m.micro_batch, m.micro_batch);
+    if (a.moe)
+        printf("# mixture of experts: every MLP %d experts (FFN %d), top-%d, no capacity limit; "
+               "states_pred the trainer's layout, paper_zero the planner's MoE memory model "
+               "(dense on every rank, E / ep experts on each)\n",
+               m.cfg.experts, 4 * m.cfg.d_model, m.cfg.top_k);
+    else
+        printf("# pipeline layouts: m micro-batches of %d sequences per dp rank (global batch dp x "
+               "m x %d)\n",
+               m.micro_batch, m.micro_batch);
     fflush(stdout);
     if (!a.quiet)
         fprintf(stderr,
@@ -1233,10 +1398,12 @@ int plan_validate_main(int argc, char **argv)
            "to fit the profile (in-sample), new = not seen by calibrate\n");
     printf("# largest step-time error within the cores: %+.1f%% (%s); within +-15%%: %s\n", worst,
            wname, fabs(worst) <= 15.0 ? "yes" : "no");
+    int enough = nrun >= (a.moe ? 2 : 6);
     printf("# %d layouts, %d within the cores; goals (time +-25%% within the cores, model states "
-           "+-2%% for all): %s\n",
-           nrun, ntime, ok_all && nrun >= 6 ? "met" : "NOT met");
-    return ok_all && nrun >= 6 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+           "+-2%% for all%s): %s\n",
+           nrun, ntime, a.moe ? ", all-to-all bytes exact" : "",
+           ok_all && enough ? "met" : "NOT met");
+    return ok_all && enough ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1267,7 +1434,7 @@ int pc_local_search(const dl_plan_hw *hw, const dl_gpt_config *cfg, int micro_ba
                     if (k == cap)
                         return dl_error(DL_EINVAL, "search: more than %d layouts", cap);
                     pc_layout L =
-                        {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1, pp > 1 ? DL_SCHED_1F1B : 0};
+                        {dp, tp, zero, pp, pp > 1 ? 2 * pp : 1, pp > 1 ? DL_SCHED_1F1B : 0, 1};
                     pc_pred p;
                     double pb[3] = {0, 0, 0}, worst = 0;
                     if (pp > 1) {

@@ -31,10 +31,17 @@ typedef struct dl_plan_model {
     int gated_mlp; /* 1: SwiGLU (3 MLP matrices, untied output embedding, Llama); 0: GPT (2, tied) */
     double params; /* > 0: the parameter count Psi to use (pins a preset to the lecture's
                      * figure); 0: computed from the shape */
+    /* Mixture of experts (experts 0: every MLP dense). The MLP of every moe_every-th layer (0 or
+     * 1: every layer) becomes `experts` expert MLPs of width expert_ffn (0: ffn), of the model's
+     * MLP form (gated_mlp: SwiGLU, 3 matrices, as Mixtral's; else 2), behind a router (h x E);
+     * each token goes to top_k of them; capacity: the capacity factor (0: no limit). */
+    int experts, top_k, expert_ffn, moe_every;
+    double capacity;
 } dl_plan_model;
 
 /* Fill *m with a preset: "gpt3-175b", "llama3-405b", "dense-7.5b" (also "7.5b"), "dense-70b"
- * (also "70b"), "maverick-400b" (bare count). DL_EINVAL for an unknown name. */
+ * (also "70b"), "maverick-400b" (bare count), "mixtral-8x7b" (8 SwiGLU experts of 4096 x 14336,
+ * top-2, every layer). DL_EINVAL for an unknown name. */
 int dl_plan_model_preset(const char *name, dl_plan_model *m);
 /* Name of preset i (0, 1, ...), NULL after the last. */
 const char *dl_plan_model_preset_name(int i);
@@ -42,6 +49,14 @@ const char *dl_plan_model_preset_name(int i);
  * 2h^2 + 2h*kv*(h/a) (Q, O; K, V) + (3 if gated else 2)*h*ffn, times layers, plus the
  * embedding vocab*h (twice if gated: untied output). Biases and norms are ignored. */
 double dl_plan_model_params(const dl_plan_model *m);
+/* The expert parameters of a mixture of experts (0 for a dense model): MoE layers x experts x
+ * (3 if gated else 2) x h x expert_ffn. The router (h x E per MoE layer) counts as dense. */
+double dl_plan_expert_params(const dl_plan_model *m);
+/* MoE layers: layers 0, N, 2N, ... (N = moe_every): ceil(layers / N); 0 for a dense model. */
+int dl_plan_moe_layers(const dl_plan_model *m);
+/* Parameters one token uses: Psi less the experts it is not routed to (Psi - Psi_E + Psi_E k/E);
+ * Psi for a dense model. The compute model counts these (flops_per_token each). */
+double dl_plan_model_active_params(const dl_plan_model *m);
 /* 1 when the model has a shape (layers, hidden, heads, ...), 0 for a bare count. */
 int dl_plan_model_has_shape(const dl_plan_model *m);
 /* Check sizes (positive, heads divide hidden, kv_heads divide heads). need_shape: also fail for a
@@ -143,6 +158,8 @@ typedef struct dl_plan_opts {
     dl_plan_link pp_link; /* INTER (InfiniBand) */
     dl_plan_link dp_link; /* INTER */
     double mem_limit;     /* > 0: fit against this instead of the hardware's memory */
+    dl_plan_link ep_link; /* INTER: the all-to-alls of expert parallelism cross nodes (the
+                           * lecture's "cross-node" 0.32) */
 } dl_plan_opts;
 
 /* The defaults written beside each field (BF16 mixed precision, K = 12, 1F1B, ZeRO 1). */
@@ -155,11 +172,15 @@ typedef struct dl_plan_layout {
     int micro_batch;   /* sequences per micro-batch */
     long global_batch; /* sequences per step (all of d) */
     int seq;           /* tokens per sequence (0: the model's) */
+    int e;             /* expert parallelism (0 or 1: none): each MoE layer's experts spread over
+                        * e GPUs of the d data-parallel ones (Megatron, DeepSpeed); the experts'
+                        * states shard over the d / e GPUs holding the same experts */
 } dl_plan_layout;
 
 /* Check the layout against the model (t divides heads and kv_heads, p <= layers, v >= 1 and
- * p * v <= layers when v > 1, seq >= 0, global batch a multiple of d * micro_batch) and, if hw
- * is given, t <= GPUs per node and dividing it. */
+ * p * v <= layers when v > 1, seq >= 0, global batch a multiple of d * micro_batch; e > 1 only
+ * with experts, dividing d and the experts) and, if hw is given, t <= GPUs per node and dividing
+ * it. */
 int dl_plan_layout_check(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_layout *l);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -191,13 +212,18 @@ typedef struct dl_plan_mem {
     int inflight;                 /* micro-batches whose activations the first stage holds */
     double act;                   /* act_layer * stage_layers * inflight */
     double total;
-    double capacity;   /* the memory it must fit in */
-    int fits;          /* total <= capacity */
-    int micro_batches; /* m = global_batch / (d * micro_batch) */
+    double capacity;      /* the memory it must fit in */
+    int fits;             /* total <= capacity */
+    int micro_batches;    /* m = global_batch / (d * micro_batch) */
+    double expert_params; /* Psi_E (0 for a dense model) */
+    double expert_states; /* of `states`, the experts': Psi_E / (t p e) per GPU, ZeRO over d / e */
 } dl_plan_mem;
 
 /* Memory per GPU of the first pipeline stage (the fullest) for a layout. A bare parameter count
- * gives model states only (act = 0). */
+ * gives model states only (act = 0). With experts: the dense Psi - Psi_E over t p GPUs and ZeRO
+ * over d (dl_plan_state_bytes), the experts' Psi_E over t p e GPUs (each of the e GPUs holds E/e
+ * experts; experts split over t like the dense MLP) and ZeRO over the d / e GPUs holding the
+ * same experts. Activations are the dense model's (with full recomputation a layer's input). */
 int dl_plan_memory(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
                    const dl_plan_layout *l, dl_plan_mem *out);
 
@@ -213,9 +239,31 @@ double dl_plan_allreduce_sent(int n, double bytes);
 /* Time of that all-reduce on a link of `bw` bytes/s and `lat` s per hop: 2(n-1)(lat + bytes/(n bw)). */
 double dl_plan_allreduce_time(int n, double bytes, double bw, double lat);
 /* Bandwidth and latency of the link a group uses (resolving AUTO from the layout). kind: 0 tp,
- * 1 pp, 2 dp. */
+ * 1 pp, 2 dp, 3 ep. */
 void dl_plan_link_of(const dl_plan_hw *hw, const dl_plan_opts *o, const dl_plan_layout *l, int kind,
                      double *bw, double *lat, int *inter);
+
+/* The all-to-alls of one MoE layer for one micro-batch on one GPU, expert parallelism e, uniform
+ * routing (every expert receives k n / E of the n tokens' choices: none dropped for a capacity
+ * factor >= 1, a fraction 1 - C dropped below). */
+typedef struct dl_plan_a2a {
+    double tokens;       /* n: tokens a GPU routes: s b, / t with sequence parallelism */
+    double kept;         /* choices admitted: min(1, C) (1 without a limit) */
+    double payload;      /* one dispatch's bytes, own block included: n k kept h act_bytes (what
+                          * distlab-train counts: 4 payloads per layer per micro-batch) */
+    double sent;         /* of which leave the GPU: payload (e-1)/e */
+    double fwd_sent;     /* forward, dispatch + combine: 2 sent (the lecture's 235 MB) */
+    double step_sent;    /* forward and backward: 4 sent */
+    double fwd_time;     /* 2 (sent / bw + (e-1) lat) on the ep link */
+    double expert_flops; /* forward FLOPs of a GPU's experts: n k kept 2 (3 if gated else 2) h F */
+    double fwd_compute;  /* expert_flops / (flops x MFU) */
+    double ratio;        /* fwd_time / fwd_compute (the lecture's 0.32) */
+    int inter;           /* the ep link is InfiniBand */
+} dl_plan_a2a;
+
+/* The all-to-alls of one MoE layer of layout l (l->e GPUs; e = 1 moves nothing off the GPU). */
+int dl_plan_moe_a2a(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
+                    const dl_plan_layout *l, dl_plan_a2a *out);
 
 typedef struct dl_plan_comm_report {
     double params;     /* Psi */
@@ -238,6 +286,14 @@ typedef struct dl_plan_comm_report {
     double pp_step_time; /* 2 m messages on the PP link */
     /* ZeRO: elements each GPU sends per step, in units of Psi' (N-1)/N: 2 for stages 0-2, 3 */
     double zero_factor[4];
+    /* mixture of experts: dp_grad_bytes are then the dense gradients; the experts' reduce over
+     * the d / e GPUs holding the same experts (expert-data-parallel), on the dp link */
+    double edp_grad_bytes; /* Psi_E / (t p e) x grad_comm_bytes */
+    double edp_sent, edp_time;
+    int moe_layers;       /* on the first stage: the MoE layers among its ceil(layers / p) */
+    dl_plan_a2a a2a;      /* one MoE layer, one micro-batch */
+    double a2a_step_sent; /* a2a.step_sent x moe_layers x m */
+    double a2a_step_time; /* 2 a2a.fwd_time x moe_layers x m (backward as forward) */
 } dl_plan_comm_report;
 
 /* Communication of layout l per training step: the report's fields, for model m on hardware hw. */
@@ -290,18 +346,20 @@ typedef struct dl_plan_step {
     int micro_batches;
     double bubble;
     double compute;    /* compute / (1 - bubble), on the slowest stage (ceil(layers/p) layers) */
-    double tp, pp, dp; /* communication seconds, not overlapped */
+    double tp, pp, dp; /* communication seconds, not overlapped (dp: with the experts' edp) */
+    double ep;         /* the MoE layers' all-to-alls */
     double total;
 } dl_plan_step;
 
-/* Step time of layout l: compute stretched by the bubble plus the tp, pp and dp communication
+/* Step time of layout l: compute stretched by the bubble plus the tp, pp, dp and ep communication
  * (not overlapped), and its memory; the model needs its shape (layers, hidden size). */
 int dl_plan_step_time(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
                       const dl_plan_layout *l, dl_plan_step *out);
 
 /* Enumerate t * p * d = gpus: t divides the GPUs per node and the (kv) heads, micro-batch as given
- * in `base` (the lecture: 1 sequence), p <= layers, d * micro_batch divides the global batch.
- * gpus must be a multiple of the GPUs per node. Results sorted by total time (ties: t, p, d),
+ * in `base` (the lecture: 1 sequence), p <= layers, d * micro_batch divides the global batch;
+ * with experts, every e dividing d and the experts (base->e ignored), else e = 1.
+ * gpus must be a multiple of the GPUs per node. Results sorted by total time (ties: t, p, d, e),
  * at most `cap` written to out; *n receives how many there are. */
 int dl_plan_search(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o, int gpus,
                    const dl_plan_layout *base, dl_plan_step *out, int cap, int *n);

@@ -26,11 +26,23 @@ typedef struct model_preset {
  * pinned to 7.5e9 so the lecture's figures come out exactly; 70B is pinned to the exercise's
  * 70e9 (the Llama-3 shape alone gives 70.6e9). Maverick: only the slide's 400e9 total. */
 static const model_preset model_presets[] = {
-    {"gpt3-175b", NULL, {"gpt3-175b", 96, 12288, 96, 96, 49152, 50257, 2048, 0, 0.0}},
-    {"llama3-405b", NULL, {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 2048, 1, 0.0}},
-    {"dense-7.5b", "7.5b", {"dense-7.5b", 36, 4096, 32, 32, 16384, 51200, 2048, 0, 7.5e9}},
-    {"dense-70b", "70b", {"dense-70b", 80, 8192, 64, 8, 28672, 128256, 2048, 1, 70e9}},
-    {"maverick-400b", NULL, {"maverick-400b", 0, 0, 0, 0, 0, 0, 2048, 0, 400e9}},
+    {"gpt3-175b",
+     NULL,
+     {"gpt3-175b", 96, 12288, 96, 96, 49152, 50257, 2048, 0, 0.0, 0, 0, 0, 0, 0}},
+    {"llama3-405b",
+     NULL,
+     {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 2048, 1, 0.0, 0, 0, 0, 0, 0}},
+    {"dense-7.5b",
+     "7.5b",
+     {"dense-7.5b", 36, 4096, 32, 32, 16384, 51200, 2048, 0, 7.5e9, 0, 0, 0, 0, 0}},
+    {"dense-70b",
+     "70b",
+     {"dense-70b", 80, 8192, 64, 8, 28672, 128256, 2048, 1, 70e9, 0, 0, 0, 0, 0}},
+    {"maverick-400b", NULL, {"maverick-400b", 0, 0, 0, 0, 0, 0, 2048, 0, 400e9, 0, 0, 0, 0, 0}},
+    /* Mixtral 8x7B (Jiang et al. 2024, table 1): 46.7e9 parameters, 12.9e9 active; dropless */
+    {"mixtral-8x7b",
+     NULL,
+     {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 0.0, 8, 2, 14336, 1, 0}},
 };
 #define N_MODEL_PRESETS ((int)(sizeof model_presets / sizeof model_presets[0]))
 
@@ -52,7 +64,7 @@ int dl_plan_model_preset(const char *name, dl_plan_model *m)
     }
     return dl_error(DL_EINVAL,
                     "unknown model preset '%s' (presets: gpt3-175b, llama3-405b, dense-7.5b, "
-                    "dense-70b, maverick-400b)",
+                    "dense-70b, maverick-400b, mixtral-8x7b)",
                     name);
 }
 
@@ -62,13 +74,38 @@ int dl_plan_model_has_shape(const dl_plan_model *m)
 }
 
 /* Parameters of one transformer layer (attention with GQA, MLP). */
-static double layer_params(const dl_plan_model *m)
+static double attn_params(const dl_plan_model *m)
 {
     double h = m->hidden, hd = (double)m->hidden / m->heads;
     double kv = m->kv_heads > 0 ? m->kv_heads : m->heads;
-    double attn = 2.0 * h * h + 2.0 * h * kv * hd;
-    double mlp = (m->gated_mlp ? 3.0 : 2.0) * h * m->ffn;
-    return attn + mlp;
+    return 2.0 * h * h + 2.0 * h * kv * hd;
+}
+
+static double mlp_params(const dl_plan_model *m, int ffn)
+{
+    return (m->gated_mlp ? 3.0 : 2.0) * m->hidden * ffn;
+}
+
+static double layer_params(const dl_plan_model *m)
+{
+    return attn_params(m) + mlp_params(m, m->ffn);
+}
+
+int dl_plan_moe_layers(const dl_plan_model *m)
+{
+    if (m == NULL || m->experts <= 0 || m->layers <= 0)
+        return 0;
+    int every = m->moe_every > 1 ? m->moe_every : 1;
+    return (m->layers + every - 1) / every;
+}
+
+static int expert_ffn(const dl_plan_model *m) { return m->expert_ffn > 0 ? m->expert_ffn : m->ffn; }
+
+double dl_plan_expert_params(const dl_plan_model *m)
+{
+    if (!dl_plan_model_has_shape(m))
+        return 0.0;
+    return (double)dl_plan_moe_layers(m) * m->experts * mlp_params(m, expert_ffn(m));
 }
 
 double dl_plan_model_params(const dl_plan_model *m)
@@ -80,7 +117,40 @@ double dl_plan_model_params(const dl_plan_model *m)
     if (!dl_plan_model_has_shape(m))
         return 0.0;
     double emb = (double)m->vocab * m->hidden * (m->gated_mlp ? 2.0 : 1.0);
-    return m->layers * layer_params(m) + emb;
+    int nmoe = dl_plan_moe_layers(m);
+    /* a MoE layer: attention, the router (h x E) and the experts instead of the dense MLP */
+    double moe = nmoe * (attn_params(m) + (double)m->hidden * m->experts);
+    return (m->layers - nmoe) * layer_params(m) + moe + dl_plan_expert_params(m) + emb;
+}
+
+double dl_plan_model_active_params(const dl_plan_model *m)
+{
+    double psi = dl_plan_model_params(m), pe = dl_plan_expert_params(m);
+    return pe > 0 ? psi - pe + pe * m->top_k / m->experts : psi;
+}
+
+static int moe_check(const dl_plan_model *m)
+{
+    if (m->experts == 0 && m->top_k == 0 && m->expert_ffn == 0 && m->moe_every == 0 &&
+        m->capacity == 0)
+        return DL_OK;
+    if (m->experts <= 0)
+        return dl_error(DL_EINVAL,
+                        "model %s: top-k, expert FFN, MoE interval or capacity factor "
+                        "without experts",
+                        m->name);
+    if (!dl_plan_model_has_shape(m))
+        return dl_error(DL_EINVAL, "model %s: experts need the model's shape", m->name);
+    if (m->top_k < 1 || m->top_k > m->experts)
+        return dl_error(DL_EINVAL, "model %s: top-k %d is not in 1 .. %d experts", m->name,
+                        m->top_k, m->experts);
+    if (m->expert_ffn < 0 || m->moe_every < 0 || m->moe_every > m->layers || !(m->capacity >= 0) ||
+        !isfinite(m->capacity))
+        return dl_error(DL_EINVAL,
+                        "model %s: expert FFN >= 0, MoE interval in 0 .. %d layers and capacity "
+                        "factor >= 0 (0: no limit)",
+                        m->name, m->layers);
+    return DL_OK;
 }
 
 int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what)
@@ -100,7 +170,7 @@ int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what
                             m->name, what ? what : "this calculation");
         if (!(m->params > 0))
             return dl_error(DL_EINVAL, "model %s: parameter count must be positive", m->name);
-        return DL_OK;
+        return moe_check(m);
     }
     if (m->layers <= 0 || m->hidden <= 0 || m->heads <= 0 || m->ffn <= 0 || m->vocab <= 0 ||
         m->kv_heads < 0)
@@ -114,7 +184,7 @@ int dl_plan_model_check(const dl_plan_model *m, int need_shape, const char *what
     if (m->kv_heads > 0 && m->heads % m->kv_heads != 0)
         return dl_error(DL_EINVAL, "model %s: %d kv heads do not divide %d heads", m->name,
                         m->kv_heads, m->heads);
-    return DL_OK;
+    return moe_check(m);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -139,6 +209,7 @@ void dl_plan_opts_init(dl_plan_opts *o)
     o->pp_link = DL_PLAN_LINK_INTER;
     o->dp_link = DL_PLAN_LINK_INTER;
     o->mem_limit = 0.0;
+    o->ep_link = DL_PLAN_LINK_INTER;
 }
 
 static int opts_check(const dl_plan_opts *o)
@@ -183,6 +254,15 @@ int dl_plan_layout_check(const dl_plan_model *m, const dl_plan_hw *hw, const dl_
             return dl_error(DL_EINVAL, "p * v = %d exceeds the %d layers of %s", l->p * l->v,
                             m->layers, m->name);
     }
+    if (l->e < 0)
+        return dl_error(DL_EINVAL, "layout: e = %d must be positive", l->e);
+    if (l->e > 1 && m->experts <= 0)
+        return dl_error(DL_EINVAL, "e = %d: expert parallelism needs a model with experts", l->e);
+    if (l->e > 1 && (l->d % l->e != 0 || m->experts % l->e != 0))
+        return dl_error(DL_EINVAL,
+                        "e = %d must divide d = %d (the experts spread inside the data-parallel "
+                        "group) and the %d experts",
+                        l->e, l->d, m->experts);
     if (l->global_batch % ((long)l->d * l->micro_batch) != 0)
         return dl_error(DL_EINVAL,
                         "global batch %ld is not a multiple of d * micro-batch = %d * %d",
@@ -238,6 +318,8 @@ static double capacity_of(const dl_plan_hw *hw, const dl_plan_opts *o)
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+static int ep_of(const dl_plan_layout *l) { return l->e > 1 ? l->e : 1; }
+
 /* What the analytic entry points check first, in this order: the output, the model, the
  * hardware (hw_check; NULL where only its memory is read), the options, the layout. */
 static int check_inputs(const char *what, const void *out, const dl_plan_model *m,
@@ -263,13 +345,21 @@ int dl_plan_memory(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
     if ((st = check_inputs("memory", out, m, NULL, o, hw, l)) != DL_OK)
         return st;
     memset(out, 0, sizeof *out);
-    double psi = dl_plan_model_params(m);
-    double q = psi / ((double)l->t * l->p);
-    int nd = l->d, z = o->zero_stage;
+    double psi = dl_plan_model_params(m), pe = dl_plan_expert_params(m);
+    int e = ep_of(l), z = o->zero_stage;
+    /* the dense parameters over t p GPUs, ZeRO over d; the experts over t p e, ZeRO over d / e */
+    const double q[2] = {(psi - pe) / ((double)l->t * l->p), pe / ((double)l->t * l->p * e)};
+    const int nd[2] = {l->d, l->d / e};
     out->params = psi;
-    out->weights = o->weight_bytes * q / (z >= 3 ? nd : 1);
-    out->grads = o->grad_bytes * q / (z >= 2 ? nd : 1);
-    out->optim = o->optim_bytes * q / (z >= 1 ? nd : 1);
+    out->expert_params = pe;
+    for (int k = 0; k < 2; k++) {
+        double w = o->weight_bytes * q[k] / (z >= 3 ? nd[k] : 1);
+        double g = o->grad_bytes * q[k] / (z >= 2 ? nd[k] : 1);
+        double os = o->optim_bytes * q[k] / (z >= 1 ? nd[k] : 1);
+        out->weights += w, out->grads += g, out->optim += os;
+        if (k == 1)
+            out->expert_states = w + g + os;
+    }
     out->states = out->weights + out->grads + out->optim;
     long m_ = l->global_batch / ((long)l->d * l->micro_batch);
     out->micro_batches = (int)m_;
@@ -312,12 +402,19 @@ double dl_plan_allreduce_time(int n, double bytes, double bw, double lat)
 void dl_plan_link_of(const dl_plan_hw *hw, const dl_plan_opts *o, const dl_plan_layout *l, int kind,
                      double *bw, double *lat, int *inter)
 {
-    dl_plan_link k = kind == 0 ? o->tp_link : kind == 1 ? o->pp_link : o->dp_link;
+    dl_plan_link k = kind == 0   ? o->tp_link
+                     : kind == 1 ? o->pp_link
+                     : kind == 2 ? o->dp_link
+                                 : o->ep_link;
     int is_inter;
     if (k == DL_PLAN_LINK_AUTO) {
         /* Megatron order: rank = (pp * d + dp) * t + tp, so a TP group spans t consecutive ranks,
-         * a DP group t*d, a PP group all t*d*p; a group is inside a node iff its span fits one. */
-        long span = kind == 0 ? l->t : kind == 2 ? (long)l->t * l->d : (long)l->t * l->d * l->p;
+         * a DP group t*d, a PP group all t*d*p, an EP group (e consecutive dp ranks) t*e; a group
+         * is inside a node iff its span fits one. */
+        long span = kind == 0   ? l->t
+                    : kind == 2 ? (long)l->t * l->d
+                    : kind == 3 ? (long)l->t * ep_of(l)
+                                : (long)l->t * l->d * l->p;
         is_inter = span > hw->gpus_per_node;
     } else {
         is_inter = k == DL_PLAN_LINK_INTER;
@@ -345,19 +442,28 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
     int s = seq_of(m, l), b = l->micro_batch;
     long n = (long)l->t * l->p * l->d;
     double psi = dl_plan_model_params(m), rate = hw->flops * eff_mfu(hw, o);
+    double pe = dl_plan_expert_params(m);
     out->params = psi;
     out->tokens = l->global_batch * s;
     out->micro_batches = (int)(l->global_batch / ((long)l->d * b));
-    out->compute = o->flops_per_token * psi * (double)out->tokens / ((double)n * rate);
+    out->compute = o->flops_per_token * dl_plan_model_active_params(m) * (double)out->tokens /
+                   ((double)n * rate);
 
-    double q = psi / ((double)l->t * l->p);
     double zf = o->zero_stage >= 3 ? 1.5 : 1.0; /* ZeRO-3: 3 Psi instead of 2 Psi (lecture §5.2) */
-    out->dp_grad_bytes = q * o->grad_comm_bytes;
+    out->dp_grad_bytes = (psi - pe) / ((double)l->t * l->p) * o->grad_comm_bytes;
     out->dp_sent = zf * dl_plan_allreduce_sent(l->d, out->dp_grad_bytes);
     out->dp_time_intra =
         zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->intra_bw, hw->intra_lat);
     out->dp_time_inter =
         zf * dl_plan_allreduce_time(l->d, out->dp_grad_bytes, hw->inter_bw, hw->inter_lat);
+    if (pe > 0) {
+        int e = ep_of(l);
+        double bw, lat;
+        dl_plan_link_of(hw, o, l, 2, &bw, &lat, NULL);
+        out->edp_grad_bytes = pe / ((double)l->t * l->p * e) * o->grad_comm_bytes;
+        out->edp_sent = zf * dl_plan_allreduce_sent(l->d / e, out->edp_grad_bytes);
+        out->edp_time = zf * dl_plan_allreduce_time(l->d / e, out->edp_grad_bytes, bw, lat);
+    }
     dl_plan_link_of(hw, o, l, 2, NULL, NULL, &out->dp_inter);
     for (int z = 0; z < 4; z++) out->zero_factor[z] = z == 3 ? 3.0 : 2.0;
 
@@ -377,6 +483,41 @@ int dl_plan_comm(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opt
             out->pp_step_time = 2.0 * out->micro_batches * (lat + act / bw);
         }
     }
+    if (m->experts > 0 && (st = dl_plan_moe_a2a(m, hw, o, l, &out->a2a)) != DL_OK)
+        return st;
+    if (m->experts > 0) {
+        int every = m->moe_every > 1 ? m->moe_every : 1;
+        out->moe_layers = ceil_div(ceil_div(m->layers, l->p), every);
+        out->a2a_step_sent = out->a2a.step_sent * out->moe_layers * out->micro_batches;
+        out->a2a_step_time = 2.0 * out->a2a.fwd_time * out->moe_layers * out->micro_batches;
+    }
+    return DL_OK;
+}
+
+int dl_plan_moe_a2a(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
+                    const dl_plan_layout *l, dl_plan_a2a *out)
+{
+    int st;
+    if ((st = check_inputs("all-to-all", out, m, hw, o, hw, l)) != DL_OK)
+        return st;
+    if (m->experts <= 0)
+        return dl_error(DL_EINVAL, "all-to-all: model %s has no experts", m->name);
+    memset(out, 0, sizeof *out);
+    int e = ep_of(l);
+    double bw, lat;
+    dl_plan_link_of(hw, o, l, 3, &bw, &lat, &out->inter);
+    out->tokens = (double)seq_of(m, l) * l->micro_batch / (o->seq_parallel ? l->t : 1);
+    out->kept = m->capacity > 0 && m->capacity < 1 ? m->capacity : 1.0;
+    double choices = out->tokens * m->top_k * out->kept;
+    out->payload = choices * m->hidden * o->act_bytes;
+    out->sent = out->payload * (e - 1) / e;
+    out->fwd_sent = 2.0 * out->sent;
+    out->step_sent = 4.0 * out->sent;
+    out->fwd_time = e > 1 ? 2.0 * (out->sent / bw + (e - 1) * lat) : 0.0;
+    /* uniform routing: each GPU's experts receive as many choices as it sends; split over t */
+    out->expert_flops = choices * 2.0 * mlp_params(m, expert_ffn(m)) / (o->seq_parallel ? 1 : l->t);
+    out->fwd_compute = out->expert_flops / (hw->flops * eff_mfu(hw, o));
+    out->ratio = out->fwd_compute > 0 ? out->fwd_time / out->fwd_compute : 0.0;
     return DL_OK;
 }
 
@@ -550,9 +691,11 @@ int dl_plan_step_time(const dl_plan_model *m, const dl_plan_hw *hw, const dl_pla
         double bw, lat;
         dl_plan_link_of(hw, o, l, 2, &bw, &lat, NULL);
         out->dp = (o->zero_stage >= 3 ? 1.5 : 1.0) *
-                  dl_plan_allreduce_time(l->d, c.dp_grad_bytes, bw, lat);
+                      dl_plan_allreduce_time(l->d, c.dp_grad_bytes, bw, lat) +
+                  c.edp_time;
     }
-    out->total = out->compute + out->tp + out->pp + out->dp;
+    out->ep = c.a2a_step_time;
+    out->total = out->compute + out->tp + out->pp + out->dp + out->ep;
     return DL_OK;
 }
 
@@ -565,7 +708,26 @@ static int cmp_step(const void *a, const void *b)
         return x->layout.t - y->layout.t;
     if (x->layout.p != y->layout.p)
         return x->layout.p - y->layout.p;
-    return x->layout.d - y->layout.d;
+    if (x->layout.d != y->layout.d)
+        return x->layout.d - y->layout.d;
+    return x->layout.e - y->layout.e;
+}
+
+/* One candidate into the growing array (*all, *room). */
+static int search_add(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o,
+                      const dl_plan_layout *l, dl_plan_step **all, int *total, int *room)
+{
+    if (*total == *room) {
+        dl_plan_step *bigger = realloc(*all, (size_t)*room * 2 * sizeof **all);
+        if (bigger == NULL)
+            return dl_error(DL_ENOMEM, "search: out of memory");
+        *all = bigger;
+        *room *= 2;
+    }
+    int st = dl_plan_step_time(m, hw, o, l, &(*all)[*total]);
+    if (st == DL_OK)
+        (*total)++;
+    return st;
 }
 
 int dl_plan_search(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_opts *o, int gpus,
@@ -605,24 +767,16 @@ int dl_plan_search(const dl_plan_model *m, const dl_plan_hw *hw, const dl_plan_o
                 continue;
             if (base->v > 1 && (long)p * base->v > m->layers)
                 continue;
-            dl_plan_layout l = *base;
-            l.t = t;
-            l.p = p;
-            l.d = d;
-            if (total == room) {
-                room *= 2;
-                dl_plan_step *bigger = realloc(all, (size_t)room * sizeof *all);
-                if (bigger == NULL) {
+            for (int e = 1; e <= d; e++) {
+                if (d % e || (e > 1 && (m->experts <= 0 || m->experts % e)))
+                    continue;
+                dl_plan_layout l = *base;
+                l.t = t, l.p = p, l.d = d, l.e = e;
+                if ((st = search_add(m, hw, o, &l, &all, &total, &room)) != DL_OK) {
                     free(all);
-                    return dl_error(DL_ENOMEM, "search: out of memory");
+                    return st;
                 }
-                all = bigger;
             }
-            if ((st = dl_plan_step_time(m, hw, o, &l, &all[total])) != DL_OK) {
-                free(all);
-                return st;
-            }
-            total++;
         }
     }
     qsort(all, (size_t)total, sizeof *all, cmp_step);

@@ -14,7 +14,7 @@ run_failed() { grep "^DIFF" "$TMP/out" | head -20; }
 # ---- everything, checked ----
 if run "all --check" 0 all --check; then
   grep -q "^DIFF" "$TMP/out" && fail "all --check: a DIFF line"
-  for ref in "§1.2" "§1.3" "§2 " "§3.3" "§3.4" "§3.5" "§4.1" "§4.2" "§4.3" "§4.4" "§5.2" "§6.2" "§6.4" "ex. 6"; do
+  for ref in "§1.2" "§1.3" "§2 " "§3.3" "§3.4" "§3.5" "§4.1" "§4.2" "§4.3" "§4.4" "§5.2" "§6.2" "§6.3" "§6.4" "ex. 6"; do
     has_re "all --check" "^MATCH  *$ref"
   done
   has_re "all --check" " 0 DIFF"
@@ -94,6 +94,20 @@ if run "05" 0 05 --check; then
   has_re 05 "27, 14 fit"
   has_re 05 "8 x 8 x 16"
 fi
+if run "06" 0 06 --check; then
+  # the capacity sweep on 4 rank threads (step 1's exact counts: drops fall to 0 as C grows, the
+  # experts' idle share grows), two all-to-alls per MoE layer counted from the bytes, and the
+  # planner's Mixtral-sized layer: 2 x 8192 x 2 x 4096 x 2 B x 7/8 = 234.9 MB, 4.70 / 14.59 ms
+  has_re 06 "^MATCH .*too small a capacity factor: tokens overflow"
+  has_re 06 "^MATCH .*too large a capacity factor: some GPUs idle"
+  has_re 06 "^MATCH .*all-to-alls per MoE layer in the forward (bytes counted) *2 (dispatch + combine)"
+  has_re 06 "^MATCH .*bytes a GPU sends, forward *234.9 MB"
+  has_re 06 "^MATCH .*cross-node communication / compute *0.322"
+  has_re 06 "C no limit: choices dropped, step 1 *0.0%"
+  has_re 06 "InfiniBand 50 GB/s per GPU per direction"
+  has_re 06 " 0 DIFF"
+  [ -s "$TMP/err" ] && fail "06 --check: stderr not empty: $(head -c 300 "$TMP/err")"
+fi
 if run "exercises" 0 exercises --check; then
   has_re exercises "1120 GB, 14 GPUs"
   has_re exercises "17.5 GB"
@@ -130,7 +144,7 @@ usage_error "two sections" "one SECTION only" 01 03
 usage_error "bad option" "unknown option" 01 --bogus
 usage_error "did you mean" "unknown option '--chek' (did you mean '--check'?" 01 --chek
 if run "--help" 0 --help; then
-  for w in 01 02 03 04 05 exercises all --check --json --help --version; do
+  for w in 01 02 03 04 05 06 exercises all --check --json --help --version; do
     has_re "--help" " $w"
   done
 fi

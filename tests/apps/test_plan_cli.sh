@@ -102,6 +102,23 @@ if run "search 405b" 0 search --model llama3-405b --gpus 1024 --gpus-per-node 8 
     fail "search 405b step: $first"
 fi
 
+# ---- a mixture of experts (lecture §6.3): 234881024 B = 0.219 GiB a layer forward, 32.2% ----
+if run "comm moe" 0 comm --model mixtral-8x7b --d 8 --ep 8 --micro-batch 2 --tokens-per-gpu 8192; then
+  grep -Eq '^  EP all-to-alls, one MoE layer fwd +ib +0\.219 +4\.7 ms +32\.2% ' "$TMP/out" ||
+    fail "comm moe: 0.219 GiB, 4.7 ms, 32.2% a layer: $(grep 'EP all' "$TMP/out")"
+  has "comm moe" "12.88 billion active"
+fi
+if run "search moe" 0 search --model mixtral-8x7b --gpus 16 --global-batch 64 --csv; then
+  head -1 "$TMP/out" | grep -q '^t,p,d,ep,m,mem_gb,fits,bubble,step_s,compute_s,tp_s,pp_s,dp_s,ep_s$' ||
+    fail "search moe csv header: $(head -1 "$TMP/out")"
+  tail -n +2 "$TMP/out" | awk -F, '$3 % $4 || 8 % $4 { bad = 1 } $4 > 1 { ep = 1 } END { exit bad || !ep }' ||
+    fail "search moe: an ep not dividing d or the experts, or none above 1"
+fi
+usage_error "ep not dividing d" "e = 3 must divide" memory --model mixtral-8x7b --d 4 --ep 3
+usage_error "ep without experts" "needs a model with experts" memory --d 4 --ep 2
+usage_error "top-k above experts" "top-k 9" memory --model mixtral-8x7b --top-k 9
+usage_error "top-k without experts" "without experts" memory --top-k 2
+
 # ---- a hardware profile file ----
 cat >"$TMP/hw.txt" <<'PROFILE'
 # a profile as calibrate writes it

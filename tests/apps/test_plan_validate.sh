@@ -113,6 +113,17 @@ np=$(grep -c '^validate: round [1-3]/3 .*predicted .* ms: *[+-][0-9.]*%' "$TMP/e
 "$PLAN" validate --quick $SMALL --ranks 1 --steps 2 --hardware "$TMP/hw" --quiet >/dev/null 2>"$TMP/err"
 [ -s "$TMP/err" ] && fail "validate --quiet wrote to stderr: $(head -c 200 "$TMP/err")"
 
+# a mixture of experts at dp x ep: the trainer's model states and the mean all-to-all bytes per
+# rank are predicted exactly (nothing dropped: 4 x tokens x k x C x 4 B per MoE layer)
+"$PLAN" validate --quick $SMALL --moe --ranks 2 --steps 2 --hardware "$TMP/hw" --quiet >"$TMP/moe" 2>"$TMP/err"
+st=$?
+[ "$st" -eq 0 ] || [ "$st" -eq 1 ] || fail "validate --moe: status $st ($(head -c 300 "$TMP/err"))"
+[ "$(grep -c '^dp [12] ep [12] zero 0 ' "$TMP/moe")" -eq 3 ] || fail "validate --moe: not 3 layouts: $(cat "$TMP/moe")"
+awk '/^dp/ { if ($15 != "+0.00" || $13 != $14 || $NF == "MEM" || $NF == "A2A") { print "moe: " $0; bad = 1 } } END { exit bad }' \
+  "$TMP/moe" || fail "validate --moe: model states or all-to-all bytes not exact"
+[ "$(grep -c '^#   dp . ep . zero 0: all-to-all bytes per rank per step planner \([0-9]*\), measured \1 (+0.00%)' "$TMP/moe")" -eq 3 ] ||
+  fail "validate --moe: all-to-all bytes: $(grep all-to-all "$TMP/moe")"
+
 # search with a calibrated profile predicts distlab-train's local layouts
 "$PLAN" search --hardware "$TMP/hw" --gpus 4 --csv >"$TMP/search" 2>"$TMP/err" ||
   fail "search --hardware profile: status $? ($(head -c 300 "$TMP/err"))"

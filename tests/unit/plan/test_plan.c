@@ -33,7 +33,7 @@ static dl_plan_hw h100(void)
 
 static dl_plan_layout layout(int t, int p, int d, long global_batch)
 {
-    dl_plan_layout l = {t, p, d, 1, 1, global_batch, 0};
+    dl_plan_layout l = {t, p, d, 1, 1, global_batch, 0, 1};
     return l;
 }
 
@@ -132,6 +132,163 @@ START_TEST(t_memory_lecture)
     ck_near(mem.weights / GB, 800.0, 1e-9);
     ck_near(mem.states / GB, 6400.0, 1e-9);
     ck_assert_int_eq(mem.fits, 0);
+}
+END_TEST
+
+/* ---- mixture of experts (§6.3) --------------------------------------------------------- */
+
+/* Mixtral 8x7B by hand: attention 2 h^2 + 2 h kv (h/a) = 2 4096^2 + 2 4096 8 128 = 41943040, the
+ * router h E = 32768, the experts E 3 h F = 8 3 4096 14336 = 1409286144; 32 layers of
+ * 1451261952 and the untied embeddings 2 V h = 262144000: 46702526464 (the paper's 46.7B).
+ * Psi_E = 32 x 1409286144 = 45097156608; active Psi - Psi_E + Psi_E 2/8 = 12879659008 (12.9B). */
+START_TEST(t_moe_params_memory)
+{
+    dl_plan_model m = model("mixtral-8x7b");
+    ck_near(dl_plan_model_params(&m), 46702526464.0, 0);
+    ck_near(dl_plan_expert_params(&m), 45097156608.0, 0);
+    ck_near(dl_plan_model_active_params(&m), 12879659008.0, 0);
+    ck_assert_int_eq(dl_plan_moe_layers(&m), 32);
+    dl_plan_model every2 = m;
+    every2.moe_every = 2; /* layers 0, 2, ..., 30 */
+    ck_assert_int_eq(dl_plan_moe_layers(&every2), 16);
+    ck_near(dl_plan_expert_params(&every2), 16 * 1409286144.0, 0);
+    dl_plan_model dense = model("gpt3-175b");
+    ck_near(dl_plan_expert_params(&dense), 0, 0);
+    ck_near(dl_plan_model_active_params(&dense), dl_plan_model_params(&dense), 0);
+
+    /* d = 8, e = 8, ZeRO-1: dense q_d = 1605369856 on every GPU, optimizer over 8; each GPU one
+     * expert per layer, q_e = Psi_E / 8 = 5637144576, its expert-data-parallel group 8 / 8 = 1:
+     * 4 q_d + 12 q_d / 8 + 4 q_e + 12 q_e = 99023847424 B, of which the experts' 16 q_e */
+    dl_plan_opts o;
+    dl_plan_opts_init(&o);
+    dl_plan_hw hw = h100();
+    dl_plan_layout l = layout(1, 1, 8, 16);
+    l.micro_batch = 2;
+    l.e = 8;
+    dl_plan_mem mem;
+    ck_assert_msg(dl_plan_memory(&m, &hw, &o, &l, &mem) == DL_OK, "%s", dl_errmsg());
+    ck_near(mem.states, 99023847424.0, 1e-3);
+    ck_near(mem.expert_states, 90194313216.0, 1e-3);
+    ck_near(mem.expert_params, 45097156608.0, 0);
+    /* ZeRO-3 at d = 16, e = 8: the experts' states over d / e = 2, the dense over 16 */
+    o.zero_stage = 3;
+    l = layout(1, 1, 16, 16);
+    l.e = 8;
+    ck_assert_int_eq(dl_plan_memory(&m, &hw, &o, &l, &mem), DL_OK);
+    ck_near(mem.states, 16 * 1605369856.0 / 16 + 16 * 5637144576.0 / 2, 1e-3);
+    /* e = 1: the experts are sharded like the dense parameters, the dense model's formula */
+    l.e = 1;
+    ck_assert_int_eq(dl_plan_memory(&m, &hw, &o, &l, &mem), DL_OK);
+    ck_near(mem.states, dl_plan_state_bytes(dl_plan_model_params(&m), &o, 1, 3, 16), 1e-3);
+
+    /* refused by name: e not dividing d or the experts, e on a dense model, top-k > E */
+    l = layout(1, 1, 6, 6);
+    l.e = 3;
+    ck_assert_int_eq(dl_plan_memory(&m, &hw, &o, &l, &mem), DL_EINVAL);
+    ck_assert(strstr(dl_errmsg(), "e = 3 must divide") != NULL);
+    l = layout(1, 1, 2, 2);
+    l.e = 4;
+    ck_assert_int_eq(dl_plan_layout_check(&m, &hw, &l), DL_EINVAL);
+    l.e = 2;
+    ck_assert_int_eq(dl_plan_layout_check(&m, &hw, &l), DL_OK);
+    ck_assert_int_eq(dl_plan_layout_check(&dense, &hw, &l), DL_EINVAL);
+    ck_assert(strstr(dl_errmsg(), "needs a model with experts") != NULL);
+    dl_plan_model bad = m;
+    bad.top_k = 9;
+    ck_assert_int_eq(dl_plan_model_check(&bad, 1, NULL), DL_EINVAL);
+    ck_assert(strstr(dl_errmsg(), "top-k 9") != NULL);
+}
+END_TEST
+
+/* The lecture's Mixtral-sized layer: 8 GPUs, 8192 tokens each (2 sequences of 4096), top-2,
+ * h 4096, BF16: a dispatch carries 8192 2 4096 2 B = 134217728, of which 7/8 leave the GPU;
+ * dispatch + combine 2 x 117440512 = 234881024 B (234.9 MB). On InfiniBand (50 GB/s) 4.698 ms;
+ * the experts' forward 16384 choices x 2 x 3 x 4096 x 14336 = 5.7724e12 FLOP at 989e12 x 0.4
+ * = 14.592 ms; comm / compute 0.32194. */
+START_TEST(t_moe_a2a_lecture)
+{
+    dl_plan_model m = model("mixtral-8x7b");
+    dl_plan_hw hw = h100();
+    dl_plan_opts o;
+    dl_plan_opts_init(&o);
+    dl_plan_layout l = layout(1, 1, 8, 16);
+    l.micro_batch = 2;
+    l.e = 8;
+    dl_plan_a2a a;
+    ck_assert_msg(dl_plan_moe_a2a(&m, &hw, &o, &l, &a) == DL_OK, "%s", dl_errmsg());
+    ck_near(a.tokens, 8192, 0);
+    ck_near(a.payload, 134217728.0, 0);
+    ck_near(a.fwd_sent, 234881024.0, 0);
+    ck_near(a.step_sent, 2 * 234881024.0, 0);
+    ck_near(a.fwd_time, 234881024.0 / 50e9, 1e-15);
+    ck_near(a.expert_flops, 5772436045824.0, 1);
+    ck_near(a.ratio, 0.3219401, 1e-6);
+    ck_assert(a.inter);
+    /* negative controls: inside a node (NVLink 450 GB/s) 9x less; e = 1 moves nothing; C 0.5
+     * drops half the choices (uniform routing) */
+    o.ep_link = DL_PLAN_LINK_INTRA;
+    dl_plan_a2a b;
+    ck_assert_int_eq(dl_plan_moe_a2a(&m, &hw, &o, &l, &b), DL_OK);
+    ck_near(b.ratio, a.ratio / 9, 1e-9);
+    o.ep_link = DL_PLAN_LINK_AUTO; /* an ep group of 8 spans t e = 8 GPUs: one node */
+    ck_assert_int_eq(dl_plan_moe_a2a(&m, &hw, &o, &l, &b), DL_OK);
+    ck_assert_int_eq(b.inter, 0);
+    dl_plan_opts_init(&o);
+    l.e = 1;
+    ck_assert_int_eq(dl_plan_moe_a2a(&m, &hw, &o, &l, &b), DL_OK);
+    ck_near(b.fwd_sent, 0, 0);
+    ck_near(b.payload, 134217728.0, 0);
+    l.e = 8;
+    m.capacity = 0.5;
+    ck_assert_int_eq(dl_plan_moe_a2a(&m, &hw, &o, &l, &b), DL_OK);
+    ck_near(b.fwd_sent, 234881024.0 / 2, 0);
+    m.capacity = 0;
+
+    /* per step: m = 16 / (8 x 2) = 1 micro-batch, 32 MoE layers, backward as forward:
+     * ep = 2 x 4.698 ms x 32 = 0.30065 s; dp: the dense gradients over 8, the experts' over 1 */
+    dl_plan_step st;
+    ck_assert_msg(dl_plan_step_time(&m, &hw, &o, &l, &st) == DL_OK, "%s", dl_errmsg());
+    ck_near(st.ep, 2 * 32 * 234881024.0 / 50e9, 1e-12);
+    ck_near(st.dp, dl_plan_allreduce_time(8, 1605369856.0 * 2, 50e9, 0), 1e-12);
+    ck_near(st.total, st.compute + st.tp + st.pp + st.dp + st.ep, 1e-12);
+    /* compute counts the active parameters: 6 x 12879659008 x 65536 tokens / (8 x 395.6e12) */
+    ck_near(st.compute, 6.0 * 12879659008.0 * 65536 / (8 * 989e12 * 0.4), 1e-9);
+}
+END_TEST
+
+/* The search with experts: every e dividing d and the 8 experts, one row each (brute force). */
+START_TEST(t_moe_search)
+{
+    dl_plan_model m = model("mixtral-8x7b");
+    dl_plan_hw hw = h100();
+    dl_plan_opts o;
+    dl_plan_opts_init(&o);
+    dl_plan_layout base = layout(1, 1, 1, 64);
+    static dl_plan_step r[512];
+    int n = 0;
+    ck_assert_msg(dl_plan_search(&m, &hw, &o, 16, &base, r, 512, &n) == DL_OK, "%s", dl_errmsg());
+    int want = 0, with_ep = 0;
+    for (int t = 1; t <= 8; t++)
+        for (int p = 1; p <= 16; p++) {
+            if (8 % t || 16 % t || 32 % t || 8 % t || (16 / t) % p)
+                continue;
+            int d = 16 / t / p;
+            if (64 % d)
+                continue;
+            for (int e = 1; e <= d; e++) want += d % e == 0 && 8 % e == 0;
+        }
+    ck_assert_int_eq(n, want);
+    for (int i = 0; i < n; i++) {
+        ck_assert(r[i].layout.d % r[i].layout.e == 0 && 8 % r[i].layout.e == 0);
+        with_ep += r[i].layout.e > 1;
+        if (i > 0)
+            ck_assert(r[i - 1].total <= r[i].total);
+    }
+    ck_assert(with_ep > 0);
+    /* a dense model: e = 1 only (the same count as before experts existed) */
+    dl_plan_model g = model("dense-7.5b");
+    ck_assert_int_eq(dl_plan_search(&g, &hw, &o, 16, &base, r, 512, &n), DL_OK);
+    for (int i = 0; i < n; i++) ck_assert_int_eq(r[i].layout.e, 1);
 }
 END_TEST
 
@@ -498,6 +655,9 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, t_search_405b);
     tcase_add_test(tc, t_search_invalid);
     tcase_add_test(tc, t_hw_profile);
+    tcase_add_test(tc, t_moe_params_memory);
+    tcase_add_test(tc, t_moe_a2a_lecture);
+    tcase_add_test(tc, t_moe_search);
     suite_add_tcase(s, tc);
     return s;
 }
