@@ -7,7 +7,9 @@
  * there (the dp module); each expert's parameters are held by the dp / N ranks with the same ep
  * rank, the expert-data-parallel group (mesh edp_comm), and this module reduces their gradients
  * over it, as each MoE unit's gradient becomes final; the dp module leaves those ranges
- * (tr_env.excl). The gradient norm adds the other ep ranks' experts.
+ * (tr_env.excl). The gradient norm adds the other ep ranks' experts. With ZeRO 1-3 the sharding
+ * module does both instead (parallel/zero_module.c): expert pieces of the units are sharded and
+ * reduce-scattered over edp, dense ones over dp.
  *
  * With any MoE layer (ep 1 included) it resets the model's measurements before each step and,
  * after the backward, sums them over the dp group into rank 0's per-step tables
@@ -22,7 +24,9 @@
 typedef struct ep_state {
     tr_env *e;
     int ep, nmoe, E;
-    size_t *xr; /* [2 * nxr]: the expert tensors' ranges [lo, hi) of the flat buffer, merged */
+    int nall;    /* the model's MoE layers (a pipeline stage holds nmoe of them) */
+    int reduces; /* this module reduces the expert gradients over edp (ep > 1, no ZeRO) */
+    size_t *xr;  /* [2 * nxr]: the expert tensors' ranges [lo, hi) of the flat buffer, merged */
     int nxr;
     int pending;  /* ranges [0, pending) are not reduced yet this step (they end at the top) */
     double *sums; /* the dp sum's buffer */
@@ -60,20 +64,20 @@ static int alloc_tables(ep_state *s)
 {
     tr_env *e = s->e;
     dl_train_moe_result *m = &e->res->moe;
-    size_t steps = (size_t)e->o->optim.steps + 1, le = (size_t)s->nmoe * s->E;
+    size_t steps = (size_t)e->o->optim.steps + 1, le = (size_t)s->nall * s->E;
     size_t nr = (size_t)e->res->nranks;
-    m->layers = s->nmoe, m->experts = s->E;
-    m->layer = calloc((size_t)s->nmoe, sizeof(int));
+    m->layers = s->nall, m->experts = s->E;
+    m->layer = calloc((size_t)s->nall, sizeof(int));
     m->routed = calloc(steps * le, sizeof(int64_t));
     m->dropped = calloc(steps * le, sizeof(int64_t));
     m->aux = calloc(steps, sizeof(double)), m->z = calloc(steps, sizeof(double));
-    m->hash = calloc(steps * (size_t)s->nmoe, sizeof(uint64_t));
+    m->hash = calloc(steps * (size_t)s->nall, sizeof(uint64_t));
     m->a2a_bytes = calloc(steps * nr, sizeof(double));
     m->combine_wait_ms = calloc(steps * nr, sizeof(double));
     if (!m->layer || !m->routed || !m->dropped || !m->aux || !m->z || !m->hash || !m->a2a_bytes ||
         !m->combine_wait_ms)
         return dl_error(DL_ENOMEM, "mixture of experts: out of memory");
-    for (int i = 0; i < s->nmoe; i++) m->layer[i] = dl_gpt_moe_stats(e->g, i)->layer;
+    for (int i = 0; i < s->nall; i++) m->layer[i] = i * e->o->model.moe_every;
     return DL_OK;
 }
 
@@ -82,10 +86,11 @@ static int ep_setup(void *st)
     ep_state *s = st;
     tr_env *e = s->e;
     s->nmoe = dl_gpt_moe_layers(e->g);
+    s->nall = (e->o->model.layers - 1) / e->o->model.moe_every + 1;
     s->E = e->o->model.experts;
-    /* per layer: routed, dropped per expert, aux, z, seqs, the hash's two halves; then bytes
-     * and wait per rank */
-    size_t n = (size_t)s->nmoe * (2 * (size_t)s->E + 5) + 2 * (size_t)e->res->nranks;
+    /* per layer of the model: routed, dropped per expert, aux, z, seqs, the hash's two halves;
+     * then bytes and wait per rank */
+    size_t n = (size_t)s->nall * (2 * (size_t)s->E + 5) + 2 * (size_t)e->res->nranks;
     int rc;
     if (!(s->sums = calloc(n, sizeof(double))))
         return dl_error(DL_ENOMEM, "mixture of experts: out of memory");
@@ -93,8 +98,8 @@ static int ep_setup(void *st)
         return rc;
     /* every forward is collective over the ep group: evaluations keep step */
     e->lockstep_fwd |= s->ep > 1;
-    e->excl = s->ep > 1 ? s->xr : NULL;
-    e->nexcl = s->ep > 1 ? s->nxr : 0;
+    e->excl = s->reduces ? s->xr : NULL;
+    e->nexcl = s->reduces ? s->nxr : 0;
     return e->rank == 0 ? alloc_tables(s) : DL_OK;
 }
 
@@ -122,53 +127,60 @@ static int ep_grads_ready(void *st, size_t first)
     return rc;
 }
 
-/* one layer's measurements into the sum buffer, and back from it into rank 0's tables */
-static double *put_layer(double *p, const dl_moe_stats *m)
+/* one layer's measurements into its place of the sum buffer, and back from it into rank 0's
+ * tables */
+static void put_layer(double *p, const dl_moe_stats *m)
 {
     for (int x = 0; x < m->E; x++) *p++ = (double)m->routed[x], *p++ = (double)m->dropped[x];
     *p++ = m->aux, *p++ = m->z, *p++ = (double)m->seqs;
     *p++ = (double)(m->hash & 0xFFFFFFFFu), *p++ = (double)(m->hash >> 32);
-    return p;
 }
 
 static void record(ep_state *s, const double *p)
 {
     tr_env *e = s->e;
     dl_train_moe_result *m = &e->res->moe;
-    size_t st = (size_t)e->step - 1, le = (size_t)s->nmoe * s->E;
+    size_t st = (size_t)e->step - 1, le = (size_t)s->nall * s->E;
     double aux = 0, z = 0;
-    for (int i = 0; i < s->nmoe; i++) {
+    for (int i = 0; i < s->nall; i++) {
         for (int x = 0; x < s->E; x++) {
             m->routed[st * le + (size_t)i * s->E + x] = (int64_t)*p++;
             m->dropped[st * le + (size_t)i * s->E + x] = (int64_t)*p++;
         }
         double a = *p++, zz = *p++, seqs = *p++, lo = *p++, hi = *p++;
-        aux += a / (seqs * s->nmoe), z += zz / (seqs * s->nmoe);
+        aux += a / (seqs * s->nall), z += zz / (seqs * s->nall);
         /* the halves' sums are exact (< 2^53); their recombination wraps as a u64 sum does */
-        m->hash[st * s->nmoe + i] = (uint64_t)lo + ((uint64_t)hi << 32);
+        m->hash[st * s->nall + i] = (uint64_t)lo + ((uint64_t)hi << 32);
     }
     m->aux[st] = aux, m->z[st] = z;
 }
 
-/* After the backward: the measurements summed over the dp group (each rank its own bytes and
- * wait), into rank 0's tables at this step. */
+/* After the backward: the measurements summed over the dp group and the pipeline's stages (each
+ * stage its own MoE layers, each rank its own bytes and wait), into rank 0's tables at this
+ * step. */
 static int ep_reduce(void *st)
 {
     ep_state *s = st;
     tr_env *e = s->e;
-    int rc = ep_grads_ready(st, 0), nr = e->res->nranks;
+    int rc = s->reduces ? ep_grads_ready(st, 0) : DL_OK, nr = e->res->nranks;
     if (rc)
         return rc;
-    double *p = s->sums;
-    for (int i = 0; i < s->nmoe; i++) p = put_layer(p, dl_gpt_moe_stats(e->g, i));
-    memset(p, 0, sizeof(double) * 2 * (size_t)nr);
+    size_t per = 2 * (size_t)s->E + 5, n = (size_t)s->nall * per + 2 * (size_t)nr;
+    double *p = s->sums + (size_t)s->nall * per;
+    memset(s->sums, 0, sizeof(double) * n);
+    for (int i = 0; i < s->nmoe; i++) {
+        const dl_moe_stats *m = dl_gpt_moe_stats(e->g, i);
+        put_layer(s->sums + (size_t)(m->layer / e->o->model.moe_every) * per, m);
+    }
     for (int i = 0; i < s->nmoe; i++) {
         const dl_moe_stats *m = dl_gpt_moe_stats(e->g, i);
         p[e->rank] += m->a2a_bytes, p[nr + e->rank] += (double)m->combine_wait_ns / 1e6;
     }
-    size_t n = (size_t)(p - s->sums) + 2 * (size_t)nr;
     if (e->o->layout.dp > 1 &&
         (rc = dl_allreduce(e->mesh->dp_comm, s->sums, s->sums, n, DL_F64, DL_SUM, DL_PURPOSE_LOSS)))
+        return rc;
+    if (e->mesh->pp > 1 &&
+        (rc = dl_allreduce(e->mesh->pp_comm, s->sums, s->sums, n, DL_F64, DL_SUM, DL_PURPOSE_LOSS)))
         return rc;
     if (e->rank == 0) {
         dl_train_moe_result *m = &e->res->moe;
@@ -218,7 +230,9 @@ int tr_ep_make(tr_env *e, tr_module *m)
                      .begin = ep_begin,
                      .reduce = ep_reduce,
                      .teardown = ep_teardown};
-    if (s->ep > 1)
+    /* with ZeRO the sharding module reduces the expert pieces over edp and sums their norm */
+    s->reduces = s->ep > 1 && !tr_zero_stage(o);
+    if (s->reduces)
         m->grads_ready = ep_grads_ready, m->reduce_norm = ep_reduce_norm;
     return DL_OK;
 }
@@ -240,8 +254,6 @@ int tr_ep_resolve(dl_train_opts *o)
     if (E % ep)
         return dl_error(DL_EINVAL, "--experts %d is not divisible by --ep %d", E, ep);
     const char *no = o->layout.tp > 1                              ? "tp > 1"
-                     : o->layout.pp > 1                            ? "pp > 1"
-                     : o->zero.stage > 0 && o->layout.dp > 1       ? "ZeRO"
                      : o->precision.dtype == DL_BF16               ? "bf16"
                      : o->precision.recompute == DL_RECOMPUTE_FULL ? "--recompute"
                                                                    : NULL;

@@ -104,6 +104,8 @@ typedef struct tr_module {
 /* The model's units as ZeRO cuts them (parallel/zero.h): *bounds = [0 = offset of unit 0, ...,
  * numel], *n + 1 of them (malloc'd: the caller frees). DL_ENOMEM only. (zero_module.c) */
 int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n);
+/* The ZeRO stage the sharding module runs (0 with dp 1 or an evaluation only). (zero_module.c) */
+int tr_zero_stage(const dl_train_opts *o);
 
 /* A module's constructor: adds the module to *m (m->name set) when the options ask for it. */
 typedef int (*tr_make_fn)(tr_env *e, tr_module *m);

@@ -77,26 +77,47 @@ static void check_bytes(const dl_train_opts *o, const dl_train_result *r)
     }
 }
 
-static void same_as_one_rank(int dp, int ep)
+/* The layout oa (f64) against one rank, `steps` steps: routing identical at every step, capacity
+ * drops present, losses, parameters and gradients within compare.h's bounds, the byte formula. */
+static void layout_vs_one_rank(dl_train_opts oa, int steps)
 {
     char why[512];
-    for (int steps = 1; steps <= 3; steps += 2) {
-        dl_train_opts oa = moe_opts(dp, ep, DL_F64, steps), ob = moe_opts(1, 1, DL_F64, steps);
-        dl_train_result a, b;
-        run(&oa, &a);
-        run(&ob, &b);
-        ck_assert_msg(routing_diffs(&a, &b, steps) == 0, "dp %d ep %d: the routing differs", dp,
-                      ep);
-        int64_t dropped = 0;
-        for (size_t i = 0; i < (size_t)steps * 2 * 4; i++) dropped += a.moe.dropped[i];
-        ck_assert(dropped > 0); /* capacity drops are part of what is compared */
-        ck_assert_msg(tu_compare_runs(&oa, &a, &b, why, sizeof why), "dp %d ep %d, %d steps: %s",
-                      dp, ep, steps, why);
-        check_bytes(&oa, &a);
-        check_bytes(&ob, &b);
-        dl_train_result_free(&a);
-        dl_train_result_free(&b);
-    }
+    dl_train_opts ob = moe_opts(1, 1, DL_F64, steps);
+    ob.model.layers = oa.model.layers, ob.model.moe_every = oa.model.moe_every;
+    oa.optim.steps = steps;
+    dl_train_result a, b;
+    run(&oa, &a);
+    run(&ob, &b);
+    const dl_train_layout *L = &oa.layout;
+    ck_assert_msg(routing_diffs(&a, &b, steps) == 0,
+                  "dp %d ep %d tp %d pp %d zero %d: the routing "
+                  "differs",
+                  L->dp, L->ep, L->tp, L->pp, oa.zero.stage);
+    int64_t dropped = 0;
+    for (size_t i = 0; i < (size_t)steps * a.moe.layers * a.moe.experts; i++)
+        dropped += a.moe.dropped[i];
+    ck_assert(dropped > 0); /* capacity drops are part of what is compared */
+    ck_assert_msg(tu_compare_runs(&oa, &a, &b, why, sizeof why),
+                  "dp %d ep %d tp %d pp %d zero %d, %d steps: %s", L->dp, L->ep, L->tp, L->pp,
+                  oa.zero.stage, steps, why);
+    check_bytes(&oa, &a);
+    check_bytes(&ob, &b);
+    dl_train_result_free(&a);
+    dl_train_result_free(&b);
+}
+
+static void same_as_one_rank(int dp, int ep)
+{
+    for (int steps = 1; steps <= 3; steps += 2)
+        layout_vs_one_rank(moe_opts(dp, ep, DL_F64, 1), steps);
+}
+
+/* a composed layout: one step (its gradients compared per tensor) and two (the second step uses
+ * the parameters the first updated: gathered, or at ZeRO-3 sharded) */
+static void composed_vs_one_rank(dl_train_opts o)
+{
+    layout_vs_one_rank(o, 1);
+    layout_vs_one_rank(o, 2);
 }
 
 START_TEST(dp2_ep2) { same_as_one_rank(2, 2); }
@@ -104,6 +125,34 @@ END_TEST
 START_TEST(dp4_ep4) { same_as_one_rank(4, 4); }
 END_TEST
 START_TEST(dp4_ep2) { same_as_one_rank(4, 2); }
+END_TEST
+
+/* ZeRO 1-3 at dp 4 x ep 2: the dense pieces of the units sharded over dp 4, the expert pieces
+ * over the expert-data-parallel group (2 ranks) */
+START_TEST(zero_dp4_ep2)
+{
+    for (int stage = 1; stage <= 3; stage++) {
+        dl_train_opts o = moe_opts(4, 2, DL_F64, 2);
+        o.zero.stage = stage;
+        composed_vs_one_rank(o);
+    }
+}
+END_TEST
+
+/* pp 2 x dp 2 x ep 2: one MoE layer on each stage, its all-to-alls on that stage's ep group,
+ * with 1F1B, GPipe and ZB-H1 (the split backward: the MoE weight part deferred); ZeRO-1 beside
+ * 1F1B (the expert pieces over each stage's edp group). */
+START_TEST(pp2_dp2_ep2)
+{
+    static const int sched[] = {DL_SCHED_1F1B, DL_SCHED_GPIPE, DL_SCHED_ZB_H1};
+    for (int i = 0; i < 4; i++) {
+        dl_train_opts o = moe_opts(2, 2, DL_F64, 2);
+        o.layout.pp = 2, o.batch.microbatches = 2;
+        o.pipeline.schedule = sched[i % 3];
+        o.zero.stage = i == 3;
+        composed_vs_one_rank(o);
+    }
+}
 END_TEST
 
 /* Negative control: a perturbed routing is seen (the comparison of the tables can fail). */
@@ -282,10 +331,11 @@ START_TEST(refusals)
     refused(o, "moe-every 3");
     o = moe_opts(1, 1, DL_F64, 1), o.layout.tp = 2;
     refused(o, "tp > 1");
-    o = moe_opts(1, 1, DL_F64, 1), o.layout.pp = 2;
-    refused(o, "pp > 1");
-    o = moe_opts(2, 1, DL_F64, 1), o.zero.stage = 1;
-    refused(o, "ZeRO");
+    o = moe_opts(1, 1, DL_F64, 1), o.layout.pp = 2, o.pipeline.schedule = DL_SCHED_INTERLEAVED;
+    o.model.layers = 4, o.batch.microbatches = 2;
+    refused(o, "--schedule interleaved");
+    o = moe_opts(1, 1, DL_F64, 1), o.layout.pp = 2, o.pipeline.schedule = DL_SCHED_ASYNC;
+    refused(o, "--schedule async");
     o = moe_opts(1, 1, DL_BF16, 1);
     refused(o, "bf16");
     o = moe_opts(1, 1, DL_F32, 1), o.precision.recompute = DL_RECOMPUTE_FULL;
@@ -301,6 +351,8 @@ int main(void)
     tcase_add_test(tc, dp2_ep2);
     tcase_add_test(tc, dp4_ep4);
     tcase_add_test(tc, dp4_ep2);
+    tcase_add_test(tc, zero_dp4_ep2);
+    tcase_add_test(tc, pp2_dp2_ep2);
     tcase_add_test(tc, routing_negative_control);
     tcase_add_test(tc, f32_step1);
     tcase_add_test(tc, zero_tokens);
