@@ -25,7 +25,7 @@ typedef struct ep_state {
     tr_env *e;
     int ep, nmoe, E;
     int nall;    /* the model's MoE layers (a pipeline stage holds nmoe of them) */
-    int reduces; /* this module reduces the expert gradients over edp (ep > 1, no ZeRO) */
+    int reduces; /* this module reduces the expert gradients over edp (ep > 1, no ZeRO, not bf16) */
     size_t *xr;  /* [2 * nxr]: the expert tensors' ranges [lo, hi) of the flat buffer, merged */
     int nxr;
     int pending;  /* ranges [0, pending) are not reduced yet this step (they end at the top) */
@@ -231,9 +231,13 @@ int tr_ep_make(tr_env *e, tr_module *m)
                      .reduce = ep_reduce,
                      .teardown = ep_teardown};
     /* with ZeRO the sharding module reduces the expert pieces over edp and sums their norm */
-    s->reduces = s->ep > 1 && !tr_zero_stage(o);
+    /* bf16 at stage 0: the dp-bf16 module reduces the expert pieces over edp (parallel/dp_bf16.c),
+     * each rank then holding its experts' whole gradient as without bf16 */
+    s->reduces = s->ep > 1 && !tr_zero_stage(o) && !e->pr.bf16;
     if (s->reduces)
-        m->grads_ready = ep_grads_ready, m->reduce_norm = ep_reduce_norm;
+        m->grads_ready = ep_grads_ready;
+    if (s->ep > 1 && !tr_zero_stage(o))
+        m->reduce_norm = ep_reduce_norm;
     return DL_OK;
 }
 
@@ -254,7 +258,6 @@ int tr_ep_resolve(dl_train_opts *o)
     if (E % ep)
         return dl_error(DL_EINVAL, "--experts %d is not divisible by --ep %d", E, ep);
     const char *no = o->layout.tp > 1                              ? "tp > 1"
-                     : o->precision.dtype == DL_BF16               ? "bf16"
                      : o->precision.recompute == DL_RECOMPUTE_FULL ? "--recompute"
                                                                    : NULL;
     if (no)

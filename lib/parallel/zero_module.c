@@ -84,6 +84,12 @@ static int shard_load(zm_state *s)
     return rc;
 }
 
+void tr_pieces_free(tr_pieces *c)
+{
+    free(c->bounds), free(c->expert), free(c->first);
+    memset(c, 0, sizeof *c);
+}
+
 int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n)
 {
     *n = dl_gpt_num_units(e->g);
@@ -94,23 +100,14 @@ int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n)
     return DL_OK;
 }
 
-/* Expert parallelism: the model's units cut where expert tensors begin and end, each piece
- * marked expert or dense (expert pieces are sharded over the expert-data-parallel group). */
-typedef struct zm_cut {
-    size_t *bounds;
-    unsigned char *expert;
-    int *first;
-    int n;
-} zm_cut;
-
-static int cut_experts(const tr_env *e, const size_t *ub, int nu, zm_cut *c)
+int tr_unit_pieces(const tr_env *e, const size_t *ub, int nu, tr_pieces *c)
 {
     const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
     size_t cap = (size_t)(nu + l->ntensors + 1);
     c->bounds = malloc(sizeof(size_t) * cap), c->expert = malloc(cap);
     c->first = malloc(sizeof(int) * (size_t)(nu + 1));
     if (!c->bounds || !c->expert || !c->first)
-        return dl_error(DL_ENOMEM, "ZeRO with experts: out of memory");
+        return dl_error(DL_ENOMEM, "the units' expert pieces: out of memory");
     c->n = 0;
     for (int u = 0, k = 0; u < nu; u++) {
         c->first[u] = c->n;
@@ -134,12 +131,12 @@ static int setup_engine(zm_state *s, const size_t *ub, int nu)
     dl_arena *a = dl_ctx_arena(e->ctx);
     if (!m->edp_comm || !s->z.stage)
         return dl_zero_engine_setup(&s->z, ub, nu, m->dp, m->dp_rank, p, gr, a);
-    zm_cut c = {0};
-    int rc = cut_experts(e, ub, nu, &c);
+    tr_pieces c = {0};
+    int rc = tr_unit_pieces(e, ub, nu, &c);
     dl_zero_experts x = {c.expert, c.first, nu, m->edp_comm, m->dp / m->ep, m->dp_rank / m->ep};
     if (rc == DL_OK)
         rc = dl_zero_engine_setup_ep(&s->z, c.bounds, c.n, m->dp, m->dp_rank, &x, p, gr, a);
-    free(c.bounds), free(c.expert), free(c.first);
+    tr_pieces_free(&c);
     return rc;
 }
 
