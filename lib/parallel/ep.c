@@ -241,8 +241,8 @@ int tr_ep_make(tr_env *e, tr_module *m)
     return DL_OK;
 }
 
-/* The layouts part 1 supports: tp, pp, ZeRO, bf16 and full recomputation with a mixture of
- * experts are refused by name (part 2 composes them). */
+/* The layouts a mixture of experts composes with: dp x ep, pp (one chunk a stage: pipe_train.c
+ * refuses the others), ZeRO 0-3, f32, f64 and bf16; tp and full recomputation refused by name. */
 int tr_ep_resolve(dl_train_opts *o)
 {
     int ep = o->layout.ep > 1 ? o->layout.ep : 1, E = o->model.experts;
@@ -257,13 +257,15 @@ int tr_ep_resolve(dl_train_opts *o)
                         ep, o->layout.dp);
     if (E % ep)
         return dl_error(DL_EINVAL, "--experts %d is not divisible by --ep %d", E, ep);
+    /* tp: the experts' tensor-parallel split is not written (docs/ARCHITECTURE.md); full
+     * recomputation re-runs a layer of two units (the MoE sublayer starts its own) */
     const char *no = o->layout.tp > 1                              ? "tp > 1"
                      : o->precision.recompute == DL_RECOMPUTE_FULL ? "--recompute"
                                                                    : NULL;
     if (no)
         return dl_error(DL_EINVAL,
-                        "a mixture of experts with %s is not supported yet (expert parallelism "
-                        "part 2); use dp and --ep with f32 or f64",
+                        "a mixture of experts with %s is not supported: it composes with dp and "
+                        "--ep, pp, ZeRO 1-3 and bf16",
                         no);
     return DL_OK;
 }
