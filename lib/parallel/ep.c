@@ -16,6 +16,7 @@
  * (dl_train_moe_result): choices routed and dropped per layer and expert, the auxiliary and z
  * losses, the routing hash; each rank's all-to-all bytes and combine wait. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "parallel/module.h"
@@ -28,25 +29,37 @@ typedef struct ep_state {
     int reduces; /* this module reduces the expert gradients over edp (ep > 1, no ZeRO, not bf16) */
     size_t *xr;  /* [2 * nxr]: the expert tensors' ranges [lo, hi) of the flat buffer, merged */
     int nxr;
+    size_t *tr; /* [2 * ntr]: tp > 1: the MoE sublayers' tensors (ln_2, router, experts), merged */
+    int ntr;
     int pending;  /* ranges [0, pending) are not reduced yet this step (they end at the top) */
     double *sums; /* the dp sum's buffer */
 } ep_state;
 
-/* the expert tensors' ranges, merged where adjacent, in offset order */
-static int find_ranges(ep_state *s)
+/* tensor t of an MoE layer's MoE sublayer (its ln_2, its router, its experts) */
+static int moe_tensor(const dl_gpt_config *c, const char *name)
 {
-    const dl_gpt_layout *l = dl_gpt_get_layout(s->e->g);
-    s->xr = malloc(sizeof(size_t) * 2 * (size_t)(l->ntensors + 1));
-    if (!s->xr)
+    int L, at = 0;
+    if (sscanf(name, "h.%d.%n", &L, &at) != 1 || !at || !dl__moe_layer(c, L))
+        return 0;
+    return !strncmp(name + at, "ln_2.", 5) || !strncmp(name + at, "mlp.", 4);
+}
+
+/* the ranges of the tensors `pick` selects (0: experts, 1: MoE sublayers), merged where
+ * adjacent, in offset order */
+static int find_ranges(const dl_gpt_layout *l, int pick, size_t **out, int *n)
+{
+    size_t *r = malloc(sizeof(size_t) * 2 * (size_t)(l->ntensors + 1));
+    if (!(*out = r))
         return dl_error(DL_ENOMEM, "expert parallelism: out of memory");
+    *n = 0;
     for (int k = 0; k < l->ntensors; k++) {
         const dl_tensor_info *t = &l->t[k];
-        if (!dl__is_expert(t->name))
+        if (pick ? !moe_tensor(&l->cfg, t->name) : !dl__is_expert(t->name))
             continue;
-        if (s->nxr && s->xr[2 * s->nxr - 1] == t->offset)
-            s->xr[2 * s->nxr - 1] += t->numel;
+        if (*n && r[2 * *n - 1] == t->offset)
+            r[2 * *n - 1] += t->numel;
         else
-            s->xr[2 * s->nxr] = t->offset, s->xr[2 * s->nxr + 1] = t->offset + t->numel, s->nxr++;
+            r[2 * *n] = t->offset, r[2 * *n + 1] = t->offset + t->numel, ++*n;
     }
     return DL_OK;
 }
@@ -94,7 +107,9 @@ static int ep_setup(void *st)
     int rc;
     if (!(s->sums = calloc(n, sizeof(double))))
         return dl_error(DL_ENOMEM, "mixture of experts: out of memory");
-    if ((rc = find_ranges(s)))
+    const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
+    if ((rc = find_ranges(l, 0, &s->xr, &s->nxr)) ||
+        (e->o->layout.tp > 1 && (rc = find_ranges(l, 1, &s->tr, &s->ntr))))
         return rc;
     /* every forward is collective over the ep group: evaluations keep step */
     e->lockstep_fwd |= s->ep > 1;
@@ -163,6 +178,12 @@ static int ep_reduce(void *st)
     ep_state *s = st;
     tr_env *e = s->e;
     int rc = s->reduces ? ep_grads_ready(st, 0) : DL_OK, nr = e->res->nranks;
+    /* tp: each tp rank's share of the MoE sublayers' gradients (its sequences) summed */
+    for (int i = 0; rc == DL_OK && i < s->ntr; i++) {
+        char *base = (char *)dl_gpt_grads(e->g) + s->tr[2 * i] * (size_t)e->pr.dsize;
+        rc = dl_allreduce(e->mesh->tp_comm, base, base, s->tr[2 * i + 1] - s->tr[2 * i], e->pr.dt,
+                          DL_SUM, DL_PURPOSE_GRADS);
+    }
     if (rc)
         return rc;
     size_t per = 2 * (size_t)s->E + 5, n = (size_t)s->nall * per + 2 * (size_t)nr;
@@ -182,6 +203,9 @@ static int ep_reduce(void *st)
     if (e->mesh->pp > 1 &&
         (rc = dl_allreduce(e->mesh->pp_comm, s->sums, s->sums, n, DL_F64, DL_SUM, DL_PURPOSE_LOSS)))
         return rc;
+    if (e->mesh->tp > 1 && /* each tp rank routed its own sequences */
+        (rc = dl_allreduce(e->mesh->tp_comm, s->sums, s->sums, n, DL_F64, DL_SUM, DL_PURPOSE_LOSS)))
+        return rc;
     if (e->rank == 0) {
         dl_train_moe_result *m = &e->res->moe;
         record(s, s->sums);
@@ -198,6 +222,8 @@ static int ep_reduce_norm(void *st, double *sq)
     ep_state *s = st;
     tr_env *e = s->e;
     double own = 0, all;
+    if (e->mesh->tp_rank != 0) /* replicated over tp: counted on tp rank 0 (tr_tensor_counted) */
+        return DL_OK;
     for (int i = 0; i < s->nxr; i++)
         own += e->pr.sumsq((char *)dl_gpt_grads(e->g) + s->xr[2 * i] * (size_t)e->pr.dsize,
                            s->xr[2 * i + 1] - s->xr[2 * i]);
@@ -210,7 +236,7 @@ static int ep_reduce_norm(void *st, double *sq)
 static void ep_teardown(void *st)
 {
     ep_state *s = st;
-    free(s->xr), free(s->sums), free(s);
+    free(s->xr), free(s->tr), free(s->sums), free(s);
 }
 
 int tr_ep_make(tr_env *e, tr_module *m)
@@ -241,8 +267,9 @@ int tr_ep_make(tr_env *e, tr_module *m)
     return DL_OK;
 }
 
-/* The layouts a mixture of experts composes with: dp x ep, pp (one chunk a stage: pipe_train.c
- * refuses the others), ZeRO 0-3, f32, f64 and bf16; tp and full recomputation refused by name. */
+/* The layouts a mixture of experts composes with: dp x ep, tp (the micro-batch's sequences split
+ * over it), pp (one chunk a stage: pipe_train.c refuses the others), ZeRO 0-3, f32, f64 and bf16;
+ * tp with ZeRO 2-3 or bf16, and full recomputation refused by name. */
 int tr_ep_resolve(dl_train_opts *o)
 {
     int ep = o->layout.ep > 1 ? o->layout.ep : 1, E = o->model.experts;
@@ -257,15 +284,23 @@ int tr_ep_resolve(dl_train_opts *o)
                         ep, o->layout.dp);
     if (E % ep)
         return dl_error(DL_EINVAL, "--experts %d is not divisible by --ep %d", E, ep);
-    /* tp: the experts' tensor-parallel split is not written (docs/ARCHITECTURE.md); full
-     * recomputation re-runs a layer of two units (the MoE sublayer starts its own) */
-    const char *no = o->layout.tp > 1                              ? "tp > 1"
-                     : o->precision.recompute == DL_RECOMPUTE_FULL ? "--recompute"
-                                                                   : NULL;
+    /* tp: each tp rank takes its share of a micro-batch's sequences (model/moe_impl.h); the
+     * trainer sums the shares' gradients once the step's are complete, which ZeRO 2-3 (per
+     * micro-batch reductions) and bf16 (a sum in bf16) do not wait for */
+    int tp = o->layout.tp;
+    if (tp > 1 && o->batch.micro % tp)
+        return dl_error(DL_EINVAL,
+                        "a mixture of experts with tp %d splits each micro-batch's sequences over "
+                        "tp: --micro-batch %d is not a multiple of %d",
+                        tp, o->batch.micro, tp);
+    const char *no = tp > 1 && o->zero.stage >= 2 && o->layout.dp > 1 ? "tp > 1 and ZeRO 2-3"
+                     : tp > 1 && o->precision.dtype == DL_BF16        ? "tp > 1 and bf16"
+                     : o->precision.recompute == DL_RECOMPUTE_FULL    ? "--recompute"
+                                                                      : NULL;
     if (no)
         return dl_error(DL_EINVAL,
                         "a mixture of experts with %s is not supported: it composes with dp and "
-                        "--ep, pp, ZeRO 1-3 and bf16",
+                        "--ep, tp, pp, ZeRO 1-3 and bf16",
                         no);
     return DL_OK;
 }

@@ -188,6 +188,19 @@ START_TEST(f32_step1)
 }
 END_TEST
 
+/* tp 2 x dp 2 x ep 2: the MoE layers' parameters replicated over tp, each micro-batch's
+ * sequences split over it (each tp rank routes and dispatches its share on its own ep group),
+ * the shares' gradients summed over tp; with ZeRO-1 too (expert pieces over edp) */
+START_TEST(tp2_dp2_ep2)
+{
+    for (int stage = 0; stage <= 1; stage++) {
+        dl_train_opts o = moe_opts(2, 2, DL_F64, 1);
+        o.layout.tp = 2, o.batch.micro = 2, o.zero.stage = stage;
+        composed_vs_one_rank(o);
+    }
+}
+END_TEST
+
 /* bf16 mixed precision at dp 4 x ep 2, one step, ZeRO 0-3, as test_zero's bf16_stages: stage 0
  * (the dp-bf16 module) reduces each unit's dense piece over dp and its expert piece over edp in
  * ZeRO's ring order, so every stage reduces bitwise the same bf16 gradient and the routing is
@@ -368,8 +381,12 @@ START_TEST(refusals)
     refused(o, "capacity factor");
     o = moe_opts(1, 1, DL_F64, 1), o.model.moe_every = 3;
     refused(o, "moe-every 3");
-    o = moe_opts(1, 1, DL_F64, 1), o.layout.tp = 2;
-    refused(o, "tp > 1");
+    o = moe_opts(2, 2, DL_F64, 1), o.layout.tp = 2, o.batch.micro = 1;
+    refused(o, "not a multiple of 2");
+    o = moe_opts(2, 2, DL_F64, 1), o.layout.tp = 2, o.batch.micro = 2, o.zero.stage = 2;
+    refused(o, "tp > 1 and ZeRO 2-3");
+    o = moe_opts(1, 1, DL_BF16, 1), o.layout.tp = 2, o.batch.micro = 2;
+    refused(o, "tp > 1 and bf16");
     o = moe_opts(1, 1, DL_F64, 1), o.layout.pp = 2, o.pipeline.schedule = DL_SCHED_INTERLEAVED;
     o.model.layers = 4, o.batch.microbatches = 2;
     refused(o, "--schedule interleaved");
@@ -391,6 +408,7 @@ int main(void)
     tcase_add_test(tc, zero_dp4_ep2);
     tcase_add_test(tc, pp2_dp2_ep2);
     tcase_add_test(tc, bf16_dp4_ep2);
+    tcase_add_test(tc, tp2_dp2_ep2);
     tcase_add_test(tc, routing_negative_control);
     tcase_add_test(tc, f32_step1);
     tcase_add_test(tc, zero_tokens);
