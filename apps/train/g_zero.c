@@ -65,7 +65,17 @@ static int shards(tg_run *run)
 {
     const dl_train_result *r = run->r;
     int dp = run->o.layout.dp;
-    if (r->zero.stage)
+    int ep = run->o.layout.ep > 1 ? run->o.layout.ep : 1;
+    if (r->zero.stage && ep > 1) /* the expert pieces have the other group: no one multiple */
+        printf("ZeRO stage %d over dp %d, the experts over the expert-data-parallel group of %d: "
+               "each rank holds a shard of %lld elements of its tp/pp/ep part of the model, %lld "
+               "elements in %d units (dense and expert pieces), padded to %lld (+%lld); per step "
+               "dp gradients (reduce-scatter) %.3f MiB + parameters (all-gather) %.3f MiB\n",
+               r->zero.stage, dp, dp / ep, (long long)r->zero.shard,
+               (long long)(r->zero.padded - r->zero.padding), r->zero.units,
+               (long long)r->zero.padded, (long long)r->zero.padding, cli_mib(r->comm.dp_grads),
+               cli_mib(r->comm.dp_params));
+    else if (r->zero.stage)
         printf("ZeRO stage %d over dp %d: each rank holds a shard of %lld elements: its tp/pp part "
                "of the model, %lld elements in %d units, each padded to a multiple of %d, is %lld "
                "(+%lld) = %d shards; per step dp gradients (reduce-scatter) %.3f MiB + "

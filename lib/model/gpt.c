@@ -259,10 +259,9 @@ static int check_opts(const dl_gpt_opts *o)
         return dl_error(DL_EINVAL,
                         "model: ep %d needs an ep communicator of that size (at most %d)", ep,
                         dl__moe_max_ep());
-    if (o->cfg.experts > 0 && (tp > 1 || o->dtype == DL_BF16 || o->gather || o->reduce ||
-                               o->recompute || (o->part && o->part->nchunks != 1)))
-        return dl_error(DL_EINVAL, "model: a mixture of experts with tp, bf16, ZeRO 2-3, full "
-                                   "recomputation or a pipeline part is not supported yet");
+    if (o->cfg.experts > 0 && (o->recompute || (o->part && o->part->nchunks != 1)))
+        return dl_error(DL_EINVAL, "model: a mixture of experts with full recomputation or "
+                                   "several chunks a stage is not supported yet");
     if (o->defer_w && o->recompute == DL_RECOMPUTE_FULL)
         return dl_error(DL_EINVAL, "model: deferred weight gradients with full recomputation are "
                                    "not supported (the weight part would recompute the layer)");

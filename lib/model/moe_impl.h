@@ -426,13 +426,51 @@ static int FN(moe_wgrad_)(dl_sub_ctx *c)
     return DL_OK;
 }
 
+/* Tensor parallelism (tp > 1): the layer's parameters replicated over the tp group and the
+ * micro-batch's sequences split over it (routing groups are sequences: each routes as in the
+ * whole batch). tp rank r takes sequences [r B/tp, (r+1) B/tp) through the layer, on its own ep
+ * group's all-to-alls; its outputs (forward) or input gradients (backward) are then all-gathered
+ * over tp. A batch not divisible by tp (an evaluation's last) runs whole on every tp rank. Each
+ * tp rank's parameter gradients are its sequences' share: the trainer sums them over tp
+ * (parallel/ep.c). 1: *s is the rank's share of c, of *n elements a block. */
+static int FN(moe_tp_share_)(const dl_sub_ctx *c, dl_sub_ctx *s, size_t *n)
+{
+    int tp = c->d.tp;
+    *s = *c;
+    if (tp <= 1 || !c->tp_comm || c->d.B % tp)
+        return 0;
+    size_t r = (size_t)dl_comm_rank(c->tp_comm);
+    s->d.B = c->d.B / tp;
+    *n = (size_t)s->d.B * c->d.T * c->d.C;
+    s->x = (const REAL *)c->x + r * *n;
+    s->y = R(c->y) + r * *n;
+    s->dx = c->dx ? R(c->dx) + r * *n : NULL;
+    return 1;
+}
+
+static int FN(moe_tp_gather_)(const dl_sub_ctx *c, void *buf, size_t n)
+{
+    REAL *own = R(buf) + (size_t)dl_comm_rank(c->tp_comm) * n;
+    return dl_allgather(c->tp_comm, own, buf, n * (size_t)c->d.tp, DT, DL_PURPOSE_ACTIVATIONS);
+}
+
+static int FN(moe_fwd_tp_)(dl_sub_ctx *c)
+{
+    dl_sub_ctx s;
+    size_t n = 0;
+    int split = FN(moe_tp_share_)(c, &s, &n), rc = FN(moe_fwd_)(&s);
+    return rc == DL_OK && split ? FN(moe_tp_gather_)(c, c->y, n) : rc;
+}
+
 static int FN(moe_bwd_)(dl_sub_ctx *c, dl_bwd_part part)
 {
-    int rc = DL_OK;
-    if (part != DL_BWD_WEIGHT && (rc = FN(moe_bwd_input_)(c)))
-        return rc;
-    if (part != DL_BWD_INPUT)
-        rc = FN(moe_wgrad_)(c);
+    dl_sub_ctx s;
+    size_t n = 0;
+    int split = FN(moe_tp_share_)(c, &s, &n), rc = DL_OK;
+    if (part != DL_BWD_WEIGHT && (rc = FN(moe_bwd_input_)(&s)) == DL_OK && split)
+        rc = FN(moe_tp_gather_)(c, c->dx, n);
+    if (rc == DL_OK && part != DL_BWD_INPUT)
+        rc = FN(moe_wgrad_)(&s);
     return rc;
 }
 

@@ -166,5 +166,5 @@ const dl_sublayer_kind dl__moe_kind = {.name = "moe",
                                        .unit = DL_SUB_UNIT_NEW,
                                        .act_elems = moe_act_elems,
                                        .stash_elems = moe_stash_elems,
-                                       .fwd = {moe_fwd_f32, moe_fwd_f64},
+                                       .fwd = {moe_fwd_tp_f32, moe_fwd_tp_f64},
                                        .bwd = {moe_bwd_f32, moe_bwd_f64}};

@@ -4,7 +4,8 @@
  * all-reduce, but every element's sum is formed in the ring order of ZeRO's reduce-scatter, so
  * in bf16 (one rounding per hop) stage 0 reduces to bitwise the gradient stages 1-3 reduce (one
  * micro-batch), not merely to within bf16 rounding. Units go as soon as they are final, each
- * through the ZeRO engine's dl_zero_unit_reduce. */
+ * through the ZeRO engine's dl_zero_unit_reduce. With expert parallelism the units are cut into
+ * dense pieces (over dp) and expert pieces (over the expert-data-parallel group). */
 #include <stdlib.h>
 #include "parallel/module.h"
 #include "parallel/zero_engine.h"
@@ -22,9 +23,15 @@ static int bf_setup(void *st)
     tr_env *e = b->e;
     int nu;
     size_t *bounds;
+    const dl_mesh *m = e->mesh;
+    tr_pieces c = {0};
     int rc = tr_unit_bounds(e, &bounds, &nu);
-    if (rc == DL_OK)
-        rc = dl_zero_units_init(&b->zr, bounds, nu, e->o->layout.dp, e->mesh->dp_rank);
+    if (rc == DL_OK && m->edp_comm && (rc = tr_unit_pieces(e, bounds, nu, &c)) == DL_OK)
+        rc = dl_zero_units_init2(&b->zr, c.bounds, c.n, m->dp, m->dp_rank, c.expert, m->dp / m->ep,
+                                 m->dp_rank / m->ep);
+    else if (rc == DL_OK)
+        rc = dl_zero_units_init(&b->zr, bounds, nu, m->dp, m->dp_rank);
+    tr_pieces_free(&c);
     free(bounds);
     if (rc == DL_OK && dl_zero_units_padded(&b->zr))
         rc = dl_arena_alloc(dl_ctx_arena(e->ctx), DL_MEM_COMM, b->zr.max_padded * 2,
@@ -43,9 +50,11 @@ static int bf_ready(void *st, size_t first)
 {
     bf_state *b = st;
     int rc = DL_OK;
-    while (rc == DL_OK && b->next_unit > 0 && b->zr.u[b->next_unit - 1].lo >= first)
-        rc = dl_zero_unit_reduce(&b->zr, --b->next_unit, b->e->mesh->dp_comm, DL_BF16,
-                                 dl_gpt_grads(b->e->g), b->stg, 1);
+    while (rc == DL_OK && b->next_unit > 0 && b->zr.u[b->next_unit - 1].lo >= first) {
+        int u = --b->next_unit;
+        dl_comm *c = b->zr.u[u].grp ? b->e->mesh->edp_comm : b->e->mesh->dp_comm;
+        rc = dl_zero_unit_reduce(&b->zr, u, c, DL_BF16, dl_gpt_grads(b->e->g), b->stg, 1);
+    }
     return rc;
 }
 

@@ -104,6 +104,19 @@ typedef struct tr_module {
 /* The model's units as ZeRO cuts them (parallel/zero.h): *bounds = [0 = offset of unit 0, ...,
  * numel], *n + 1 of them (malloc'd: the caller frees). DL_ENOMEM only. (zero_module.c) */
 int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n);
+/* Expert parallelism: the units (bounds ub[0..nu]) cut where expert tensors begin and end, each
+ * piece marked expert (sharded and reduced over the expert-data-parallel group) or dense (over
+ * dp); unit u is pieces first[u] .. first[u + 1] - 1. DL_ENOMEM only. (zero_module.c) */
+typedef struct tr_pieces {
+    size_t *bounds;        /* [n + 1] */
+    unsigned char *expert; /* [n] */
+    int *first;            /* [nu + 1] */
+    int n;
+} tr_pieces;
+int tr_unit_pieces(const tr_env *e, const size_t *ub, int nu, tr_pieces *c);
+void tr_pieces_free(tr_pieces *c);
+/* The ZeRO stage the sharding module runs (0 with dp 1 or an evaluation only). (zero_module.c) */
+int tr_zero_stage(const dl_train_opts *o);
 
 /* A module's constructor: adds the module to *m (m->name set) when the options ask for it. */
 typedef int (*tr_make_fn)(tr_env *e, tr_module *m);

@@ -278,6 +278,17 @@ static int refuse_recompute(const char *what)
                     what);
 }
 
+/* A mixture of experts runs one model chunk a stage with a flush (the model's MoE layers keep
+ * one set of measurements a chunk; the async schedule's per-micro-batch updates would reduce the
+ * expert gradients once a micro-batch). */
+static int refuse_moe(const char *what)
+{
+    return dl_error(DL_EINVAL,
+                    "a mixture of experts with %s is not supported (several chunks a stage, or no "
+                    "flush): use gpipe, 1f1b or another schedule of one chunk a stage",
+                    what);
+}
+
 /* --schedule-file: the file's schedule decides p, m and v (checked against the options). */
 static int resolve_file(dl_train_opts *o)
 {
@@ -303,6 +314,8 @@ static int resolve_file(dl_train_opts *o)
         rc = dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
     o->pipeline.schedule = DL_SCHED_CUSTOM;
     o->pipeline.virtual_stages = s->v;
+    if (rc == DL_OK && o->model.experts > 0 && s->v > 1 && o->layout.pp > 1)
+        rc = refuse_moe("a schedule file of several chunks a stage");
     dl_sched_free(s);
     return rc;
 }
@@ -375,6 +388,11 @@ int tr_pipe_resolve(dl_train_opts *o)
         return dl_error(DL_EINVAL, "--weight-stashing needs --schedule async");
     if (p == 1)
         return DL_OK;
+    if (o->model.experts > 0 && (v > 1 || k == DL_SCHED_ASYNC)) {
+        char what[64];
+        snprintf(what, sizeof what, "--schedule %s", kn);
+        return refuse_moe(what);
+    }
     if (k == DL_SCHED_ASYNC && (o->zero.stage || o->model.tie))
         return dl_error(DL_EINVAL, "the async schedule updates each stage on its own: it does "
                                    "not combine with ZeRO or tied embeddings");

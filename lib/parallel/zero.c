@@ -71,31 +71,40 @@ size_t dl_zero_final_column(const dl_zero_shard *z, size_t first)
 
 int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank)
 {
-    size_t d = dp > 0 ? (size_t)dp : 1;
+    return dl_zero_units_init2(z, bounds, n, dp, rank, NULL, 1, 0);
+}
+
+int dl_zero_units_init2(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank,
+                        const unsigned char *expert, int edp, int edp_rank)
+{
     memset(z, 0, sizeof *z);
     z->u = calloc((size_t)(n > 0 ? n : 1), sizeof *z->u);
     if (!z->u)
         return dl_error(DL_ENOMEM, "zero: out of memory");
-    z->dp = (int)d;
+    z->dp = dp > 0 ? dp : 1;
     z->rank = rank;
     z->n = n;
     z->numel = n > 0 ? bounds[n] : 0;
     for (int i = 0; i < n; i++) {
         dl_zero_unit *u = &z->u[i];
+        u->grp = expert && expert[i];
+        u->d = u->grp ? (edp > 0 ? edp : 1) : z->dp;
+        u->r = u->grp ? edp_rank : rank;
+        size_t d = (size_t)u->d;
         u->lo = bounds[i];
         u->numel = bounds[i + 1] - bounds[i];
         u->shard = (u->numel + d - 1) / d;
-        size_t off = (size_t)rank * u->shard;
+        size_t off = (size_t)u->r * u->shard;
         u->begin = u->lo + off;
         u->owned = u->numel > off ? u->numel - off : 0;
         if (u->owned > u->shard)
             u->owned = u->shard;
         u->sbase = z->shard;
         z->shard += u->shard;
+        z->padded += d * u->shard;
         if (d * u->shard > z->max_padded)
             z->max_padded = d * u->shard;
     }
-    z->padded = d * z->shard;
     z->padding = z->padded - z->numel;
     return DL_OK;
 }
@@ -103,14 +112,14 @@ int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, in
 int dl_zero_units_padded(const dl_zero_units *z)
 {
     int padded = 0;
-    for (int u = 0; u < z->n; u++) padded |= z->u[u].numel != (size_t)z->dp * z->u[u].shard;
+    for (int u = 0; u < z->n; u++) padded |= z->u[u].numel != (size_t)z->u[u].d * z->u[u].shard;
     return padded;
 }
 
 char *dl_zero_unit_staged(const dl_zero_units *z, int u, char *full, char *stg, int dsize)
 {
     const dl_zero_unit *b = &z->u[u];
-    size_t ss = (size_t)dsize, n = (size_t)z->dp * b->shard;
+    size_t ss = (size_t)dsize, n = (size_t)b->d * b->shard;
     char *src = full + b->lo * ss;
     if (n == b->numel)
         return src;

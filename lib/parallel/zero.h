@@ -73,13 +73,15 @@ typedef struct dl_zero_unit {
     size_t begin;     /* lo + r S_u: the flat offset of this rank's block */
     size_t owned;     /* real elements of the block (those below lo + numel) */
     size_t sbase;     /* where the block starts in the rank's shard buffers */
+    int d, r;         /* the group this unit is sharded over: its size and this rank's rank */
+    int grp;          /* which group: 0 the dp group, 1 the expert-data-parallel group */
 } dl_zero_unit;
 
 typedef struct dl_zero_units {
     int dp, rank, n;
     size_t numel;      /* P */
     size_t shard;      /* sum of S_u */
-    size_t padded;     /* d x shard */
+    size_t padded;     /* sum of d S_u (d x shard when every unit has the dp group) */
     size_t padding;    /* padded - P */
     size_t max_padded; /* the largest d S_u */
     dl_zero_unit *u;   /* [n] */
@@ -87,6 +89,12 @@ typedef struct dl_zero_units {
 
 /* bounds[0] = 0 < bounds[1] < ... < bounds[n] = P (n >= 1). DL_ENOMEM only. */
 int dl_zero_units_init(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank);
+/* The same with two groups (expert parallelism): unit i is sharded over the dp group (dp, rank)
+ * when expert[i] is 0, over the expert-data-parallel group (edp, edp_rank) otherwise; the
+ * blocks of both kinds follow one another in the shard buffers in unit order. expert NULL:
+ * every unit over dp. */
+int dl_zero_units_init2(dl_zero_units *z, const size_t *bounds, int n, int dp, int rank,
+                        const unsigned char *expert, int edp, int edp_rank);
 void dl_zero_units_free(dl_zero_units *z);
 /* 1 when some unit is padded (d S_u > n_u): its collectives then need a staging unit of
  * max_padded elements */

@@ -27,14 +27,15 @@
 #include "parallel/zero.h"
 
 typedef struct dl_zero_engine {
-    int stage;     /* 0..3 (0: nothing sharded; the caller reduces the gradients) */
-    dl_comm *comm; /* the dp group */
-    dl_dtype dt;   /* storage of parameters and gradients */
-    int dsize;     /* its element size */
-    int bf16;      /* dt == DL_BF16: compute f32, fp32 master weights */
-    size_t numel;  /* P */
-    void *params;  /* the model's flat parameters (NULL at stage 3) */
-    void *grads;   /* the model's flat gradients (NULL at stages 2-3) */
+    int stage;      /* 0..3 (0: nothing sharded; the caller reduces the gradients) */
+    dl_comm *comm;  /* the dp group */
+    dl_comm *xcomm; /* the expert-data-parallel group (expert units; NULL: none) */
+    dl_dtype dt;    /* storage of parameters and gradients */
+    int dsize;      /* its element size */
+    int bf16;       /* dt == DL_BF16: compute f32, fp32 master weights */
+    size_t numel;   /* P */
+    void *params;   /* the model's flat parameters (NULL at stage 3) */
+    void *grads;    /* the model's flat gradients (NULL at stages 2-3) */
     dl_arena *arena;
     dl_zero_units zu; /* per-unit shards (stage 0: d = 1, the blocks are the units) */
     char *master;     /* bf16: fp32 master weights of the shard (optimizer category) */
@@ -42,7 +43,22 @@ typedef struct dl_zero_engine {
     char *pshard;     /* stage 3: the parameters of the shard */
     char *stg;        /* one padded unit in the storage type (comm), when needed */
     int next_unit;    /* stage 1: units >= next_unit are reduce-scattered (this step) */
+    /* with expert units (dl_zero_engine_setup_ep) the model's unit m is the engine's units
+     * first[m] .. first[m + 1] - 1 (its dense and its expert segments); NULL: the same units */
+    int *first;
+    int nmodel;
 } dl_zero_engine;
+
+/* Expert parallelism's second group: the engine's units (segments of the model's units) that
+ * are expert tensors are sharded over the expert-data-parallel group (edp ranks, this rank's
+ * edp_rank) instead of dp, as Megatron shards expert parameters ("parallel folding"). */
+typedef struct dl_zero_experts {
+    const unsigned char *expert; /* [n]: the engine unit is expert tensors */
+    const int *first;            /* [nmodel + 1]: the model's units as engine units */
+    int nmodel;
+    dl_comm *comm; /* the expert-data-parallel group */
+    int edp, edp_rank;
+} dl_zero_experts;
 
 /* Before the model exists (its hooks take the engine as their argument): stage 0..3 (0 when
  * dp = 1), the storage type, the dp group. */
@@ -52,6 +68,9 @@ void dl_zero_engine_init(dl_zero_engine *z, int stage, dl_dtype dt, dl_comm *com
  * above). Allocates the engine's buffers from `arena`. */
 int dl_zero_engine_setup(dl_zero_engine *z, const size_t *bounds, int n, int dp, int dp_rank,
                          void *params, void *grads, dl_arena *arena);
+/* The same with expert units (x; NULL: dl_zero_engine_setup). */
+int dl_zero_engine_setup_ep(dl_zero_engine *z, const size_t *bounds, int n, int dp, int dp_rank,
+                            const dl_zero_experts *x, void *params, void *grads, dl_arena *arena);
 void dl_zero_engine_free(dl_zero_engine *z);
 
 /* A step begins: the gradient shard zeroed, every unit waiting for its reduction. */
@@ -62,7 +81,7 @@ void dl_zero_begin_step(dl_zero_engine *z);
 char *dl_zero_grad_block(dl_zero_engine *z, int u);
 char *dl_zero_param_block(dl_zero_engine *z, int u);
 
-/* The model's hooks (arg: the engine); see above. */
+/* The model's hooks (arg: the engine; u: the model's unit); see above. */
 int dl_zero_reduce_hook(void *arg, int u, void *grad);
 int dl_zero_gather_hook(void *arg, int u, void *dst);
 
@@ -71,7 +90,7 @@ int dl_zero_gather_hook(void *arg, int u, void *dst);
 int dl_zero_ready(dl_zero_engine *z, size_t first);
 
 /* Unit u of the flat gradient buffer `grads` (storage type dt) reduce-scattered in place over
- * comm: this rank's block of the sum lands in its place (through stg, one padded unit, when the
+ * comm (the unit's group): this rank's block of the sum lands in its place (through stg, one padded unit, when the
  * unit is padded); with whole, all-gathered back too: the whole sum in place, the ring
  * all-reduce's two halves (bf16 data parallelism at stage 0, parallel/dp_bf16.c). */
 int dl_zero_unit_reduce(const dl_zero_units *zu, int u, dl_comm *comm, dl_dtype dt, void *grads,

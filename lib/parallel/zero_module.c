@@ -84,6 +84,12 @@ static int shard_load(zm_state *s)
     return rc;
 }
 
+void tr_pieces_free(tr_pieces *c)
+{
+    free(c->bounds), free(c->expert), free(c->first);
+    memset(c, 0, sizeof *c);
+}
+
 int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n)
 {
     *n = dl_gpt_num_units(e->g);
@@ -92,6 +98,46 @@ int tr_unit_bounds(const tr_env *e, size_t **bounds, int *n)
         return dl_error(DL_ENOMEM, "training: the units' bounds: out of memory");
     for (int u = 0; u <= *n; u++) (*bounds)[u] = dl_gpt_unit_offset(e->g, u);
     return DL_OK;
+}
+
+int tr_unit_pieces(const tr_env *e, const size_t *ub, int nu, tr_pieces *c)
+{
+    const dl_gpt_layout *l = dl_gpt_get_layout(e->g);
+    size_t cap = (size_t)(nu + l->ntensors + 1);
+    c->bounds = malloc(sizeof(size_t) * cap), c->expert = malloc(cap);
+    c->first = malloc(sizeof(int) * (size_t)(nu + 1));
+    if (!c->bounds || !c->expert || !c->first)
+        return dl_error(DL_ENOMEM, "the units' expert pieces: out of memory");
+    c->n = 0;
+    for (int u = 0, k = 0; u < nu; u++) {
+        c->first[u] = c->n;
+        for (; k < l->ntensors && l->t[k].offset < ub[u + 1]; k++) {
+            int x = dl__is_expert(l->t[k].name);
+            if (l->t[k].offset == ub[u] || x != c->expert[c->n - 1])
+                c->bounds[c->n] = l->t[k].offset, c->expert[c->n++] = (unsigned char)x;
+        }
+    }
+    c->first[nu] = c->n;
+    c->bounds[c->n] = ub[nu];
+    return DL_OK;
+}
+
+/* the engine over the model's units, or (expert parallelism) over their dense and expert pieces */
+static int setup_engine(zm_state *s, const size_t *ub, int nu)
+{
+    tr_env *e = s->e;
+    const dl_mesh *m = e->mesh;
+    void *p = dl_gpt_params(e->g), *gr = dl_gpt_grads(e->g);
+    dl_arena *a = dl_ctx_arena(e->ctx);
+    if (!m->edp_comm || !s->z.stage)
+        return dl_zero_engine_setup(&s->z, ub, nu, m->dp, m->dp_rank, p, gr, a);
+    tr_pieces c = {0};
+    int rc = tr_unit_pieces(e, ub, nu, &c);
+    dl_zero_experts x = {c.expert, c.first, nu, m->edp_comm, m->dp / m->ep, m->dp_rank / m->ep};
+    if (rc == DL_OK)
+        rc = dl_zero_engine_setup_ep(&s->z, c.bounds, c.n, m->dp, m->dp_rank, &x, p, gr, a);
+    tr_pieces_free(&c);
+    return rc;
 }
 
 /* After the model: the units, the engine's buffers, the parameters. */
@@ -103,8 +149,7 @@ static int shard_setup(void *st)
     size_t *bounds;
     int rc = tr_unit_bounds(e, &bounds, &nu);
     if (rc == DL_OK)
-        rc = dl_zero_engine_setup(&s->z, bounds, nu, e->o->layout.dp, e->mesh->dp_rank,
-                                  dl_gpt_params(e->g), dl_gpt_grads(e->g), dl_ctx_arena(e->ctx));
+        rc = setup_engine(s, bounds, nu);
     free(bounds);
     if (rc)
         return rc;
@@ -174,6 +219,12 @@ int tr_shard_resolve(dl_train_opts *o)
     return DL_OK;
 }
 
+int tr_zero_stage(const dl_train_opts *o)
+{
+    /* with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
+    return o->layout.dp > 1 && !o->eval.only ? o->zero.stage : 0;
+}
+
 int tr_shard_make(tr_env *e, tr_module *m)
 {
     const dl_train_opts *o = e->o;
@@ -181,8 +232,7 @@ int tr_shard_make(tr_env *e, tr_module *m)
     if (!s)
         return dl_error(DL_ENOMEM, "training: out of memory");
     s->e = e;
-    /* with dp = 1 the one shard is the whole buffer: stage 0 runs (nothing to scatter) */
-    int stage = o->layout.dp > 1 && !o->eval.only ? o->zero.stage : 0;
+    int stage = tr_zero_stage(o);
     dl_zero_engine_init(&s->z, stage, e->pr.dt, e->mesh->dp_comm);
     e->lockstep_fwd = stage == 3;
     *m = (tr_module){.name = "zero",

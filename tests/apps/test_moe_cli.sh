@@ -1,7 +1,10 @@
 #!/bin/sh
 # distlab-train's mixture of experts from the outside: each bad input refused with one line and
 # exit status 2 (E not divisible by ep, ep not dividing dp, k > E, k = 0, C < 0, --moe-every >
-# layers, --ep or --top-k without --experts, tp / pp / ZeRO / bf16 named); --help lists the
+# layers, --ep or --top-k without --experts; a micro-batch tp does not divide, tp with ZeRO 2-3 or
+# bf16, --recompute full and the schedules of several chunks a stage or no flush named); a
+# composed run (pp 2 x dp 2 x ep 2, ZeRO 1, bf16) trains and
+# reports both ZeRO groups; --help lists the
 # options; a dp 2 x ep 2 run reports its drops and imbalance and writes the per-step figures to
 # --json; --save at ep 2 loads at ep 1 (and back) to the same validation loss; a full-state
 # checkpoint at dp 2 x ep 2 resumes to the uninterrupted run's last loss, exactly (f64, the same
@@ -25,10 +28,19 @@ refused k-gt-e 'top-k 5 must be' $M --experts 4 --top-k 5 --steps 1
 refused k-zero 'top-k 0 must be' $M --experts 4 --top-k 0 --steps 1
 refused c-negative 'capacity-factor' $M $X --capacity-factor -0.5 --steps 1
 refused moe-every 'moe-every 3 is more than --layers 2' $M $X --moe-every 3 --steps 1
-refused tp 'with tp > 1 is not supported' $M $X --dp 1 --tp 2 --steps 1
-refused pp 'with pp > 1 is not supported' $M $X --dp 1 --pp 2 --steps 1
-refused zero 'with ZeRO is not supported' $M $X --dp 2 --zero 1 --steps 1
-refused bf16 'with bf16 is not supported' --layers 2 --d-model 32 $X --dtype bf16 --steps 1
+refused tp-micro 'micro-batch 1 is not a multiple of 2' $M $X --dp 1 --tp 2 --micro-batch 1 --steps 1
+refused tp-zero2 'with tp > 1 and ZeRO 2-3 is not supported' $M $X --dp 2 --tp 2 --zero 2 --steps 1
+refused tp-bf16 'with tp > 1 and bf16 is not supported' --layers 2 --d-model 32 $X --tp 2 \
+  --micro-batch 2 --dtype bf16 --steps 1
+refused recompute 'with --recompute is not supported' $M $X --recompute full --steps 1
+refused interleaved 'with --schedule interleaved is not supported' $M $X --layers 4 --pp 2 \
+  --schedule interleaved --microbatches 2 --steps 1
+refused async 'with --schedule async is not supported' $M $X --pp 2 --schedule async --steps 1
+
+run composed 0 --layers 2 --d-model 32 --heads 2 --seq 16 --global-batch 8 --log-every 0 $X \
+  --dp 2 --ep 2 --pp 2 --zero 1 --schedule 1f1b --microbatches 2 --dtype bf16 --steps 2
+has composed "ZeRO stage 1 over dp 2, the experts over the expert-data-parallel group of 1"
+has composed "mixture of experts: 2 MoE layers of 4 experts, top-2"
 
 run help 0 --help
 for o in --experts --top-k --capacity-factor --moe-every --expert-ffn --aux-loss --z-loss --ep; do

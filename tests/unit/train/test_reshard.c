@@ -243,6 +243,17 @@ START_TEST(ep_dp4_ep2_to_dp2_ep2)
 }
 END_TEST
 
+/* Composed layouts: pp 2 x dp 2 x ep 2 with ZeRO-1 (1F1B; a MoE layer on each stage) resharded
+ * into dp 4 x ep 2 with ZeRO-3 (the expert moments sharded over the other edp group), and that
+ * run's own checkpoint resumed under the first layout again */
+START_TEST(ep_pp2_zero1_to_dp4_zero3_and_back)
+{
+    dl_train_opts f = with_pipe(moe(2, 2), DL_SCHED_1F1B, 0), t = moe(4, 2);
+    f.layout.pp = 2, f.zero.stage = 1, t.zero.stage = 3;
+    reshard_case(f, t, &f, "f64 MoE pp2 dp2 ep2 Z1 -> dp4 ep2 Z3", 0);
+}
+END_TEST
+
 /* ---- negative controls ---- */
 
 static char *slurp(const char *p, size_t *n)
@@ -490,6 +501,7 @@ int main(void)
     tcase_add_test(t, ep_dp2_ep2_to_1);
     tcase_add_test(t, ep_dp1_to_dp4_ep4);
     tcase_add_test(t, ep_dp4_ep2_to_dp2_ep2);
+    tcase_add_test(t, ep_pp2_zero1_to_dp4_zero3_and_back);
     tcase_add_test(t, ep_expert_moments_dropped);
     suite_add_tcase(s, t);
     return tu_run_suite(s);
