@@ -12,6 +12,9 @@
 #include "parallel/pipe_train.h"
 #include <check.h>
 #include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* ---- the slices are the window's schedule, cut at the step's last OPT -------------------- */
 
@@ -324,6 +327,51 @@ START_TEST(trainer_windows)
 }
 END_TEST
 
+/* A stop request inside a window: the pipeline runs on to its earliest quiet point (a step after
+ * the ranks agreed, m >= p - 1 here), drains there, saves and stops; resumed, the rest equals,
+ * bit for bit, an uninterrupted run whose window ends at the same step. */
+static int stop_at_2(const dl_train_step *s, void *arg)
+{
+    (void)arg;
+    if (s->step == 2)
+        dl_train_request_stop(SIGTERM);
+    return DL_OK;
+}
+
+START_TEST(trainer_stop)
+{
+    char root[] = "/tmp/distlab-pipe-cont-XXXXXX", why[256];
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    dl_train_opts o = tiny_async(6, 0, 0);
+    o.output.want_params = 1;
+    o.ckpt.dir = root;
+    o.output.on_step = stop_at_2;
+    dl_train_result a, b, u;
+    ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
+    dl_train_request_stop(0);
+    /* on_step runs once every rank finished the step: the ranks agree after step 2 or 3 */
+    ck_assert_int_eq(a.ckpt.stopped, SIGTERM);
+    ck_assert_int_eq(a.ckpt.saves, 1);
+    ck_assert_int_eq(a.nsteps, a.ckpt.last_saved);
+    ck_assert_msg(a.nsteps == 3 || a.nsteps == 4, "stopped after step %d", a.nsteps);
+    int k = a.nsteps;
+    dl_train_opts r = o;
+    r.output.on_step = NULL;
+    r.ckpt.resume = root;
+    r.eval.every = k; /* the windows [1, k], [k + 1, ...] of both runs */
+    ck_assert_msg(dl_train_run(&r, &b) == DL_OK, "%s", dl_errmsg());
+    dl_train_opts p = r;
+    p.ckpt.resume = p.ckpt.dir = NULL;
+    ck_assert_msg(dl_train_run(&p, &u) == DL_OK, "%s", dl_errmsg());
+    ck_assert_int_eq(b.ckpt.resumed_from, k);
+    ck_assert_msg(tu_same_bits(&u, &b, why, sizeof why), "%s", why);
+    dl_train_result_free(&a), dl_train_result_free(&b), dl_train_result_free(&u);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipe_cont");
@@ -334,6 +382,7 @@ int main(void)
     tcase_add_test(tc, continuous_figure);
     tcase_add_test(tc, window_ends);
     tcase_add_test(tc, trainer_windows);
+    tcase_add_test(tc, trainer_stop);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
