@@ -256,6 +256,11 @@ static void j_pipe(FILE *f, const tg_run *run)
     put_ints(f, "activation_slots", p->slots, p->stages);
     if (run->o.pipeline.schedule == DL_SCHED_ASYNC)
         put_ints(f, "weight_version_gaps", p->max_gap, p->stages);
+    if (run->o.pipeline.schedule == DL_SCHED_ASYNC && !run->o.pipeline.schedule_file) {
+        fprintf(f, "\"window_steps\":%d,", p->window);
+        tg_put_keynum(f, "bubble_window", p->bubble_window, 1);
+        tg_put_keynum(f, "bubble_1f1b", p->bubble_1f1b, 1);
+    }
     tg_put_keynum(f, "handoff_bytes_per_step", p->bytes_per_step, 1);
     tg_put_keynum(f, "engine_us_per_action", p->engine_us, 1);
     tg_put_keynum(f, "engine_us_p90", p->engine_p90_us, 0);

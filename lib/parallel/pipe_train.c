@@ -608,7 +608,8 @@ static int pp_fwd_bwd(void *st, double *loss_sum)
     uint64_t from = s->cont && e->step > s->win_first ? s->prev_end : t0;
     s->prev_end = t0 + ps.wall_ns;
     size_t at = (size_t)(e->step - 1) * R->nranks + e->rank;
-    R->busy[at] = (double)ps.busy_ns;
+    /* async updates inside the step: its optimizer steps are work, not waiting */
+    R->busy[at] = (double)(ps.busy_ns + (s->sched->flush ? 0 : ps.opt_ns));
     R->wall[at] = (double)(s->prev_end - from);
     R->engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
     R->gap[at] = s->max_gap;
