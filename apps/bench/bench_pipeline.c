@@ -953,14 +953,18 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                 100 * o->formula, 100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, pa, as, ls,
                 c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
                 o->over ? "  (oversubscribed)" : "");
-        if (o->cont)
+        if (o->cont) {
+            char run[48] = ""; /* the trainer (--work model) does not give the whole run's */
+            if (isfinite(o->run_bubble))
+                snprintf(run, sizeof run, "%.1f%% measured, ", 100 * o->run_bubble);
             fprintf(f,
                     "    async runs one continuous pipeline over the %d steps (no flush between "
                     "them): steady-state bubble %.1f%% measured, %.1f%% simulated (median step "
-                    "after the first); the whole run with its one warm-up and drain %.1f%% "
-                    "measured, %.1f%% simulated; 1F1B flushes every step: %.1f%% simulated\n",
-                    c->steps, 100 * o->bubble, 100 * o->sim, 100 * o->run_bubble, 100 * o->run_sim,
+                    "after the first); the whole run with its one warm-up and drain %s%.1f%% "
+                    "simulated; 1F1B flushes every step: %.1f%% simulated\n",
+                    c->steps, 100 * o->bubble, 100 * o->sim, run, 100 * o->run_sim,
                     100 * o->sim_1f1b);
+        }
     }
     fflush(f);
 }
@@ -1164,7 +1168,8 @@ int bench_pipeline_main(int argc, char **argv)
                 }
                 o.formula = dl_sched_bubble_formula(s);
                 o.sim = sim->bubble_total;
-                o.cont = o.sched == DL_SCHED_ASYNC && c.work != WORK_MODEL;
+                o.cont = o.sched == DL_SCHED_ASYNC; /* the trainer's async is continuous too */
+                o.run_bubble = NAN;                 /* measured on the engine only */
                 if (o.cont && (rc = cont_figures(&o, &k, c.steps)) != DL_OK) {
                     cli_error("pipeline: %s", dl_errmsg());
                     dl_sched_free(s);
@@ -1201,7 +1206,7 @@ int bench_pipeline_main(int argc, char **argv)
                     r.w_ns = (uint64_t)llround(wg / o.v * 1e6);
                     r.count = (size_t)c.handoff_kb * 1024 / 4;
                     r.steps = c.steps;
-                    r.cont = o.cont;
+                    r.cont = o.cont && c.work != WORK_MODEL;
                     r.slack_ns = c.timer_slack_ns;
                     size_t cap = 0;
                     for (int q = 0; q < o.p; q++)
