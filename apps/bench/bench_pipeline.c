@@ -765,15 +765,17 @@ static void summarise_engine(const prun *r, pres *o)
         }
         /* continuous: steps overlap across stages; a stage's step spans from its previous
          * step's end, and the step's total charges every stage the longest such span */
-        double most = 0, sum = 0;
+        double most = 0, sum = 0, tsum = 0;
         for (int s = 0; s < p; s++) {
             double w = r->cont ? r->t1[k * p + s] - r->t0[k * p + s] : hi - lo;
             stg[s * n + (k - k0)] = pb_bubble_stage(busy[s], w);
-            most = fmax(most, w), sum += busy[s];
+            most = fmax(most, w), sum += busy[s], tsum += tbusy[s];
         }
         tot[k - k0] = r->cont ? pb_bubble_stage(sum, p * most)
                               : pb_bubble_total(busy, r->t0 + k * p, r->t1 + k * p, p);
-        trt[k - k0] = tok && !r->cont ? pb_bubble_total(tbusy, tlo, thi, p) : NAN;
+        trt[k - k0] = !tok      ? NAN
+                      : r->cont ? pb_bubble_stage(tsum, p * most)
+                                : pb_bubble_total(tbusy, tlo, thi, p);
         span[k - k0] = most / 1e6;
     }
     for (int s = 0; s < p; s++) o->stage_bubble[s] = dl__median_copy(stg + s * n, (size_t)n);
