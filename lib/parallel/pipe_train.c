@@ -627,13 +627,14 @@ static int pp_sum(void *st, double *x)
     return dl_allreduce(s->e->mesh->pp_comm, x, x, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
 }
 
-/* the stages hold different tensors (async updates each stage on its own norm) */
 /* the loss: continuous, from the head (no collective: the head is a step ahead of stage 0) */
 static int pp_loss(void *st, double *x)
 {
     pipe_state *s = st;
     return s->cont ? tr_async_loss(s->e->mesh->pp_comm, s->head_rank, x) : pp_sum(st, x);
 }
+
+/* the stages hold different tensors (async updates each stage on its own norm) */
 
 static int pp_norm(void *st, double *sq)
 {
