@@ -191,6 +191,11 @@ static void usage(FILE *f)
 "the lecture's (p-1)/(v m + p-1), the simulator's (costs fwd, bwd) in total and per stage,\n"
 "the engine's own time per action, and the peak activation slots each stage holds (simulator;\n"
 "the arena's activation bytes with --work model). Ranks exceeding the cores are flagged.\n"
+"async runs as one continuous pipeline over the --steps steps (no barrier or flush between\n"
+"them; the trainer's async does the same): a stage's step spans from the end of its previous\n"
+"step, the total charges every stage the longest span, and the simulator's figure is the\n"
+"continuous pipeline's steady state; a line after its row adds the whole run's bubble (one\n"
+"warm-up and drain), measured and simulated, and 1F1B's simulated for the same p and m.\n"
 "Then an engine overhead microbenchmark: 1F1B on p <= cores stages, forward and backward doing\n"
 "nothing, --handoff-kb hand-offs, receivers waiting actively (wait mode spin): per step and\n"
 "stage, wall / actions; the median over steps of the slowest stage (goal: under 20 us).\n"
@@ -521,6 +526,7 @@ typedef struct prun {
     uint64_t w_ns;       /* of b_ns, a split backward's W (its I takes the rest) */
     size_t count;        /* hand-off elements (f32) */
     int steps;
+    int cont; /* async: one continuous pipeline over the steps (dl_sched_async_step slices) */
     long slack_ns;
     dl_trace *tr;
     /* out, [step * p + stage] */
@@ -620,7 +626,9 @@ static int stage_fn(dl_ctx *ctx, void *arg)
         prctl(PR_SET_TIMERSLACK, (unsigned long)r->slack_ns, 0, 0, 0);
     dl_comm *c = dl_ctx_comm(ctx);
     dl_arena *a = dl_ctx_arena(ctx);
-    pstage x = {r, NULL, NULL, a, calloc((size_t)r->s->m * r->s->v, sizeof(void *))};
+    /* continuous: the micro-batches are numbered on over the steps */
+    int nmb = r->s->m * r->s->v * (r->cont ? r->steps : 1);
+    pstage x = {r, NULL, NULL, a, calloc((size_t)nmb, sizeof(void *))};
     dl_pipe *e = NULL;
     if (!x.slot)
         return dl_error(DL_ENOMEM, "out of memory");
@@ -641,13 +649,18 @@ static int stage_fn(dl_ctx *ctx, void *arg)
     dl_arena_get_stats(a, &as);
     uint64_t base = as.current[DL_MEM_ACTIVATIONS];
     for (int k = 0; k < r->steps && rc == DL_OK; k++) {
-        rc = dl_barrier(c);
-        if (rc)
+        /* continuous: no barrier between steps, a step's span from the previous one's end */
+        if ((k == 0 || !r->cont) && (rc = dl_barrier(c)))
             break;
         uint64_t t0 = dl_now_ns();
-        rc = dl_pipe_run(e, r->s, &ops, &x, k, r->tr, s, &r->st[k * p + s]);
+        dl_sched *sl = NULL;
+        if (r->cont && (rc = dl_sched_async_step(p, r->s->m, r->steps, k, 0, &sl)))
+            break;
+        dl_pipe_set_open(e, r->cont && k < r->steps - 1);
+        rc = dl_pipe_run(e, sl ? sl : r->s, &ops, &x, k, r->tr, s, &r->st[k * p + s]);
+        dl_sched_free(sl);
         uint64_t t1 = dl_now_ns();
-        r->t0[k * p + s] = (double)t0;
+        r->t0[k * p + s] = r->cont && k > 0 ? r->t1[(k - 1) * p + s] : (double)t0;
         r->t1[k * p + s] = (double)t1;
     }
     if (rc == DL_OK)
@@ -657,7 +670,7 @@ static int stage_fn(dl_ctx *ctx, void *arg)
     dl_pipe_destroy(e);
     dl_arena_free(a, x.in);
     dl_arena_free(a, x.out);
-    for (int i = 0; i < r->s->m * r->s->v; i++) dl_arena_free(a, x.slot[i]);
+    for (int i = 0; i < nmb; i++) dl_arena_free(a, x.slot[i]);
     free(x.slot);
     return rc;
 }
@@ -691,6 +704,10 @@ typedef struct pres {
     int sched, p, v, m, over, skipped;
     char why[160];
     double step_ms, bubble, bubble_trace, formula, sim, engine_us;
+    /* async's continuous pipeline: the whole run's bubble measured and simulated (warm-up and
+     * drain once), and 1F1B's simulated for the same p and m */
+    int cont;
+    double run_bubble, run_sim, sim_1f1b;
     double theory; /* the zero-bubble paper's (dl_sched_bubble_theory), NaN for other kinds */
     double stage_bubble[MAXP], sim_stage[MAXP];
     int peak_act[MAXP], arena_slots[MAXP], limit[MAXP]; /* slots: arena -1 unmeasured; limit 0 */
@@ -746,16 +763,35 @@ static void summarise_engine(const prun *r, pres *o)
             if (tok && dl_trace_bubble(r->tr, s, k, NULL, &tbusy[s], NULL) != DL_OK)
                 tok = 0;
         }
-        for (int s = 0; s < p; s++) stg[s * n + (k - k0)] = pb_bubble_stage(busy[s], hi - lo);
-        tot[k - k0] = pb_bubble_total(busy, r->t0 + k * p, r->t1 + k * p, p);
-        trt[k - k0] = tok ? pb_bubble_total(tbusy, tlo, thi, p) : NAN;
-        span[k - k0] = (hi - lo) / 1e6;
+        /* continuous: steps overlap across stages; a stage's step spans from its previous
+         * step's end, and the step's total charges every stage the longest such span */
+        double most = 0, sum = 0, tsum = 0;
+        for (int s = 0; s < p; s++) {
+            double w = r->cont ? r->t1[k * p + s] - r->t0[k * p + s] : hi - lo;
+            stg[s * n + (k - k0)] = pb_bubble_stage(busy[s], w);
+            most = fmax(most, w), sum += busy[s], tsum += tbusy[s];
+        }
+        tot[k - k0] = r->cont ? pb_bubble_stage(sum, p * most)
+                              : pb_bubble_total(busy, r->t0 + k * p, r->t1 + k * p, p);
+        trt[k - k0] = !tok      ? NAN
+                      : r->cont ? pb_bubble_stage(tsum, p * most)
+                                : pb_bubble_total(tbusy, tlo, thi, p);
+        span[k - k0] = most / 1e6;
     }
     for (int s = 0; s < p; s++) o->stage_bubble[s] = dl__median_copy(stg + s * n, (size_t)n);
     o->bubble = dl__median_copy(tot, (size_t)n);
     o->bubble_trace = r->tr ? dl__median_copy(trt, (size_t)n) : NAN;
     o->step_ms = dl__median_copy(span, (size_t)n);
     o->engine_us = ne > 0 ? dl__median_copy(eng, (size_t)ne) : NAN;
+    if (r->cont) { /* the whole run: every step's busy against the run's span */
+        double sum = 0, lo = INFINITY, hi = 0;
+        for (int k = 0; k < r->steps; k++)
+            for (int s = 0; s < p; s++) {
+                sum += (double)r->st[k * p + s].busy_ns;
+                lo = fmin(lo, r->t0[k * p + s]), hi = fmax(hi, r->t1[k * p + s]);
+            }
+        o->run_bubble = pb_bubble_stage(sum, p * (hi - lo));
+    }
     free(tot);
     free(trt);
     free(span);
@@ -819,6 +855,21 @@ static int run_model(const pcfg *c, pres *o, const char *trace_path)
         }
     }
     dl_train_result_free(&r);
+    return rc;
+}
+
+/* async: the continuous pipeline simulated over the steps (its steady state the row's simulated
+ * figure), and 1F1B's for the same p and m at the same costs */
+static int cont_figures(pres *o, const dl_sched_costs *k, int steps)
+{
+    dl_sched *one = NULL;
+    dl_sched_sim *sim = NULL;
+    int rc = dl_sched_async_continuous(o->p, o->m, steps, k, &o->run_sim, &o->sim);
+    if (rc == DL_OK && (rc = dl_sched_1f1b(o->p, o->m, &one)) == DL_OK &&
+        (rc = dl_sched_simulate(one, k, &sim)) == DL_OK)
+        o->sim_1f1b = sim->bubble_total;
+    dl_sched_sim_free(sim);
+    dl_sched_free(one);
     return rc;
 }
 
@@ -893,6 +944,11 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         json_array(f, "act_slot_limit", li, o->p, 1);
         if (c->work == WORK_MODEL)
             json_array(f, "act_peak_mib", o->act_mib, o->p, 1);
+        if (o->cont) {
+            bu_json_num(f, "run_bubble_pct", 100 * o->run_bubble);
+            bu_json_num(f, "run_sim_pct", 100 * o->run_sim);
+            bu_json_num(f, "sim_1f1b_pct", 100 * o->sim_1f1b);
+        }
         bu_json_end(f);
     } else if (c->o.csv) {
         fprintf(f,
@@ -909,6 +965,18 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                 100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, ss, pa, as, ls,
                 c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
                 o->over ? "  (oversubscribed)" : "");
+        if (o->cont) {
+            char run[48] = ""; /* the trainer (--work model) does not give the whole run's */
+            if (isfinite(o->run_bubble))
+                snprintf(run, sizeof run, "%.1f%% measured, ", 100 * o->run_bubble);
+            fprintf(f,
+                    "    async runs one continuous pipeline over the %d steps (no flush between "
+                    "them): steady-state bubble %.1f%% measured, %.1f%% simulated (median step "
+                    "after the first); the whole run with its one warm-up and drain %s%.1f%% "
+                    "simulated; 1F1B flushes every step: %.1f%% simulated\n",
+                    c->steps, 100 * o->bubble, 100 * o->sim, run, 100 * o->run_sim,
+                    100 * o->sim_1f1b);
+        }
     }
     fflush(f);
 }
@@ -1113,6 +1181,15 @@ int bench_pipeline_main(int argc, char **argv)
                 }
                 o.formula = dl_sched_bubble_formula(s);
                 o.sim = sim->bubble_total;
+                o.cont = o.sched == DL_SCHED_ASYNC; /* the trainer's async is continuous too */
+                o.run_bubble = NAN;                 /* measured on the engine only */
+                if (o.cont && (rc = cont_figures(&o, &k, c.steps)) != DL_OK) {
+                    cli_error("pipeline: %s", dl_errmsg());
+                    dl_sched_free(s);
+                    dl_sched_sim_free(sim);
+                    status = CLI_EXIT_FAIL;
+                    break;
+                }
                 for (int q = 0; q < o.p; q++) {
                     o.sim_stage[q] = sim->bubble[q];
                     o.peak_act[q] = sim->peak_act[q];
@@ -1142,6 +1219,7 @@ int bench_pipeline_main(int argc, char **argv)
                     r.w_ns = (uint64_t)llround(wg / o.v * 1e6);
                     r.count = (size_t)c.handoff_kb * 1024 / 4;
                     r.steps = c.steps;
+                    r.cont = o.cont && c.work != WORK_MODEL;
                     r.slack_ns = c.timer_slack_ns;
                     size_t cap = 0;
                     for (int q = 0; q < o.p; q++)

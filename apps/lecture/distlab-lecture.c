@@ -430,6 +430,23 @@ static int lecture_03(void)
         dl_sched_free(s);
     }
 
+    /* §4.3 the asynchronous pipeline never drains between steps: distlab-train's async runs
+     * one continuous pipeline, warm-up once (issue 35); against 1F1B flushing every step */
+    double run, steady;
+    dl_sched *ff;
+    dl_sched_sim *fs;
+    if (dl_sched_async_continuous(4, 8, 20, NULL, &run, &steady))
+        return lec_fail("continuous pipeline");
+    if (dl_sched_1f1b(4, 8, &ff) || dl_sched_simulate(ff, NULL, &fs))
+        return lec_fail("1F1B schedule");
+    snprintf(shown, sizeof shown, "%.1f%% a step, %.1f%% over 20 steps (1F1B with flush %.1f%%)",
+             100 * steady, 100 * run, 100 * fs->bubble_total);
+    lec_fig("§4.3", "async_continuous_bubble",
+            "  no flush (p 4, m 8): after the warm-up every stage stays busy", 100 * steady, shown,
+            "no flush: every stage busy after the warm-up", lec_near(steady, 0, 1e-9));
+    dl_sched_sim_free(fs);
+    dl_sched_free(ff);
+
     /* §4.4 partition: 12 layers, embedding 3, output 4, others 1, 4 stages */
     double costs[12] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4}, sc[4], mx;
     int first[5];

@@ -145,6 +145,18 @@ static void print_gap(const tg_run *run)
     printf("%s\n", run->o.pipeline.weight_stashing ? " (stashing)" : " (no stashing: p - s)");
 }
 
+/* async: the continuous pipeline's steady state beside the simulator's and 1F1B's */
+static void print_continuous(const tg_run *run)
+{
+    const dl_train_pipeline_result *p = &run->r->pipeline;
+    printf("  continuous pipeline (no flush between steps; it drains before evaluations, "
+           "checkpoints and the end): steady-state bubble %.1f%% measured (median step after "
+           "the first), %.1f%% simulated; over a %d-step window with its warm-up and drain "
+           "%.1f%% simulated; 1F1B flushes every step: %.1f%% (simulated, same p and m)\n",
+           100 * p->bubble_total, 100 * p->bubble_theory, p->window, 100 * p->bubble_window,
+           100 * p->bubble_1f1b);
+}
+
 /* The schedule file's note (communication actions ignored), and --write-schedule: the schedule
  * this run uses in the CSV form. */
 static int sched_files(tg_run *r)
@@ -194,6 +206,8 @@ static int summary(tg_run *run)
            "step's wall time less its work, hand-offs and waits, over its actions) %.1f us, "
            "90th percentile %.1f us over the steps and ranks\n",
            cli_mib(r->pipeline.bytes_per_step), r->pipeline.engine_us, r->pipeline.engine_p90_us);
+    if (o->pipeline.schedule == DL_SCHED_ASYNC && !o->pipeline.schedule_file)
+        print_continuous(run);
     if (o->pipeline.schedule == DL_SCHED_ASYNC)
         print_gap(run);
     return TG_NEXT;
@@ -242,6 +256,11 @@ static void j_pipe(FILE *f, const tg_run *run)
     put_ints(f, "activation_slots", p->slots, p->stages);
     if (run->o.pipeline.schedule == DL_SCHED_ASYNC)
         put_ints(f, "weight_version_gaps", p->max_gap, p->stages);
+    if (run->o.pipeline.schedule == DL_SCHED_ASYNC && !run->o.pipeline.schedule_file) {
+        fprintf(f, "\"window_steps\":%d,", p->window);
+        tg_put_keynum(f, "bubble_window", p->bubble_window, 1);
+        tg_put_keynum(f, "bubble_1f1b", p->bubble_1f1b, 1);
+    }
     tg_put_keynum(f, "handoff_bytes_per_step", p->bytes_per_step, 1);
     tg_put_keynum(f, "engine_us_per_action", p->engine_us, 1);
     tg_put_keynum(f, "engine_us_p90", p->engine_p90_us, 0);
@@ -253,7 +272,11 @@ static const tg_opt opts[] = {
     {"schedule", 1, p_sched,
 "  --schedule NAME       gpipe (default), 1f1b, interleaved (--virtual-stages v chunks per\n"
 "                        stage; layers divisible by pp x v, m a multiple of pp), async\n"
-"                        (PipeDream: each stage updates after every backward, no flush), or\n"
+"                        (PipeDream: each stage updates after every backward, no flush: one\n"
+"                        continuous pipeline across steps, a step being m micro-batches'\n"
+"                        updates; it drains only before an evaluation, a checkpoint and the\n"
+"                        end, and a step's time on a stage runs from the end of its previous\n"
+"                        step), or\n"
 "                        naive (one micro-batch at a time: F, B, update); split backward\n"
 "                        (input gradient I, weight gradient W later): 1f1b-split, zb-h1\n"
 "                        (Zero Bubble H1, 1F1B's memory), zb-h2 (about twice the\n"

@@ -69,6 +69,11 @@ void dl_pipe_destroy(dl_pipe *e);
 /* The callbacks of I and W actions (kept by pointer; NULL: none, and a schedule with I or W
  * actions on this stage is refused by dl_pipe_run). */
 void dl_pipe_set_split(dl_pipe *e, const dl_pipe_split_ops *split);
+/* open = 1: the next dl_pipe_run continues this one's schedule (the continuous async pipeline's
+ * per-step slices, dl_sched_async_step): a run then returns after its last action, leaving its
+ * last sends in flight for the neighbours' next runs to take. open = 0 (the default): a run
+ * waits for them (a quiet point). dl_pipe_destroy still waits for any left in flight. */
+void dl_pipe_set_open(dl_pipe *e, int open);
 
 typedef struct dl_pipe_stats {
     uint64_t wall_ns;      /* the step on this stage: first action's start to last action's end */
@@ -90,7 +95,8 @@ typedef struct dl_pipe_stats {
 } dl_pipe_stats;
 
 /* Run this stage's actions of s (s->p must equal the pp group's size; validate schedules
- * first: dl_sched_validate) and wait until every send of the step was received. `step` labels
+ * first: dl_sched_validate) and wait until every send of the step was received (unless the
+ * engine is open: dl_pipe_set_open). `step` labels
  * the trace events. With trace != NULL, events go to track trace_rank. On failure the world is
  * aborted and the error names the stage, the action and what failed. st may be NULL. */
 int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg, int step,

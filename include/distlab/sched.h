@@ -109,6 +109,14 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out);
 /* Asynchronous PipeDream 1F1B: the order of dl_sched_1f1b with an OPT right after every
  * backward and no flush. stash = 1: weight stashing (each backward uses its forward's weights). */
 int dl_sched_async(int p, int m, int stash, dl_sched **out);
+/* The continuous asynchronous pipeline (distlab-train --schedule async): a window of n steps of
+ * m micro-batches between two quiet points (the run's start and end, an evaluation, a
+ * checkpoint) is dl_sched_async(p, n m, stash), one pipeline that never drains inside the
+ * window; a step is m micro-batches' updates. Step t (0 .. n-1) is the slice of each stage's
+ * list that ends with the OPT of micro-batch (t+1) m - 1: stage s runs the next step's first
+ * p-s-1 forwards before its own last backwards. Micro-batches are numbered 0 .. n m - 1 over the
+ * window. DL_EINVAL for t outside the window. */
+int dl_sched_async_step(int p, int m, int n, int t, int stash, dl_sched **out);
 /* TeraPipe (Li et al. 2021) as the lecture approximates it: each of nseq sequences is cut into c
  * token chunks, each a micro-batch of 1/c the cost; all forwards (sequence by sequence, chunks in
  * order), then all backwards (sequence by sequence, chunks in reverse), then OPT. The bubble is
@@ -260,6 +268,14 @@ typedef struct dl_sched_sim {
 /* Validate, then run the execution model with costs (NULL: the defaults). */
 int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_sim **out);
 void dl_sched_sim_free(dl_sched_sim *sim);
+
+/* The continuous pipeline's simulated bubble for p stages, m micro-batches a step and n steps
+ * (dl_sched_async_step's window) with costs c (NULL: the defaults): *run over the whole window
+ * (warm-up and drain once: (p-1)/(n m + p-1) at uniform costs), *steady the median over the
+ * steps after the first of each step's 1 - sum busy / (p x its longest span), a stage's step
+ * spanning from the end of its previous step to the end of its own (as the trainer measures). */
+int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
+                              double *steady);
 
 /* The lecture's bubble (p-1)/(v m + p-1) for this schedule's p, m, v (the planner's
  * dl_plan_bubble). With costs (f, b, 0), GPipe, 1F1B, naive and TeraPipe simulate to exactly

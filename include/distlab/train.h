@@ -282,7 +282,13 @@ typedef struct dl_train_pipeline_result {
                           * steps after the first */
     double bubble_total;   /* 1 - sum(busy) / (stages x max wall), median over steps */
     double bubble_theory;  /* the schedule's own: dl_sched_bubble, its simulation with every
-                           * forward 1 and every backward 2 */
+                           * forward 1 and every backward 2 (async: the continuous pipeline's
+                           * steady state, dl_sched_async_continuous over the first window) */
+    double bubble_window;  /* async: that simulation's bubble over the whole first window
+                           * (warm-up and drain once); NaN otherwise */
+    int window;            /* async: the first window's steps (to the first quiet point) */
+    double bubble_1f1b;    /* async: 1F1B's own for the same p and m (a flushed step); NaN
+                           * otherwise */
     double bubble_paper;   /* the pipeline papers' formula at F = B = W (dl_sched_bubble_theory):
                            * 1F1B (p-1)(F+B+W), ZB-H1 (p-1)(F+B-W), ZB-H2 and ZB-V about 0;
                            * NaN for schedules without one */

@@ -55,6 +55,10 @@ typedef struct tr_env {
     int self_update;  /* the runner updates inside the step (the async pipeline) */
     int runner_span;  /* the runner records the step's span in the trace itself */
     int lockstep_fwd; /* every forward is collective over dp (ZeRO 3): evaluations keep step */
+    int open;         /* set by the runner each step: work in flight after it (the continuous async
+                    * pipeline inside its window), so this step is no quiet point */
+    int stop_soon;    /* set by the step: a stop was requested while open; the runner ends its
+                    * window as soon as it can (tr_async_window_cut) */
     /* [lo, hi) pairs of the flat buffer that a module reduces over another group than dp (the
      * experts, over the expert-data-parallel group): the dp reduction leaves them */
     const size_t *excl;

@@ -36,6 +36,7 @@ struct dl_pipe {
     size_t staging_peak;
     loopback *loop;
     int nloop;
+    int open; /* the next run continues this one: its last sends stay in flight */
 };
 
 enum { TAG_ACT = 0, TAG_GRAD = 1 };
@@ -50,6 +51,7 @@ void dl_pipe_peers(int p, int v, int stage, int chunk, int *prev, int *next)
 }
 
 void dl_pipe_set_split(dl_pipe *e, const dl_pipe_split_ops *split) { e->split = split; }
+void dl_pipe_set_open(dl_pipe *e, int open) { e->open = open; }
 
 int dl_pipe_create(dl_comm *pp, size_t count, dl_dtype t, dl_arena *arena, dl_pipe **out)
 {
@@ -333,7 +335,7 @@ int dl_pipe_run(dl_pipe *e, const dl_sched *s, const dl_pipe_ops *ops, void *arg
         st->actions++;
     }
     uint64_t d0 = dl_now_ns();
-    if (rc == DL_OK) {
+    if (rc == DL_OK && !e->open) {
         what = "waiting for the last sends to be received";
         rc = drain_sends(e);
     }

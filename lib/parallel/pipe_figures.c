@@ -23,6 +23,24 @@ static dl_sched_sim *simulate(const dl_train_opts *o, double *paper)
     return sim;
 }
 
+/* async: the continuous pipeline simulated over the first window (at most 1024 steps: its steady
+ * state is there long before), and 1F1B's flushed step for the same p and m. */
+static int async_figures(const dl_train_opts *o, dl_train_pipeline_result *r)
+{
+    int p = o->layout.pp, m = o->batch.microbatches, n = tr_async_window_end(o, 1);
+    r->window = n;
+    dl_sched *one = NULL;
+    dl_sched_sim *sim = NULL;
+    int rc = dl_sched_async_continuous(p, m, n < 1024 ? n : 1024, NULL, &r->bubble_window,
+                                       &r->bubble_theory);
+    if (rc == DL_OK && (rc = dl_sched_1f1b(p, m, &one)) == DL_OK &&
+        (rc = dl_sched_simulate(one, NULL, &sim)) == DL_OK)
+        r->bubble_1f1b = sim->bubble_total;
+    dl_sched_sim_free(sim);
+    dl_sched_free(one);
+    return rc;
+}
+
 int tr_pipe_figures_open(tr_pp_rows *t, const dl_train_opts *o, int steps, int n,
                          dl_train_pipeline_result *r)
 {
@@ -51,6 +69,9 @@ int tr_pipe_figures_open(tr_pp_rows *t, const dl_train_opts *o, int steps, int n
         r->bubble_theory = sim->bubble_total;
         dl_sched_sim_free(sim);
     }
+    r->bubble_window = r->bubble_1f1b = NAN;
+    if (p > 1 && o->pipeline.schedule == DL_SCHED_ASYNC && !o->pipeline.schedule_file)
+        return async_figures(o, r);
     return DL_OK;
 }
 
@@ -129,6 +150,8 @@ void tr_pipe_summarise(const tr_pp_rows *t, const dl_train_opts *o, int S,
     free(x);
     double paper;
     dl_sched_sim *sim = simulate(o, &paper);
-    for (int st = 0; sim && st < p; st++) r->slots[st] = sim->peak_act[st];
+    int cont = o->pipeline.schedule == DL_SCHED_ASYNC && !o->pipeline.schedule_file;
+    for (int st = 0; sim && st < p; st++) /* continuous: p - s in flight whatever m */
+        r->slots[st] = cont && sim->peak_act[st] < p - st ? p - st : sim->peak_act[st];
     dl_sched_sim_free(sim);
 }

@@ -3,7 +3,9 @@
  * backward callbacks map micro-batches to activation slots, keep weight versions (and, with
  * weight stashing, the parameters each forward used) and accumulate the last stage's loss.
  * Flush schedules reduce the gradients after the engine (stage by stage, not overlapped with the
- * backward); async (PipeDream) updates the stage after every micro-batch, inside the engine. */
+ * backward); async (PipeDream) updates the stage after every micro-batch, inside the engine, and
+ * runs as one continuous pipeline across steps: each step the engine runs that step's slice of
+ * the window's schedule (dl_sched_async_step), left open until the window's quiet point. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +24,20 @@ typedef struct pipe_state {
     int *pin, *ptg; /* a micro-batch's tokens */
     double loss_sum;
     int version, max_gap, *fwd_version;
-    char *stash;   /* weight stashing: one parameter copy per slot */
-    void *tie_buf; /* tied embeddings: the other end's wte gradient */
+    int mbmod; /* micro-batch index modulus of slot_of, fwd_version (the window numbers them on) */
+    int cont;  /* the continuous async pipeline */
+    int win_first, win_end; /* its window (1-based steps, inclusive) */
+    uint64_t prev_end;      /* the end of this stage's previous step (continuous: the spans) */
+    char *stash;            /* weight stashing: one parameter copy per slot */
+    void *tie_buf;          /* tied embeddings: the other end's wte gradient */
 } pipe_state;
+
+/* The index of (micro-batch, chunk) in slot_of and fwd_version */
+static int mb_at(const pipe_state *s, int mb, int ch) { return (mb % s->mbmod) * s->v + ch; }
+
 static int pp_take_slot(pipe_state *s, int mb, int ch, int *slot)
 {
-    int *so = &s->slot_of[mb * s->v + ch];
+    int *so = &s->slot_of[mb_at(s, mb, ch)];
     if (*so < 0) {
         if (s->nfree == 0)
             return dl_error(DL_EINVAL,
@@ -58,14 +68,17 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
         return rc;
     int vs = s->sched->vstage[s->stage * s->v + ch];
     int first = vs == 0, last = vs == s->p * s->v - 1;
-    int G = o->batch.global, mbs = o->batch.micro;
-    if ((first || last) && (rc = dl_data_batch(s->e->data, s->e->step - 1, G, o->layout.dp,
-                                               s->e->mesh->dp_rank, mb, mbs, s->pin, s->ptg)))
+    int G = o->batch.global, mbs = o->batch.micro, m = o->batch.microbatches;
+    /* the continuous window numbers its micro-batches on from its first step */
+    long dstep = s->cont ? s->win_first - 1 + mb / m : s->e->step - 1;
+    if ((first || last) &&
+        (rc = dl_data_batch(s->e->data, dstep, G, o->layout.dp, s->e->mesh->dp_rank,
+                            s->cont ? mb % m : mb, mbs, s->pin, s->ptg)))
         return rc;
     if (s->stash)
         memcpy(s->stash + (size_t)slot * s->e->numel * s->e->pr.dsize, dl_gpt_params(s->e->g),
                s->e->numel * s->e->pr.dsize);
-    s->fwd_version[mb * s->v + ch] = s->version;
+    s->fwd_version[mb_at(s, mb, ch)] = s->version;
     double loss = 0;
     if ((rc = dl_gpt_stage_forward(s->e->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL,
                                    mbs, &loss)))
@@ -87,7 +100,7 @@ static int pp_bwd_part(void *arg, int mb, int ch, const void **din, int split)
 {
     pipe_state *s = arg;
     const dl_train_opts *o = s->e->o;
-    int *so = &s->slot_of[mb * s->v + ch], slot = *so, rc;
+    int *so = &s->slot_of[mb_at(s, mb, ch)], slot = *so, rc;
     if (slot < 0)
         return dl_error(DL_EINVAL, "pipeline: backward of micro-batch %d without its forward", mb);
     /* flush: the mean over the global batch; async: each update applies one micro-batch (over
@@ -95,7 +108,7 @@ static int pp_bwd_part(void *arg, int mb, int ch, const void **din, int split)
     double T = o->model.seq;
     double dloss = s->sched->flush ? 1.0 / ((double)o->batch.global * T)
                                    : 1.0 / ((double)o->batch.micro * o->layout.dp * T);
-    int fv = s->fwd_version[mb * s->v + ch];
+    int fv = s->fwd_version[mb_at(s, mb, ch)];
     int used = s->stash ? fv : s->version; /* the weight version this backward computes with */
     if (used - fv > s->max_gap)
         s->max_gap = used - fv;
@@ -131,7 +144,7 @@ static int pp_bwd_input(void *arg, int mb, int ch, const void **din)
 static int pp_bwd_weight(void *arg, int mb, int ch)
 {
     pipe_state *s = arg;
-    int *so = &s->slot_of[mb * s->v + ch], slot = *so;
+    int *so = &s->slot_of[mb_at(s, mb, ch)], slot = *so;
     if (slot < 0)
         return dl_error(DL_EINVAL,
                         "pipeline: weight gradient of micro-batch %d without its "
@@ -416,6 +429,10 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
         return rc;
     s->nslots = sim->peak_act[s->stage];
     dl_sched_sim_free(sim);
+    /* continuous: stage s holds p - s micro-batches in flight whatever m (1F1B's steady state) */
+    s->cont = s->sched->kind == DL_SCHED_ASYNC && !o->pipeline.schedule_file;
+    if (s->cont && s->nslots < s->p - s->stage)
+        s->nslots = s->p - s->stage;
     int k = s->p * s->v, bounds[DL_GPT_MAX_CHUNKS * 64 + 1];
     if (k > (int)(sizeof bounds / sizeof bounds[0]) - 1)
         return dl_error(DL_EINVAL, "pipeline: too many virtual stages (%d)", k);
@@ -438,14 +455,15 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pipeline.bounds)
         memcpy(s->e->res->pipeline.bounds, bounds, sizeof(int) * (size_t)(k + 1));
     int m = o->batch.microbatches, T = o->model.seq;
-    s->slot_of = malloc(sizeof(int) * (size_t)m * s->v);
-    s->fwd_version = calloc((size_t)m * s->v, sizeof(int));
+    s->mbmod = s->cont && m < s->p ? s->p : m; /* more than the micro-batches in flight */
+    s->slot_of = malloc(sizeof(int) * (size_t)s->mbmod * s->v);
+    s->fwd_version = calloc((size_t)s->mbmod * s->v, sizeof(int));
     s->free_slot = malloc(sizeof(int) * (size_t)s->nslots);
     s->pin = malloc(sizeof(int) * (size_t)o->batch.micro * T);
     s->ptg = malloc(sizeof(int) * (size_t)o->batch.micro * T);
     if (!s->slot_of || !s->fwd_version || !s->free_slot || !s->pin || !s->ptg)
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
-    for (int i = 0; i < m * s->v; i++) s->slot_of[i] = -1;
+    for (int i = 0; i < s->mbmod * s->v; i++) s->slot_of[i] = -1;
     for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
     rc = dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
@@ -562,21 +580,55 @@ static int pp_alloc(void *st)
     return rc;
 }
 
-/* The step's forwards and backwards: the engine runs this stage's actions; its figures go to
- * the run's tables; a flush schedule's gradients are then final (tied wte summed first). */
+/* The continuous pipeline's slice for this step (*out, the caller frees it): a new window after
+ * a quiet point, cut short after a stop request; the engine stays open unless the window ends
+ * here (then it drains: the quiet point). */
+static int pp_slice(pipe_state *s, dl_sched **out)
+{
+    tr_env *e = s->e;
+    const dl_train_opts *o = e->o;
+    int m = o->batch.microbatches, t = e->step;
+    if (t > s->win_end) {
+        s->win_first = t;
+        s->win_end = tr_async_window_end(o, t);
+    } else if (e->stop_soon) {
+        s->win_end = tr_async_window_cut(s->p, m, s->win_first, s->win_end, t - 1);
+    }
+    e->open = t < s->win_end;
+    dl_pipe_set_open(s->eng, e->open);
+    return dl_sched_async_step(s->p, m, s->win_end - s->win_first + 1, t - s->win_first,
+                               o->pipeline.weight_stashing, out);
+}
+
+/* The step's forwards and backwards: the engine runs this stage's actions (continuous: the
+ * step's slice); its figures go to the run's tables; a flush schedule's gradients are then final
+ * (tied wte summed first). */
 static int pp_fwd_bwd(void *st, double *loss_sum)
 {
     pipe_state *s = st;
     tr_env *e = s->e;
     tr_pp_rows *R = e->pp;
     dl_pipe_stats ps;
+    dl_sched *slice = NULL;
     s->loss_sum = 0;
     s->max_gap = 0;
-    int rc = dl_pipe_run(s->eng, s->sched, &pp_ops, s, e->step, e->tr, e->rank, &ps);
+    int rc = s->cont ? pp_slice(s, &slice) : DL_OK;
+    uint64_t t0 = dl_now_ns();
+    if (rc == DL_OK)
+        rc =
+            dl_pipe_run(s->eng, slice ? slice : s->sched, &pp_ops, s, e->step, e->tr, e->rank, &ps);
+    dl_sched_free(slice);
+    if (rc)
+        return rc;
     *loss_sum = s->loss_sum;
+    /* a continuous step's span starts where this stage's previous step ended (what the trainer
+     * did between them counts as waiting) */
+    uint64_t from = s->cont && e->step > s->win_first ? s->prev_end : t0;
+    s->prev_end = t0 + ps.wall_ns;
     size_t at = (size_t)(e->step - 1) * R->nranks + e->rank;
-    R->busy[at] = (double)ps.busy_ns;
-    R->wall[at] = (double)ps.wall_ns;
+    /* async updates inside the step: its optimizer steps are work, not waiting */
+    R->busy[at] = (double)(ps.busy_ns + (s->sched->flush ? 0 : ps.opt_ns));
+    R->wall[at] = (double)(s->prev_end - from);
     R->engine[at] = ps.actions ? (double)ps.engine_ns / ps.actions : 0;
     R->gap[at] = s->max_gap;
     if (e->rank == 0)
@@ -593,7 +645,15 @@ static int pp_sum(void *st, double *x)
     return dl_allreduce(s->e->mesh->pp_comm, x, x, 1, DL_F64, DL_SUM, DL_PURPOSE_LOSS);
 }
 
+/* the loss: continuous, from the head (no collective: the head is a step ahead of stage 0) */
+static int pp_loss(void *st, double *x)
+{
+    pipe_state *s = st;
+    return s->cont ? tr_async_loss(s->e->mesh->pp_comm, s->head_rank, x) : pp_sum(st, x);
+}
+
 /* the stages hold different tensors (async updates each stage on its own norm) */
+
 static int pp_norm(void *st, double *sq)
 {
     pipe_state *s = st;
@@ -607,8 +667,8 @@ static int pp_from_head(void *st, double *v, int n)
                         DL_PURPOSE_OTHER);
 }
 
-/* the weight version (a full-state checkpoint keeps it; at a step boundary no stash is held:
- * every micro-batch's backward ran within its step) */
+/* the weight version (a full-state checkpoint keeps it; checkpoints are quiet points of the
+ * continuous pipeline, where no stash is held: every forward's backward ran) */
 static void pp_counter(void *st, int64_t *v, int set)
 {
     pipe_state *s = st;
@@ -633,7 +693,7 @@ int tr_pipe_make(tr_env *e, tr_module *m)
                      .fwd_bwd = pp_fwd_bwd,
                      .forward = pp_forward,
                      .from_head = pp_from_head,
-                     .reduce_loss = pp_sum,
+                     .reduce_loss = pp_loss,
                      .reduce_norm = pp_norm,
                      .counter = pp_counter,
                      .teardown = pp_teardown};

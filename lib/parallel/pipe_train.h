@@ -18,6 +18,18 @@ void tr_pipe_kind_list(char *buf, size_t n);
 /* The schedule the options name (after dl_train_resolve). */
 int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out);
 
+/* ---- the continuous async pipeline (parallel/pipe_cont.c) --------------------------------- */
+
+/* The last step (1-based) of the window that starts at step `first`: the first evaluation,
+ * scheduled checkpoint (with a checkpoint directory) or the run's last step at or after it. */
+int tr_async_window_end(const dl_train_opts *o, int first);
+/* The earliest end of the window [first, end] after step `done` ran (a stop request): the first
+ * step whose slices keep those up to `done` unchanged (usually done + 1), at most end. */
+int tr_async_window_cut(int p, int m, int first, int end, int done);
+/* The step's loss from the head stage to the others over pp, without a collective (the head
+ * finishes a step first and must not wait for the others to). */
+int tr_async_loss(dl_comm *pp, int head, double *x);
+
 /* ---- the figures ------------------------------------------------------------------------- */
 
 /* The pipeline's rows of every step and rank ([step * nranks + rank]; each rank writes its own,

@@ -125,6 +125,12 @@ static int train_steps(tr_env *e, tr_comp *c)
         int sig = 0;
         if (sv && (rc = tr_saver_boundary(sv, &sig)))
             break;
+        /* the continuous pipeline stops at its next quiet point (it drains there, usually the
+         * next step): the ranks agreed on sig and their windows alike */
+        if (sig && e->open) {
+            e->stop_soon = 1;
+            sig = 0;
+        }
         if (((o->eval.every > 0 && step % o->eval.every == 0) || step == o->optim.steps || sig) &&
             (rc = tr_evaluate_counted(e, &eb, &r.val, &r.used)))
             break;
