@@ -36,6 +36,7 @@
 #include "bench_util.h"
 #include "trace_plot.h"
 #include "bench_pipeline.h"
+#include "bench_tera.h"
 #include "core/stats.h"
 
 enum { WORK_SLEEP = 0, WORK_SPIN = 1, WORK_MODEL = 2 };
@@ -102,6 +103,20 @@ static int parse_int_list(const char *what, const char *s, int lo, int hi, int *
         return -1;
     for (int i = 0; i < *n; i++)
         if (cli_parse_int(what, items[i], lo, hi, &out[i]))
+            return -1;
+    return 0;
+}
+
+/* --token-chunks: counts, or auto (0: TeraPipe's dynamic program chooses) */
+static int parse_chunks(const char *s, int *out, int *n)
+{
+    char buf[256], *items[MAXL];
+    if (cli_split_list("--token-chunks", s, buf, sizeof buf, items, MAXL, n))
+        return -1;
+    for (int i = 0; i < *n; i++)
+        if (strcmp(items[i], "auto") == 0)
+            out[i] = 0;
+        else if (cli_parse_int("--token-chunks", items[i], 1, 4096, &out[i]))
             return -1;
     return 0;
 }
@@ -216,7 +231,11 @@ static void usage(FILE *f)
 "  --token-chunks LIST  TeraPipe instead of --schedules: each of m sequences (--microbatches,\n"
 "                       default 2; --stages default 4: the lecture's §6.2) cut into c token\n"
 "                       chunks for each c listed, a chunk's forward and backward taking 1/c of\n"
-"                       --fwd-ms and --bwd-ms (sleep or spin work)\n"
+"                       --fwd-ms and --bwd-ms (sleep or spin work). auto: TeraPipe's dynamic\n"
+"                       program chooses unequal slices from a latency model t(l, ctx) of one\n"
+"                       layer (--seq tokens, --d-model, --micro-batch sequences) timed here\n"
+"                       (fit and error printed); each slice sleeps its share of the model's\n"
+"                       time of the whole sequence (slices' fixed costs included)\n"
 "  --chunk-costs KIND   equal (default: the lecture's approximation) or flops: each chunk its\n"
 "                       FLOPs share of a --seq-token sequence at width --d-model (later chunks\n"
 "                       attend to more keys; the sequence's total unchanged)\n"
@@ -363,7 +382,7 @@ static int parse(int argc, char **argv, pcfg *c)
                 return -1;
             break;
         case O_CHUNKS:
-            if (parse_int_list("--token-chunks", optarg, 1, 4096, c->chunks, &c->nchunks))
+            if (parse_chunks(optarg, c->chunks, &c->nchunks))
                 return -1;
             break;
         case O_CCOSTS:
@@ -733,6 +752,7 @@ static void prun_free(prun *r)
 
 typedef struct pres {
     int sched, p, v, m, c, over, skipped; /* c: TeraPipe's token chunks per sequence (m of them) */
+    int autoc; /* TeraPipe's chunks chosen by its dynamic program (--token-chunks auto) */
     char why[160];
     double step_ms, bubble, bubble_trace, formula, sim, engine_us;
     double theory; /* the zero-bubble paper's (dl_sched_bubble_theory), NaN for other kinds */
@@ -840,6 +860,29 @@ static int chunk_scale(const pcfg *c, const pres *o, double **scale)
     return rc;
 }
 
+/* --token-chunks auto: the latency model measured once (tera->fitted), TeraPipe's slices for
+ * this row's stages; o->c becomes their number. The '#' lines go to stderr under --json / --csv. */
+typedef struct tera_state {
+    int fitted;
+    dl_tera_latency model;
+} tera_state;
+
+static int chunks_auto(const pcfg *c, pres *o, tera_state *t, FILE *f, double **scale)
+{
+    FILE *note = c->o.json || c->o.csv ? stderr : f;
+    int rc = DL_OK, *lens = malloc(sizeof(int) * (size_t)c->seq);
+    if (!lens)
+        return dl_error(DL_ENOMEM, "out of memory");
+    if (!t->fitted &&
+        (rc = bench_tera_fit(c->seq, c->d_model, c->micro_batch, note, &t->model)) == DL_OK)
+        t->fitted = 1;
+    if (rc == DL_OK)
+        rc = bench_tera_plan(&t->model, c->seq, o->p, o->m, note, lens, &o->c, scale);
+    o->autoc = 1;
+    free(lens);
+    return rc;
+}
+
 /* --work model: the trainer's real stages. */
 static int run_model(const pcfg *c, pres *o, const char *trace_path)
 {
@@ -915,7 +958,7 @@ static void pres_name(const pres *o, char *buf, size_t cap)
 {
     const char *k = dl_sched_kind_name((dl_sched_kind)o->sched);
     if (o->sched == DL_SCHED_TERAPIPE)
-        snprintf(buf, cap, "%s/c%d", k, o->c);
+        snprintf(buf, cap, "%s/%s%d", k, o->autoc ? "auto" : "c", o->c);
     else
         snprintf(buf, cap, "%s", k);
 }
@@ -946,7 +989,10 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         bu_json_int(f, "m", o->m);
         if (o->sched == DL_SCHED_TERAPIPE) {
             bu_json_int(f, "token_chunks", o->c);
-            bu_json_str(f, "chunk_costs", c->chunk_flops ? "flops" : "equal");
+            bu_json_str(f, "chunk_costs",
+                        o->autoc         ? "measured"
+                        : c->chunk_flops ? "flops"
+                                         : "equal");
         }
         bu_json_str(f, "work", work_name[c->work]);
         bu_json_bool(f, "oversubscribed", o->over);
@@ -1114,6 +1160,7 @@ int bench_pipeline_main(int argc, char **argv)
                     "(arena)", "(limit)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
+    tera_state tera = {0, {0, 0, 0}};
     double worst_dpp = 0;
     char *dat = NULL;
     size_t datlen = 0;
@@ -1137,9 +1184,13 @@ int bench_pipeline_main(int argc, char **argv)
                 int shown = o.sched == c.show_sched && o.p == c.show_p && o.m == c.show_m;
                 dl_sched *s = NULL;
                 dl_sched_sim *sim = NULL;
-                double *scale = NULL; /* TeraPipe's chunks each at its FLOPs */
-                int rc = make_sched(o.sched, o.p, o.m, o.v, o.c, &s);
-                if (rc == DL_OK && o.sched == DL_SCHED_TERAPIPE && c.chunk_flops)
+                double *scale = NULL; /* TeraPipe's chunks each at its FLOPs or measured time */
+                int rc = DL_OK;
+                if (o.sched == DL_SCHED_TERAPIPE && o.c == 0)
+                    rc = chunks_auto(&c, &o, &tera, f, &scale);
+                if (rc == DL_OK)
+                    rc = make_sched(o.sched, o.p, o.m, o.v, o.c, &s);
+                if (rc == DL_OK && o.sched == DL_SCHED_TERAPIPE && c.chunk_flops && !o.autoc)
                     rc = chunk_scale(&c, &o, &scale);
                 if (rc == DL_OK && o.sched == DL_SCHED_INTERLEAVED && o.p == 1) {
                     rc = DL_EINVAL;

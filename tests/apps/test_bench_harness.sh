@@ -264,6 +264,19 @@ assert fl[1]["chunk_costs"] == "flops" and abs(fl[0]["sim_pct"] - 100 / 3) < 1e-
 assert fl[1]["sim_pct"] > fl[1]["lecture_pct"] + 0.1, fl[1]
 PY
 fi
+# auto: a latency model timed here, its fit printed, TeraPipe's slices run (no timing assertions)
+run "pipeline token chunks auto" 0 pipeline --token-chunks auto --stages 2 --microbatches 1 \
+  --seq 32 --d-model 16 --micro-batch 1 --fwd-ms 0.5 --bwd-ms 1 --steps 2 --overhead-steps 0 --json
+grep -q '^# token-chunks auto: one layer.*fit error' "$TMP/err" || fail "token-chunks auto: no fit printed"
+grep -q '^# token-chunks auto, 2 stages: [0-9]* slices of' "$TMP/err" || fail "token-chunks auto: no slices printed"
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "pipeline --token-chunks auto: row inconsistent"
+import json, sys
+r = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "row"][0]
+assert r["schedule"] == "terapipe/auto%d" % r["token_chunks"] and r["chunk_costs"] == "measured", r
+assert 1 <= r["token_chunks"] <= 32 and 0 <= r["sim_pct"] <= 100, r
+PY
+fi
 run "pipeline --help" 0 pipeline --help
 grep -q "^Usage: distlab-bench pipeline" "$TMP/out" || fail "pipeline --help: no usage"
 for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatches 4,x" "--plot out.pdf" \
