@@ -474,6 +474,10 @@ static int parse(int argc, char **argv, pcfg *c)
             c->nmbs = 1;
         }
     }
+    if (c->chunk_flops && !c->nchunks) {
+        cli_error("--chunk-costs: the chunks' costs need --token-chunks");
+        return -1;
+    }
     if (c->nchunks && (sched_set || c->work == WORK_MODEL)) {
         cli_error("--token-chunks sweeps TeraPipe's schedule with --work sleep or spin (%s)",
                   sched_set ? "leave out --schedules" : "the trainer does not run token slices");

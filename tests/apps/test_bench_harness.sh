@@ -282,7 +282,7 @@ grep -q "^Usage: distlab-bench pipeline" "$TMP/out" || fail "pipeline --help: no
 for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatches 4,x" "--plot out.pdf" \
            "--show 1f1b:3:4" "--csv --json" "--work model --plot g.svg" "extra" \
            "--token-chunks 2 --schedules gpipe" "--token-chunks 2 --work model" "--token-chunks 0" \
-           "--chunk-costs cubic"; do
+           "--chunk-costs cubic" "--chunk-costs flops"; do
   # shellcheck disable=SC2086
   run "pipeline $bad" 2 pipeline $bad
   [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "pipeline $bad: $(wc -l <"$TMP/err") lines on stderr, want 1"
