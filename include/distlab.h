@@ -10,6 +10,7 @@
 #include "distlab/coll.h"
 #include "distlab/plan.h"
 #include "distlab/sched.h"
+#include "distlab/tera.h"
 #include "distlab/model.h"
 #include "distlab/ckpt.h"
 #include "distlab/gpt.h"

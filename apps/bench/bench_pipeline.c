@@ -36,6 +36,7 @@
 #include "bench_util.h"
 #include "trace_plot.h"
 #include "bench_pipeline.h"
+#include "bench_tera.h"
 #include "core/stats.h"
 
 enum { WORK_SLEEP = 0, WORK_SPIN = 1, WORK_MODEL = 2 };
@@ -51,7 +52,8 @@ typedef struct pcfg {
     double fwd_ms, bwd_ms, wgrad_ms; /* wgrad_ms < 0: half the backward */
     long timer_slack_ns;    /* per rank thread (prctl); 0: leave the system's default (50 us) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
-    int layers, d_model, seq, micro_batch; /* --work model */
+    int layers, d_model, seq, micro_batch;  /* --work model */
+    int chunks[MAXL], nchunks, chunk_flops; /* TeraPipe: token chunks per sequence, their costs */
     const char *trace, *plot_bubbles, *show, *write_sched;
     int show_sched, show_p, show_m;
     int selftest;
@@ -101,6 +103,20 @@ static int parse_int_list(const char *what, const char *s, int lo, int hi, int *
         return -1;
     for (int i = 0; i < *n; i++)
         if (cli_parse_int(what, items[i], lo, hi, &out[i]))
+            return -1;
+    return 0;
+}
+
+/* --token-chunks: counts, or auto (0: TeraPipe's dynamic program chooses) */
+static int parse_chunks(const char *s, int *out, int *n)
+{
+    char buf[256], *items[MAXL];
+    if (cli_split_list("--token-chunks", s, buf, sizeof buf, items, MAXL, n))
+        return -1;
+    for (int i = 0; i < *n; i++)
+        if (strcmp(items[i], "auto") == 0)
+            out[i] = 0;
+        else if (cli_parse_int("--token-chunks", items[i], 1, 4096, &out[i]))
             return -1;
     return 0;
 }
@@ -217,6 +233,17 @@ static void usage(FILE *f)
 "                       input gradient I (bwd - wgrad) and the weight gradient W (wgrad)\n"
 "  --wgrad-ms MS        the weight gradient W's part of --bwd-ms (default: half of it)\n"
 "  --handoff-kb KB      activation / gradient hand-off size (default 64)\n"
+"  --token-chunks LIST  TeraPipe instead of --schedules: each of m sequences (--microbatches,\n"
+"                       default 2; --stages default 4: the lecture's §6.2) cut into c token\n"
+"                       chunks for each c listed, a chunk's forward and backward taking 1/c of\n"
+"                       --fwd-ms and --bwd-ms (sleep or spin work). auto: TeraPipe's dynamic\n"
+"                       program chooses unequal slices from a latency model t(l, ctx) of one\n"
+"                       layer (--seq tokens, --d-model, --micro-batch sequences) timed here\n"
+"                       (fit and error printed); each slice sleeps its share of the model's\n"
+"                       time of the whole sequence (slices' fixed costs included)\n"
+"  --chunk-costs KIND   equal (default: the lecture's approximation) or flops: each chunk its\n"
+"                       FLOPs share of a --seq-token sequence at width --d-model (later chunks\n"
+"                       attend to more keys; the sequence's total unchanged)\n"
 "  --steps N            steps per configuration (default 5; --quick 3); the first is a warm-up\n"
 "  --wait-mode MODE     how ranks wait for hand-offs in the sweep: auto (default: yield when\n"
 "                       ranks exceed the cores), spin (pause, then futex) or yield\n"
@@ -270,7 +297,9 @@ static int parse(int argc, char **argv, pcfg *c)
         O_SELF,
         O_WAIT,
         O_WGRAD,
-        O_WSCHED
+        O_WSCHED,
+        O_CHUNKS,
+        O_CCOSTS
     };
     static const struct option lo[] = {{"schedules", required_argument, NULL, O_SCHED},
                                        {"stages", required_argument, NULL, O_STAGES},
@@ -295,6 +324,8 @@ static int parse(int argc, char **argv, pcfg *c)
                                        {"wait-mode", required_argument, NULL, O_WAIT},
                                        {"wgrad-ms", required_argument, NULL, O_WGRAD},
                                        {"write-schedule", required_argument, NULL, O_WSCHED},
+                                       {"token-chunks", required_argument, NULL, O_CHUNKS},
+                                       {"chunk-costs", required_argument, NULL, O_CCOSTS},
                                        BU_LONGOPTS_END};
     int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
@@ -354,6 +385,17 @@ static int parse(int argc, char **argv, pcfg *c)
         case O_WGRAD:
             if (cli_parse_double("--wgrad-ms", optarg, 0, 1e5, &c->wgrad_ms))
                 return -1;
+            break;
+        case O_CHUNKS:
+            if (parse_chunks(optarg, c->chunks, &c->nchunks))
+                return -1;
+            break;
+        case O_CCOSTS:
+            if (strcmp(optarg, "equal") && strcmp(optarg, "flops")) {
+                cli_error("--chunk-costs: '%s' is not equal or flops", optarg);
+                return -1;
+            }
+            c->chunk_flops = strcmp(optarg, "flops") == 0;
             break;
         case O_HANDOFF:
             if (cli_parse_int("--handoff-kb", optarg, 1, 1 << 20, &c->handoff_kb))
@@ -437,6 +479,24 @@ static int parse(int argc, char **argv, pcfg *c)
             c->nmbs = 1;
         }
     }
+    if (c->chunk_flops && !c->nchunks) {
+        cli_error("--chunk-costs: the chunks' costs need --token-chunks");
+        return -1;
+    }
+    if (c->nchunks && (sched_set || c->work == WORK_MODEL)) {
+        cli_error("--token-chunks sweeps TeraPipe's schedule with --work sleep or spin (%s)",
+                  sched_set ? "leave out --schedules" : "the trainer does not run token slices");
+        return -1;
+    }
+    if (c->nchunks) { /* the lecture's §6.2 unless told: 2 sequences, 4 stages */
+        c->sched[0] = DL_SCHED_TERAPIPE;
+        c->nsched = 1;
+        if (!stages_set)
+            c->stages[0] = 4, c->nstages = 1;
+        if (!mb_set)
+            c->mbs[0] = 2, c->nmbs = 1;
+    } else
+        c->chunks[0] = 1, c->nchunks = 1;
     if (!c->nsched) {
         c->sched[0] = DL_SCHED_GPIPE;
         c->sched[1] = DL_SCHED_1F1B;
@@ -524,6 +584,7 @@ typedef struct prun {
     int work;            /* WORK_SLEEP, WORK_SPIN, or -1: nothing (the microbenchmark) */
     uint64_t f_ns, b_ns; /* per action (per chunk when interleaved) */
     uint64_t w_ns;       /* of b_ns, a split backward's W (its I takes the rest) */
+    const double *scale; /* per micro-batch factor of its work (TeraPipe's chunks), NULL: 1 */
     size_t count;        /* hand-off elements (f32) */
     int steps;
     int cont; /* async: one continuous pipeline over the steps (dl_sched_async_step slices) */
@@ -559,6 +620,12 @@ static void do_work(int work, uint64_t start, uint64_t ns)
     }
 }
 
+/* micro-batch mb's share of ns */
+static uint64_t scaled(const prun *r, int mb, uint64_t ns)
+{
+    return r->scale ? (uint64_t)llround((double)ns * r->scale[mb]) : ns;
+}
+
 static void *cb_fwd_in(void *arg, int mb, int chunk)
 {
     (void)mb;
@@ -586,7 +653,7 @@ static int cb_fwd(void *arg, int mb, int chunk, const void **out)
         dl_arena_alloc(x->arena, DL_MEM_ACTIVATIONS, SLOT_BYTES, &x->slot[mb * x->r->s->v + chunk]);
     if (rc)
         return rc;
-    do_work(x->r->work, t, x->r->f_ns);
+    do_work(x->r->work, t, scaled(x->r, mb, x->r->f_ns));
     x->out[0] = (float)mb + (float)chunk;
     *out = x->out;
     return DL_OK;
@@ -595,7 +662,7 @@ static int cb_fwd(void *arg, int mb, int chunk, const void **out)
 static int bwd_part(pstage *x, int mb, int chunk, const void **din, int split)
 {
     uint64_t t = dl_now_ns();
-    do_work(x->r->work, t, split ? x->r->b_ns - x->r->w_ns : x->r->b_ns);
+    do_work(x->r->work, t, scaled(x->r, mb, split ? x->r->b_ns - x->r->w_ns : x->r->b_ns));
     if (!split)
         slot_free(x, mb, chunk);
     x->out[0] = (float)mb - (float)chunk;
@@ -613,7 +680,7 @@ static int cb_bwd_input(void *arg, int mb, int chunk, const void **din)
 static int cb_wgrad(void *arg, int mb, int chunk)
 {
     pstage *x = arg;
-    do_work(x->r->work, dl_now_ns(), x->r->w_ns);
+    do_work(x->r->work, dl_now_ns(), scaled(x->r, mb, x->r->w_ns));
     slot_free(x, mb, chunk);
     return DL_OK;
 }
@@ -701,7 +768,8 @@ static void prun_free(prun *r)
 /* ==== results ============================================================================== */
 
 typedef struct pres {
-    int sched, p, v, m, over, skipped;
+    int sched, p, v, m, c, over, skipped; /* c: TeraPipe's token chunks per sequence (m of them) */
+    int autoc; /* TeraPipe's chunks chosen by its dynamic program (--token-chunks auto) */
     char why[160];
     double step_ms, bubble, bubble_trace, formula, sim, engine_us;
     /* async's continuous pipeline: the whole run's bubble measured and simulated (warm-up and
@@ -799,9 +867,10 @@ static void summarise_engine(const prun *r, pres *o)
     free(stg);
 }
 
-static int make_sched(int kind, int p, int m, int v, dl_sched **s)
+static int make_sched(int kind, int p, int m, int v, int c, dl_sched **s)
 {
     switch (kind) {
+    case DL_SCHED_TERAPIPE: return dl_sched_terapipe(p, m, c, s);
     case DL_SCHED_GPIPE: return dl_sched_gpipe(p, m, s);
     case DL_SCHED_1F1B: return dl_sched_1f1b(p, m, s);
     case DL_SCHED_INTERLEAVED: return dl_sched_interleaved(p, m, v, s);
@@ -812,6 +881,46 @@ static int make_sched(int kind, int p, int m, int v, dl_sched **s)
     case DL_SCHED_DUALPIPEV: return dl_sched_dualpipev(p, m, s);
     default: return dl_sched_async(p, m, 0, s);
     }
+}
+
+/* --chunk-costs flops: each of the o->c equal token chunks of a --seq sequence costs its FLOPs
+ * at width --d-model (the total unchanged: include/distlab/tera.h) */
+static int chunk_scale(const pcfg *c, const pres *o, double **scale)
+{
+    if (c->seq % o->c)
+        return dl_error(DL_EINVAL, "%d tokens (--seq) do not split into %d equal chunks", c->seq,
+                        o->c);
+    int *lens = malloc(sizeof(int) * (size_t)o->c);
+    *scale = malloc(sizeof(double) * (size_t)o->m * o->c);
+    int rc = lens && *scale ? DL_OK : dl_error(DL_ENOMEM, "out of memory");
+    for (int k = 0; rc == DL_OK && k < o->c; k++) lens[k] = c->seq / o->c;
+    if (rc == DL_OK)
+        rc = dl_tera_chunk_scale(o->m, o->c, lens, c->d_model, *scale);
+    free(lens);
+    return rc;
+}
+
+/* --token-chunks auto: the latency model measured once (tera->fitted), TeraPipe's slices for
+ * this row's stages; o->c becomes their number. The '#' lines go to stderr under --json / --csv. */
+typedef struct tera_state {
+    int fitted;
+    dl_tera_latency model;
+} tera_state;
+
+static int chunks_auto(const pcfg *c, pres *o, tera_state *t, FILE *f, double **scale)
+{
+    FILE *note = c->o.json || c->o.csv ? stderr : f;
+    int rc = DL_OK, *lens = malloc(sizeof(int) * (size_t)c->seq);
+    if (!lens)
+        return dl_error(DL_ENOMEM, "out of memory");
+    if (!t->fitted &&
+        (rc = bench_tera_fit(c->seq, c->d_model, c->micro_batch, note, &t->model)) == DL_OK)
+        t->fitted = 1;
+    if (rc == DL_OK)
+        rc = bench_tera_plan(&t->model, c->seq, o->p, o->m, note, lens, &o->c, scale);
+    o->autoc = 1;
+    free(lens);
+    return rc;
 }
 
 /* --work model: the trainer's real stages. */
@@ -900,6 +1009,16 @@ static void json_array(FILE *f, const char *key, const double *v, int n, double 
     fputc(']', f);
 }
 
+/* the schedule's name, TeraPipe's with its chunks ("terapipe/c4") */
+static void pres_name(const pres *o, char *buf, size_t cap)
+{
+    const char *k = dl_sched_kind_name((dl_sched_kind)o->sched);
+    if (o->sched == DL_SCHED_TERAPIPE)
+        snprintf(buf, cap, "%s/%s%d", k, o->autoc ? "auto" : "c", o->c);
+    else
+        snprintf(buf, cap, "%s", k);
+}
+
 static void print_row(FILE *f, const pcfg *c, const pres *o)
 {
     double pk[MAXP], ar[MAXP], li[MAXP];
@@ -908,7 +1027,8 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         ar[s] = o->arena_slots[s] >= 0 ? o->arena_slots[s] : NAN;
         li[s] = o->limit[s] > 0 ? o->limit[s] : NAN;
     }
-    const char *name = dl_sched_kind_name((dl_sched_kind)o->sched);
+    char name[32];
+    pres_name(o, name, sizeof name);
     char sb[MAXP * 8], ss[MAXP * 8], pa[MAXP * 6], am[MAXP * 10], as[MAXP * 6], ls[MAXP * 6];
     join(sb, sizeof sb, o->stage_bubble, o->p, 100, "%.1f");
     join(ss, sizeof ss, o->sim_stage, o->p, 100, "%.1f");
@@ -927,6 +1047,13 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
         bu_json_int(f, "p", o->p);
         bu_json_int(f, "v", o->v);
         bu_json_int(f, "m", o->m);
+        if (o->sched == DL_SCHED_TERAPIPE) {
+            bu_json_int(f, "token_chunks", o->c);
+            bu_json_str(f, "chunk_costs",
+                        o->autoc         ? "measured"
+                        : c->chunk_flops ? "flops"
+                                         : "equal");
+        }
         bu_json_str(f, "work", work_name[c->work]);
         bu_json_bool(f, "oversubscribed", o->over);
         bu_json_num(f, "step_ms", o->step_ms);
@@ -1111,6 +1238,7 @@ int bench_pipeline_main(int argc, char **argv)
                     "slots (sim)", "(arena)", "(limit)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
+    tera_state tera = {0, {0, 0, 0}};
     double worst_dpp = 0;
     char *dat = NULL;
     size_t datlen = 0;
@@ -1119,12 +1247,13 @@ int bench_pipeline_main(int argc, char **argv)
         fprintf(df, "# label measured_pct simulated_pct lecture_pct\n");
     for (int is = 0; is < c.nsched && status == CLI_EXIT_OK; is++)
         for (int ip = 0; ip < c.nstages && status == CLI_EXIT_OK; ip++)
-            for (int im = 0; im < c.nmbs && status == CLI_EXIT_OK; im++) {
+            for (int im = 0; im < c.nmbs * c.nchunks && status == CLI_EXIT_OK; im++) {
                 pres o;
                 memset(&o, 0, sizeof o);
                 o.sched = c.sched[is];
                 o.p = c.stages[ip];
-                o.m = c.mbs[im];
+                o.m = c.mbs[im / c.nchunks];
+                o.c = c.chunks[im % c.nchunks];
                 o.v = o.sched == DL_SCHED_INTERLEAVED                             ? c.v
                       : o.sched == DL_SCHED_ZB_V || o.sched == DL_SCHED_DUALPIPEV ? 2
                                                                                   : 1;
@@ -1133,7 +1262,14 @@ int bench_pipeline_main(int argc, char **argv)
                 int shown = o.sched == c.show_sched && o.p == c.show_p && o.m == c.show_m;
                 dl_sched *s = NULL;
                 dl_sched_sim *sim = NULL;
-                int rc = make_sched(o.sched, o.p, o.m, o.v, &s);
+                double *scale = NULL; /* TeraPipe's chunks each at its FLOPs or measured time */
+                int rc = DL_OK;
+                if (o.sched == DL_SCHED_TERAPIPE && o.c == 0)
+                    rc = chunks_auto(&c, &o, &tera, f, &scale);
+                if (rc == DL_OK)
+                    rc = make_sched(o.sched, o.p, o.m, o.v, o.c, &s);
+                if (rc == DL_OK && o.sched == DL_SCHED_TERAPIPE && c.chunk_flops && !o.autoc)
+                    rc = chunk_scale(&c, &o, &scale);
                 if (rc == DL_OK && o.sched == DL_SCHED_INTERLEAVED && o.p == 1) {
                     rc = DL_EINVAL;
                     dl_error(DL_EINVAL, "interleaving needs at least 2 stages");
@@ -1150,12 +1286,14 @@ int bench_pipeline_main(int argc, char **argv)
                                 dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m, dl_errmsg());
                     skipped++;
                     dl_sched_free(s);
+                    free(scale);
                     continue;
                 }
                 double wg = c.wgrad_ms < 0 ? c.bwd_ms / 2 : c.wgrad_ms;
-                dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / o.v,
-                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / o.v, 0,
-                                    c.work == WORK_MODEL ? -1 : wg / o.v};
+                double per = o.v * o.c; /* an action's share of a micro-batch's work */
+                dl_sched_costs k = {c.work == WORK_MODEL ? 1 : c.fwd_ms / per,
+                                    c.work == WORK_MODEL ? 2 : c.bwd_ms / per, 0,
+                                    c.work == WORK_MODEL ? -1 : wg / per};
                 if (!(k.f > 0 || k.b > 0))
                     k = (dl_sched_costs){1, 2, 0, -1};
                 if (o.sched == DL_SCHED_ZB_V && c.work != WORK_MODEL) {
@@ -1172,10 +1310,11 @@ int bench_pipeline_main(int argc, char **argv)
                 o.theory = dl_sched_bubble_theory(s, k.f, k.b - kw, kw);
                 if (o.theory < 0)
                     o.theory = NAN;
-                rc = dl_sched_simulate(s, &k, &sim);
+                rc = dl_sched_simulate_scaled(s, &k, scale, &sim);
                 if (rc != DL_OK) {
                     cli_error("pipeline: %s", dl_errmsg());
                     dl_sched_free(s);
+                    free(scale);
                     status = CLI_EXIT_FAIL;
                     break;
                 }
@@ -1214,9 +1353,10 @@ int bench_pipeline_main(int argc, char **argv)
                     memset(&r, 0, sizeof r);
                     r.s = s;
                     r.work = c.work;
-                    r.f_ns = (uint64_t)llround(c.fwd_ms / o.v * 1e6);
-                    r.b_ns = (uint64_t)llround(c.bwd_ms / o.v * 1e6);
-                    r.w_ns = (uint64_t)llround(wg / o.v * 1e6);
+                    r.f_ns = (uint64_t)llround(c.fwd_ms / per * 1e6);
+                    r.b_ns = (uint64_t)llround(c.bwd_ms / per * 1e6);
+                    r.w_ns = (uint64_t)llround(wg / per * 1e6);
+                    r.scale = scale;
                     r.count = (size_t)c.handoff_kb * 1024 / 4;
                     r.steps = c.steps;
                     r.cont = o.cont && c.work != WORK_MODEL;
@@ -1253,13 +1393,15 @@ int bench_pipeline_main(int argc, char **argv)
                     rows++;
                     if (fabs(o.bubble - o.formula) > fabs(worst_dpp) / 100)
                         worst_dpp = 100 * (o.bubble - o.formula);
+                    char nm[32];
+                    pres_name(&o, nm, sizeof nm);
                     if (df)
-                        fprintf(df, "\"%s p%d m%d%s\" %.4f %.4f %.4f\n",
-                                dl_sched_kind_name((dl_sched_kind)o.sched), o.p, o.m,
+                        fprintf(df, "\"%s p%d m%d%s\" %.4f %.4f %.4f\n", nm, o.p, o.m,
                                 o.over ? "*" : "", 100 * o.bubble, 100 * o.sim, 100 * o.formula);
                 }
                 dl_sched_sim_free(sim);
                 dl_sched_free(s);
+                free(scale);
             }
 
     pover ov;

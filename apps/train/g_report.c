@@ -7,7 +7,7 @@
 
 static int quiet;
 static const char *cat_names[DL_MEM_NCATEGORIES] = {"params", "grads", "optimizer", "activations",
-                                                    "comm",   "other", "ckpt"};
+                                                    "comm",   "other", "ckpt",      "kvcache"};
 
 static int p_every(tg_run *r, const char *a)
 {

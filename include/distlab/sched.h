@@ -267,6 +267,11 @@ typedef struct dl_sched_sim {
 
 /* Validate, then run the execution model with costs (NULL: the defaults). */
 int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_sim **out);
+/* The same with a factor per micro-batch on its F, B, I and W (mb_scale: m entries, >= 0;
+ * NULL: dl_sched_simulate): TeraPipe's later token chunks cost more, their queries reading every
+ * earlier key (include/distlab/tera.h, dl_tera_chunk_scale). */
+int dl_sched_simulate_scaled(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
+                             dl_sched_sim **out);
 void dl_sched_sim_free(dl_sched_sim *sim);
 
 /* The continuous pipeline's simulated bubble for p stages, m micro-batches a step and n steps

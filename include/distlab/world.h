@@ -62,7 +62,8 @@ typedef enum dl_mem_category {
     DL_MEM_ACTIVATIONS,
     DL_MEM_COMM,
     DL_MEM_OTHER,
-    DL_MEM_CKPT, /* a full-state checkpoint's snapshot, written while training goes on */
+    DL_MEM_CKPT,    /* a full-state checkpoint's snapshot, written while training goes on */
+    DL_MEM_KVCACHE, /* token-level pipelining: the keys and values of a sequence's earlier slices */
     DL_MEM_NCATEGORIES
 } dl_mem_category;
 

@@ -37,9 +37,9 @@ struct dl_arena {
     block_hdr *live;
 };
 
-static const char *const category_names[DL_MEM_NCATEGORIES] = {"params",      "grads", "optimizer",
-                                                               "activations", "comm",  "other",
-                                                               "ckpt"};
+static const char *const category_names[DL_MEM_NCATEGORIES] = {"params",      "grads",  "optimizer",
+                                                               "activations", "comm",   "other",
+                                                               "ckpt",        "kvcache"};
 
 const char *dl_mem_category_name(dl_mem_category cat)
 {

@@ -166,8 +166,8 @@ static dl_sub_dims sub_dims(const dl_gpt *g, int B)
 {
     const dl_gpt_config *c = &g->o.cfg;
     int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
-    return (dl_sub_dims){g->MB, B,     g->T, g->C,     g->Cl, g->Fl,     g->NHl,
-                         g->HS, g->tp, E,    c->top_k, Fe,    E / g->ep, g->ep};
+    return (dl_sub_dims){g->MB, B, g->T,     g->C, g->Cl,     g->Fl, g->NHl, g->HS,
+                         g->tp, E, c->top_k, Fe,   E / g->ep, g->ep, 0};
 }
 
 /* The context of local layer l's sublayer j for a batch of B sequences in the current slot and

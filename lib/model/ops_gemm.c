@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 #include "model/ops_tmpl.h"
+#include "model/ops_attn_kv.h"
 
 /* ---- which kernel runs the attention's small products (see small_mm) ---- */
 
@@ -98,6 +99,18 @@ static inline void gemm_f64(int ta, int tb, int M, int N, int K, double alpha, c
 
 #define DL_OPS_SELF "model/ops_gemm.c"
 #include "model/ops_twice.h"
+
+/* the GEMM for the other kernel files (model/ops_attn_kv.h), counted in the same shape log */
+void dl__ops_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void dl__ops_gemm_f64(int ta, int tb, int M, int N, int K, double alpha, const double *A, int lda,
+                      const double *B, int ldb, double beta, double *C, int ldc)
+{
+    gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* ---- replaying a GEMM log (the trainer's GEMM-utilisation reference) ---- */
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "distlab.h"
 #include "model/ops.h"
+#include "model/ops_attn_kv.h"
 #include "model/sublayer.h"
 
 int dl__sub_tp_allreduce(const dl_sub_ctx *c, void *buf, size_t n, int f64)
@@ -39,7 +40,8 @@ static size_t rows(const dl_sub_dims *d) { return (size_t)d->MB * d->T; }
 static size_t att_act_elems(const dl_sub_dims *d)
 {
     size_t N = rows(d), C = d->C, Cl = d->Cl;
-    return N * C + 2 * N + N * 3 * Cl + (size_t)d->MB * d->NHl * d->T * d->T + N * Cl;
+    size_t keys = d->Tkv > 0 ? (size_t)d->Tkv : (size_t)d->T; /* the keys a query may see */
+    return N * C + 2 * N + N * 3 * Cl + (size_t)d->MB * d->NHl * d->T * keys + N * Cl;
 }
 static size_t att_stash_elems(const dl_sub_dims *d)
 {

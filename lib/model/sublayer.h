@@ -26,10 +26,12 @@ typedef enum dl_bwd_part { DL_BWD_WHOLE = 0, DL_BWD_INPUT = 1, DL_BWD_WEIGHT = 2
 
 /* The sizes a sublayer's buffers depend on: the shard's (Cl = C / tp, Fl = 4C / tp, NHl heads
  * of HS channels on this rank), MB the largest micro-batch, B the current one; a mixture of
- * experts': E experts of width Fe, top-k K, El = E / ep of them on this rank. */
+ * experts': E experts of width Fe, top-k K, El = E / ep of them on this rank. With a key/value
+ * cache (Tkv > 0) the attention's probabilities span T x Tkv per head, and ws_scratch as much. */
 typedef struct dl_sub_dims {
     int MB, B, T, C, Cl, Fl, NHl, HS, tp;
     int E, K, Fe, El, ep;
+    int Tkv; /* a key/value cache's rows per sequence (0: none); T is then a slice's length */
 } dl_sub_dims;
 
 /* What an MoE sublayer measures in its forwards since the last reset, for this rank's tokens
@@ -81,12 +83,15 @@ typedef struct dl_sub_ctx {
     void *dx;         /* backward: dL/dy on entry, dL/dx on return (INPUT and WHOLE) */
     /* the backward's workspaces, shared by every sublayer: N x C, N x Cl, N x 3Cl, N x Fl, T x T */
     void *ws_dln, *ws_datty, *ws_dqkv, *ws_dfc, *ws_scratch;
-    /* attention: keys and values of earlier token slices to attend to, and where the backward
-     * accumulates their gradient (token-level pipelining fills them; NULL, 0 today: the
-     * attention refuses a prefix until a kernel reads it) */
-    const void *kv_prefix;
-    void *dkv_prefix;
-    int prefix_len;
+    /* attention with a key/value cache (token-level pipelining, model/ops_attn_kv.h): this call
+     * is the slice of positions [kv_ctx, kv_ctx + T) of its sequences. kv (MB sequences of
+     * d.Tkv rows of 2 Cl: this rank's heads' keys, then values) holds the earlier slices' keys
+     * and values; the forward appends its own. The backward adds the gradient of every key and
+     * value the slice read into dkv (same layout): the slices' backwards run in reverse order,
+     * the sequence's last slice (kv_ctx + T == d.Tkv) writes it, so each slice finds its own
+     * keys' and values' gradient complete there. NULL: the whole sequence, no cache. */
+    void *kv, *dkv;
+    int kv_ctx;
     /* a mixture of experts: the model's config, the ep group (NULL at ep 1), what the forward
      * measures, and the backward's d(objective)/d(loss of one position) (the auxiliary losses'
      * weight: 1 / (positions of the global batch)) */

@@ -45,7 +45,7 @@ static FN(att_acts_) FN(att_acts_at_)(const dl_sub_ctx *c)
     a.mean = p, p += N;
     a.rstd = p, p += N;
     a.qkv = p, p += N * 3 * Cl;
-    a.att = p, p += (size_t)d->MB * d->NHl * d->T * d->T;
+    a.att = p, p += (size_t)d->MB * d->NHl * d->T * (d->Tkv > 0 ? d->Tkv : d->T);
     a.atty = p;
     return a;
 }
@@ -66,15 +66,20 @@ static FN(att_stash_) FN(att_stash_at_)(const dl_sub_ctx *c)
 static int FN(att_fwd_)(dl_sub_ctx *c)
 {
     int B = c->d.B, T = c->d.T, N = B * T, C = c->d.C, Cl = c->d.Cl, rc;
-    if (c->kv_prefix || c->dkv_prefix || c->prefix_len)
-        return dl_error(DL_EINVAL, "attention: a key/value prefix is not supported yet");
     FN(att_acts_) a = FN(att_acts_at_)(c);
     REAL *const *w = (REAL *const *)c->w, *y = R(c->y);
     const REAL *x = c->x;
     OP(dl_layernorm_fwd_)(a.ln, a.mean, a.rstd, x, w[AT_LN_W], w[AT_LN_B], N, C);
     /* f (identity), then the column-parallel Q/K/V of this rank's heads */
     OP(dl_linear_fwd_)(a.qkv, a.ln, w[AT_QKV_W], w[AT_QKV_B], N, C, 3 * Cl);
-    OP(dl_attention_fwd_)
+    if (c->kv) { /* a token slice: its keys and values join the cache, its queries read it */
+        REAL *kv = R(c->kv);
+        OP(dl_kv_store_)(kv, a.qkv, c->d.Tkv, c->kv_ctx, B, T, Cl);
+        OP(dl_attention_kv_fwd_)
+        (a.atty, Cl, a.att, a.qkv, 3 * Cl, kv, kv + Cl, 2 * Cl, c->d.Tkv, c->kv_ctx, B, T, c->d.NHl,
+         c->d.HS);
+    } else
+        OP(dl_attention_fwd_)
     (a.atty, Cl, a.att, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl, 3 * Cl, B, T, c->d.NHl, c->d.HS);
     /* row-parallel output projection: partial sums, then g (all-reduce), then the whole bias */
     OP(dl_linear_fwd_)(y, a.atty, w[AT_PROJ_W], NULL, N, Cl, C);
@@ -105,6 +110,20 @@ static int FN(att_wgrad_)(dl_sub_ctx *c)
     return DL_OK;
 }
 
+/* A token slice's attention backward over the cache: dQ written, the cache's key/value
+ * gradient added to (written by the sequence's last slice, whose backward runs first), and the
+ * slice's own rows of it, now complete, copied into dK and dV. */
+static void FN(att_kv_bwd_)(dl_sub_ctx *c, const FN(att_acts_) * a, REAL *dqkv, const REAL *datty)
+{
+    int B = c->d.B, T = c->d.T, Cl = c->d.Cl, Tkv = c->d.Tkv, ctx = c->kv_ctx;
+    const REAL *kv = R(c->kv);
+    REAL *dkv = R(c->dkv), beta = ctx + T == Tkv ? (REAL)0 : (REAL)1;
+    OP(dl_attention_kv_bwd_)
+    (dqkv, 3 * Cl, dkv, dkv + Cl, beta, R(c->ws_scratch), datty, Cl, a->qkv, kv, kv + Cl, 2 * Cl,
+     Tkv, ctx, a->att, B, T, c->d.NHl, c->d.HS);
+    OP(dl_kv_load_grad_)(dqkv, dkv, Tkv, ctx, B, T, Cl);
+}
+
 static int FN(att_bwd_)(dl_sub_ctx *c, dl_bwd_part part)
 {
     if (part == DL_BWD_WEIGHT)
@@ -123,7 +142,10 @@ static int FN(att_bwd_)(dl_sub_ctx *c, dl_bwd_part part)
         memcpy(s.dy, dx, sizeof(REAL) * (size_t)N * C);
     OP(dl_linear_bwd_write_)
     (datty, dw[AT_PROJ_W], dw[AT_PROJ_B], dx, a.atty, w[AT_PROJ_W], N, Cl, C);
-    OP(dl_attention_bwd_write_)
+    if (c->kv)
+        FN(att_kv_bwd_)(c, &a, dqkv, datty);
+    else
+        OP(dl_attention_bwd_write_)
     (dqkv, dqkv + Cl, dqkv + 2 * Cl, R(c->ws_scratch), datty, Cl, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl,
      3 * Cl, a.att, B, T, c->d.NHl, c->d.HS);
     OP(dl_linear_bwd_write_)

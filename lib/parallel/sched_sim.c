@@ -281,8 +281,8 @@ static void app(char *buf, size_t cap, const char *fmt, ...)
 
 /* Run the execution model. end[q][i] < 0 marks not yet run. With start/end NULL only order
  * matters (the validator). Returns DL_EINVAL naming the cycle if the stages block each other. */
-static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *cost, double **start,
-                   double **end, int *bad)
+static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *cost,
+                   const double *scale, double **start, double **end, int *bad)
 {
     int p = s->p, st = DL_OK;
     int *next = calloc((size_t)p, sizeof *next);
@@ -328,6 +328,8 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
                            : x->op == DL_SCHED_OPT ? cost->opt
                            : x->op == DL_SCHED_W   ? w
                                                    : cost->b - w; /* I */
+                if (scale && x->op != DL_SCHED_OPT)
+                    d *= scale[x->mb];
                 if (start)
                     start[q][i] = t;
                 done[q][i] = t + d;
@@ -404,7 +406,7 @@ int dl_sched_check(const dl_sched *s, int *stage, int *index)
     } else {
         dl_sched_costs c;
         dl_sched_costs_init(&c);
-        st = execute(s, &ix, &c, NULL, NULL, bad);
+        st = execute(s, &ix, &c, NULL, NULL, NULL, bad);
         free(ix.pos);
     }
     if (stage)
@@ -457,6 +459,12 @@ void dl_sched_sim_free(dl_sched_sim *sim)
 
 int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_sim **out)
 {
+    return dl_sched_simulate_scaled(s, costs, NULL, out);
+}
+
+int dl_sched_simulate_scaled(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
+                             dl_sched_sim **out)
+{
     if (out == NULL)
         return dl_error(DL_EINVAL, "simulate: null output");
     *out = NULL;
@@ -471,6 +479,10 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
                         "simulate: costs must be non-negative, the weight part at most the "
                         "backward (forward %g, backward %g, weight part %g, optimizer %g)",
                         c.f, c.b, c.w, c.opt);
+    for (int j = 0; mb_scale && s && j < s->m; j++)
+        if (!(mb_scale[j] >= 0) || !isfinite(mb_scale[j]))
+            return dl_error(DL_EINVAL, "simulate: micro-batch %d's cost factor %g is not >= 0", j,
+                            mb_scale[j]);
     index_t ix;
     int st = check_structure(s, &ix);
     if (st != DL_OK)
@@ -498,7 +510,7 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
             goto fail;
         }
     }
-    if ((st = execute(s, &ix, &c, sim->start, sim->end, NULL)) != DL_OK)
+    if ((st = execute(s, &ix, &c, mb_scale, sim->start, sim->end, NULL)) != DL_OK)
         goto fail;
     double busy = 0;
     for (int q = 0; q < p; q++) {

@@ -242,10 +242,47 @@ run "pipeline --plot" 0 pipeline $PIPE --overhead-steps 0 --plot "$TMP/pg.svg" -
 # shellcheck disable=SC2086
 run "pipeline text" 0 pipeline $PIPE --overhead-steps 0 --schedules gpipe,interleaved --microbatches 1
 grep -q '^# skipped interleaved p=2 m=1' "$TMP/out" || fail "pipeline: interleaved with m < p not reported as skipped"
+# TeraPipe (--token-chunks): equal chunks simulate to the lecture's (p-1)/(m c+p-1), chunks at
+# their FLOPs (later ones attend to more keys) to more; no timing assertions
+TERA="--token-chunks 1,2 --stages 2 --microbatches 2 --fwd-ms 0.5 --bwd-ms 1 --steps 2 --overhead-steps 0 --json"
+# shellcheck disable=SC2086
+run "pipeline token chunks" 0 pipeline $TERA
+cp "$TMP/out" "$TMP/tera_equal"
+# shellcheck disable=SC2086
+run "pipeline token chunks, flops" 0 pipeline $TERA --chunk-costs flops --seq 32 --d-model 16
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/tera_equal" "$TMP/out" <<'PY' || fail "pipeline --token-chunks: rows inconsistent"
+import json, sys
+def rows(path):
+    return [r for r in map(json.loads, open(path)) if r["type"] == "row" and r["row_kind"] == "config"]
+eq, fl = rows(sys.argv[1]), rows(sys.argv[2])
+assert [r["schedule"] for r in eq] == ["terapipe/c1", "terapipe/c2"], eq
+assert [r["token_chunks"] for r in eq] == [1, 2] and eq[0]["chunk_costs"] == "equal"
+for r, want in zip(eq, (100 / 3, 20)):  # (p-1)/(m c + p-1) at p = m = 2
+    assert abs(r["lecture_pct"] - want) < 1e-9 and abs(r["sim_pct"] - want) < 1e-9, r
+assert fl[1]["chunk_costs"] == "flops" and abs(fl[0]["sim_pct"] - 100 / 3) < 1e-9
+assert fl[1]["sim_pct"] > fl[1]["lecture_pct"] + 0.1, fl[1]
+PY
+fi
+# auto: a latency model timed here, its fit printed, TeraPipe's slices run (no timing assertions)
+run "pipeline token chunks auto" 0 pipeline --token-chunks auto --stages 2 --microbatches 1 \
+  --seq 32 --d-model 16 --micro-batch 1 --fwd-ms 0.5 --bwd-ms 1 --steps 2 --overhead-steps 0 --json
+grep -q '^# token-chunks auto: one layer.*fit error' "$TMP/err" || fail "token-chunks auto: no fit printed"
+grep -q '^# token-chunks auto, 2 stages: [0-9]* slices of' "$TMP/err" || fail "token-chunks auto: no slices printed"
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "pipeline --token-chunks auto: row inconsistent"
+import json, sys
+r = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "row"][0]
+assert r["schedule"] == "terapipe/auto%d" % r["token_chunks"] and r["chunk_costs"] == "measured", r
+assert 1 <= r["token_chunks"] <= 32 and 0 <= r["sim_pct"] <= 100, r
+PY
+fi
 run "pipeline --help" 0 pipeline --help
 grep -q "^Usage: distlab-bench pipeline" "$TMP/out" || fail "pipeline --help: no usage"
 for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatches 4,x" "--plot out.pdf" \
-           "--show 1f1b:3:4" "--csv --json" "--work model --plot g.svg" "extra"; do
+           "--show 1f1b:3:4" "--csv --json" "--work model --plot g.svg" "extra" \
+           "--token-chunks 2 --schedules gpipe" "--token-chunks 2 --work model" "--token-chunks 0" \
+           "--chunk-costs cubic" "--chunk-costs flops"; do
   # shellcheck disable=SC2086
   run "pipeline $bad" 2 pipeline $bad
   [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "pipeline $bad: $(wc -l <"$TMP/err") lines on stderr, want 1"

@@ -167,7 +167,7 @@ assert m["zero"] == {"stage": 0, "padded_elements": 29664, "padding": 0,
 p = m["peak_bytes_per_rank"]
 assert [r["rank"] for r in p] == [0, 1], p
 for r in p:
-    assert set(r) == {"rank", "params", "grads", "optimizer", "activations", "comm", "other", "ckpt"}, r
+    assert set(r) == {"rank", "params", "grads", "optimizer", "activations", "comm", "other", "ckpt", "kvcache"}, r
     assert r["params"] == 4 * 29664, r
 assert "check" not in m
 EOF

@@ -61,7 +61,7 @@ static void mh_init(mh *h, int K, double cap, double aux, double z, uint64_t see
                              .aux_loss = aux,
                              .z_loss = z};
     dl_sub_ctx *c = &h->c;
-    c->d = (dl_sub_dims){MB, MB, T, C, C, 4 * C, 2, C / 2, 1, E, K, FE, E, 1};
+    c->d = (dl_sub_dims){MB, MB, T, C, C, 4 * C, 2, C / 2, 1, E, K, FE, E, 1, 0};
     c->cfg = &h->cfg;
     h->st = (dl_moe_stats){.layer = 0, .E = E, .routed = h->routed, .dropped = h->dropped};
     c->moe = &h->st;
