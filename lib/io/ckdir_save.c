@@ -95,18 +95,57 @@ static int disk_full(int step, int rank)
     return h && h->ckpt_enospc_step == step && h->ckpt_enospc_rank == rank;
 }
 
-enum { PUT_CHUNK = 256 << 10 }; /* fits L2 */
+/* A shard file being written: its descriptor, the bytes so far and their CRC32C, and the
+ * write-behind's progress. */
+typedef struct out_file {
+    int fd;
+    uint64_t off;     /* bytes written */
+    uint64_t started; /* bytes whose writeback has been started */
+    uint64_t dropped; /* bytes written back and dropped from the page cache */
+    uint32_t crc;
+} out_file;
+
+enum {
+    PUT_CHUNK = 256 << 10,   /* fits L2 */
+    WB_CHUNK = 4 << 20,      /* the write-behind's unit */
+    WB_WINDOW = 8 * WB_CHUNK /* written but not yet dropped, at most (plus a unit) */
+};
+
+/* Write-behind: each WB_CHUNK written is handed to writeback at once, and the one WB_WINDOW
+ * behind it, on disk by then or waited for, is dropped from the page cache. The final fsync
+ * then waits for the last window only, and the save dirties at most a window of memory (on the
+ * 2-vCPU guest a page the page cache has not held before costs the host a fault: writing a
+ * 277 MiB file into fresh pages took 2-3 times as long as into recycled ones). A hint: the
+ * fsync that follows reports what failed. */
+static void write_behind(out_file *o)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    while (o->off - o->started >= WB_CHUNK) {
+        sync_file_range(o->fd, (off_t)o->started, WB_CHUNK, SYNC_FILE_RANGE_WRITE);
+        o->started += WB_CHUNK;
+    }
+    while (o->started - o->dropped > WB_WINDOW) {
+        sync_file_range(o->fd, (off_t)o->dropped, WB_CHUNK,
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER);
+        posix_fadvise(o->fd, (off_t)o->dropped, WB_CHUNK, POSIX_FADV_DONTNEED);
+        o->dropped += WB_CHUNK;
+    }
+#else
+    (void)o;
+#endif
+}
 
 /* write everything, adding to the CRC: a chunk at a time, so that the write copies what the
  * checksum has just brought into the cache (one pass over memory, not two) */
-static int put(int fd, const void *p, size_t n, uint32_t *crc)
+static int put(out_file *o, const void *p, size_t n)
 {
     const char *b = p;
     while (n) {
         size_t c = n < PUT_CHUNK ? n : PUT_CHUNK;
-        *crc = dl__crc32c(*crc, b, c);
+        o->crc = dl__crc32c(o->crc, b, c);
         for (size_t done = 0; done < c;) {
-            ssize_t k = write(fd, b + done, c - done);
+            ssize_t k = write(o->fd, b + done, c - done);
             if (k < 0 && errno == EINTR)
                 continue;
             if (k <= 0) {
@@ -118,6 +157,8 @@ static int put(int fd, const void *p, size_t n, uint32_t *crc)
         }
         b += c;
         n -= c;
+        o->off += c;
+        write_behind(o);
     }
     return 0;
 }
@@ -154,19 +195,19 @@ static int shard_write(dl__ckd_shard *s, const char *path, int step, int rank, u
     char *h = shard_header(s, &N);
     if (!h)
         return dl__ck_fail(e, DL_ENOMEM, "checkpoint '%s': out of memory", path), -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    out_file o = {.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)(N >> (8 * i));
-    *crc = 0;
-    int bad = fd < 0 || point(step) || put(fd, len, 8, crc) || put(fd, h, N, crc);
+    int bad = o.fd < 0 || point(step) || put(&o, len, 8) || put(&o, h, N);
     if (!bad && disk_full(step, rank))
         bad = 1, errno = ENOSPC; /* a full disk part-way: the file is left short */
-    for (int i = 0; !bad && i < s->n; i++) bad = put(fd, s->data[i], s->bytes[i], crc);
+    for (int i = 0; !bad && i < s->n; i++) bad = put(&o, s->data[i], s->bytes[i]);
     if (!bad)
-        bad = point(step) || point(step) || fsync(fd) || point(step);
+        bad = point(step) || point(step) || fsync(o.fd) || point(step);
     int err = errno;
-    if (fd >= 0 && close(fd) && !bad)
+    if (o.fd >= 0 && close(o.fd) && !bad)
         bad = 1, err = errno;
+    *crc = o.crc;
     free(h);
     *size = 8 + N + s->off;
     if (bad)

@@ -458,6 +458,46 @@ START_TEST(ep_expert_moments_dropped)
 }
 END_TEST
 
+/* CRC32C bit by bit from its definition (the reflected polynomial 0x82F63B78, initial and final
+ * inversion): the reference for the library's table and interleaved-instruction paths */
+static uint32_t crc32c_bitwise(const unsigned char *b, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= b[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
+
+/* Long inputs take the three-stream path (24 KiB blocks): lengths around the block's multiples
+ * from unaligned starts, whole and split at a block boundary's neighbours, against the bitwise
+ * definition; a changed byte in each stream's part changes the CRC (the control). */
+START_TEST(crc32c_long)
+{
+    enum { MAX = 3 * 3 * 8192 + 64 };
+    unsigned char *b = malloc(MAX);
+    ck_assert_ptr_nonnull(b);
+    for (size_t i = 0; i < MAX; i++) b[i] = (unsigned char)(tu_splitmix64(i + 7) >> 17);
+    const size_t lens[] = {24575, 24576, 24577, 49152 + 9, 3 * 3 * 8192 + 63};
+    for (size_t o = 0; o < 2; o++)
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+            size_t n = lens[i] - o;
+            uint32_t want = crc32c_bitwise(b + o, n);
+            ck_assert_uint_eq(dl__crc32c(0, b + o, n), want);
+            ck_assert_uint_eq(dl__crc32c(dl__crc32c(0, b + o, 5), b + o + 5, n - 5), want);
+        }
+    uint32_t whole = dl__crc32c(0, b, 24576);
+    for (size_t at = 100; at < 24576; at += 8192) {
+        b[at] ^= 0x10;
+        ck_assert_uint_ne(dl__crc32c(0, b, 24576), whole);
+        ck_assert_uint_eq(dl__crc32c(0, b, 24576), crc32c_bitwise(b, 24576));
+        b[at] ^= 0x10;
+    }
+    free(b);
+}
+END_TEST
+
 START_TEST(crc32c_combine)
 {
     unsigned char b[3000];
@@ -490,6 +530,7 @@ int main(void)
     TCase *t = tcase_create("reshard");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, crc32c_combine);
+    tcase_add_test(t, crc32c_long);
     tcase_add_test(t, dp2_to_tp2);
     tcase_add_test(t, pp2_to_1);
     tcase_add_test(t, zero3_dp4_to_1_and_back);
