@@ -2,7 +2,8 @@
 # The MPI transport under mpirun --oversubscribe (loopback): every collective against the serial
 # reference for P x T = 2x1, 2x2, 3x2; a failing rank and a hung rank end every process's world
 # with the error within the watchdog timeout; MPI_Abort from the app ends the job; the trainer
-# with dp and tp spanning processes equals the single-process run.
+# with dp and tp spanning processes equals the single-process run; a process crashed by
+# --inject-fault ends the job with its exit status and the run resumes.
 set -u
 MPIRUN=${MPIRUN:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -129,6 +130,26 @@ for r in d["rows"]:
 PY
   else bad "bench coll --op alltoallv --vs-mpi under mpirun"; fi
   rm -rf "$bt"
+fi
+
+# --inject-fault kind=crash under mpirun: rank 1's process dies at step 6 with exit status 3 and
+# its message, mpirun reports the exit and ends the job (the peer does not hang), and the newest
+# complete checkpoint (step 4: the saves are synchronous here) resumes to the end
+if [ -x "$TRAIN" ]; then
+  ft=$(mktemp -d)
+  run 2 "$TRAIN" --threads 1 --dp 2 --layers 1 --d-model 32 --seq 16 --steps 8 --log-every 0 \
+    --ckpt-dir "$ft/ck" --save-every 2 --ckpt-sync --inject-fault rank=1,at=step:6,kind=crash \
+    >"$ft/crash.log" 2>&1
+  rc=$?
+  if [ $rc -eq 3 ] && grep -q 'injected fault rank=1,at=step:6,kind=crash' "$ft/crash.log" &&
+     grep -q 'exited with non-zero status\|returned a non-zero exit code' "$ft/crash.log" &&
+     [ -d "$ft/ck/step-0000004" ] && [ ! -d "$ft/ck/step-0000006" ]; then
+    ok "a crashed process under mpirun: exit 3, its message and mpirun's report"
+  else cat "$ft/crash.log"; bad "crash under mpirun (exit $rc)"; fi
+  if run 2 "$TRAIN" --threads 1 --resume "$ft/ck" --log-every 0 >"$ft/resume.log" 2>&1 &&
+     grep -q 'resumed from step 4' "$ft/resume.log"; then ok "the crashed run resumes under mpirun"
+  else cat "$ft/resume.log"; bad "resume after a crash under mpirun"; fi
+  rm -rf "$ft"
 fi
 
 [ $fails -eq 0 ] && echo "all MPI tests passed" || echo "$fails MPI tests failed"
