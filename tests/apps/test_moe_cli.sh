@@ -4,7 +4,8 @@
 # layers, --ep or --top-k without --experts; a micro-batch tp does not divide, tp with ZeRO 2-3 or
 # bf16, --recompute full and the schedules of several chunks a stage or no flush named); a
 # composed run (pp 2 x dp 2 x ep 2, ZeRO 1, bf16) trains and
-# reports both ZeRO groups; --help lists the
+# reports both ZeRO groups; tp 2 x pp 2 x dp 2 x ep 2 (ZeRO 0 and 1), ZB-H2 and 1F1B-split with
+# experts pass --check against one rank; --help lists the
 # options; a dp 2 x ep 2 run reports its drops and imbalance and writes the per-step figures to
 # --json; --save at ep 2 loads at ep 1 (and back) to the same validation loss; a full-state
 # checkpoint at dp 2 x ep 2 resumes to the uninterrupted run's last loss, exactly (f64, the same
@@ -41,6 +42,19 @@ run composed 0 --layers 2 --d-model 32 --heads 2 --seq 16 --global-batch 8 --log
   --dp 2 --ep 2 --pp 2 --zero 1 --schedule 1f1b --microbatches 2 --dtype bf16 --steps 2
 has composed "ZeRO stage 1 over dp 2, the experts over the expert-data-parallel group of 1"
 has composed "mixture of experts: 2 MoE layers of 4 experts, top-2"
+
+# the combinations test_moe_train does not train, checked against one rank by --check (f64: the
+# losses, step 1's gradients and parameters within the kernel-independent bounds): tp with pp,
+# with and without ZeRO-1, and the split-backward schedules other than ZB-H1
+MC="--layers 2 --d-model 32 --heads 4 --seq 16 --micro-batch 2 --dtype f64 --steps 2 --log-every 0 $X --check"
+run tp-pp 0 $MC --tp 2 --pp 2 --dp 2 --ep 2 --microbatches 2
+has tp-pp "verdict: PASS"
+run tp-pp-z1 0 $MC --tp 2 --pp 2 --dp 2 --ep 2 --microbatches 2 --zero 1
+has tp-pp-z1 "verdict: PASS"
+for s in zb-h2 1f1b-split; do
+  run "$s" 0 $MC --pp 2 --dp 2 --ep 2 --microbatches 4 --schedule "$s"
+  has "$s" "verdict: PASS"
+done
 
 run help 0 --help
 for o in --experts --top-k --capacity-factor --moe-every --expert-ffn --aux-loss --z-loss --ep; do
