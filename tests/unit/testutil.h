@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <time.h>
 #include <sched.h>
+#include <signal.h>
 #include <check.h>
 #include "distlab.h"
 #include "core/testhook.h"
@@ -360,6 +361,15 @@ static inline dl__test_hook tu_skip_hook(dl_purpose p, int n)
 {
     dl__test_hook h = {.skip_nth = n, .skip_purpose = p};
     return h;
+}
+
+/* A step callback (dl_train_opts.output.on_step, on_step_arg: a const int *) that requests the
+ * run's stop (as SIGTERM would) once step *arg has finished. */
+static inline int tu_stop_at(const dl_train_step *s, void *arg)
+{
+    if (s->step == *(const int *)arg)
+        dl_train_request_stop(SIGTERM);
+    return DL_OK;
 }
 
 /* Full-state checkpoint tests: 1 when b's steps from b's first run step and its final parameters equal a's, bit for bit */

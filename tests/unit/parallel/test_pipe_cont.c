@@ -330,14 +330,6 @@ END_TEST
 /* A stop request inside a window: the pipeline runs on to its earliest quiet point (a step after
  * the ranks agreed, m >= p - 1 here), drains there, saves and stops; resumed, the rest equals,
  * bit for bit, an uninterrupted run whose window ends at the same step. */
-static int stop_at_2(const dl_train_step *s, void *arg)
-{
-    (void)arg;
-    if (s->step == 2)
-        dl_train_request_stop(SIGTERM);
-    return DL_OK;
-}
-
 START_TEST(trainer_stop)
 {
     char root[] = "/tmp/distlab-pipe-cont-XXXXXX", why[256];
@@ -345,7 +337,8 @@ START_TEST(trainer_stop)
     dl_train_opts o = tiny_async(6, 0, 0);
     o.output.want_params = 1;
     o.ckpt.dir = root;
-    o.output.on_step = stop_at_2;
+    static const int stop_step = 2;
+    o.output.on_step = tu_stop_at, o.output.on_step_arg = (void *)&stop_step;
     dl_train_result a, b, u;
     ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
     dl_train_request_stop(0);

@@ -216,14 +216,6 @@ END_TEST
 
 /* A stop request during step 3: the run finishes the step, saves it and returns; resumed, the
  * rest is the uninterrupted run's, bit for bit. */
-static int stop_at_3(const dl_train_step *s, void *arg)
-{
-    (void)arg;
-    if (s->step == 3)
-        dl_train_request_stop(SIGTERM);
-    return DL_OK;
-}
-
 START_TEST(stop_request)
 {
     mkroot();
@@ -231,7 +223,8 @@ START_TEST(stop_request)
     snprintf(dir, sizeof dir, "%s/s", root);
     dl_train_opts o = tiny(2, 1, 1, DL_F32, dir);
     o.ckpt.save_every = 0;
-    o.output.on_step = stop_at_3;
+    static const int stop_step = 3;
+    o.output.on_step = tu_stop_at, o.output.on_step_arg = (void *)&stop_step;
     dl_train_result a, b, u;
     ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
     dl_train_request_stop(0);
