@@ -51,6 +51,7 @@ typedef struct pcfg {
     int wait_mode;                   /* the sweep's worlds: -1 auto, DL_WAIT_SPIN, DL_WAIT_YIELD */
     double fwd_ms, bwd_ms, wgrad_ms; /* wgrad_ms < 0: half the backward */
     long timer_slack_ns;    /* per rank thread (prctl); 0: leave the system's default (50 us) */
+    long sleep_tail_ns;     /* sleep work: the last part of an action spun, not slept (0: none) */
     int ov, ov_steps, ov_m; /* the overhead microbenchmark: on/off, steps, micro-batches */
     int layers, d_model, seq, micro_batch;  /* --work model */
     int chunks[MAXL], nchunks, chunk_flops; /* TeraPipe: token chunks per sequence, their costs */
@@ -248,6 +249,10 @@ static void usage(FILE *f)
 "  --wait-mode MODE     how ranks wait for hand-offs in the sweep: auto (default: yield when\n"
 "                       ranks exceed the cores), spin (pause, then futex) or yield\n"
 "  --timer-slack-ns NS  rank threads' timer slack (prctl; default 1; 0 keeps the system's 50 us)\n"
+"  --sleep-tail-us US   sleep work: sleep to US before each action's end and spin the rest\n"
+"                       (default 0: sleep it all). A virtual CPU that idles wakes late, now and\n"
+"                       then by milliseconds; the spun tail keeps the action's length exact\n"
+"                       (docs/PERFORMANCE.md), at the price of US of a core per action\n"
 "  --overhead-steps N   steps of the overhead microbenchmark (default 50; --quick 5; 0: skip it)\n"
 "  --overhead-m M       its micro-batches per step (default 32; --quick 8)\n"
 "  --layers N, --d-model N, --seq N, --micro-batch N\n"
@@ -285,6 +290,7 @@ static int parse(int argc, char **argv, pcfg *c)
         O_HANDOFF,
         O_STEPS,
         O_SLACK,
+        O_TAIL,
         O_OVSTEPS,
         O_OVM,
         O_LAYERS,
@@ -311,6 +317,7 @@ static int parse(int argc, char **argv, pcfg *c)
                                        {"handoff-kb", required_argument, NULL, O_HANDOFF},
                                        {"steps", required_argument, NULL, O_STEPS},
                                        {"timer-slack-ns", required_argument, NULL, O_SLACK},
+                                       {"sleep-tail-us", required_argument, NULL, O_TAIL},
                                        {"overhead-steps", required_argument, NULL, O_OVSTEPS},
                                        {"overhead-m", required_argument, NULL, O_OVM},
                                        {"layers", required_argument, NULL, O_LAYERS},
@@ -327,7 +334,7 @@ static int parse(int argc, char **argv, pcfg *c)
                                        {"token-chunks", required_argument, NULL, O_CHUNKS},
                                        {"chunk-costs", required_argument, NULL, O_CCOSTS},
                                        BU_LONGOPTS_END};
-    int opt, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
+    int opt, tail = 0, slack = -1, sched_set = 0, stages_set = 0, mb_set = 0, ovs = -1;
     opterr = 0;
     optind = 1;
     c->v = 2;
@@ -407,6 +414,10 @@ static int parse(int argc, char **argv, pcfg *c)
             break;
         case O_SLACK:
             if (cli_parse_int("--timer-slack-ns", optarg, 0, 1000000000, &slack))
+                return -1;
+            break;
+        case O_TAIL:
+            if (cli_parse_int("--sleep-tail-us", optarg, 0, 1000000, &tail))
                 return -1;
             break;
         case O_OVSTEPS:
@@ -518,6 +529,7 @@ static int parse(int argc, char **argv, pcfg *c)
     if (!c->steps)
         c->steps = c->o.quick ? 3 : 5;
     c->timer_slack_ns = slack < 0 ? 1 : slack;
+    c->sleep_tail_ns = 1000L * tail;
     c->ov_steps = ovs >= 0 ? ovs : c->o.quick ? 5 : 50;
     if (!c->ov_m)
         c->ov_m = c->o.quick ? 8 : 32;
@@ -589,6 +601,7 @@ typedef struct prun {
     int steps;
     int cont; /* async: one continuous pipeline over the steps (dl_sched_async_step slices) */
     long slack_ns;
+    uint64_t tail_ns; /* sleep work: spun, not slept, at each action's end */
     dl_trace *tr;
     /* out, [step * p + stage] */
     dl_pipe_stats *st;
@@ -607,17 +620,19 @@ typedef struct pstage {
     void **slot; /* [mb * v + chunk] */
 } pstage;
 
-static void do_work(int work, uint64_t start, uint64_t ns)
+/* Sleep work sleeps to tail_ns before the action's end and spins the rest: the spin keeps a
+ * late wake-up of an idle virtual CPU out of the action's length. */
+static void do_work(const prun *r, uint64_t start, uint64_t ns)
 {
-    if (ns == 0 || work < 0)
+    if (ns == 0 || r->work < 0)
         return;
-    if (work == WORK_SLEEP) {
-        struct timespec ts = pb_deadline(start, ns);
+    if (r->work == WORK_SLEEP && ns > r->tail_ns) {
+        struct timespec ts = pb_deadline(start, ns - r->tail_ns);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
         }
-    } else {
-        bu_spin_until(start, ns);
     }
+    if (r->work != WORK_SLEEP || r->tail_ns > 0)
+        bu_spin_until(start, ns);
 }
 
 /* micro-batch mb's share of ns */
@@ -653,7 +668,7 @@ static int cb_fwd(void *arg, int mb, int chunk, const void **out)
         dl_arena_alloc(x->arena, DL_MEM_ACTIVATIONS, SLOT_BYTES, &x->slot[mb * x->r->s->v + chunk]);
     if (rc)
         return rc;
-    do_work(x->r->work, t, scaled(x->r, mb, x->r->f_ns));
+    do_work(x->r, t, scaled(x->r, mb, x->r->f_ns));
     x->out[0] = (float)mb + (float)chunk;
     *out = x->out;
     return DL_OK;
@@ -662,7 +677,7 @@ static int cb_fwd(void *arg, int mb, int chunk, const void **out)
 static int bwd_part(pstage *x, int mb, int chunk, const void **din, int split)
 {
     uint64_t t = dl_now_ns();
-    do_work(x->r->work, t, scaled(x->r, mb, split ? x->r->b_ns - x->r->w_ns : x->r->b_ns));
+    do_work(x->r, t, scaled(x->r, mb, split ? x->r->b_ns - x->r->w_ns : x->r->b_ns));
     if (!split)
         slot_free(x, mb, chunk);
     x->out[0] = (float)mb - (float)chunk;
@@ -680,7 +695,7 @@ static int cb_bwd_input(void *arg, int mb, int chunk, const void **din)
 static int cb_wgrad(void *arg, int mb, int chunk)
 {
     pstage *x = arg;
-    do_work(x->r->work, dl_now_ns(), scaled(x->r, mb, x->r->w_ns));
+    do_work(x->r, dl_now_ns(), scaled(x->r, mb, x->r->w_ns));
     slot_free(x, mb, chunk);
     return DL_OK;
 }
@@ -974,6 +989,9 @@ static int cont_figures(pres *o, const dl_sched_costs *k, int steps)
     dl_sched *one = NULL;
     dl_sched_sim *sim = NULL;
     int rc = dl_sched_async_continuous(o->p, o->m, steps, k, &o->run_sim, &o->sim);
+    if (rc == DL_OK)
+        rc = dl_sched_async_continuous_stages(o->p, o->m, steps, k, o->sim_stage);
+    o->formula = NAN; /* the lecture gives no bubble for a pipeline that never flushes */
     if (rc == DL_OK && (rc = dl_sched_1f1b(o->p, o->m, &one)) == DL_OK &&
         (rc = dl_sched_simulate(one, k, &sim)) == DL_OK)
         o->sim_1f1b = sim->bubble_total;
@@ -1019,6 +1037,14 @@ static void pres_name(const pres *o, char *buf, size_t cap)
         snprintf(buf, cap, "%s", k);
 }
 
+static void pct_or_dash(char *buf, size_t cap, const char *fmt, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, cap, fmt, v);
+    else
+        snprintf(buf, cap, "-");
+}
+
 static void print_row(FILE *f, const pcfg *c, const pres *o)
 {
     double pk[MAXP], ar[MAXP], li[MAXP];
@@ -1037,9 +1063,13 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
     join(as, sizeof as, ar, o->p, 1, "%.0f");
     join(ls, sizeof ls, li, o->p, 1, "%.0f");
     double dpp = 100 * (o->bubble - o->formula);
-    char tr[16] = "-"; /* the trace's bubble: none with --work model */
-    if (isfinite(o->bubble_trace))
-        snprintf(tr, sizeof tr, "%.1f", 100 * o->bubble_trace);
+    /* '-': the trace's bubble with --work model, the lecture's and the paper's figures where
+     * they give none */
+    char tr[16], fo[16], th[16], dp[16];
+    pct_or_dash(tr, sizeof tr, "%.1f", 100 * o->bubble_trace);
+    pct_or_dash(fo, sizeof fo, "%.1f", 100 * o->formula);
+    pct_or_dash(th, sizeof th, "%.1f", 100 * o->theory);
+    pct_or_dash(dp, sizeof dp, "%+.1f", dpp);
     if (c->o.json) {
         bu_json_begin(f, "pipeline", "row");
         bu_json_str(f, "row_kind", "config");
@@ -1086,12 +1116,11 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                 c->work == WORK_MODEL ? am : "", 100 * o->theory, as, ls);
     } else {
         fprintf(f,
-                "  %-11s %3d %2d %4d %9.2f %7.1f %7s %8.1f %7.1f %6.1f %+6.1f %9.2f  %-20s %-20s "
+                "  %-11s %3d %2d %4d %9.2f %7.1f %7s %8s %7s %6.1f %6s %9.2f  %-20s %-20s "
                 "%-12s %-12s %s%s%s%s\n",
-                name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, tr, 100 * o->formula,
-                100 * o->theory, 100 * o->sim, dpp, o->engine_us, sb, ss, pa, as, ls,
-                c->work == WORK_MODEL ? "  act MiB " : "", c->work == WORK_MODEL ? am : "",
-                o->over ? "  (oversubscribed)" : "");
+                name, o->p, o->v, o->m, o->step_ms, 100 * o->bubble, tr, fo, th, 100 * o->sim, dp,
+                o->engine_us, sb, ss, pa, as, ls, c->work == WORK_MODEL ? "  act MiB " : "",
+                c->work == WORK_MODEL ? am : "", o->over ? "  (oversubscribed)" : "");
         if (o->cont) {
             char run[48] = ""; /* the trainer (--work model) does not give the whole run's */
             if (isfinite(o->run_bubble))
@@ -1192,6 +1221,7 @@ int bench_pipeline_main(int argc, char **argv)
         bu_json_int(f, "virtual_stages", c.v);
         bu_json_int(f, "steps", c.steps);
         bu_json_int(f, "timer_slack_ns", c.timer_slack_ns);
+        bu_json_int(f, "sleep_tail_us", c.sleep_tail_ns / 1000);
         bu_json_str(f, "wait_mode",
                     c.wait_mode < 0               ? "auto"
                     : c.wait_mode == DL_WAIT_SPIN ? "spin"
@@ -1217,9 +1247,9 @@ int bench_pipeline_main(int argc, char **argv)
                 f,
                 "# pipeline: work %s (fwd %g ms, bwd %g ms per micro-batch and stage; per chunk "
                 "/v when interleaved), hand-off %d KiB, %d steps (median of steps 2..%d), timer "
-                "slack %ld ns, wait mode %s\n",
+                "slack %ld ns, sleep tail %ld us, wait mode %s\n",
                 work_name[c.work], c.fwd_ms, c.bwd_ms, c.handoff_kb, c.steps, c.steps,
-                c.timer_slack_ns,
+                c.timer_slack_ns, c.sleep_tail_ns / 1000,
                 c.wait_mode < 0               ? "auto"
                 : c.wait_mode == DL_WAIT_SPIN ? "spin"
                                               : "yield");
@@ -1330,7 +1360,8 @@ int bench_pipeline_main(int argc, char **argv)
                     break;
                 }
                 for (int q = 0; q < o.p; q++) {
-                    o.sim_stage[q] = sim->bubble[q];
+                    if (!o.cont)
+                        o.sim_stage[q] = sim->bubble[q];
                     o.peak_act[q] = sim->peak_act[q];
                     o.limit[q] = s->mem_limit[q];
                 }
@@ -1361,6 +1392,7 @@ int bench_pipeline_main(int argc, char **argv)
                     r.steps = c.steps;
                     r.cont = o.cont && c.work != WORK_MODEL;
                     r.slack_ns = c.timer_slack_ns;
+                    r.tail_ns = (uint64_t)c.sleep_tail_ns;
                     size_t cap = 0;
                     for (int q = 0; q < o.p; q++)
                         cap = (size_t)s->len[q] > cap ? (size_t)s->len[q] : cap;

@@ -281,6 +281,9 @@ void dl_sched_sim_free(dl_sched_sim *sim);
  * spanning from the end of its previous step to the end of its own (as the trainer measures). */
 int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
                               double *steady);
+/* The same window per stage: stage[q] (p of them) the median over the steps after the first of
+ * 1 - busy / span of stage q's step (what the trainer's per-stage steady state measures). */
+int dl_sched_async_continuous_stages(int p, int m, int n, const dl_sched_costs *c, double *stage);
 
 /* The lecture's bubble (p-1)/(v m + p-1) for this schedule's p, m, v (the planner's
  * dl_plan_bubble). With costs (f, b, 0), GPipe, 1F1B, naive and TeraPipe simulate to exactly

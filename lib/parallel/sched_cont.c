@@ -77,8 +77,26 @@ static void step_bubbles(const dl_sched *s, const dl_sched_sim *sim, int m, int 
     free(wall);
 }
 
-int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
-                              double *steady)
+/* Stage q's steps in the simulated window: 1 - busy / span each (x[0 .. n-1]). */
+static void stage_steps(const dl_sched *s, const dl_sched_sim *sim, int m, int q, double *x)
+{
+    double from = 0, busy = 0;
+    int t = 0;
+    for (int i = 0; i < s->len[q]; i++) {
+        const dl_sched_action *a = &s->act[q][i];
+        busy += sim->end[q][i] - sim->start[q][i];
+        if (a->op == DL_SCHED_OPT && a->mb == (t + 1) * m - 1) {
+            double span = sim->end[q][i] - from;
+            x[t++] = span > 0 ? 1.0 - busy / span : NAN;
+            from = sim->end[q][i];
+            busy = 0;
+        }
+    }
+}
+
+/* The window of n steps simulated: its schedule and simulation, and n doubles of scratch. */
+static int window(int p, int m, int n, const dl_sched_costs *c, dl_sched **s, dl_sched_sim **sim,
+                  double **x)
 {
     if (n < 1)
         return dl_error(DL_EINVAL, "continuous pipeline: need at least 1 step (got %d)", n);
@@ -87,19 +105,42 @@ int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, doub
                         "continuous pipeline: %d steps of %d micro-batches is too "
                         "long to simulate",
                         n, m);
+    int st = dl_sched_async(p, m > 0 ? n * m : m, 0, s);
+    if (st == DL_OK)
+        st = dl_sched_simulate(*s, c, sim);
+    if (st == DL_OK && !(*x = malloc(sizeof **x * (size_t)n)))
+        st = dl_error(DL_ENOMEM, "continuous pipeline: out of memory");
+    return st;
+}
+
+int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
+                              double *steady)
+{
     dl_sched *s = NULL;
     dl_sched_sim *sim = NULL;
-    int st = dl_sched_async(p, m > 0 ? n * m : m, 0, &s);
-    if (st == DL_OK)
-        st = dl_sched_simulate(s, c, &sim);
-    double *x = st == DL_OK ? malloc(sizeof *x * (size_t)n) : NULL;
-    if (st == DL_OK && !x)
-        st = dl_error(DL_ENOMEM, "continuous pipeline: out of memory");
+    double *x = NULL;
+    int st = window(p, m, n, c, &s, &sim, &x);
     if (st == DL_OK) {
         *run = sim->bubble_total;
         step_bubbles(s, sim, m, n, x);
         /* the steady state: the steps after the first (the warm-up), as the trainer's median */
         *steady = dl__median(x + (n > 1), (size_t)(n - (n > 1)));
+    }
+    free(x);
+    dl_sched_sim_free(sim);
+    dl_sched_free(s);
+    return st;
+}
+
+int dl_sched_async_continuous_stages(int p, int m, int n, const dl_sched_costs *c, double *stage)
+{
+    dl_sched *s = NULL;
+    dl_sched_sim *sim = NULL;
+    double *x = NULL;
+    int st = window(p, m, n, c, &s, &sim, &x);
+    for (int q = 0; st == DL_OK && q < p; q++) {
+        stage_steps(s, sim, m, q, x);
+        stage[q] = dl__median(x + (n > 1), (size_t)(n - (n > 1)));
     }
     free(x);
     dl_sched_sim_free(sim);

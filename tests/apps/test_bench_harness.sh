@@ -277,12 +277,27 @@ assert r["schedule"] == "terapipe/auto%d" % r["token_chunks"] and r["chunk_costs
 assert 1 <= r["token_chunks"] <= 32 and 0 <= r["sim_pct"] <= 100, r
 PY
 fi
+# async is one continuous pipeline: its per-stage simulated figures are the continuous steady
+# state (0 at uniform costs), the lecture gives no figure for it (null); the spun sleep tail is
+# in the config record; no timing assertions
+run "pipeline async" 0 pipeline --schedules async --stages 2 --microbatches 2 --fwd-ms 0.5 \
+  --bwd-ms 1 --steps 5 --overhead-steps 0 --sleep-tail-us 100 --json
+if [ $HAVE_PY = 1 ]; then
+  python3 - "$TMP/out" <<'PY' || fail "pipeline async: JSON inconsistent"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert recs[0]["sleep_tail_us"] == 100, recs[0]
+r = [r for r in recs if r["type"] == "row"][0]
+assert r["schedule"] == "async" and r["sim_stage_bubble_pct"] == [0, 0] and r["sim_pct"] == 0, r
+assert r["lecture_pct"] is None and r["delta_pp"] is None and r["sim_1f1b_pct"] > 0, r
+PY
+fi
 run "pipeline --help" 0 pipeline --help
 grep -q "^Usage: distlab-bench pipeline" "$TMP/out" || fail "pipeline --help: no usage"
 for bad in "--bogus" "--stages 0" "--schedules naive" "--work gpu" "--microbatches 4,x" "--plot out.pdf" \
            "--show 1f1b:3:4" "--csv --json" "--work model --plot g.svg" "extra" \
            "--token-chunks 2 --schedules gpipe" "--token-chunks 2 --work model" "--token-chunks 0" \
-           "--chunk-costs cubic" "--chunk-costs flops"; do
+           "--chunk-costs cubic" "--chunk-costs flops" "--sleep-tail-us -1"; do
   # shellcheck disable=SC2086
   run "pipeline $bad" 2 pipeline $bad
   [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "pipeline $bad: $(wc -l <"$TMP/err") lines on stderr, want 1"

@@ -260,6 +260,21 @@ START_TEST(continuous_figure)
 }
 END_TEST
 
+/* Per stage, worked by hand for p 2, m 1, n 2 (f 1, b 2, opt 0): stage 1 runs F0 B0 | F1 B1 back to
+ * back from t = 1 (its step 1 spans 4..7, busy 3); stage 0 runs F0 F1, waits for B0 (4..6), then
+ * for B1 (7..9): step 1 spans 6..9 with 2 busy, a third idle. The steps after the first are just
+ * step 1 here. At p 4, m 8, 20 steps every stage's steady state is busy throughout. */
+START_TEST(continuous_stages)
+{
+    double st[4];
+    ck_assert_int_eq(dl_sched_async_continuous_stages(2, 1, 2, NULL, st), DL_OK);
+    ck_assert_msg(fabs(st[0] - 1.0 / 3) < 1e-12 && fabs(st[1]) < 1e-12, "%.6f %.6f", st[0], st[1]);
+    ck_assert_int_eq(dl_sched_async_continuous_stages(4, 8, 20, NULL, st), DL_OK);
+    for (int q = 0; q < 4; q++) ck_assert_msg(fabs(st[q]) < 1e-12, "stage %d: %.6f", q, st[q]);
+    ck_assert_int_eq(dl_sched_async_continuous_stages(4, 8, 0, NULL, st), DL_EINVAL);
+}
+END_TEST
+
 /* ---- the windows' quiet points -------------------------------------------------------------- */
 
 START_TEST(window_ends)
@@ -373,6 +388,7 @@ int main(void)
     tcase_add_test(tc, slices_concatenate);
     tcase_add_test(tc, toy_equals_serial);
     tcase_add_test(tc, continuous_figure);
+    tcase_add_test(tc, continuous_stages);
     tcase_add_test(tc, window_ends);
     tcase_add_test(tc, trainer_windows);
     tcase_add_test(tc, trainer_stop);
