@@ -272,6 +272,10 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
  * earlier key (include/distlab/tera.h, dl_tera_chunk_scale). */
 int dl_sched_simulate_scaled(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
                              dl_sched_sim **out);
+/* Replays the schedule with each action's own time: dur[q][i] for action i of stage q (a run's
+ * measured times, OPT included), so that a measured bubble can be split into what the actions'
+ * times explain and what the hand-offs between them add. DL_EINVAL for a negative time. */
+int dl_sched_simulate_times(const dl_sched *s, const double *const *dur, dl_sched_sim **out);
 void dl_sched_sim_free(dl_sched_sim *sim);
 
 /* The continuous pipeline's simulated bubble for p stages, m micro-batches a step and n steps
@@ -284,6 +288,9 @@ int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, doub
 /* The same window per stage: stage[q] (p of them) the median over the steps after the first of
  * 1 - busy / span of stage q's step (what the trainer's per-stage steady state measures). */
 int dl_sched_async_continuous_stages(int p, int m, int n, const dl_sched_costs *c, double *stage);
+/* The window replayed with a run's own action times (dl_sched_simulate_times; dur[q] holds stage
+ * q's dl_sched_async(p, n m) actions in order): *steady as dl_sched_async_continuous's. */
+int dl_sched_async_continuous_replay(int p, int m, int n, const double *const *dur, double *steady);
 
 /* The lecture's bubble (p-1)/(v m + p-1) for this schedule's p, m, v (the planner's
  * dl_plan_bubble). With costs (f, b, 0), GPipe, 1F1B, naive and TeraPipe simulate to exactly

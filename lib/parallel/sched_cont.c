@@ -95,8 +95,8 @@ static void stage_steps(const dl_sched *s, const dl_sched_sim *sim, int m, int q
 }
 
 /* The window of n steps simulated: its schedule and simulation, and n doubles of scratch. */
-static int window(int p, int m, int n, const dl_sched_costs *c, dl_sched **s, dl_sched_sim **sim,
-                  double **x)
+static int window(int p, int m, int n, const dl_sched_costs *c, const double *const *dur,
+                  dl_sched **s, dl_sched_sim **sim, double **x)
 {
     if (n < 1)
         return dl_error(DL_EINVAL, "continuous pipeline: need at least 1 step (got %d)", n);
@@ -107,21 +107,23 @@ static int window(int p, int m, int n, const dl_sched_costs *c, dl_sched **s, dl
                         n, m);
     int st = dl_sched_async(p, m > 0 ? n * m : m, 0, s);
     if (st == DL_OK)
-        st = dl_sched_simulate(*s, c, sim);
+        st = dur ? dl_sched_simulate_times(*s, dur, sim) : dl_sched_simulate(*s, c, sim);
     if (st == DL_OK && !(*x = malloc(sizeof **x * (size_t)n)))
         st = dl_error(DL_ENOMEM, "continuous pipeline: out of memory");
     return st;
 }
 
-int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
-                              double *steady)
+/* The window's whole-run and steady-state figures, at costs c or replaying the times dur. */
+static int figures(int p, int m, int n, const dl_sched_costs *c, const double *const *dur,
+                   double *run, double *steady)
 {
     dl_sched *s = NULL;
     dl_sched_sim *sim = NULL;
     double *x = NULL;
-    int st = window(p, m, n, c, &s, &sim, &x);
+    int st = window(p, m, n, c, dur, &s, &sim, &x);
     if (st == DL_OK) {
-        *run = sim->bubble_total;
+        if (run)
+            *run = sim->bubble_total;
         step_bubbles(s, sim, m, n, x);
         /* the steady state: the steps after the first (the warm-up), as the trainer's median */
         *steady = dl__median(x + (n > 1), (size_t)(n - (n > 1)));
@@ -132,12 +134,25 @@ int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, doub
     return st;
 }
 
+int dl_sched_async_continuous(int p, int m, int n, const dl_sched_costs *c, double *run,
+                              double *steady)
+{
+    return figures(p, m, n, c, NULL, run, steady);
+}
+
+int dl_sched_async_continuous_replay(int p, int m, int n, const double *const *dur, double *steady)
+{
+    if (!dur)
+        return dl_error(DL_EINVAL, "continuous pipeline: no action times to replay");
+    return figures(p, m, n, NULL, dur, NULL, steady);
+}
+
 int dl_sched_async_continuous_stages(int p, int m, int n, const dl_sched_costs *c, double *stage)
 {
     dl_sched *s = NULL;
     dl_sched_sim *sim = NULL;
     double *x = NULL;
-    int st = window(p, m, n, c, &s, &sim, &x);
+    int st = window(p, m, n, c, NULL, &s, &sim, &x);
     for (int q = 0; st == DL_OK && q < p; q++) {
         stage_steps(s, sim, m, q, x);
         stage[q] = dl__median(x + (n > 1), (size_t)(n - (n > 1)));

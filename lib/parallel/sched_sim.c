@@ -281,8 +281,25 @@ static void app(char *buf, size_t cap, const char *fmt, ...)
 
 /* Run the execution model. end[q][i] < 0 marks not yet run. With start/end NULL only order
  * matters (the validator). Returns DL_EINVAL naming the cycle if the stages block each other. */
+/* Action i of stage q's duration: measured (dur), else its kind's cost, scaled per micro-batch. */
+static double duration(const dl_sched *s, const dl_sched_costs *cost, const double *scale,
+                       const double *const *dur, int q, int i)
+{
+    const dl_sched_action *x = &s->act[q][i];
+    if (dur)
+        return dur[q][i];
+    double w = cost->w < 0 ? cost->b / 2 : cost->w;
+    double d = x->op == DL_SCHED_F     ? cost->f
+               : x->op == DL_SCHED_B   ? cost->b
+               : x->op == DL_SCHED_OPT ? cost->opt
+               : x->op == DL_SCHED_W   ? w
+                                       : cost->b - w; /* I */
+    return scale && x->op != DL_SCHED_OPT ? d * scale[x->mb] : d;
+}
+
 static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *cost,
-                   const double *scale, double **start, double **end, int *bad)
+                   const double *scale, const double *const *dur, double **start, double **end,
+                   int *bad)
 {
     int p = s->p, st = DL_OK;
     int *next = calloc((size_t)p, sizeof *next);
@@ -321,15 +338,7 @@ static int execute(const dl_sched *s, const index_t *ix, const dl_sched_costs *c
                     if (done[ds][di] > t)
                         t = done[ds][di];
                 }
-                const dl_sched_action *x = &s->act[q][i];
-                double w = cost->w < 0 ? cost->b / 2 : cost->w;
-                double d = x->op == DL_SCHED_F     ? cost->f
-                           : x->op == DL_SCHED_B   ? cost->b
-                           : x->op == DL_SCHED_OPT ? cost->opt
-                           : x->op == DL_SCHED_W   ? w
-                                                   : cost->b - w; /* I */
-                if (scale && x->op != DL_SCHED_OPT)
-                    d *= scale[x->mb];
+                double d = duration(s, cost, scale, dur, q, i);
                 if (start)
                     start[q][i] = t;
                 done[q][i] = t + d;
@@ -406,7 +415,7 @@ int dl_sched_check(const dl_sched *s, int *stage, int *index)
     } else {
         dl_sched_costs c;
         dl_sched_costs_init(&c);
-        st = execute(s, &ix, &c, NULL, NULL, NULL, bad);
+        st = execute(s, &ix, &c, NULL, NULL, NULL, NULL, bad);
         free(ix.pos);
     }
     if (stage)
@@ -462,8 +471,29 @@ int dl_sched_simulate(const dl_sched *s, const dl_sched_costs *costs, dl_sched_s
     return dl_sched_simulate_scaled(s, costs, NULL, out);
 }
 
+static int simulate(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
+                    const double *const *dur, dl_sched_sim **out);
+
 int dl_sched_simulate_scaled(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
                              dl_sched_sim **out)
+{
+    return simulate(s, costs, mb_scale, NULL, out);
+}
+
+int dl_sched_simulate_times(const dl_sched *s, const double *const *dur, dl_sched_sim **out)
+{
+    if (dur == NULL || s == NULL)
+        return dl_error(DL_EINVAL, "simulate: no schedule or no action times");
+    for (int q = 0; q < s->p; q++)
+        for (int i = 0; i < s->len[q]; i++)
+            if (!(dur[q][i] >= 0) || !isfinite(dur[q][i]))
+                return dl_error(DL_EINVAL, "simulate: stage %d action %d's time %g is not >= 0", q,
+                                i, dur[q][i]);
+    return simulate(s, NULL, NULL, dur, out);
+}
+
+static int simulate(const dl_sched *s, const dl_sched_costs *costs, const double *mb_scale,
+                    const double *const *dur, dl_sched_sim **out)
 {
     if (out == NULL)
         return dl_error(DL_EINVAL, "simulate: null output");
@@ -510,7 +540,7 @@ int dl_sched_simulate_scaled(const dl_sched *s, const dl_sched_costs *costs, con
             goto fail;
         }
     }
-    if ((st = execute(s, &ix, &c, mb_scale, sim->start, sim->end, NULL)) != DL_OK)
+    if ((st = execute(s, &ix, &c, mb_scale, dur, sim->start, sim->end, NULL)) != DL_OK)
         goto fail;
     double busy = 0;
     for (int q = 0; q < p; q++) {

@@ -290,6 +290,7 @@ assert recs[0]["sleep_tail_us"] == 100, recs[0]
 r = [r for r in recs if r["type"] == "row"][0]
 assert r["schedule"] == "async" and r["sim_stage_bubble_pct"] == [0, 0] and r["sim_pct"] == 0, r
 assert r["lecture_pct"] is None and r["delta_pp"] is None and r["sim_1f1b_pct"] > 0, r
+assert 0 <= r["replay_pct"] <= 100, r  # the window replayed with the run's own action times
 PY
 fi
 run "pipeline --help" 0 pipeline --help

@@ -275,6 +275,48 @@ START_TEST(continuous_stages)
 }
 END_TEST
 
+/* Times for dl_sched_async(p, M)'s actions at f 1, b 2, opt 0, stage 1's backward of micro-batch
+ * `late` taking 3 (late < 0: none). */
+static void window_times(const dl_sched *w, int late, double **dur)
+{
+    for (int q = 0; q < w->p; q++)
+        for (int i = 0; i < w->len[q]; i++) {
+            const dl_sched_action *a = &w->act[q][i];
+            dur[q][i] = a->op == DL_SCHED_F ? 1 : a->op == DL_SCHED_B ? 2 : 0;
+            if (q == 1 && a->op == DL_SCHED_B && a->mb == late)
+                dur[q][i] = 3;
+        }
+}
+
+/* The replay with a run's own times: the costs themselves give the simulator's figure; one late
+ * backward, worked by hand for p 2, m 1, n 2: stage 1's B1 takes 3 (5..8), stage 0 waits for it
+ * (its B1 8..10): step 1 spans 6..10 on stage 0 (busy 2) and 4..8 on stage 1 (busy 4), so the
+ * bubble is 1 - 6 / (2 x 4) = 1/4, against 1/6 on time. */
+START_TEST(replay_times)
+{
+    dl_sched *w = NULL;
+    ck_assert_int_eq(dl_sched_async(2, 2, 0, &w), DL_OK);
+    double a[16], b[16], *dur[2] = {a, b}, steady, want, run;
+    ck_assert(w->len[0] <= 16 && w->len[1] <= 16);
+    window_times(w, -1, dur);
+    ck_assert_int_eq(dl_sched_async_continuous_replay(2, 1, 2, (const double *const *)dur, &steady),
+                     DL_OK);
+    ck_assert_int_eq(dl_sched_async_continuous(2, 1, 2, NULL, &run, &want), DL_OK);
+    ck_assert_msg(fabs(steady - want) < 1e-12 && fabs(want - 1.0 / 6) < 1e-12, "%.6f %.6f", steady,
+                  want);
+    window_times(w, 1, dur);
+    ck_assert_int_eq(dl_sched_async_continuous_replay(2, 1, 2, (const double *const *)dur, &steady),
+                     DL_OK);
+    ck_assert_msg(fabs(steady - 0.25) < 1e-12, "late backward: %.6f, want 0.25", steady);
+    dur[0][0] = -1;
+    dl_sched_sim *sim = NULL;
+    ck_assert_int_eq(dl_sched_simulate_times(w, (const double *const *)dur, &sim), DL_EINVAL);
+    ck_assert_ptr_null(sim);
+    ck_assert_int_eq(dl_sched_async_continuous_replay(2, 1, 2, NULL, &steady), DL_EINVAL);
+    dl_sched_free(w);
+}
+END_TEST
+
 /* ---- the windows' quiet points -------------------------------------------------------------- */
 
 START_TEST(window_ends)
@@ -389,6 +431,7 @@ int main(void)
     tcase_add_test(tc, toy_equals_serial);
     tcase_add_test(tc, continuous_figure);
     tcase_add_test(tc, continuous_stages);
+    tcase_add_test(tc, replay_times);
     tcase_add_test(tc, window_ends);
     tcase_add_test(tc, trainer_windows);
     tcase_add_test(tc, trainer_stop);
