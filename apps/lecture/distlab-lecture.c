@@ -470,6 +470,8 @@ static int lecture_03(void)
             "no flush: every stage busy after the warm-up", lec_near(steady, 0, 1e-9));
     dl_sched_sim_free(fs);
     dl_sched_free(ff);
+    if (lecture_03_async()) /* the same measured on the trainer (apps/lecture/lecture_async.c) */
+        return -1;
 
     /* §4.4 partition: 12 layers, embedding 3, output 4, others 1, 4 stages */
     double costs[12] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4}, sc[4], mx;
