@@ -63,6 +63,18 @@ static int p_limit(tg_run *r, const char *a)
     return cli_parse_int("--schedule-mem-limit", a, 1, 1 << 20, &r->o.pipeline.schedule_mem_limit);
 }
 
+/* --token-chunks c; "auto" (TeraPipe's unequal slices) is the simulator's only */
+static int p_tokens(tg_run *r, const char *a)
+{
+    if (!strcmp(a, "auto")) {
+        cli_error("--token-chunks auto: the trainer cuts sequences into equal slices only (give "
+                  "a number dividing --seq; distlab-bench pipeline --token-chunks auto simulates "
+                  "TeraPipe's unequal slices)");
+        return -1;
+    }
+    return cli_parse_int("--token-chunks", a, 1, 1 << 20, &r->o.pipeline.token_chunks);
+}
+
 static int p_write(tg_run *r, const char *a)
 {
     (void)r;
@@ -99,6 +111,7 @@ static int idle(tg_run *r)
                       : write_path             ? "--write-schedule"
                       : pl->schedule_letters   ? "--schedule-letters"
                       : pl->schedule_mem_limit ? "--schedule-mem-limit"
+                      : pl->token_chunks       ? "--token-chunks"
                                                : NULL;
     if (r->o.layout.pp == 1 && opt)
         return tg_refuse(r, "%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect",
@@ -297,6 +310,13 @@ static const tg_opt opts[] = {
 "                        activation slots (a micro-batch's chunk from its F to its W)\n"},
     {"write-schedule", 1, p_write,
 "  --write-schedule FILE write the schedule this run uses in that CSV form\n"},
+    {"token-chunks", 1, p_tokens,
+"  --token-chunks C      token-level pipelining (TeraPipe): each sequence of a micro-batch cut\n"
+"                        into C equal slices (C divides --seq), a slice the unit the schedule\n"
+"                        moves; each stage keeps the earlier slices' keys and values (memory:\n"
+"                        kvcache). --schedule gpipe (all forwards, then each sequence's\n"
+"                        slices backward last to first) or 1f1b (Seq1F1B: C - 1 more warm-up\n"
+"                        forwards); refused with other schedules, MoE layers, --sample\n"},
     {"virtual-stages", 1, p_virt,
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"},
     {"weight-stashing", 0, p_stash,

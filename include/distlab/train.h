@@ -86,6 +86,12 @@ typedef struct dl_train_pipeline {
     int schedule_letters;      /* its letters: DL_SCHED_LETTERS_AUTO, _NEW or _OLD */
     int schedule_mem_limit;    /* > 0: the activation slots a stage may hold; a schedule file
                                 * that breaks it is refused */
+    int token_chunks;          /* token-level pipelining (TeraPipe): each sequence cut into this
+                                * many equal slices (dividing model.seq), a slice of a
+                                * micro-batch the unit the schedule moves, GPipe's order
+                                * (dl_sched_terapipe) or 1F1B's (dl_sched_1f1b_tokens); each
+                                * stage keeps the earlier slices' keys and values (memory
+                                * category kvcache). 0 or 1: whole sequences */
 } dl_train_pipeline;
 
 /* The corpus. */

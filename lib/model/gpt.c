@@ -24,6 +24,12 @@ struct dl_gpt {
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
     int V, T, C, L, H, HS, Cl, Fl, NHl, MB;  /* L: the layers this rank holds (all chunks) */
     size_t N;                                /* MB * T: rows of the largest batch */
+    /* token slices (opts.token_slice): T is a slice's length, Tseq the sequence's; per slot the
+     * slice's first position and its sequences' key/value cache; the caches (kv_seqs of them,
+     * each L layers of kv_elems) and their gradients */
+    int Tseq, *slot_t0, *slot_kv;
+    size_t kv_elems;
+    void *kv_base, *dkv_base;
     size_t set_elems;                        /* one layer's activations (the largest) */
     size_t stash_elems;                      /* one layer's deferred weight-gradient stash */
     int k_wte, k_wpe, k_lnf, k_lnfb, k_head; /* tensor indices */
@@ -167,8 +173,11 @@ static dl_sub_dims sub_dims(const dl_gpt *g, int B)
     const dl_gpt_config *c = &g->o.cfg;
     int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
     return (dl_sub_dims){g->MB, B, g->T,     g->C, g->Cl,     g->Fl, g->NHl, g->HS,
-                         g->tp, E, c->top_k, Fe,   E / g->ep, g->ep, 0};
+                         g->tp, E, c->top_k, Fe,   E / g->ep, g->ep, g->kv_elems ? g->Tseq : 0};
 }
+
+/* The current slot's first position (0 without token slices). */
+static size_t slice_t0(const dl_gpt *g) { return g->kv_elems ? (size_t)g->slot_t0[g->cur_slot] : 0; }
 
 /* The context of local layer l's sublayer j for a batch of B sequences in the current slot and
  * chunk: its parameters, activations and stash; its input is the layer's input or the previous
@@ -198,6 +207,12 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     c->dx = g->dx;
     c->ws_dln = g->dln, c->ws_datty = g->datty, c->ws_dqkv = g->dqkv, c->ws_dfc = g->dfchg;
     c->ws_scratch = g->att_scratch;
+    if (g->kv_elems) { /* local layer l's cache of the slot's sequences */
+        size_t at = ((size_t)g->slot_kv[g->cur_slot] * g->L + (size_t)l) * g->kv_elems * ds;
+        c->kv = (char *)g->kv_base + at;
+        c->dkv = (char *)g->dkv_base + at;
+        c->kv_ctx = g->slot_t0[g->cur_slot];
+    }
 }
 
 #define REAL float
@@ -233,6 +248,7 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g->inputs_base);
     free(g->targets_base);
     free(g->lastB);
+    free(g->slot_t0), free(g->slot_kv);
     free(g->zero_targets);
     free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
     for (int i = 0; i < g->nmoe; i++) free(g->moe[i].routed), free(g->moe[i].dropped);
@@ -262,6 +278,12 @@ static int check_opts(const dl_gpt_opts *o)
     if (o->cfg.experts > 0 && (o->recompute || (o->part && o->part->nchunks != 1)))
         return dl_error(DL_EINVAL, "model: a mixture of experts with full recomputation or "
                                    "several chunks a stage is not supported yet");
+    if (o->token_slice < 0 || o->token_slice > o->cfg.seq ||
+        (o->token_slice && (o->kv_seqs < 1 || o->cfg.experts > 0)))
+        return dl_error(DL_EINVAL,
+                        "model: token slices of %d positions (sequence %d) need 1..sequence "
+                        "positions, key/value caches >= 1 (got %d) and no mixture of experts",
+                        o->token_slice, o->cfg.seq, o->kv_seqs);
     if (o->defer_w && o->recompute == DL_RECOMPUTE_FULL)
         return dl_error(DL_EINVAL, "model: deferred weight gradients with full recomputation are "
                                    "not supported (the weight part would recompute the layer)");
@@ -278,7 +300,8 @@ static void set_dims(dl_gpt *g)
     g->dsize = o->dtype == DL_F64 ? 8 : 4;
     g->store = o->dtype;
     g->ssize = (int)dl_dtype_size(o->dtype);
-    g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->V = c->vocab, g->Tseq = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->T = o->token_slice > 0 ? o->token_slice : c->seq;
     g->L = 0;
     for (int ch = 0; ch < part->nchunks; ch++) {
         g->cbeg[ch] = g->L;
@@ -295,6 +318,7 @@ static void set_dims(dl_gpt *g)
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
     g->ep = o->ep < 1 ? 1 : o->ep;
+    g->kv_elems = o->token_slice > 0 ? (size_t)g->MB * g->Tseq * 2 * g->Cl : 0;
 }
 
 /* The measurements of each local MoE layer (model/sublayer.h). */
@@ -373,6 +397,8 @@ static int find_tensors(dl_gpt *g)
     g->inputs_base = malloc(sizeof(int) * N * S);
     g->targets_base = malloc(sizeof(int) * N * S);
     g->lastB = calloc(S, sizeof(int));
+    g->slot_t0 = calloc(S, sizeof(int));
+    g->slot_kv = calloc(S, sizeof(int));
     g->wpend = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
     int nt = g->lay->ntensors;
@@ -380,7 +406,8 @@ static int find_tensors(dl_gpt *g)
     g->ubound = calloc((size_t)g->L * DL_SUB_MAX + 3, sizeof(size_t));
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
-    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->wpend ||
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->slot_t0 ||
+        !g->slot_kv || !g->wpend ||
         !g->zero_targets || !g->ufirst || !g->ubound || !g->pw || !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
@@ -448,6 +475,9 @@ static int alloc_buffers(dl_gpt *g)
     int wantp = g->store == DL_BF16, wantg = !g->gdirect, wanta = o->gather != NULL;
     size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
+    /* the keys a query may see: the sequence's with token slices (the attention's scratch) */
+    size_t keys = g->kv_elems ? (size_t)g->Tseq : T;
+    size_t kv = g->kv_elems * (size_t)o->kv_seqs * (size_t)g->L;
     size_t H = g->head ? S : 0;
     /* deferred weight gradients: per slot, the layers' stashes, the head's and the embeddings' */
     g->stash_slot = (size_t)g->maxc * g->stash_elems + ((size_t)g->head + (size_t)g->embed) * N * C;
@@ -481,7 +511,9 @@ static int alloc_buffers(dl_gpt *g)
         {DL_MEM_OTHER, N * Cl, &g->datty, 0},
         {DL_MEM_OTHER, N * Fl, &g->dfchg, 0},
         {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf, 0},
-        {DL_MEM_OTHER, T * T, &g->att_scratch, 0},
+        {DL_MEM_OTHER, T * keys, &g->att_scratch, 0},
+        {DL_MEM_KVCACHE, kv, &g->kv_base, 0},
+        {DL_MEM_KVCACHE, kv, &g->dkv_base, 0},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         if (!plan[i].elems)
@@ -606,6 +638,23 @@ static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
     if (slot < 0 || slot >= g->slots || chunk < 0 || chunk >= g->lay->part.nchunks)
         return dl_error(DL_EINVAL, "model %s: slot %d / chunk %d outside 0..%d / 0..%d", what, slot,
                         chunk, g->slots - 1, g->lay->part.nchunks - 1);
+    return DL_OK;
+}
+
+int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0)
+{
+    int rc = check_slot(g, slot, 0, "token slice");
+    if (rc)
+        return rc;
+    if (!g->kv_base || cache < 0 || cache >= g->o.kv_seqs || t0 < 0 || t0 + g->T > g->Tseq)
+        return dl_error(DL_EINVAL,
+                        "model token slice: cache %d, positions %d..%d (%s; caches 0..%d, "
+                        "sequence %d)",
+                        cache, t0, t0 + g->T - 1,
+                        g->kv_base ? "out of range" : "the model has no token slices",
+                        g->o.kv_seqs - 1, g->Tseq);
+    g->slot_t0[slot] = t0;
+    g->slot_kv[slot] = cache;
     return DL_OK;
 }
 

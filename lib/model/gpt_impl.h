@@ -66,7 +66,9 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
     if (g->embed && ch == 0) {
         if ((rc = unit_begin(g, 0, 0)))
             return rc;
-        OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
+        /* a token slice's positions start at its t0 */
+        OP(dl_encoder_fwd_)
+        (XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe) + slice_t0(g) * C, B, g->T, C);
     }
     for (int l = lb; l < le; l++)
         for (int j = 0; j < g->nsub[l]; j++) {
@@ -155,7 +157,8 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_bwd_part part, dl_grad_read
     if (!g->keep0 && (rc = unit_begin_part(g, 0, part)))
         return rc;
     const REAL *demb = part == DL_BWD_WHOLE ? (REAL *)g->dx : (REAL *)g->cur_stash_emb;
-    OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), demb, g->inputs, B, g->T, C);
+    OP(dl_encoder_bwd_)
+    (GRAD(g->k_wte), GRAD(g->k_wpe) + slice_t0(g) * C, demb, g->inputs, B, g->T, C);
     if ((rc = unit_end(g, 0)))
         return rc;
     if (ready && (rc = ready(0, arg)))
