@@ -8,6 +8,7 @@
 #include "model/layer.h"
 #include "model/ops.h"
 #include "model/sublayer.h"
+#include "core/testhook.h"
 
 /* One sublayer of one local layer: its kind, its first tensor, its unit, where its activations
  * sit in the layer's activation set and its stash in the layer's stash set (elements). */
@@ -207,7 +208,8 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     c->dx = g->dx;
     c->ws_dln = g->dln, c->ws_datty = g->datty, c->ws_dqkv = g->dqkv, c->ws_dfc = g->dfchg;
     c->ws_scratch = g->att_scratch;
-    if (g->kv_elems) { /* local layer l's cache of the slot's sequences */
+    if (g->kv_elems && g->slot_kv[g->cur_slot] >= 0) { /* local layer l's cache of the slot's
+                                                         * sequences */
         size_t at = ((size_t)g->slot_kv[g->cur_slot] * g->L + (size_t)l) * g->kv_elems * ds;
         c->kv = (char *)g->kv_base + at;
         c->dkv = (char *)g->dkv_base + at;
@@ -655,6 +657,11 @@ int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0)
                         g->o.kv_seqs - 1, g->Tseq);
     g->slot_t0[slot] = t0;
     g->slot_kv[slot] = cache;
+    dl__test_hook *h = dl__test_hook_get(); /* the negative control: a slice without its cache */
+    if (h && h->tera_skip_cache) {
+        g->slot_kv[slot] = -1;
+        atomic_fetch_add(&h->skipped, 1);
+    }
     return DL_OK;
 }
 

@@ -115,7 +115,7 @@ int tr_tera_resolve(const dl_train_opts *o)
     if (o->pipeline.schedule_file)
         return dl_error(DL_EINVAL, "--token-chunks does not combine with --schedule-file (the "
                                    "file's micro-batches are not token slices)");
-    if (k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B)
+    if (k != DL_SCHED_CUSTOM && k != DL_SCHED_GPIPE && k != DL_SCHED_1F1B) /* custom: gpipe */
         return dl_error(DL_EINVAL,
                         "--token-chunks needs --schedule gpipe or 1f1b (%s cannot carry token "
                         "slices: a sequence's slices run forward in order and backward in "

@@ -348,6 +348,9 @@ static int resolve_file(dl_train_opts *o)
 int tr_pipe_resolve(dl_train_opts *o)
 {
     int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    int rc = tr_tera_resolve(o);
+    if (rc)
+        return rc;
     if (o->pipeline.schedule_file)
         return resolve_file(o);
     if (o->pipeline.schedule == DL_SCHED_CUSTOM)
@@ -421,7 +424,7 @@ int tr_pipe_resolve(dl_train_opts *o)
                                    "not combine with ZeRO or tied embeddings");
     if (o->model.tie && o->zero.stage)
         return dl_error(DL_EINVAL, "tied embeddings with pp > 1 and ZeRO are not supported yet");
-    return tr_tera_resolve(o);
+    return DL_OK;
 }
 
 /* The stage's part, its slots and the engine (after the mesh exists, before the model). */
