@@ -200,17 +200,22 @@ static int summary(tg_run *run)
     const dl_train_opts *o = &run->o;
     if (r->pipeline.stages <= 1)
         return TG_NEXT;
-    printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s; layers per virtual stage:",
-           r->pipeline.stages, r->pipeline.v, tg_plural(r->pipeline.v, "s"),
+    printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s", r->pipeline.stages,
+           r->pipeline.v, tg_plural(r->pipeline.v, "s"),
            dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule), o->batch.microbatches,
            tg_plural(o->batch.microbatches, "es"));
+    if (o->pipeline.token_chunks > 1)
+        printf(" x %d token slices of %d", o->pipeline.token_chunks,
+               o->model.seq / o->pipeline.token_chunks);
+    printf("; layers per virtual stage:");
     for (int i = 0; i < r->pipeline.stages * r->pipeline.v; i++)
         printf(" %d-%d", r->pipeline.bounds[i], r->pipeline.bounds[i + 1] - 1);
     printf("\n  measured bubble per stage (1 - busy/wall, median step):");
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %.1f%%", 100 * r->pipeline.bubble[st]);
     printf("\n  total %.1f%% vs the schedule's own %.1f%% (simulated, a backward twice a "
-           "forward",
-           100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
+           "forward%s",
+           100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory,
+           o->pipeline.token_chunks > 1 ? ", each token slice at its FLOPs" : "");
     if (!isnan(r->pipeline.bubble_paper))
         printf("; the paper's formula at F = B = W: %.1f%%", 100 * r->pipeline.bubble_paper);
     printf("); activation slots per stage:");
@@ -231,6 +236,11 @@ static void j_sched(FILE *f, const tg_run *r)
     fprintf(f, "\"%s\"",
             r->o.layout.pp > 1 ? dl_sched_kind_name((dl_sched_kind)r->o.pipeline.schedule)
                                : "none");
+}
+static void j_tokens(FILE *f, const tg_run *r)
+{
+    int c = r->o.pipeline.token_chunks;
+    fprintf(f, "%d", r->o.layout.pp > 1 && c > 1 ? c : 1);
 }
 static void j_virt(FILE *f, const tg_run *r)
 {
@@ -337,6 +347,7 @@ static const tg_hook hooks[] = {{TG_CHECK, idle},
 static const tg_field config[] = {{"schedule", j_sched, NULL},
                                   {"virtual_stages", j_virt, NULL},
                                   {"weight_stashing", j_stash, NULL},
+                                  {"token_chunks", j_tokens, NULL},
                                   {0}};
 
 static const tg_field summary_fields[] = {{"pipeline", j_pipe, has_pipe}, {0}};

@@ -23,8 +23,8 @@ struct dl_gpt {
     dl_gpt_layout *lay;
     int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
-    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;  /* L: the layers this rank holds (all chunks) */
-    size_t N;                                /* MB * T: rows of the largest batch */
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
+    size_t N;                               /* MB * T: rows of the largest batch */
     /* token slices (opts.token_slice): T is a slice's length, Tseq the sequence's; per slot the
      * slice's first position and its sequences' key/value cache; the caches (kv_seqs of them,
      * each L layers of kv_elems) and their gradients */
@@ -173,12 +173,16 @@ static dl_sub_dims sub_dims(const dl_gpt *g, int B)
 {
     const dl_gpt_config *c = &g->o.cfg;
     int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
-    return (dl_sub_dims){g->MB, B, g->T,     g->C, g->Cl,     g->Fl, g->NHl, g->HS,
-                         g->tp, E, c->top_k, Fe,   E / g->ep, g->ep, g->kv_elems ? g->Tseq : 0};
+    return (dl_sub_dims){g->MB,    B,      g->T,      g->C,  g->Cl,
+                         g->Fl,    g->NHl, g->HS,     g->tp, E,
+                         c->top_k, Fe,     E / g->ep, g->ep, g->kv_elems ? g->Tseq : 0};
 }
 
 /* The current slot's first position (0 without token slices). */
-static size_t slice_t0(const dl_gpt *g) { return g->kv_elems ? (size_t)g->slot_t0[g->cur_slot] : 0; }
+static size_t slice_t0(const dl_gpt *g)
+{
+    return g->kv_elems ? (size_t)g->slot_t0[g->cur_slot] : 0;
+}
 
 /* The context of local layer l's sublayer j for a batch of B sequences in the current slot and
  * chunk: its parameters, activations and stash; its input is the layer's input or the previous
@@ -409,8 +413,8 @@ static int find_tensors(dl_gpt *g)
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
     if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->slot_t0 ||
-        !g->slot_kv || !g->wpend ||
-        !g->zero_targets || !g->ufirst || !g->ubound || !g->pw || !g->gw)
+        !g->slot_kv || !g->wpend || !g->zero_targets || !g->ufirst || !g->ubound || !g->pw ||
+        !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {

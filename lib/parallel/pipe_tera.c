@@ -72,8 +72,8 @@ int tr_tera_forward(tr_tera *t, dl_gpt *g, int slot, int j, int B, const int **i
                             mb, t->ncache);
         *cache = t->free_cache[--t->nfree];
     } else if (*cache < 0) {
-        return dl_error(DL_EINVAL, "pipeline: token slice %d of micro-batch %d before its first",
-                        k, mb);
+        return dl_error(DL_EINVAL, "pipeline: token slice %d of micro-batch %d before its first", k,
+                        mb);
     }
     if (*in) {
         tr_tera_columns(t, *in, B, k, t->in);

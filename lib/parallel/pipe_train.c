@@ -576,8 +576,8 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
             sum += l / t->c;
     }
     if (rc == DL_OK)
-        rc = dl_broadcast(s->e->mesh->pp_comm, &sum, &sum, 1, DL_F64, s->head_rank,
-                          DL_PURPOSE_LOSS);
+        rc =
+            dl_broadcast(s->e->mesh->pp_comm, &sum, &sum, 1, DL_F64, s->head_rank, DL_PURPOSE_LOSS);
     if (loss)
         *loss = sum;
     return rc;

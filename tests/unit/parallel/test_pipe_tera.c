@@ -55,8 +55,8 @@ START_TEST(seq1f1b_order)
                 ck_assert_int_eq(dl_sched_simulate(s, NULL, &sim), DL_OK);
                 for (int q = 0; q < p; q++) {
                     int want = p - q + c - 1 < n * c ? p - q + c - 1 : n * c;
-                    ck_assert_msg(sim->peak_act[q] == want, "p %d n %d c %d stage %d: %d slots",
-                                  p, n, c, q, sim->peak_act[q]);
+                    ck_assert_msg(sim->peak_act[q] == want, "p %d n %d c %d stage %d: %d slots", p,
+                                  n, c, q, sim->peak_act[q]);
                 }
                 if (c == 1) { /* 1F1B itself */
                     ck_assert_int_eq(dl_sched_1f1b(p, n, &one), DL_OK);
@@ -93,16 +93,15 @@ static void equals_one_rank(dl_train_opts o)
     char why[512];
     int same = vs_one_rank(o, NULL, why, sizeof why);
     ck_assert_msg(same == 1, "%s c %d dp %d tp %d pp %d m %d zero %d: %s",
-                  dl_sched_kind_name((dl_sched_kind)o.pipeline.schedule),
-                  o.pipeline.token_chunks, o.layout.dp, o.layout.tp, o.layout.pp,
-                  o.batch.microbatches, o.zero.stage, why);
+                  dl_sched_kind_name((dl_sched_kind)o.pipeline.schedule), o.pipeline.token_chunks,
+                  o.layout.dp, o.layout.tp, o.layout.pp, o.batch.microbatches, o.zero.stage, why);
 }
 
 /* loop index -> (dp, m, schedule, c) */
 static const struct {
     int dp, m, sched, c;
 } CASES[] = {
-    {1, 2, DL_SCHED_GPIPE, 2}, {2, 2, DL_SCHED_1F1B, 4}, {1, 3, DL_SCHED_1F1B, 2},
+    {1, 2, DL_SCHED_GPIPE, 2}, {2, 2, DL_SCHED_1F1B, 4},  {1, 3, DL_SCHED_1F1B, 2},
     {2, 2, DL_SCHED_GPIPE, 4}, {1, 2, DL_SCHED_GPIPE, 4}, {2, 1, DL_SCHED_1F1B, 2},
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
@@ -184,8 +183,8 @@ START_TEST(bad_configs)
 {
     refused(base(2, 2, DL_SCHED_GPIPE, 3), "does not divide the sequence's 16 tokens");
     refused(base(2, 2, DL_SCHED_GPIPE, 32), "more than the sequence's 16 tokens");
-    const int no[] = {DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC,  DL_SCHED_NAIVE, DL_SCHED_1F1B_SPLIT,
-                      DL_SCHED_ZB_H1,       DL_SCHED_ZB_V,   DL_SCHED_DUALPIPEV};
+    const int no[] = {DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC, DL_SCHED_NAIVE,    DL_SCHED_1F1B_SPLIT,
+                      DL_SCHED_ZB_H1,       DL_SCHED_ZB_V,  DL_SCHED_DUALPIPEV};
     for (int k = 0; k < (int)(sizeof no / sizeof no[0]); k++) {
         dl_train_opts o = base(2, no[k] == DL_SCHED_NAIVE ? 1 : 4, no[k], 2);
         refused(o, "--token-chunks needs --schedule gpipe or 1f1b");
