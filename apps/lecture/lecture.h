@@ -1,7 +1,8 @@
 /* distlab-lecture: shared declarations of the app's files (apps/lecture/distlab-lecture.c: options,
  * output, sections 01, 03, 05 and the exercises; apps/lecture/lecture_par.c: section 02, the real runs
  * of data and tensor parallelism on rank threads; apps/lecture/lecture_zero.c: section 04, ZeRO;
- * apps/lecture/lecture_pipe.c: section 03's real pipeline run; apps/lecture/lecture_moe.c: section
+ * apps/lecture/lecture_pipe.c: section 03's real pipeline run; apps/lecture/lecture_tera.c: its
+ * TeraPipe run with sleep work; apps/lecture/lecture_moe.c: section
  * 06, expert parallelism). */
 #ifndef DISTLAB_APPS_LECTURE_H
 #define DISTLAB_APPS_LECTURE_H
@@ -39,6 +40,11 @@ int lecture_02(void);
 /* Section 03, code 03 part 2: the 8-layer MLP in 4 pipeline stages on rank threads vs the full
  * batch (apps/lecture/lecture_pipe.c). Returns 0, or -1 after lec_fail. */
 int lecture_03_pipe(void);
+/* Section 03, §6.2 measured: the TeraPipe schedule s (4 stages) on 4 rank threads with sleep
+ * work, each chunk's forward 8 ms x scale[mb] / c, its backward twice that
+ * (apps/lecture/lecture_tera.c); *bubble the median step's. Returns a dl_status. */
+struct dl_sched;
+int lecture_03_tera_measure(const struct dl_sched *s, const double *scale, double *bubble);
 /* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/lecture_mlp.c). Returns 0, or -1 after lec_fail. */
 int lecture_04(void);
 /* Section 06, §6.3 expert parallelism: the capacity sweep on rank threads and the Mixtral-sized
