@@ -25,10 +25,11 @@ struct dl_gpt {
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
     int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
     size_t N;                               /* MB * T: rows of the largest batch */
-    /* token slices (opts.token_slice): T is a slice's length, Tseq the sequence's; per slot the
-     * slice's first position and its sequences' key/value cache; the caches (kv_seqs of them,
-     * each L layers of kv_elems) and their gradients */
-    int Tseq, *slot_t0, *slot_kv;
+    /* token slices (opts.token_slice): T is the longest slice's length (the buffers' rows per
+     * sequence), Tseq the sequence's; per slot the slice's first position, its length and its
+     * sequences' key/value cache; the caches (kv_seqs of them, each L layers of kv_elems) and
+     * their gradients */
+    int Tseq, *slot_t0, *slot_len, *slot_kv;
     size_t kv_elems;
     void *kv_base, *dkv_base;
     size_t set_elems;                        /* one layer's activations (the largest) */
@@ -168,15 +169,18 @@ static void select_slot(dl_gpt *g, int s, int ch)
     }
 }
 
-/* A sublayer's sizes for a batch of B sequences. */
-static dl_sub_dims sub_dims(const dl_gpt *g, int B)
+/* A sublayer's sizes for a batch of B sequences of T positions. */
+static dl_sub_dims sub_dims(const dl_gpt *g, int B, int T)
 {
     const dl_gpt_config *c = &g->o.cfg;
     int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
-    return (dl_sub_dims){g->MB,    B,      g->T,      g->C,  g->Cl,
+    return (dl_sub_dims){g->MB,    B,      T,         g->C,  g->Cl,
                          g->Fl,    g->NHl, g->HS,     g->tp, E,
                          c->top_k, Fe,     E / g->ep, g->ep, g->kv_elems ? g->Tseq : 0};
 }
+
+/* The current slot's positions per sequence: its slice's, or the buffers' T. */
+static int rows_T(const dl_gpt *g) { return g->kv_elems ? g->slot_len[g->cur_slot] : g->T; }
 
 /* The current slot's first position (0 without token slices). */
 static size_t slice_t0(const dl_gpt *g)
@@ -196,7 +200,7 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     char *set = (char *)g->cur_act + (g->o.recompute ? 0 : (size_t)r) * g->set_elems * ds;
     char *xres = (char *)g->xres + (size_t)r * NC * ds;
     memset(c, 0, sizeof *c);
-    c->d = sub_dims(g, B);
+    c->d = sub_dims(g, B, rows_T(g));
     c->tp_comm = g->o.tp_comm;
     c->cfg = &g->o.cfg;
     c->ep_comm = g->ep > 1 ? g->o.ep_comm : NULL;
@@ -254,7 +258,7 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g->inputs_base);
     free(g->targets_base);
     free(g->lastB);
-    free(g->slot_t0), free(g->slot_kv);
+    free(g->slot_t0), free(g->slot_len), free(g->slot_kv);
     free(g->zero_targets);
     free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
     for (int i = 0; i < g->nmoe; i++) free(g->moe[i].routed), free(g->moe[i].dropped);
@@ -356,7 +360,7 @@ static int plan_sublayers(dl_gpt *g)
     g->moe_of = calloc(L1, sizeof *g->moe_of);
     if (!g->sub || !g->nsub || !g->moe || !g->moe_of)
         return dl_error(DL_ENOMEM, "model: out of memory");
-    dl_sub_dims d = sub_dims(g, g->MB);
+    dl_sub_dims d = sub_dims(g, g->MB, g->T);
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -404,6 +408,7 @@ static int find_tensors(dl_gpt *g)
     g->targets_base = malloc(sizeof(int) * N * S);
     g->lastB = calloc(S, sizeof(int));
     g->slot_t0 = calloc(S, sizeof(int));
+    g->slot_len = calloc(S, sizeof(int));
     g->slot_kv = calloc(S, sizeof(int));
     g->wpend = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
@@ -413,9 +418,10 @@ static int find_tensors(dl_gpt *g)
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
     if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->slot_t0 ||
-        !g->slot_kv || !g->wpend || !g->zero_targets || !g->ufirst || !g->ubound || !g->pw ||
-        !g->gw)
+        !g->slot_len || !g->slot_kv || !g->wpend || !g->zero_targets || !g->ufirst || !g->ubound ||
+        !g->pw || !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
+    for (size_t i = 0; i < S; i++) g->slot_len[i] = g->T;
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             char name[48];
@@ -647,19 +653,21 @@ static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
     return DL_OK;
 }
 
-int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0)
+int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0, int len)
 {
     int rc = check_slot(g, slot, 0, "token slice");
     if (rc)
         return rc;
-    if (!g->kv_base || cache < 0 || cache >= g->o.kv_seqs || t0 < 0 || t0 + g->T > g->Tseq)
+    if (!g->kv_base || cache < 0 || cache >= g->o.kv_seqs || t0 < 0 || len < 1 || len > g->T ||
+        t0 + len > g->Tseq)
         return dl_error(DL_EINVAL,
                         "model token slice: cache %d, positions %d..%d (%s; caches 0..%d, "
-                        "sequence %d)",
-                        cache, t0, t0 + g->T - 1,
+                        "slices of at most %d positions, sequence %d)",
+                        cache, t0, t0 + len - 1,
                         g->kv_base ? "out of range" : "the model has no token slices",
-                        g->o.kv_seqs - 1, g->Tseq);
+                        g->o.kv_seqs - 1, g->T, g->Tseq);
     g->slot_t0[slot] = t0;
+    g->slot_len[slot] = len;
     g->slot_kv[slot] = cache;
     dl__test_hook *h = dl__test_hook_get(); /* the negative control: a slice without its cache */
     if (h && h->tera_skip_cache) {
@@ -681,7 +689,7 @@ int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, cons
     if (B < 1 || B > g->MB)
         return dl_error(DL_EINVAL, "model forward: batch %d outside 1..%d", B, g->MB);
     select_slot(g, slot, chunk);
-    size_t n = (size_t)B * g->T;
+    size_t n = (size_t)B * rows_T(g);
     int first = g->embed && chunk == 0, last = g->head && chunk == g->lay->part.nchunks - 1;
     if (first) {
         if (!inputs)

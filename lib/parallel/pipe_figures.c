@@ -21,7 +21,8 @@ static int tera_scale(const dl_train_opts *o, double **scale)
         free(lens);
         return dl_error(DL_ENOMEM, "pipeline: out of memory");
     }
-    for (int k = 0; k < c; k++) lens[k] = o->model.seq / c;
+    for (int k = 0; k < c; k++)
+        lens[k] = o->pipeline.token_lens ? o->pipeline.token_lens[k] : o->model.seq / c;
     int rc = dl_tera_chunk_scale(m, c, lens, o->model.d_model, *scale);
     free(lens);
     return rc;

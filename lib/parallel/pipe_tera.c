@@ -1,11 +1,12 @@
 /* Token-level pipelining in the trainer (TeraPipe, Li et al. 2021; parallel/pipe_tera.h). Each
- * sequence of a micro-batch is cut into c equal slices of L = T / c positions; the schedule moves
+ * sequence of a micro-batch is cut into c slices (equal, L = T / c positions, or the lengths
+ * given: TeraPipe's dynamic program; buffers and hand-offs sized for the longest); the schedule moves
  * slices (GPipe's order: dl_sched_terapipe; 1F1B's: dl_sched_1f1b_tokens). A stage keeps the
  * keys and values of each micro-batch in flight in one of the model's caches (model/gpt.c,
  * category kvcache), taken at its first slice's forward and given back after that slice's
  * backward, its last: the most micro-batches in flight on the stage (walked from the schedule)
- * is how many caches it needs. The loss of a slice is the mean over its B·L positions: weighted
- * L / T = 1 / c it adds up to the sequence's mean, and the backward's d(loss)/d(position) is the
+ * is how many caches it needs. The loss of a slice is the mean over its B·l positions: weighted
+ * l / T it adds up to the sequence's mean, and the backward's d(loss)/d(position) is the
  * unsliced one, so the step computes exactly the model one rank computes. */
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,21 @@ int tr_tera_open(tr_tera *t, const dl_train_opts *o, const dl_sched *s, int stag
 {
     memset(t, 0, sizeof *t);
     t->c = o->pipeline.token_chunks > 1 ? o->pipeline.token_chunks : 1;
-    t->L = o->model.seq / t->c;
+    t->T = o->model.seq;
+    t->L = t->T / t->c;
     t->m = o->batch.microbatches;
     if (t->c == 1)
         return DL_OK;
+    t->len = malloc(sizeof(int) * (size_t)t->c);
+    t->t0 = malloc(sizeof(int) * (size_t)t->c);
+    if (!t->len || !t->t0)
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    for (int k = 0, at = 0; k < t->c; at += t->len[k++]) {
+        const int *given = o->pipeline.token_lens;
+        t->len[k] = given ? given[k] : t->T / t->c;
+        t->t0[k] = at;
+        t->L = t->len[k] > t->L ? t->len[k] : t->L;
+    }
     t->ncache = peak_caches(s, stage);
     size_t n = (size_t)o->batch.micro * t->L;
     t->cache_of = malloc(sizeof(int) * (size_t)t->m);
@@ -50,15 +62,25 @@ int tr_tera_open(tr_tera *t, const dl_train_opts *o, const dl_sched *s, int stag
 
 void tr_tera_close(tr_tera *t)
 {
-    free(t->cache_of), free(t->free_cache), free(t->in), free(t->tg);
+    free(t->cache_of), free(t->free_cache), free(t->in), free(t->tg), free(t->len), free(t->t0);
     memset(t, 0, sizeof *t);
 }
 
 void tr_tera_columns(const tr_tera *t, const int *full, int B, int k, int *out)
 {
+    size_t l = (size_t)t->len[k];
     for (int b = 0; b < B; b++)
-        memcpy(out + (size_t)b * t->L, full + (size_t)b * t->L * t->c + (size_t)k * t->L,
-               sizeof(int) * (size_t)t->L);
+        memcpy(out + b * l, full + (size_t)b * t->T + (size_t)t->t0[k], sizeof(int) * l);
+}
+
+double tr_tera_weight(const tr_tera *t, int j)
+{
+    return t->c == 1 ? 1.0 : (double)t->len[j % t->c] / t->T;
+}
+
+int tr_tera_place(const tr_tera *t, dl_gpt *g, int slot, int cache, int k)
+{
+    return dl_gpt_slot_slice(g, slot, cache, t->t0[k], t->len[k]);
 }
 
 int tr_tera_forward(tr_tera *t, dl_gpt *g, int slot, int j, int B, const int **in, const int **tg)
@@ -83,7 +105,7 @@ int tr_tera_forward(tr_tera *t, dl_gpt *g, int slot, int j, int B, const int **i
         tr_tera_columns(t, *tg, B, k, t->tg);
         *tg = t->tg;
     }
-    return dl_gpt_slot_slice(g, slot, *cache, k * t->L);
+    return tr_tera_place(t, g, slot, *cache, k);
 }
 
 void tr_tera_backward_done(tr_tera *t, int j)
@@ -100,6 +122,7 @@ void tr_tera_backward_done(tr_tera *t, int j)
 int tr_tera_resolve(const dl_train_opts *o)
 {
     int c = o->pipeline.token_chunks, T = o->model.seq, k = o->pipeline.schedule;
+    const int *lens = o->pipeline.token_lens;
     if (c <= 1)
         return DL_OK;
     if (o->layout.pp < 2)
@@ -107,7 +130,15 @@ int tr_tera_resolve(const dl_train_opts *o)
     if (c > T)
         return dl_error(DL_EINVAL,
                         "--token-chunks %d is more than the sequence's %d tokens (--seq)", c, T);
-    if (T % c)
+    long sum = 0;
+    for (int i = 0; lens && i < c; i++)
+        sum += lens[i] >= 1 ? lens[i] : -(long)T - 1; /* a slice of no token: the sum is off */
+    if (lens && sum != T)
+        return dl_error(DL_EINVAL,
+                        "token slices: %d lengths of at least 1 must add up to the sequence's %d "
+                        "tokens",
+                        c, T);
+    if (!lens && T % c)
         return dl_error(DL_EINVAL,
                         "--token-chunks %d does not divide the sequence's %d tokens (--seq): the "
                         "slices are equal",

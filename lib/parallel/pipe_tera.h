@@ -7,7 +7,9 @@
 #include "model/gpt_priv.h"
 
 typedef struct tr_tera {
-    int c, L;        /* slices per sequence (1: none) and their length */
+    int c, L;        /* slices per sequence (1: none) and the longest's length */
+    int *len, *t0;   /* [c]: each slice's length and first position */
+    int T;           /* the sequence's length */
     int m;           /* micro-batches of a step */
     int ncache;      /* key/value caches on this stage: the most micro-batches in flight */
     int *cache_of;   /* [m]: micro-batch -> its cache, -1: none */
@@ -29,11 +31,17 @@ int tr_tera_forward(tr_tera *t, dl_gpt *g, int slot, int j, int B, const int **i
 /* After unit j's backward: its micro-batch's first slice gives the cache back (the schedules run
  * a micro-batch's slices backward last to first, so that one is its last backward). */
 void tr_tera_backward_done(tr_tera *t, int j);
-/* Slice k's columns of B sequences of T tokens into out (B x L). */
+/* Slice k's columns of B sequences of T tokens into out (B x its length). */
 void tr_tera_columns(const tr_tera *t, const int *full, int B, int k, int *out);
+/* Unit j's share of its micro-batch's loss: its slice's positions over the sequence's. */
+double tr_tera_weight(const tr_tera *t, int j);
+/* Place slot's next forward on slice k of the sequences in `cache` (the model's
+ * dl_gpt_slot_slice). */
+int tr_tera_place(const tr_tera *t, dl_gpt *g, int slot, int cache, int k);
 
-/* The pipeline's refusals for token chunks (dl_train_resolve): c must divide the sequence,
- * the schedule carry slices (gpipe or 1f1b), no MoE layers, schedule file or sampling. */
+/* The pipeline's refusals for token chunks (dl_train_resolve): equal slices must divide the
+ * sequence (unequal ones add up to it), the schedule carry slices (gpipe or 1f1b), no MoE
+ * layers, schedule file or sampling. */
 int tr_tera_resolve(const dl_train_opts *o);
 
 #endif

@@ -88,8 +88,8 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
     double loss = 0;
     if ((rc = dl_gpt_stage_forward(s->e->g, slot, ch, in, tg, mbs, &loss)))
         return rc;
-    if (last) /* a slice's mean over its positions weighs 1 / c of its sequences' */
-        s->loss_sum += loss * mbs / G / c;
+    if (last) /* a slice's mean over its positions weighs l / T of its sequences' */
+        s->loss_sum += loss * mbs / G * tr_tera_weight(&s->tera, mb);
     *out = last ? NULL : dl_gpt_stage_output(s->e->g, slot, ch);
     return DL_OK;
 }
@@ -532,7 +532,7 @@ static int pp_tie_sync(pipe_state *s)
  * stage. One slice of B x L positions (L: the sequence, or a token slice's length). */
 static int pp_forward_slice(pipe_state *s, const int *in, const int *tg, int B, double *l)
 {
-    size_t n = (size_t)B * s->tera.L * s->e->o->model.d_model;
+    size_t n = (size_t)B * s->tera.L * s->e->o->model.d_model; /* the longest slice's */
     int rc = DL_OK;
     dl_comm *pp = s->e->mesh->pp_comm;
     for (int ch = 0; ch < s->v && rc == DL_OK; ch++) {
@@ -556,7 +556,7 @@ static int pp_forward_slice(pipe_state *s, const int *in, const int *tg, int B, 
 }
 
 /* The whole forward: with token slices, slice after slice through cache 0 (no step is in
- * flight), each slice's loss weighing 1 / c; the loss is then broadcast over the pipeline. */
+ * flight), each slice's loss weighing l / T; the loss is then broadcast over the pipeline. */
 static int pp_forward(void *arg, const int *in, const int *tg, int B, double *loss)
 {
     pipe_state *s = arg;
@@ -570,10 +570,10 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
                 tr_tera_columns(t, in, B, k, t->in), si = t->in;
             if (tg)
                 tr_tera_columns(t, tg, B, k, t->tg), st = t->tg;
-            rc = dl_gpt_slot_slice(s->e->g, 0, 0, k * t->L);
+            rc = tr_tera_place(t, s->e->g, 0, 0, k);
         }
         if (rc == DL_OK && (rc = pp_forward_slice(s, si, st, B, &l)) == DL_OK)
-            sum += l / t->c;
+            sum += l * tr_tera_weight(t, k);
     }
     if (rc == DL_OK)
         rc =

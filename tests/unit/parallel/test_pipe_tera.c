@@ -2,7 +2,8 @@
  *  - 1F1B over token chunks (Seq1F1B's order): valid, c = 1 is 1F1B itself, and each stage holds
  *    p - s + c - 1 slices at most (1-based s: its warm-up forwards plus one), at most all of them;
  *  - the trainer with c = 2, 4 slices, pp 2, GPipe's order and 1F1B's, alone and with dp 2 (tp,
- *    ZeRO-3 and full recomputation in the full tier) trains exactly the model one rank trains,
+ *    ZeRO-3 and full recomputation in the full tier), and with unequal slices (one of a single
+ *    token), trains exactly the model one rank trains,
  *    within the rounding bounds of lib/train/compare.h (f64), and the negative control (slices
  *    that skip their key/value cache) fails them;
  *  - the key/value caches: on each stage as many as micro-batches in flight (GPipe: all m), of
@@ -114,6 +115,20 @@ START_TEST(tera_f64)
 }
 END_TEST
 
+/* unequal slices (TeraPipe's dynamic program's kind, a slice of one token among them; the
+ * buffers and hand-offs sized for the longest), in both orders, with dp 2 */
+START_TEST(tera_unequal_f64)
+{
+    static const int lens[4] = {5, 3, 7, 1};
+    for (int k = 0; k < 2; k++) {
+        dl_train_opts o = base(2, 2, k ? DL_SCHED_1F1B : DL_SCHED_GPIPE, 4);
+        o.pipeline.token_lens = lens;
+        o.layout.dp = 1 + k;
+        equals_one_rank(o);
+    }
+}
+END_TEST
+
 /* with tp 2, ZeRO-3 (the units gathered again for every slice) and full recomputation (a
  * slice's recomputed keys and values rewrite its cache rows with the same values) */
 START_TEST(tera_compose_f64)
@@ -183,6 +198,12 @@ START_TEST(bad_configs)
 {
     refused(base(2, 2, DL_SCHED_GPIPE, 3), "does not divide the sequence's 16 tokens");
     refused(base(2, 2, DL_SCHED_GPIPE, 32), "more than the sequence's 16 tokens");
+    static const int short_lens[3] = {5, 3, 7}, empty[3] = {8, 8, 0};
+    dl_train_opts u = base(2, 2, DL_SCHED_GPIPE, 3);
+    u.pipeline.token_lens = short_lens;
+    refused(u, "3 lengths of at least 1 must add up to the sequence's 16 tokens");
+    u.pipeline.token_lens = empty;
+    refused(u, "3 lengths of at least 1 must add up to the sequence's 16 tokens");
     const int no[] = {DL_SCHED_INTERLEAVED, DL_SCHED_ASYNC, DL_SCHED_NAIVE,    DL_SCHED_1F1B_SPLIT,
                       DL_SCHED_ZB_H1,       DL_SCHED_ZB_V,  DL_SCHED_DUALPIPEV};
     for (int k = 0; k < (int)(sizeof no / sizeof no[0]); k++) {
@@ -209,6 +230,7 @@ int main(void)
     tcase_add_test(tc, seq1f1b_order);
     tcase_add_test(tc, bad_configs);
     tcase_add_loop_test(tc, tera_f64, 0, DL_TEST_SMALL ? 2 : NCASES);
+    tcase_add_test(tc, tera_unequal_f64);
     tcase_add_test(tc, control_no_cache);
     tcase_add_test(tc, kv_memory);
     if (!DL_TEST_SMALL)
