@@ -118,7 +118,7 @@ refused "stashing without async" '--weight-stashing needs --schedule async' \
   $M --layers 2 --dp 1 --pp 2 --weight-stashing
 refused "layer costs count" '--layer-costs: 2 costs for 4 layers' $M --layers 4 --dp 1 --pp 2 --layer-costs 1,2
 # token-level pipelining (issue 34): equal slices dividing the sequence, a pipeline, a schedule
-# that carries slices, no MoE layers; auto (unequal slices) is the simulator's only
+# that carries slices, no MoE layers; auto times slices, so a sequence of at least 4
 refused "token chunks % seq" '--token-chunks 3 does not divide the sequence.s 16 tokens' \
   $M --layers 2 --dp 1 --pp 2 --token-chunks 3
 refused "token chunks > seq" '--token-chunks 32 is more than the sequence.s 16 tokens' \
@@ -130,8 +130,8 @@ refused "token chunks zb-h1" '--token-chunks needs --schedule gpipe or 1f1b .zb-
   $M --layers 2 --dp 1 --pp 2 --microbatches 2 --schedule zb-h1 --token-chunks 2
 refused "token chunks moe" '--token-chunks does not combine with MoE layers' \
   $M --layers 2 --dp 1 --pp 2 --experts 4 --token-chunks 2
-refused "token chunks auto" '--token-chunks auto: the trainer cuts sequences into equal slices only' \
-  $M --layers 2 --dp 1 --pp 2 --token-chunks auto
+refused "token chunks auto short seq" '--token-chunks auto needs --seq >= 4' \
+  $M --layers 2 --dp 1 --pp 2 --seq 2 --token-chunks auto
 refused "token chunks 0" '--token-chunks: 0 is out of range' $M --layers 2 --dp 1 --pp 2 --token-chunks 0
 refused "stray argument" "unexpected argument 'extra'" $M --dp 1 extra
 
@@ -452,6 +452,10 @@ fi
 check_run "check pp 2 token chunks 4 f64" 0 PASS --dp 2 --pp 2 --schedule 1f1b --token-chunks 4 \
   --microbatches 2 $TINY --layers 2 --steps 2 --log-every 0 --dtype f64 --check
 has "check pp 2 token chunks 4 f64" "kvcache MiB"
+# auto: the latency fit and TeraPipe's unequal slices (whichever the timings here choose)
+check_run "check pp 2 token chunks auto f64" 0 PASS --dp 1 --pp 2 --token-chunks auto \
+  --microbatches 2 $TINY --layers 2 --seq 32 --steps 2 --log-every 0 --dtype f64 --check
+has "check pp 2 token chunks auto f64" "# token-chunks auto, 2 stages: "
 # the timeline shows every action of every stage: pp 4 1F1B with 8 micro-batches, each stage's
 # forwards 0-7 and backwards a-h in its grid row or (cells merged) in its list row; the legend
 if run "timeline pp 4" 0 --dp 1 --pp 4 --schedule 1f1b --microbatches 8 $TINY --layers 4 \
