@@ -287,18 +287,29 @@ int dl_sched_1f1b(int p, int m, dl_sched **out)
     return dl__gen_finish(&g, out);
 }
 
-int dl_sched_1f1b_tokens(int p, int nseq, int c, dl_sched **out)
+/* A schedule of nseq sequences x c token chunks (micro-batch j: chunk j % c of sequence j / c). */
+static int tokens_start(dl__gen *g, dl_sched_kind kind, int p, int nseq, int c, dl_sched **out)
 {
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "%s schedule: null output", dl_sched_kind_name(kind));
+    *out = NULL;
     if (nseq < 1 || c < 1)
         return dl_error(DL_EINVAL,
-                        "1f1b schedule with token chunks: need sequences >= 1 and token chunks "
-                        ">= 1 (got %d and %d)",
-                        nseq, c);
+                        "%s schedule with token chunks: need sequences >= 1 and token chunks >= 1 "
+                        "(got %d and %d)",
+                        dl_sched_kind_name(kind), nseq, c);
+    int st = dl__gen_start(g, kind, p, nseq * c, 1, out);
+    if (st == DL_OK)
+        g->s->seq_chunks = c;
+    return st;
+}
+
+int dl_sched_1f1b_tokens(int p, int nseq, int c, dl_sched **out)
+{
     dl__gen g;
-    int st = dl__gen_start(&g, DL_SCHED_1F1B, p, nseq * c, 1, out);
+    int st = tokens_start(&g, DL_SCHED_1F1B, p, nseq, c, out);
     if (st != DL_OK)
         return st;
-    g.s->seq_chunks = c;
     for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, nseq * c, c, 0, 0);
     return dl__gen_finish(&g, out);
 }
@@ -381,19 +392,10 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
 
 int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out)
 {
-    if (out == NULL)
-        return dl_error(DL_EINVAL, "terapipe schedule: null output");
-    *out = NULL;
-    if (nseq < 1 || c < 1)
-        return dl_error(DL_EINVAL,
-                        "terapipe schedule: need sequences >= 1 and token chunks >= 1 "
-                        "(got %d and %d)",
-                        nseq, c);
     dl__gen g;
-    int st = dl__gen_start(&g, DL_SCHED_TERAPIPE, p, nseq * c, 1, out);
+    int st = tokens_start(&g, DL_SCHED_TERAPIPE, p, nseq, c, out);
     if (st != DL_OK)
         return st;
-    g.s->seq_chunks = c;
     for (int s = 0; s < p; s++) {
         for (int j = 0; j < nseq * c; j++) dl__gen_emit(&g, s, DL_SCHED_F, j, 0);
         /* Backward of a token chunk needs the later chunks' backward (their queries read its

@@ -13,30 +13,11 @@
 #include <check.h>
 #include <string.h>
 
+/* test_pipe.c's small run, f64, with c token slices */
 static dl_train_opts base(int pp, int m, int sched, int c)
 {
-    dl_train_opts o;
-    dl_train_opts_init(&o);
-    o.model.layers = 4;
-    o.model.d_model = 32;
-    o.model.heads = 4;
-    o.model.seq = 16;
-    o.precision.dtype = DL_F64;
-    o.layout.dp = 1;
-    o.layout.tp = 1;
-    o.layout.pp = pp;
-    o.pipeline.schedule = sched;
+    dl_train_opts o = tu_pipe_opts(pp, m, sched, DL_F64);
     o.pipeline.token_chunks = c;
-    o.batch.micro = 2;
-    o.batch.microbatches = m;
-    o.optim.steps = DL_TEST_SMALL ? 2 : 3;
-    o.optim.warmup = 2;
-    o.optim.lr = 1e-2;
-    o.optim.min_lr = 1e-4;
-    o.eval.windows = 4;
-    o.output.log_every = 0;
-    o.output.want_params = 1;
-    o.machine.timeout_s = 120;
     return o;
 }
 
@@ -76,23 +57,10 @@ END_TEST
 
 /* ---- the trainer equals one rank ------------------------------------------------------------ */
 
-static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
-{
-    dl_train_opts one = o;
-    ck_assert_msg(dl_train_resolve(&o, o.layout.dp * o.layout.tp * o.layout.pp) == DL_OK, "%s",
-                  dl_errmsg());
-    one.layout.dp = one.layout.tp = one.layout.pp = 1;
-    one.pipeline.schedule = 0;
-    one.pipeline.token_chunks = 0;
-    one.batch.microbatches = o.layout.dp * o.batch.microbatches;
-    one.batch.global = 0;
-    return tu_same_model(o, hook, one, why, wn);
-}
-
 static void equals_one_rank(dl_train_opts o)
 {
     char why[512];
-    int same = vs_one_rank(o, NULL, why, sizeof why);
+    int same = tu_pipe_vs_one_rank(o, NULL, why, sizeof why);
     ck_assert_msg(same == 1, "%s c %d dp %d tp %d pp %d m %d zero %d: %s",
                   dl_sched_kind_name((dl_sched_kind)o.pipeline.schedule), o.pipeline.token_chunks,
                   o.layout.dp, o.layout.tp, o.layout.pp, o.batch.microbatches, o.zero.stage, why);
@@ -155,7 +123,7 @@ START_TEST(control_no_cache)
     dl__test_hook h = {0};
     h.tera_skip_cache = 1;
     char why[512];
-    int same = vs_one_rank(o, &h, why, sizeof why);
+    int same = tu_pipe_vs_one_rank(o, &h, why, sizeof why);
     ck_assert_msg(same == 0 && atomic_load(&h.skipped) > 0, "slices without their cache: %s",
                   same ? "passed as the same model" : why);
     fprintf(stderr, "control: token slices without their key/value cache differ (%s)\n", why);
