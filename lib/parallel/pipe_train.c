@@ -530,9 +530,9 @@ static int pp_tie_sync(pipe_state *s)
 /* A forward through every stage without the engine (evaluation, sampling): each virtual stage
  * in turn receives, computes, sends on; the loss (and the head's probabilities) end on the last
  * stage. One slice of B x L positions (L: the sequence, or a token slice's length). */
-static int pp_forward_slice(pipe_state *s, const int *in, const int *tg, int B, double *l)
+static int pp_forward_slice(pipe_state *s, const int *in, const int *tg, int B, int L, double *l)
 {
-    size_t n = (size_t)B * s->tera.L * s->e->o->model.d_model; /* the longest slice's */
+    size_t n = (size_t)B * L * s->e->o->model.d_model;
     int rc = DL_OK;
     dl_comm *pp = s->e->mesh->pp_comm;
     for (int ch = 0; ch < s->v && rc == DL_OK; ch++) {
@@ -572,7 +572,8 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
                 tr_tera_columns(t, tg, B, k, t->tg), st = t->tg;
             rc = tr_tera_place(t, s->e->g, 0, 0, k);
         }
-        if (rc == DL_OK && (rc = pp_forward_slice(s, si, st, B, &l)) == DL_OK)
+        int L = t->c > 1 ? t->len[k] : t->L;
+        if (rc == DL_OK && (rc = pp_forward_slice(s, si, st, B, L, &l)) == DL_OK)
             sum += l * tr_tera_weight(t, k);
     }
     if (rc == DL_OK)

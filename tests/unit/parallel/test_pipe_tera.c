@@ -6,11 +6,13 @@
  *    token), trains exactly the model one rank trains,
  *    within the rounding bounds of lib/train/compare.h (f64), and the negative control (slices
  *    that skip their key/value cache) fails them;
+ *  - evaluation through the slices equals one rank's (equal and unequal slices);
  *  - the key/value caches: on each stage as many as micro-batches in flight (GPipe: all m), of
  *    the stage's layers' keys and values and their gradients, in the arena's kvcache category;
  *  - combinations that cannot run are refused by name. */
 #include "../testutil.h"
 #include <check.h>
+#include <math.h>
 #include <string.h>
 
 /* test_pipe.c's small run, f64, with c token slices */
@@ -115,6 +117,35 @@ START_TEST(tera_compose_f64)
 }
 END_TEST
 
+/* Evaluation runs each batch's slices through a cache (equal and unequal slices): with the
+ * parameters left at their initial values (lr 1e-300: Adam's update lr·φ(g), |φ| <= 1, is lost
+ * in the parameters' rounding) the validation loss is one rank's to the
+ * rounding of a forward (lib/train/compare.h's R, relative; a mean of positive terms). */
+START_TEST(eval_slices)
+{
+    static const int lens[4] = {5, 3, 7, 1};
+    for (int k = 0; k < 2; k++) {
+        dl_train_opts o = base(2, 2, DL_SCHED_GPIPE, 4), one;
+        o.pipeline.token_lens = k ? lens : NULL;
+        o.optim.steps = 1;
+        o.optim.lr = 1e-300, o.optim.min_lr = 0; /* an update below the parameters' rounding */
+        o.output.want_params = 0;
+        one = o;
+        one.layout.pp = 1, one.pipeline.token_chunks = 0, one.pipeline.token_lens = NULL;
+        one.pipeline.schedule = 0;
+        dl_train_result a, b;
+        ck_assert_msg(dl_train_run(&o, &a) == DL_OK, "%s", dl_errmsg());
+        ck_assert_msg(dl_train_run(&one, &b) == DL_OK, "%s", dl_errmsg());
+        double va = a.eval.final_val_loss, vb = b.eval.final_val_loss;
+        ck_assert_msg(fabs(va - vb) <= dl__eq_round(&o) * vb,
+                      "%s slices: validation loss %.17g, one rank %.17g", k ? "unequal" : "equal",
+                      va, vb);
+        dl_train_result_free(&a);
+        dl_train_result_free(&b);
+    }
+}
+END_TEST
+
 /* The bounds see the cache: slices that attend to their own positions only (the earlier
  * slices' keys and values skipped) fail them. */
 START_TEST(control_no_cache)
@@ -199,6 +230,7 @@ int main(void)
     tcase_add_test(tc, bad_configs);
     tcase_add_loop_test(tc, tera_f64, 0, DL_TEST_SMALL ? 2 : NCASES);
     tcase_add_test(tc, tera_unequal_f64);
+    tcase_add_test(tc, eval_slices);
     tcase_add_test(tc, control_no_cache);
     tcase_add_test(tc, kv_memory);
     if (!DL_TEST_SMALL)
