@@ -485,7 +485,9 @@ static int parse(int argc, char **argv, pcfg *c)
     }
     if (c->nchunks && (sched_set || c->work == WORK_MODEL)) {
         cli_error("--token-chunks sweeps TeraPipe's schedule with --work sleep or spin (%s)",
-                  sched_set ? "leave out --schedules" : "the trainer does not run token slices");
+                  sched_set
+                      ? "leave out --schedules"
+                      : "the real model's token slices: distlab-train --pp P --token-chunks C");
         return -1;
     }
     if (c->nchunks) { /* the lecture's §6.2 unless told: 2 sequences, 4 stages */
