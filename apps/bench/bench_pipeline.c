@@ -36,7 +36,7 @@
 #include "bench_util.h"
 #include "trace_plot.h"
 #include "bench_pipeline.h"
-#include "bench_tera.h"
+#include "tera_fit.h"
 #include "core/stats.h"
 
 enum { WORK_SLEEP = 0, WORK_SPIN = 1, WORK_MODEL = 2 };
@@ -499,7 +499,9 @@ static int parse(int argc, char **argv, pcfg *c)
     }
     if (c->nchunks && (sched_set || c->work == WORK_MODEL)) {
         cli_error("--token-chunks sweeps TeraPipe's schedule with --work sleep or spin (%s)",
-                  sched_set ? "leave out --schedules" : "the trainer does not run token slices");
+                  sched_set
+                      ? "leave out --schedules"
+                      : "the real model's token slices: distlab-train --pp P --token-chunks C");
         return -1;
     }
     if (c->nchunks) { /* the lecture's §6.2 unless told: 2 sequences, 4 stages */
@@ -980,10 +982,10 @@ static int chunks_auto(const pcfg *c, pres *o, tera_state *t, FILE *f, double **
     if (!lens)
         return dl_error(DL_ENOMEM, "out of memory");
     if (!t->fitted &&
-        (rc = bench_tera_fit(c->seq, c->d_model, c->micro_batch, note, &t->model)) == DL_OK)
+        (rc = tera_fit_latency(c->seq, c->d_model, c->micro_batch, note, &t->model)) == DL_OK)
         t->fitted = 1;
     if (rc == DL_OK)
-        rc = bench_tera_plan(&t->model, c->seq, o->p, o->m, note, lens, &o->c, scale);
+        rc = tera_fit_plan(&t->model, c->seq, o->p, o->m, note, lens, &o->c, scale);
     o->autoc = 1;
     free(lens);
     return rc;

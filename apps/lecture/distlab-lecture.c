@@ -308,8 +308,18 @@ static int terapipe_corrected(const dl_sched *s, int c)
              scale[c - 1] / scale[0]);
     lec_fig("§6.2", id, "  each chunk costing its FLOPs (width 768, 2048 tokens)",
             sim->bubble_total, shown, "", LEC_INFO);
+    /* measured: the engine on 4 rank threads, each chunk sleeping its FLOPs' share */
+    double meas;
+    int rc = lecture_03_tera_measure(s, scale, &meas);
+    if (rc == DL_OK) {
+        snprintf(id, sizeof id, "terapipe_c%d_measured", c);
+        snprintf(shown, sizeof shown, "%.1f%% (simulated %.1f%%)", 100 * meas,
+                 100 * sim->bubble_total);
+        lec_fig("§6.2", id, "  measured: the engine, sleep work at those costs", meas, shown, "",
+                LEC_INFO);
+    }
     dl_sched_sim_free(sim);
-    return 0;
+    return rc ? lec_fail("run TeraPipe with sleep work") : 0;
 }
 
 static void list_ints(char *buf, size_t cap, const int *v, int n, const char *sep)

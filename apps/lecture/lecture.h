@@ -2,8 +2,8 @@
  * output, sections 01, 03, 05 and the exercises; apps/lecture/lecture_par.c: section 02, the real
  * runs of data and tensor parallelism on rank threads; apps/lecture/lecture_zero.c: section 04,
  * ZeRO; apps/lecture/lecture_pipe.c: section 03's real pipeline run; apps/lecture/lecture_async.c:
- * section 03's async run against 1F1B; apps/lecture/lecture_moe.c: section 06, expert
- * parallelism). */
+ * section 03's async run against 1F1B; apps/lecture/lecture_tera.c: its TeraPipe run with sleep
+ * work; apps/lecture/lecture_moe.c: section 06, expert parallelism). */
 #ifndef DISTLAB_APPS_LECTURE_H
 #define DISTLAB_APPS_LECTURE_H
 
@@ -43,6 +43,11 @@ int lecture_03_pipe(void);
 /* Section 03, §4.3 measured: async (no flush) against 1F1B, the trainer at pp 2
  * (apps/lecture/lecture_async.c). Returns 0, or -1 after lec_fail. */
 int lecture_03_async(void);
+/* Section 03, §6.2 measured: the TeraPipe schedule s (4 stages) on 4 rank threads with sleep
+ * work, each chunk's forward 8 ms x scale[mb] / c, its backward twice that
+ * (apps/lecture/lecture_tera.c); *bubble the median step's. Returns a dl_status. */
+struct dl_sched;
+int lecture_03_tera_measure(const struct dl_sched *s, const double *scale, double *bubble);
 /* Section 04, ZeRO (apps/lecture/lecture_zero.c, on apps/lecture/lecture_mlp.c). Returns 0, or -1 after lec_fail. */
 int lecture_04(void);
 /* Section 06, §6.3 expert parallelism: the capacity sweep on rank threads and the Mixtral-sized

@@ -68,6 +68,8 @@ static dl_train_opts one_rank(const dl_train_opts *o)
     one.pipeline.layer_costs = NULL;
     one.pipeline.schedule_file = NULL;
     one.pipeline.schedule_letters = one.pipeline.schedule_mem_limit = 0;
+    one.pipeline.token_chunks = 0;
+    one.pipeline.token_lens = NULL;
     one.batch.microbatches = o->layout.dp * o->batch.microbatches;
     one.batch.global = o->batch.global;
     return one;

@@ -1,16 +1,24 @@
 /* Pipeline: the schedule, its virtual stages and weight stashing, the layers' split to stages
- * (--layer-costs), and the pipeline's summary lines. */
+ * (--layer-costs), token-level pipelining (--token-chunks, auto: TeraPipe's slices from a latency
+ * model measured here), and the pipeline's summary lines. */
+#define _GNU_SOURCE
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "group.h"
 #include "cli.h"
 #include "layer_costs.h"
+#include "tera_fit.h"
 #include "parallel/pipe_train.h"
 
 enum { MAX_LAYERS = 4096 };
 static int have_sched, have_virt, measure, ncosts;
 static const char *write_path; /* --write-schedule */
 static double costs[MAX_LAYERS];
+static int tokens_auto, *auto_lens; /* --token-chunks auto: the slices chosen here */
+static char *auto_note;             /* its fit and slices, printed after the banner */
+static size_t auto_note_len;
 
 static int p_sched(tg_run *r, const char *a)
 {
@@ -63,6 +71,68 @@ static int p_limit(tg_run *r, const char *a)
     return cli_parse_int("--schedule-mem-limit", a, 1, 1 << 20, &r->o.pipeline.schedule_mem_limit);
 }
 
+/* --token-chunks c, or auto (the slices chosen before the run: plan_auto) */
+static int p_tokens(tg_run *r, const char *a)
+{
+    tokens_auto = !strcmp(a, "auto");
+    if (tokens_auto) {
+        r->o.pipeline.token_chunks = 2; /* until measured: any cut, for the refusals */
+        return 0;
+    }
+    return cli_parse_int("--token-chunks", a, 1, 1 << 20, &r->o.pipeline.token_chunks);
+}
+
+/* auto: what the latency fit needs, and a placeholder cut of the sequence (1 | T - 1) that
+ * lets the library's resolution refuse what token slices cannot run with */
+static int auto_check(tg_run *r)
+{
+    const dl_gpt_config *m = &r->o.model;
+    if (!tokens_auto || r->o.layout.pp < 2)
+        return TG_NEXT;
+    if (m->seq < 4 || m->d_model % 4)
+        return tg_refuse(r, "--token-chunks auto needs --seq >= 4 and --d-model a multiple of 4 "
+                            "(the latency fit times slices of a 4-head layer)");
+    if (!(auto_lens = malloc(sizeof(int) * (size_t)m->seq)))
+        return tg_refuse(r, "--token-chunks auto: out of memory");
+    auto_lens[0] = 1, auto_lens[1] = m->seq - 1;
+    r->o.pipeline.token_lens = auto_lens;
+    return TG_NEXT;
+}
+
+/* auto, after the library's resolution: one layer timed on token slices here, the latency model
+ * t(l, ctx) fitted, TeraPipe's dynamic program for pp stages (one slice: none) */
+static int plan_auto(tg_run *r)
+{
+    dl_train_opts *o = &r->o;
+    if (!tokens_auto || o->layout.pp < 2)
+        return TG_NEXT;
+    dl_tera_latency model;
+    double *scale = NULL;
+    int n = 0, rc;
+    FILE *f = open_memstream(&auto_note, &auto_note_len);
+    if (!f)
+        return tg_refuse(r, "--token-chunks auto: out of memory");
+    rc = tera_fit_latency(o->model.seq, o->model.d_model, o->batch.micro, f, &model);
+    if (rc == DL_OK)
+        rc = tera_fit_plan(&model, o->model.seq, o->layout.pp, o->batch.microbatches, f, auto_lens,
+                           &n, &scale);
+    fclose(f);
+    free(scale);
+    o->pipeline.token_chunks = n > 1 ? n : 1;
+    o->pipeline.token_lens = n > 1 ? auto_lens : NULL;
+    if (rc || (rc = dl_train_resolve(o, o->layout.dp * o->layout.tp * o->layout.pp)))
+        return tg_refuse(r, "--token-chunks auto: %s", dl_errmsg());
+    return TG_NEXT;
+}
+
+static int print_auto(tg_run *r)
+{
+    (void)r;
+    if (auto_note)
+        fputs(auto_note, stdout);
+    return TG_NEXT;
+}
+
 static int p_write(tg_run *r, const char *a)
 {
     (void)r;
@@ -99,6 +169,7 @@ static int idle(tg_run *r)
                       : write_path             ? "--write-schedule"
                       : pl->schedule_letters   ? "--schedule-letters"
                       : pl->schedule_mem_limit ? "--schedule-mem-limit"
+                      : pl->token_chunks       ? "--token-chunks"
                                                : NULL;
     if (r->o.layout.pp == 1 && opt)
         return tg_refuse(r, "%s needs a pipeline (--pp N, N >= 2): with one stage it has no effect",
@@ -187,17 +258,23 @@ static int summary(tg_run *run)
     const dl_train_opts *o = &run->o;
     if (r->pipeline.stages <= 1)
         return TG_NEXT;
-    printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s; layers per virtual stage:",
-           r->pipeline.stages, r->pipeline.v, tg_plural(r->pipeline.v, "s"),
+    printf("pipeline: %d stages x %d chunk%s, %s, %d micro-batch%s", r->pipeline.stages,
+           r->pipeline.v, tg_plural(r->pipeline.v, "s"),
            dl_sched_kind_name((dl_sched_kind)o->pipeline.schedule), o->batch.microbatches,
            tg_plural(o->batch.microbatches, "es"));
+    for (int k = 0; k < o->pipeline.token_chunks && o->pipeline.token_chunks > 1; k++)
+        printf("%s%d", k ? "/" : " x token slices of ",
+               o->pipeline.token_lens ? o->pipeline.token_lens[k]
+                                      : o->model.seq / o->pipeline.token_chunks);
+    printf("; layers per virtual stage:");
     for (int i = 0; i < r->pipeline.stages * r->pipeline.v; i++)
         printf(" %d-%d", r->pipeline.bounds[i], r->pipeline.bounds[i + 1] - 1);
     printf("\n  measured bubble per stage (1 - busy/wall, median step):");
     for (int st = 0; st < r->pipeline.stages; st++) printf(" %.1f%%", 100 * r->pipeline.bubble[st]);
     printf("\n  total %.1f%% vs the schedule's own %.1f%% (simulated, a backward twice a "
-           "forward",
-           100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory);
+           "forward%s",
+           100 * r->pipeline.bubble_total, 100 * r->pipeline.bubble_theory,
+           o->pipeline.token_chunks > 1 ? ", each token slice at its FLOPs" : "");
     if (!isnan(r->pipeline.bubble_paper))
         printf("; the paper's formula at F = B = W: %.1f%%", 100 * r->pipeline.bubble_paper);
     printf("); activation slots per stage:");
@@ -218,6 +295,11 @@ static void j_sched(FILE *f, const tg_run *r)
     fprintf(f, "\"%s\"",
             r->o.layout.pp > 1 ? dl_sched_kind_name((dl_sched_kind)r->o.pipeline.schedule)
                                : "none");
+}
+static void j_tokens(FILE *f, const tg_run *r)
+{
+    int c = r->o.pipeline.token_chunks;
+    fprintf(f, "%d", r->o.layout.pp > 1 && c > 1 ? c : 1);
 }
 static void j_virt(FILE *f, const tg_run *r)
 {
@@ -297,6 +379,16 @@ static const tg_opt opts[] = {
 "                        activation slots (a micro-batch's chunk from its F to its W)\n"},
     {"write-schedule", 1, p_write,
 "  --write-schedule FILE write the schedule this run uses in that CSV form\n"},
+    {"token-chunks", 1, p_tokens,
+"  --token-chunks C|auto token-level pipelining (TeraPipe): each sequence of a micro-batch\n"
+"                        cut into C equal slices (C divides --seq), a slice the unit the\n"
+"                        schedule moves; each stage keeps the earlier slices' keys and values\n"
+"                        (memory: kvcache). auto: one layer timed on slices here, the latency\n"
+"                        t(l, ctx) fitted (printed with its error), TeraPipe's dynamic program\n"
+"                        picks unequal slices for the stages (hand-offs sized for the longest).\n"
+"                        --schedule gpipe (all forwards, then each sequence's slices backward\n"
+"                        last to first) or 1f1b (Seq1F1B: C - 1 more warm-up forwards);\n"
+"                        refused with other schedules, MoE layers, --sample\n"},
     {"virtual-stages", 1, p_virt,
 "  --virtual-stages N    interleaved: model chunks per stage (default 2)\n"},
     {"weight-stashing", 0, p_stash,
@@ -308,15 +400,14 @@ static const tg_opt opts[] = {
     {0},
 };
 /* clang-format on */
-static const tg_hook hooks[] = {{TG_CHECK, idle},
-                                {TG_CHECK, count_costs},
-                                {TG_PREPARE, measure_costs},
-                                {TG_PREPARE, sched_files},
-                                {TG_REPORT, summary},
-                                {0}};
+static const tg_hook hooks[] =
+    {{TG_CHECK, idle},          {TG_CHECK, count_costs},  {TG_CHECK, auto_check},
+     {TG_RESOLVE, plan_auto},   {TG_PREPARE, print_auto}, {TG_PREPARE, measure_costs},
+     {TG_PREPARE, sched_files}, {TG_REPORT, summary},     {0}};
 static const tg_field config[] = {{"schedule", j_sched, NULL},
                                   {"virtual_stages", j_virt, NULL},
                                   {"weight_stashing", j_stash, NULL},
+                                  {"token_chunks", j_tokens, NULL},
                                   {0}};
 
 static const tg_field summary_fields[] = {{"pipeline", j_pipe, has_pipe}, {0}};

@@ -59,6 +59,12 @@ typedef struct dl_gpt_opts {
      * (0 or 1: this rank holds every expert) */
     int ep;
     dl_comm *ep_comm; /* its rank is the ep rank (NULL when ep <= 1) */
+    /* token-level pipelining (TeraPipe; 0: whole sequences): each forward is a slice of at most
+     * token_slice positions of its sequences (its buffers and hand-offs that long), placed by
+     * dl_gpt_slot_slice; the keys and values of kv_seqs micro-batches' sequences are kept per
+     * layer (category kvcache) for their later slices, with their gradients */
+    int token_slice;
+    int kv_seqs;
 } dl_gpt_opts;
 
 /* Called during backward whenever the gradients of every tensor at flat offsets >= `first` are
@@ -123,6 +129,15 @@ size_t dl_gpt_layer_offset(const dl_gpt *g, int l);
  * of the chunk's input there. The whole-model dl_gpt_forward/backward are slot 0, chunk 0. */
 int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, const int *targets,
                          int B, double *loss);
+/* Token-level pipelining (opts.token_slice > 0): the next forwards of `slot` (and so their
+ * backwards) are the slice of positions [t0, t0 + len) (len <= token_slice) of the sequences
+ * whose keys and values cache `cache` (0 .. kv_seqs-1) holds: its attention reads the cache's
+ * rows [0, t0) (the earlier slices, forwarded before) and adds its own. Its inputs, targets and
+ * loss are the slice's (B x len positions; the hand-off buffers hold B x token_slice). The
+ * backwards of a sequence's slices must run last slice first: each adds its keys' and values'
+ * gradient to the cache's, which the earlier slices' backwards then complete and use. DL_EINVAL
+ * outside the ranges. */
+int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0, int len);
 int dl_gpt_stage_backward(dl_gpt *g, int slot, int chunk, double dloss, dl_grad_ready_fn ready,
                           void *arg);
 /* The backward in two parts (zero-bubble schedules; needs opts.defer_w, refused with full

@@ -98,6 +98,12 @@ int dl_sched_gpipe(int p, int m, dl_sched **out);
  * w = min(p-s-1, m) warm-up forwards, then m-w pairs (F, B), then w backwards, then OPT — so
  * GPU s+1 runs p-s forwards before its first backward, as in the lecture's grid. */
 int dl_sched_1f1b(int p, int m, dl_sched **out);
+/* 1F1B over token chunks (Seq1F1B's order, the trainer's --schedule 1f1b --token-chunks c):
+ * each of nseq sequences cut into c chunks, micro-batch j being chunk j % c of sequence j / c
+ * (seq_chunks = c, kind 1F1B); stage s runs min(p-s-1 + c-1, nseq c) warm-up forwards, then
+ * 1F1B pairs whose backwards take each sequence's chunks last to first, then the remaining
+ * backwards, then OPT. c = 1 is dl_sched_1f1b. */
+int dl_sched_1f1b_tokens(int p, int nseq, int c, dl_sched **out);
 /* Interleaved 1F1B with v chunks per stage (Narayanan et al. 2021; Megatron-LM's order):
  * forward k (k = 0 .. m v - 1) is micro-batch (k / (p v)) p + k % p, chunk (k / p) % v;
  * backward k the same micro-batch with chunk v-1 - (k / p) % v; stage s runs

@@ -86,6 +86,15 @@ typedef struct dl_train_pipeline {
     int schedule_letters;      /* its letters: DL_SCHED_LETTERS_AUTO, _NEW or _OLD */
     int schedule_mem_limit;    /* > 0: the activation slots a stage may hold; a schedule file
                                 * that breaks it is refused */
+    int token_chunks;          /* token-level pipelining (TeraPipe): each sequence cut into this
+                                * many slices (equal: dividing model.seq), a slice of a
+                                * micro-batch the unit the schedule moves, GPipe's order
+                                * (dl_sched_terapipe) or 1F1B's (dl_sched_1f1b_tokens); each
+                                * stage keeps the earlier slices' keys and values (memory
+                                * category kvcache). 0 or 1: whole sequences */
+    const int *token_lens;     /* [token_chunks]: the slices' lengths, unequal (summing to
+                                * model.seq: TeraPipe's dynamic program, distlab-train
+                                * --token-chunks auto); NULL: equal */
 } dl_train_pipeline;
 
 /* The corpus. */

@@ -10,7 +10,8 @@
  * of its two transports) and the channel's fallbacks and sleep watch (lib/transport/chan.c, at
  * configuration only; tests/unit/transport/, and the tests that force a rank asleep through
  * tests/unit/testutil.h's tu_chan_watch), and the full-state checkpoints' saves and resume
- * (lib/io/ckdir_save.c: a crash mid-save, the crash points, a full disk; lib/train/state.c).
+ * (lib/io/ckdir_save.c: a crash mid-save, the crash points, a full disk; lib/train/state.c),
+ * and the model's token slices (lib/model/gpt.c: slices without their key/value cache).
  *
  * Set it from the test's thread before dl_world_run / dl_train_run and clear it (NULL) after:
  * the rank threads read it after they start, and only count into it (atomically). */
@@ -72,6 +73,9 @@ typedef struct dl__test_hook {
     int ckpt_crash_step, ckpt_crash_at;
     atomic_int ckpt_points;
     int ckpt_enospc_step, ckpt_enospc_rank;
+    /* Token slices (lib/model/gpt.c, dl_gpt_slot_slice): every slice placed runs without the
+     * key/value cache, its attention seeing its own positions only (counted in skipped) */
+    int tera_skip_cache;
     /* out: how often each fired, summed over ranks (a control asserts it did) */
     atomic_int skipped, perturbed;
 } dl__test_hook;

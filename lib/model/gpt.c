@@ -8,6 +8,7 @@
 #include "model/layer.h"
 #include "model/ops.h"
 #include "model/sublayer.h"
+#include "core/testhook.h"
 
 /* One sublayer of one local layer: its kind, its first tensor, its unit, where its activations
  * sit in the layer's activation set and its stash in the layer's stash set (elements). */
@@ -22,8 +23,15 @@ struct dl_gpt {
     dl_gpt_layout *lay;
     int tp, dsize;    /* dsize: bytes of the compute type (activations, unit buffers) */
     int store, ssize; /* the storage type of params/grads (DL_F32, DL_F64, DL_BF16), its bytes */
-    int V, T, C, L, H, HS, Cl, Fl, NHl, MB;  /* L: the layers this rank holds (all chunks) */
-    size_t N;                                /* MB * T: rows of the largest batch */
+    int V, T, C, L, H, HS, Cl, Fl, NHl, MB; /* L: the layers this rank holds (all chunks) */
+    size_t N;                               /* MB * T: rows of the largest batch */
+    /* token slices (opts.token_slice): T is the longest slice's length (the buffers' rows per
+     * sequence), Tseq the sequence's; per slot the slice's first position, its length and its
+     * sequences' key/value cache; the caches (kv_seqs of them, each L layers of kv_elems) and
+     * their gradients */
+    int Tseq, *slot_t0, *slot_len, *slot_kv;
+    size_t kv_elems;
+    void *kv_base, *dkv_base;
     size_t set_elems;                        /* one layer's activations (the largest) */
     size_t stash_elems;                      /* one layer's deferred weight-gradient stash */
     int k_wte, k_wpe, k_lnf, k_lnfb, k_head; /* tensor indices */
@@ -161,13 +169,23 @@ static void select_slot(dl_gpt *g, int s, int ch)
     }
 }
 
-/* A sublayer's sizes for a batch of B sequences. */
-static dl_sub_dims sub_dims(const dl_gpt *g, int B)
+/* A sublayer's sizes for a batch of B sequences of T positions. */
+static dl_sub_dims sub_dims(const dl_gpt *g, int B, int T)
 {
     const dl_gpt_config *c = &g->o.cfg;
     int E = c->experts, Fe = c->expert_ffn ? c->expert_ffn : 4 * g->C;
-    return (dl_sub_dims){g->MB, B, g->T,     g->C, g->Cl,     g->Fl, g->NHl, g->HS,
-                         g->tp, E, c->top_k, Fe,   E / g->ep, g->ep, 0};
+    return (dl_sub_dims){g->MB,    B,      T,         g->C,  g->Cl,
+                         g->Fl,    g->NHl, g->HS,     g->tp, E,
+                         c->top_k, Fe,     E / g->ep, g->ep, g->kv_elems ? g->Tseq : 0};
+}
+
+/* The current slot's positions per sequence: its slice's, or the buffers' T. */
+static int rows_T(const dl_gpt *g) { return g->kv_elems ? g->slot_len[g->cur_slot] : g->T; }
+
+/* The current slot's first position (0 without token slices). */
+static size_t slice_t0(const dl_gpt *g)
+{
+    return g->kv_elems ? (size_t)g->slot_t0[g->cur_slot] : 0;
 }
 
 /* The context of local layer l's sublayer j for a batch of B sequences in the current slot and
@@ -182,7 +200,7 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     char *set = (char *)g->cur_act + (g->o.recompute ? 0 : (size_t)r) * g->set_elems * ds;
     char *xres = (char *)g->xres + (size_t)r * NC * ds;
     memset(c, 0, sizeof *c);
-    c->d = sub_dims(g, B);
+    c->d = sub_dims(g, B, rows_T(g));
     c->tp_comm = g->o.tp_comm;
     c->cfg = &g->o.cfg;
     c->ep_comm = g->ep > 1 ? g->o.ep_comm : NULL;
@@ -198,6 +216,13 @@ static void sub_ctx(dl_gpt *g, int l, int j, int B, dl_sub_ctx *c)
     c->dx = g->dx;
     c->ws_dln = g->dln, c->ws_datty = g->datty, c->ws_dqkv = g->dqkv, c->ws_dfc = g->dfchg;
     c->ws_scratch = g->att_scratch;
+    if (g->kv_elems && g->slot_kv[g->cur_slot] >= 0) { /* local layer l's cache of the slot's
+                                                         * sequences */
+        size_t at = ((size_t)g->slot_kv[g->cur_slot] * g->L + (size_t)l) * g->kv_elems * ds;
+        c->kv = (char *)g->kv_base + at;
+        c->dkv = (char *)g->dkv_base + at;
+        c->kv_ctx = g->slot_t0[g->cur_slot];
+    }
 }
 
 #define REAL float
@@ -233,6 +258,7 @@ void dl_gpt_destroy(dl_gpt *g)
     free(g->inputs_base);
     free(g->targets_base);
     free(g->lastB);
+    free(g->slot_t0), free(g->slot_len), free(g->slot_kv);
     free(g->zero_targets);
     free(g->ufirst), free(g->ubound), free(g->pw), free(g->gw);
     for (int i = 0; i < g->nmoe; i++) free(g->moe[i].routed), free(g->moe[i].dropped);
@@ -262,6 +288,12 @@ static int check_opts(const dl_gpt_opts *o)
     if (o->cfg.experts > 0 && (o->recompute || (o->part && o->part->nchunks != 1)))
         return dl_error(DL_EINVAL, "model: a mixture of experts with full recomputation or "
                                    "several chunks a stage is not supported yet");
+    if (o->token_slice < 0 || o->token_slice > o->cfg.seq ||
+        (o->token_slice && (o->kv_seqs < 1 || o->cfg.experts > 0)))
+        return dl_error(DL_EINVAL,
+                        "model: token slices of %d positions (sequence %d) need 1..sequence "
+                        "positions, key/value caches >= 1 (got %d) and no mixture of experts",
+                        o->token_slice, o->cfg.seq, o->kv_seqs);
     if (o->defer_w && o->recompute == DL_RECOMPUTE_FULL)
         return dl_error(DL_EINVAL, "model: deferred weight gradients with full recomputation are "
                                    "not supported (the weight part would recompute the layer)");
@@ -278,7 +310,8 @@ static void set_dims(dl_gpt *g)
     g->dsize = o->dtype == DL_F64 ? 8 : 4;
     g->store = o->dtype;
     g->ssize = (int)dl_dtype_size(o->dtype);
-    g->V = c->vocab, g->T = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->V = c->vocab, g->Tseq = c->seq, g->C = c->d_model, g->H = c->heads;
+    g->T = o->token_slice > 0 ? o->token_slice : c->seq;
     g->L = 0;
     for (int ch = 0; ch < part->nchunks; ch++) {
         g->cbeg[ch] = g->L;
@@ -295,6 +328,7 @@ static void set_dims(dl_gpt *g)
     g->MB = o->micro_batch;
     g->N = (size_t)g->MB * g->T;
     g->ep = o->ep < 1 ? 1 : o->ep;
+    g->kv_elems = o->token_slice > 0 ? (size_t)g->MB * g->Tseq * 2 * g->Cl : 0;
 }
 
 /* The measurements of each local MoE layer (model/sublayer.h). */
@@ -326,7 +360,7 @@ static int plan_sublayers(dl_gpt *g)
     g->moe_of = calloc(L1, sizeof *g->moe_of);
     if (!g->sub || !g->nsub || !g->moe || !g->moe_of)
         return dl_error(DL_ENOMEM, "model: out of memory");
-    dl_sub_dims d = sub_dims(g, g->MB);
+    dl_sub_dims d = sub_dims(g, g->MB, g->T);
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             const dl_sublayer_kind *kinds[DL_SUB_MAX];
@@ -373,6 +407,9 @@ static int find_tensors(dl_gpt *g)
     g->inputs_base = malloc(sizeof(int) * N * S);
     g->targets_base = malloc(sizeof(int) * N * S);
     g->lastB = calloc(S, sizeof(int));
+    g->slot_t0 = calloc(S, sizeof(int));
+    g->slot_len = calloc(S, sizeof(int));
+    g->slot_kv = calloc(S, sizeof(int));
     g->wpend = calloc(S, sizeof(int));
     g->zero_targets = calloc(N, sizeof(int));
     int nt = g->lay->ntensors;
@@ -380,9 +417,11 @@ static int find_tensors(dl_gpt *g)
     g->ubound = calloc((size_t)g->L * DL_SUB_MAX + 3, sizeof(size_t));
     g->pw = calloc((size_t)nt, sizeof(void *));
     g->gw = calloc((size_t)nt, sizeof(void *));
-    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->wpend ||
-        !g->zero_targets || !g->ufirst || !g->ubound || !g->pw || !g->gw)
+    if (!g->k_layer || !g->inputs_base || !g->targets_base || !g->lastB || !g->slot_t0 ||
+        !g->slot_len || !g->slot_kv || !g->wpend || !g->zero_targets || !g->ufirst || !g->ubound ||
+        !g->pw || !g->gw)
         return dl_error(DL_ENOMEM, "model: out of memory");
+    for (size_t i = 0; i < S; i++) g->slot_len[i] = g->T;
     for (int ch = 0, l = 0; ch < part->nchunks; ch++)
         for (int i = 0; i < part->count[ch]; i++, l++) {
             char name[48];
@@ -448,6 +487,9 @@ static int alloc_buffers(dl_gpt *g)
     int wantp = g->store == DL_BF16, wantg = !g->gdirect, wanta = o->gather != NULL;
     size_t sets = o->recompute == DL_RECOMPUTE_FULL ? 1 : S * (size_t)g->maxc;
     size_t Fl = (size_t)g->Fl, Cl = (size_t)g->Cl, V = (size_t)g->V, T = (size_t)g->T;
+    /* the keys a query may see: the sequence's with token slices (the attention's scratch) */
+    size_t keys = g->kv_elems ? (size_t)g->Tseq : T;
+    size_t kv = g->kv_elems * (size_t)o->kv_seqs * (size_t)g->L;
     size_t H = g->head ? S : 0;
     /* deferred weight gradients: per slot, the layers' stashes, the head's and the embeddings' */
     g->stash_slot = (size_t)g->maxc * g->stash_elems + ((size_t)g->head + (size_t)g->embed) * N * C;
@@ -481,7 +523,9 @@ static int alloc_buffers(dl_gpt *g)
         {DL_MEM_OTHER, N * Cl, &g->datty, 0},
         {DL_MEM_OTHER, N * Fl, &g->dfchg, 0},
         {DL_MEM_OTHER, g->head ? N * C : 0, &g->dlnf, 0},
-        {DL_MEM_OTHER, T * T, &g->att_scratch, 0},
+        {DL_MEM_OTHER, T * keys, &g->att_scratch, 0},
+        {DL_MEM_KVCACHE, kv, &g->kv_base, 0},
+        {DL_MEM_KVCACHE, kv, &g->dkv_base, 0},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         if (!plan[i].elems)
@@ -609,6 +653,30 @@ static int check_slot(const dl_gpt *g, int slot, int chunk, const char *what)
     return DL_OK;
 }
 
+int dl_gpt_slot_slice(dl_gpt *g, int slot, int cache, int t0, int len)
+{
+    int rc = check_slot(g, slot, 0, "token slice");
+    if (rc)
+        return rc;
+    if (!g->kv_base || cache < 0 || cache >= g->o.kv_seqs || t0 < 0 || len < 1 || len > g->T ||
+        t0 + len > g->Tseq)
+        return dl_error(DL_EINVAL,
+                        "model token slice: cache %d, positions %d..%d (%s; caches 0..%d, "
+                        "slices of at most %d positions, sequence %d)",
+                        cache, t0, t0 + len - 1,
+                        g->kv_base ? "out of range" : "the model has no token slices",
+                        g->o.kv_seqs - 1, g->T, g->Tseq);
+    g->slot_t0[slot] = t0;
+    g->slot_len[slot] = len;
+    g->slot_kv[slot] = cache;
+    dl__test_hook *h = dl__test_hook_get(); /* the negative control: a slice without its cache */
+    if (h && h->tera_skip_cache) {
+        g->slot_kv[slot] = -1;
+        atomic_fetch_add(&h->skipped, 1);
+    }
+    return DL_OK;
+}
+
 int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, const int *targets,
                          int B, double *loss)
 {
@@ -621,7 +689,7 @@ int dl_gpt_stage_forward(dl_gpt *g, int slot, int chunk, const int *inputs, cons
     if (B < 1 || B > g->MB)
         return dl_error(DL_EINVAL, "model forward: batch %d outside 1..%d", B, g->MB);
     select_slot(g, slot, chunk);
-    size_t n = (size_t)B * g->T;
+    size_t n = (size_t)B * rows_T(g);
     int first = g->embed && chunk == 0, last = g->head && chunk == g->lay->part.nchunks - 1;
     if (first) {
         if (!inputs)

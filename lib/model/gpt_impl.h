@@ -61,12 +61,14 @@ static int FN(layer_bwd_)(dl_gpt *g, int l, int B, dl_bwd_part part, dl_grad_rea
  * is the last. */
 static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B, double *loss)
 {
-    int N = B * g->T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
+    int T = rows_T(g), N = B * T, C = g->C, V = g->V, rc, ch = g->cur_chunk;
     int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
     if (g->embed && ch == 0) {
         if ((rc = unit_begin(g, 0, 0)))
             return rc;
-        OP(dl_encoder_fwd_)(XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe), B, g->T, C);
+        /* a token slice's positions start at its t0 */
+        OP(dl_encoder_fwd_)
+        (XRES(0), inputs, PARAM(g->k_wte), PARAM(g->k_wpe) + slice_t0(g) * C, B, T, C);
     }
     for (int l = lb; l < le; l++)
         for (int j = 0; j < g->nsub[l]; j++) {
@@ -98,7 +100,7 @@ static int FN(forward_)(dl_gpt *g, const int *inputs, const int *targets, int B,
  * deferred. */
 static int FN(head_bwd_)(dl_gpt *g, double dloss, int B, int r, dl_bwd_part part)
 {
-    int N = B * g->T, C = g->C, V = g->V, whole = part == DL_BWD_WHOLE;
+    int N = B * rows_T(g), C = g->C, V = g->V, whole = part == DL_BWD_WHOLE;
     REAL *dlnf = whole ? (REAL *)g->dlnf : (REAL *)g->cur_stash_head;
     if (part == DL_BWD_WEIGHT) {
         OP(dl_linear_bwd_)(NULL, GRAD(g->k_head), NULL, g->probs, g->lnf, NULL, N, C, V);
@@ -127,7 +129,7 @@ static int FN(head_bwd_)(dl_gpt *g, double dloss, int B, int r, dl_bwd_part part
 static int FN(backward_)(dl_gpt *g, double dloss, dl_bwd_part part, dl_grad_ready_fn ready,
                          void *arg)
 {
-    int B = g->lastB[g->cur_slot], N = B * g->T, C = g->C, rc, ch = g->cur_chunk;
+    int B = g->lastB[g->cur_slot], T = rows_T(g), N = B * T, C = g->C, rc, ch = g->cur_chunk;
     int lb = g->cbeg[ch], le = g->cbeg[ch] + g->lay->part.count[ch];
     int wpart = part != DL_BWD_INPUT;
     g->cur_dloss = dloss;
@@ -155,7 +157,8 @@ static int FN(backward_)(dl_gpt *g, double dloss, dl_bwd_part part, dl_grad_read
     if (!g->keep0 && (rc = unit_begin_part(g, 0, part)))
         return rc;
     const REAL *demb = part == DL_BWD_WHOLE ? (REAL *)g->dx : (REAL *)g->cur_stash_emb;
-    OP(dl_encoder_bwd_)(GRAD(g->k_wte), GRAD(g->k_wpe), demb, g->inputs, B, g->T, C);
+    OP(dl_encoder_bwd_)
+    (GRAD(g->k_wte), GRAD(g->k_wpe) + slice_t0(g) * C, demb, g->inputs, B, T, C);
     if ((rc = unit_end(g, 0)))
         return rc;
     if (ready && (rc = ready(0, arg)))

@@ -5,16 +5,42 @@
 #include <string.h>
 #include "parallel/pipe_train.h"
 #include "core/stats.h"
+#include "distlab/tera.h"
+
+/* Token slices (--token-chunks c): each unit's cost factor from its FLOPs, a later slice's
+ * attention reading every earlier key (include/distlab/tera.h); *scale NULL without slices. */
+static int tera_scale(const dl_train_opts *o, double **scale)
+{
+    int c = o->pipeline.token_chunks, m = o->batch.microbatches;
+    *scale = NULL;
+    if (c <= 1)
+        return DL_OK;
+    int *lens = malloc(sizeof(int) * (size_t)c);
+    *scale = malloc(sizeof(double) * (size_t)m * c);
+    if (!lens || !*scale) {
+        free(lens);
+        return dl_error(DL_ENOMEM, "pipeline: out of memory");
+    }
+    for (int k = 0; k < c; k++)
+        lens[k] = o->pipeline.token_lens ? o->pipeline.token_lens[k] : o->model.seq / c;
+    int rc = dl_tera_chunk_scale(m, c, lens, o->model.d_model, *scale);
+    free(lens);
+    return rc;
+}
 
 /* The schedule simulated with the lecture's costs (a forward 1, a backward 2): its bubble is the
- * schedule's own (GPipe and 1F1B: (p-1)/(m+p-1); interleaving and async their own), its peak
- * activations per stage the slots. NULL when it cannot be built (out of memory). */
+ * schedule's own (GPipe and 1F1B: (p-1)/(m+p-1); interleaving and async their own; token
+ * slices at their FLOPs' costs), its peak activations per stage the slots. NULL when it cannot
+ * be built (out of memory). */
 static dl_sched_sim *simulate(const dl_train_opts *o, double *paper)
 {
     dl_sched *sc = NULL;
     dl_sched_sim *sim = NULL;
-    if (tr_pipe_make_sched(o, &sc) != DL_OK || dl_sched_simulate(sc, NULL, &sim) != DL_OK)
+    double *scale = NULL;
+    if (tr_pipe_make_sched(o, &sc) != DL_OK || tera_scale(o, &scale) != DL_OK ||
+        dl_sched_simulate_scaled(sc, NULL, scale, &sim) != DL_OK)
         sim = NULL;
+    free(scale);
     /* the same costs as the paper's F = B = W (a backward, I + W, twice a forward) */
     *paper = sc ? dl_sched_bubble_theory(sc, 1, 1, 1) : -1;
     if (*paper < 0)

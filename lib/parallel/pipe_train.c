@@ -11,6 +11,7 @@
 #include <string.h>
 #include "parallel/pipe_train.h"
 #include "parallel/module.h"
+#include "parallel/pipe_tera.h"
 #include "model/gpt_priv.h"
 
 typedef struct pipe_state {
@@ -30,6 +31,7 @@ typedef struct pipe_state {
     uint64_t prev_end;      /* the end of this stage's previous step (continuous: the spans) */
     char *stash;            /* weight stashing: one parameter copy per slot */
     void *tie_buf;          /* tied embeddings: the other end's wte gradient */
+    tr_tera tera;           /* token slices (--token-chunks): micro-batch index = unit */
 } pipe_state;
 
 /* The index of (micro-batch, chunk) in slot_of and fwd_version */
@@ -71,20 +73,23 @@ static int pp_fwd(void *arg, int mb, int ch, const void **out)
     int G = o->batch.global, mbs = o->batch.micro, m = o->batch.microbatches;
     /* the continuous window numbers its micro-batches on from its first step */
     long dstep = s->cont ? s->win_first - 1 + mb / m : s->e->step - 1;
+    int c = s->tera.c; /* token slices: unit mb is slice mb % c of micro-batch mb / c */
     if ((first || last) &&
         (rc = dl_data_batch(s->e->data, dstep, G, o->layout.dp, s->e->mesh->dp_rank,
-                            s->cont ? mb % m : mb, mbs, s->pin, s->ptg)))
+                            s->cont ? mb % m : mb / c, mbs, s->pin, s->ptg)))
+        return rc;
+    const int *in = first ? s->pin : NULL, *tg = last ? s->ptg : NULL;
+    if (c > 1 && (rc = tr_tera_forward(&s->tera, s->e->g, slot, mb, mbs, &in, &tg)))
         return rc;
     if (s->stash)
         memcpy(s->stash + (size_t)slot * s->e->numel * s->e->pr.dsize, dl_gpt_params(s->e->g),
                s->e->numel * s->e->pr.dsize);
     s->fwd_version[mb_at(s, mb, ch)] = s->version;
     double loss = 0;
-    if ((rc = dl_gpt_stage_forward(s->e->g, slot, ch, first ? s->pin : NULL, last ? s->ptg : NULL,
-                                   mbs, &loss)))
+    if ((rc = dl_gpt_stage_forward(s->e->g, slot, ch, in, tg, mbs, &loss)))
         return rc;
-    if (last)
-        s->loss_sum += loss * mbs / G;
+    if (last) /* a slice's mean over its positions weighs l / T of its sequences' */
+        s->loss_sum += loss * mbs / G * tr_tera_weight(&s->tera, mb);
     *out = last ? NULL : dl_gpt_stage_output(s->e->g, slot, ch);
     return DL_OK;
 }
@@ -123,6 +128,7 @@ static int pp_bwd_part(void *arg, int mb, int ch, const void **din, int split)
     if (!split) {
         *so = -1;
         s->free_slot[s->nfree++] = slot;
+        tr_tera_backward_done(&s->tera, mb);
     }
     if (rc)
         return rc;
@@ -274,6 +280,10 @@ int tr_pipe_make_sched(const dl_train_opts *o, dl_sched **out)
     if (o->pipeline.schedule_file)
         return dl_sched_load_csv(o->pipeline.schedule_file, o->pipeline.schedule_letters,
                                  o->pipeline.schedule_mem_limit, out, NULL, 0);
+    int c = o->pipeline.token_chunks, p = o->layout.pp, m = o->batch.microbatches;
+    if (c > 1) /* token slices: tr_tera_resolve allows these two orders */
+        return o->pipeline.schedule == DL_SCHED_1F1B ? dl_sched_1f1b_tokens(p, m, c, out)
+                                                     : dl_sched_terapipe(p, m, c, out);
     for (int i = 0; i < NSCHEDULES; i++)
         if ((int)schedules[i].kind == o->pipeline.schedule)
             return schedules[i].make(o, out);
@@ -338,6 +348,9 @@ static int resolve_file(dl_train_opts *o)
 int tr_pipe_resolve(dl_train_opts *o)
 {
     int p = o->layout.pp, L = o->model.layers, m = o->batch.microbatches;
+    int rc = tr_tera_resolve(o);
+    if (rc)
+        return rc;
     if (o->pipeline.schedule_file)
         return resolve_file(o);
     if (o->pipeline.schedule == DL_SCHED_CUSTOM)
@@ -454,7 +467,9 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     part->head = s->stage == s->head_rank;
     if (dl_ctx_rank(s->e->ctx) == 0 && s->e->res->pipeline.bounds)
         memcpy(s->e->res->pipeline.bounds, bounds, sizeof(int) * (size_t)(k + 1));
-    int m = o->batch.microbatches, T = o->model.seq;
+    int m = s->sched->m, T = o->model.seq; /* m: the schedule's units (token slices) */
+    if ((rc = tr_tera_open(&s->tera, o, s->sched, s->stage)))
+        return rc;
     s->mbmod = s->cont && m < s->p ? s->p : m; /* more than the micro-batches in flight */
     s->slot_of = malloc(sizeof(int) * (size_t)s->mbmod * s->v);
     s->fwd_version = calloc((size_t)s->mbmod * s->v, sizeof(int));
@@ -466,7 +481,7 @@ static int pp_setup(pipe_state *s, dl_gpt_part *part)
     for (int i = 0; i < s->mbmod * s->v; i++) s->slot_of[i] = -1;
     for (int i = 0; i < s->nslots; i++) s->free_slot[i] = s->nslots - 1 - i;
     s->nfree = s->nslots;
-    rc = dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * T * o->model.d_model,
+    rc = dl_pipe_create(s->e->mesh->pp_comm, (size_t)o->batch.micro * s->tera.L * o->model.d_model,
                         s->e->pr.ct, dl_ctx_arena(s->e->ctx), &s->eng);
     if (rc == DL_OK)
         dl_pipe_set_split(s->eng, &pp_split_ops);
@@ -479,6 +494,7 @@ static void pp_teardown(void *st)
     dl_pipe_destroy(s->eng);
     dl_sched_free(s->sched);
     free(s->slot_of), free(s->fwd_version), free(s->free_slot), free(s->pin), free(s->ptg);
+    tr_tera_close(&s->tera);
     if (s->stash)
         dl_arena_free(dl_ctx_arena(s->e->ctx), s->stash);
     if (s->tie_buf)
@@ -513,13 +529,10 @@ static int pp_tie_sync(pipe_state *s)
 
 /* A forward through every stage without the engine (evaluation, sampling): each virtual stage
  * in turn receives, computes, sends on; the loss (and the head's probabilities) end on the last
- * stage, the loss is then broadcast over the pipeline. */
-static int pp_forward(void *arg, const int *in, const int *tg, int B, double *loss)
+ * stage. One slice of B x L positions (L: the sequence, or a token slice's length). */
+static int pp_forward_slice(pipe_state *s, const int *in, const int *tg, int B, int L, double *l)
 {
-    pipe_state *s = arg;
-    const dl_train_opts *o = s->e->o;
-    size_t n = (size_t)B * o->model.seq * o->model.d_model;
-    double l = 0;
+    size_t n = (size_t)B * L * s->e->o->model.d_model;
     int rc = DL_OK;
     dl_comm *pp = s->e->mesh->pp_comm;
     for (int ch = 0; ch < s->v && rc == DL_OK; ch++) {
@@ -530,7 +543,7 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
             (rc = dl_recv(pp, dl_gpt_stage_input(s->e->g, 0, ch), n, s->e->pr.ct, prev,
                           DL_PURPOSE_ACTIVATIONS)))
             break;
-        if ((rc = dl_gpt_stage_forward(s->e->g, 0, ch, in, tg, B, &l)))
+        if ((rc = dl_gpt_stage_forward(s->e->g, 0, ch, in, tg, B, l)))
             break;
         if (next == s->stage)
             memcpy(dl_gpt_stage_input(s->e->g, 0, nc), dl_gpt_stage_output(s->e->g, 0, ch),
@@ -539,10 +552,35 @@ static int pp_forward(void *arg, const int *in, const int *tg, int B, double *lo
             rc = dl_send(pp, dl_gpt_stage_output(s->e->g, 0, ch), n, s->e->pr.ct, next,
                          DL_PURPOSE_ACTIVATIONS);
     }
+    return rc;
+}
+
+/* The whole forward: with token slices, slice after slice through cache 0 (no step is in
+ * flight), each slice's loss weighing l / T; the loss is then broadcast over the pipeline. */
+static int pp_forward(void *arg, const int *in, const int *tg, int B, double *loss)
+{
+    pipe_state *s = arg;
+    tr_tera *t = &s->tera;
+    double l = 0, sum = 0;
+    int rc = DL_OK;
+    for (int k = 0; k < t->c && rc == DL_OK; k++) {
+        const int *si = in, *st = tg;
+        if (t->c > 1) {
+            if (in)
+                tr_tera_columns(t, in, B, k, t->in), si = t->in;
+            if (tg)
+                tr_tera_columns(t, tg, B, k, t->tg), st = t->tg;
+            rc = tr_tera_place(t, s->e->g, 0, 0, k);
+        }
+        int L = t->c > 1 ? t->len[k] : t->L;
+        if (rc == DL_OK && (rc = pp_forward_slice(s, si, st, B, L, &l)) == DL_OK)
+            sum += l * tr_tera_weight(t, k);
+    }
     if (rc == DL_OK)
-        rc = dl_broadcast(pp, &l, &l, 1, DL_F64, s->head_rank, DL_PURPOSE_LOSS);
+        rc =
+            dl_broadcast(s->e->mesh->pp_comm, &sum, &sum, 1, DL_F64, s->head_rank, DL_PURPOSE_LOSS);
     if (loss)
-        *loss = l;
+        *loss = sum;
     return rc;
 }
 
@@ -553,6 +591,10 @@ static int pp_model_opts(void *st, dl_gpt_opts *go)
     int rc = pp_setup(s, &s->part);
     go->part = &s->part;
     go->act_slots = s->nslots;
+    if (rc == DL_OK && s->tera.c > 1) {
+        go->token_slice = s->tera.L;
+        go->kv_seqs = s->tera.ncache;
+    }
     go->defer_w = rc == DL_OK && dl_sched_splits(s->sched, s->stage);
     if (rc == DL_OK) {
         s->e->self_update = !s->sched->flush;

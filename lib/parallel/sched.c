@@ -252,20 +252,26 @@ int dl_sched_naive(int p, dl_sched **out)
     return st;
 }
 
+/* The i-th backward of a stage: micro-batch i, or with c token chunks a sequence's chunks last
+ * to first (the earlier chunks' key/value gradients come from the later ones). */
+static int bwd_mb(int i, int c) { return i - i % c + (c - 1 - i % c); }
+
 /* The 1F1B order of one stage; async adds an OPT after every backward instead of the flush;
- * split runs each backward as I then W. */
-static void one_f_one_b(dl__gen *g, int s, int p, int m, int async, int split)
+ * split runs each backward as I then W. With c token chunks a sequence (Seq1F1B's order), c - 1
+ * more warm-up forwards: the first backward is the first sequence's last chunk. */
+static void one_f_one_b(dl__gen *g, int s, int p, int m, int c, int async, int split)
 {
-    int w = p - s - 1 < m ? p - s - 1 : m;
+    int w = p - s - 1 + c - 1 < m ? p - s - 1 + c - 1 : m;
     for (int j = 0; j < w; j++) dl__gen_emit(g, s, DL_SCHED_F, j, 0);
     for (int i = 0; i < m; i++) {
         if (w + i < m)
             dl__gen_emit(g, s, DL_SCHED_F, w + i, 0);
-        dl__gen_emit(g, s, split ? DL_SCHED_I : DL_SCHED_B, i, 0);
+        int j = bwd_mb(i, c);
+        dl__gen_emit(g, s, split ? DL_SCHED_I : DL_SCHED_B, j, 0);
         if (split)
-            dl__gen_emit(g, s, DL_SCHED_W, i, 0);
+            dl__gen_emit(g, s, DL_SCHED_W, j, 0);
         if (async)
-            dl__gen_emit(g, s, DL_SCHED_OPT, i, -1);
+            dl__gen_emit(g, s, DL_SCHED_OPT, j, -1);
     }
     if (!async)
         dl__gen_emit(g, s, DL_SCHED_OPT, -1, -1);
@@ -277,7 +283,34 @@ int dl_sched_1f1b(int p, int m, dl_sched **out)
     int st = dl__gen_start(&g, DL_SCHED_1F1B, p, m, 1, out);
     if (st != DL_OK)
         return st;
-    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 0, 0);
+    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1, 0, 0);
+    return dl__gen_finish(&g, out);
+}
+
+/* A schedule of nseq sequences x c token chunks (micro-batch j: chunk j % c of sequence j / c). */
+static int tokens_start(dl__gen *g, dl_sched_kind kind, int p, int nseq, int c, dl_sched **out)
+{
+    if (out == NULL)
+        return dl_error(DL_EINVAL, "%s schedule: null output", dl_sched_kind_name(kind));
+    *out = NULL;
+    if (nseq < 1 || c < 1)
+        return dl_error(DL_EINVAL,
+                        "%s schedule with token chunks: need sequences >= 1 and token chunks >= 1 "
+                        "(got %d and %d)",
+                        dl_sched_kind_name(kind), nseq, c);
+    int st = dl__gen_start(g, kind, p, nseq * c, 1, out);
+    if (st == DL_OK)
+        g->s->seq_chunks = c;
+    return st;
+}
+
+int dl_sched_1f1b_tokens(int p, int nseq, int c, dl_sched **out)
+{
+    dl__gen g;
+    int st = tokens_start(&g, DL_SCHED_1F1B, p, nseq, c, out);
+    if (st != DL_OK)
+        return st;
+    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, nseq * c, c, 0, 0);
     return dl__gen_finish(&g, out);
 }
 
@@ -288,7 +321,7 @@ int dl_sched_1f1b_split(int p, int m, dl_sched **out)
     if (st != DL_OK)
         return st;
     for (int s = 0; s < p; s++) {
-        one_f_one_b(&g, s, p, m, 0, 1);
+        one_f_one_b(&g, s, p, m, 1, 0, 1);
         g.s->mem_limit[s] = p - s < m ? p - s : m;
     }
     return dl__gen_finish(&g, out);
@@ -302,7 +335,7 @@ int dl_sched_async(int p, int m, int stash, dl_sched **out)
         return st;
     g.s->flush = 0;
     g.s->stash = stash ? 1 : 0;
-    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1, 0);
+    for (int s = 0; s < p; s++) one_f_one_b(&g, s, p, m, 1, 1, 0);
     return dl__gen_finish(&g, out);
 }
 
@@ -359,19 +392,10 @@ int dl_sched_interleaved(int p, int m, int v, dl_sched **out)
 
 int dl_sched_terapipe(int p, int nseq, int c, dl_sched **out)
 {
-    if (out == NULL)
-        return dl_error(DL_EINVAL, "terapipe schedule: null output");
-    *out = NULL;
-    if (nseq < 1 || c < 1)
-        return dl_error(DL_EINVAL,
-                        "terapipe schedule: need sequences >= 1 and token chunks >= 1 "
-                        "(got %d and %d)",
-                        nseq, c);
     dl__gen g;
-    int st = dl__gen_start(&g, DL_SCHED_TERAPIPE, p, nseq * c, 1, out);
+    int st = tokens_start(&g, DL_SCHED_TERAPIPE, p, nseq, c, out);
     if (st != DL_OK)
         return st;
-    g.s->seq_chunks = c;
     for (int s = 0; s < p; s++) {
         for (int j = 0; j < nseq * c; j++) dl__gen_emit(&g, s, DL_SCHED_F, j, 0);
         /* Backward of a token chunk needs the later chunks' backward (their queries read its

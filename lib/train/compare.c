@@ -25,8 +25,9 @@ double dl__eq_grad_tol(const dl_train_opts *o)
     double r = dl__eq_round(o);
     if (o->precision.dtype == DL_BF16) {
         const dl_train_layout *l = &o->layout;
-        int m = o->batch.microbatches;
-        r += (l->dp * m + m + l->dp + l->tp - 1) * 0x1p-8;
+        int m = o->batch.microbatches,
+            c = o->pipeline.token_chunks > 1 ? o->pipeline.token_chunks : 1;
+        r += (l->dp * m + m * c + l->dp + l->tp - 1) * 0x1p-8; /* token slices: one a backward */
     }
     return 8.0 * r;
 }

@@ -25,8 +25,9 @@
  * bf16 (mixed precision) also rounds each gradient element to bf16 (u16 = 2^-8) after every
  * micro-batch's accumulation, every ring hop and the tied embeddings' sum across stages; each
  * rounding errs by at most u16·Σ|terms| (every partial sum is at most Σ|terms|). The one-rank
- * run rounds dp·m times (m micro-batches per dp rank), the layout m + (dp - 1) + (tp - 1) + 1
- * times, so gtol = κ·(R + (dp·m + m + dp + tp - 1)·u16): a worst case (dp 4, m 1: 0.28), loose
+ * run rounds dp·m times (m micro-batches per dp rank), the layout m·c + (dp - 1) + (tp - 1) + 1
+ * times (c token slices a micro-batch, --token-chunks: one accumulation each), so
+ * gtol = κ·(R + (dp·m + m·c + dp + tp - 1)·u16): a worst case (dp 4, m 1: 0.28), loose
  * because bf16 rounds gradients coarsely; step 1's parameters are checked against the
  * gradients each run had, so they stay tight.
  *

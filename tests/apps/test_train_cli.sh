@@ -35,7 +35,7 @@ if run help 0 --help; then
            --global-batch --micro-batch --microbatches --steps --lr --warmup --seed --bucket-mb \
            --overlap --algo --data --eval-every --eval-windows --log-every --json --check \
            --sample --save --dump-grads --load --eval-only --gpu-mem --timeout --zero --pp \
-           --schedule --virtual-stages --weight-stashing --layer-costs --trace --timeline --trace-steps --quiet --plot --prompt --temperature; do
+           --schedule --token-chunks --virtual-stages --weight-stashing --layer-costs --trace --timeline --trace-steps --quiet --plot --prompt --temperature; do
     grep -qE -- "^ +$f( |$)" "$TMP/out" || fail "--help does not document $f"
   done
   has help "Exit status"
@@ -117,6 +117,22 @@ refused "dualpipev m < 2 pp" 'the dualpipev schedule needs micro-batches >= 2 pp
 refused "stashing without async" '--weight-stashing needs --schedule async' \
   $M --layers 2 --dp 1 --pp 2 --weight-stashing
 refused "layer costs count" '--layer-costs: 2 costs for 4 layers' $M --layers 4 --dp 1 --pp 2 --layer-costs 1,2
+# token-level pipelining (issue 34): equal slices dividing the sequence, a pipeline, a schedule
+# that carries slices, no MoE layers; auto times slices, so a sequence of at least 4
+refused "token chunks % seq" '--token-chunks 3 does not divide the sequence.s 16 tokens' \
+  $M --layers 2 --dp 1 --pp 2 --token-chunks 3
+refused "token chunks > seq" '--token-chunks 32 is more than the sequence.s 16 tokens' \
+  $M --layers 2 --dp 1 --pp 2 --token-chunks 32
+refused "token chunks without pp" '--token-chunks needs a pipeline' $M --dp 1 --token-chunks 2
+refused "token chunks interleaved" '--token-chunks needs --schedule gpipe or 1f1b .interleaved' \
+  $M --layers 4 --dp 1 --pp 2 --microbatches 2 --schedule interleaved --token-chunks 2
+refused "token chunks zb-h1" '--token-chunks needs --schedule gpipe or 1f1b .zb-h1' \
+  $M --layers 2 --dp 1 --pp 2 --microbatches 2 --schedule zb-h1 --token-chunks 2
+refused "token chunks moe" '--token-chunks does not combine with MoE layers' \
+  $M --layers 2 --dp 1 --pp 2 --experts 4 --token-chunks 2
+refused "token chunks auto short seq" '--token-chunks auto needs --seq >= 4' \
+  $M --layers 2 --dp 1 --pp 2 --seq 2 --token-chunks auto
+refused "token chunks 0" '--token-chunks: 0 is out of range' $M --layers 2 --dp 1 --pp 2 --token-chunks 0
 refused "stray argument" "unexpected argument 'extra'" $M --dp 1 extra
 
 # ---- a tiny successful run and its JSON Lines ----
@@ -432,6 +448,14 @@ if [ -n "$PY" ]; then
   $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["traceEvents"]) > 10' \
     "$TMP/trace.json" || fail "pp 2: the Chrome trace does not parse"
 fi
+# token slices (TeraPipe) in 1F1B's order with dp 2: the model one rank trains
+check_run "check pp 2 token chunks 4 f64" 0 PASS --dp 2 --pp 2 --schedule 1f1b --token-chunks 4 \
+  --microbatches 2 $TINY --layers 2 --steps 2 --log-every 0 --dtype f64 --check
+has "check pp 2 token chunks 4 f64" "kvcache MiB"
+# auto: the latency fit and TeraPipe's unequal slices (whichever the timings here choose)
+check_run "check pp 2 token chunks auto f64" 0 PASS --dp 1 --pp 2 --token-chunks auto \
+  --microbatches 2 $TINY --layers 2 --seq 32 --steps 2 --log-every 0 --dtype f64 --check
+has "check pp 2 token chunks auto f64" "# token-chunks auto, 2 stages: "
 # the timeline shows every action of every stage: pp 4 1F1B with 8 micro-batches, each stage's
 # forwards 0-7 and backwards a-h in its grid row or (cells merged) in its list row; the legend
 if run "timeline pp 4" 0 --dp 1 --pp 4 --schedule 1f1b --microbatches 8 $TINY --layers 4 \

@@ -331,6 +331,57 @@ static inline int tu_same_model(dl_train_opts oa, dl__test_hook *hook_a, dl_trai
     return 1;
 }
 
+/* ---- pipelined training (tests/unit/parallel/test_pipe.c, test_pipe_tera.c) ---- */
+
+/* A small pipelined run: 4 layers of width 32, 4 heads, 16 tokens, micro-batches of 2, m of
+ * them, schedule `sched` over pp stages, 2 or 3 steps (reduced tier: 2). */
+static inline dl_train_opts tu_pipe_opts(int pp, int m, int sched, dl_dtype dt)
+{
+    dl_train_opts o;
+    dl_train_opts_init(&o);
+    o.model.layers = 4;
+    o.model.d_model = 32;
+    o.model.heads = 4;
+    o.model.seq = 16;
+    o.precision.dtype = dt;
+    o.layout.dp = 1;
+    o.layout.tp = 1;
+    o.layout.pp = pp;
+    o.pipeline.schedule = sched;
+    o.batch.micro = 2;
+    o.batch.microbatches = m;
+    o.optim.steps = DL_TEST_SMALL ? 2 : 3;
+    o.optim.warmup = 2;
+    o.optim.lr = dt == DL_F32 ? 1e-3 : 1e-2;
+    o.optim.min_lr = 1e-4;
+    o.eval.windows = 4;
+    o.output.log_every = 0;
+    o.output.want_params = 1;
+    o.machine.timeout_s = 120;
+    return o;
+}
+
+/* Train `o` and the same configuration on one rank (no pipeline, dp x m micro-batches, the same
+ * global batch): tu_same_model's verdict (1 the same model within lib/train/compare.h's bounds,
+ * 0 not, -1 a run failed or o does not resolve; why says which). hook: the test hook in force
+ * for the pipelined run. */
+static inline int tu_pipe_vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
+{
+    dl_train_opts one = o;
+    if (dl_train_resolve(&o, o.layout.dp * o.layout.tp * o.layout.pp) != DL_OK) {
+        snprintf(why, wn, "%s", dl_errmsg());
+        return -1;
+    }
+    one.layout.dp = one.layout.tp = one.layout.pp = 1;
+    one.pipeline.schedule = 0;
+    one.pipeline.virtual_stages = 0;
+    one.pipeline.token_chunks = 0;
+    one.pipeline.token_lens = NULL;
+    one.batch.microbatches = o.layout.dp * o.batch.microbatches;
+    one.batch.global = 0;
+    return tu_same_model(o, hook, one, why, wn);
+}
+
 /* ---- negative controls (lib/core/testhook.h) ---- */
 
 /* Where world rank 0 keeps element i of tensor `name` (its tp shard's layout, first stage). */

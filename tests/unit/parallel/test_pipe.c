@@ -217,45 +217,14 @@ END_TEST
 
 static dl_train_opts base(int pp, int m, int sched, dl_dtype dt)
 {
-    dl_train_opts o;
-    dl_train_opts_init(&o);
-    o.model.layers = 4;
-    o.model.d_model = 32;
-    o.model.heads = 4;
-    o.model.seq = 16;
-    o.precision.dtype = dt;
-    o.layout.dp = 1;
-    o.layout.tp = 1;
-    o.layout.pp = pp;
-    o.pipeline.schedule = sched;
-    o.batch.micro = 2;
-    o.batch.microbatches = m;
-    o.optim.steps = DL_TEST_SMALL ? 2 : 3;
-    o.optim.warmup = 2;
-    o.optim.lr = dt == DL_F32 ? 1e-3 : 1e-2;
-    o.optim.min_lr = 1e-4;
-    o.eval.windows = 4;
-    o.output.log_every = 0;
-    o.output.want_params = 1;
-    o.machine.timeout_s = 120;
-    return o;
+    return tu_pipe_opts(pp, m, sched, dt);
 }
 
-/* Train `o` and the same configuration on one rank: the same model within the rounding bounds of
- * lib/train/compare.h (every step's loss, the first step's gradients and parameters tightly, the
- * last step's parameters within Adam's amplification of rounding). Returns tu_same_model's
- * verdict; hook: the private test hook in force for the pipelined run. */
 static int vs_one_rank(dl_train_opts o, dl__test_hook *hook, char *why, size_t wn)
 {
-    dl_train_opts one = o;
-    ck_assert_msg(dl_train_resolve(&o, o.layout.dp * o.layout.tp * o.layout.pp) == DL_OK, "%s",
-                  dl_errmsg());
-    one.layout.dp = one.layout.tp = one.layout.pp = 1;
-    one.pipeline.schedule = 0;
-    one.pipeline.virtual_stages = 0;
-    one.batch.microbatches = o.layout.dp * o.batch.microbatches;
-    one.batch.global = 0;
-    return tu_same_model(o, hook, one, why, wn);
+    int same = tu_pipe_vs_one_rank(o, hook, why, wn);
+    ck_assert_msg(same >= 0, "%s", why);
+    return same;
 }
 
 static void equals_one_rank(dl_train_opts o)

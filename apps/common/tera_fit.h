@@ -1,7 +1,7 @@
-/* distlab-bench pipeline --token-chunks auto: TeraPipe's slice lengths from a latency model
- * measured on this machine (apps/bench/bench_tera.c). */
-#ifndef DISTLAB_APPS_BENCH_TERA_H
-#define DISTLAB_APPS_BENCH_TERA_H
+/* --token-chunks auto (distlab-bench pipeline, distlab-train): TeraPipe's slice lengths from a
+ * latency model measured on this machine (apps/common/tera_fit.c). */
+#ifndef DISTLAB_APPS_COMMON_TERA_FIT_H
+#define DISTLAB_APPS_COMMON_TERA_FIT_H
 
 #include <stdio.h>
 #include "distlab.h"
@@ -10,13 +10,13 @@
  * f32, one rank, B sequences of T tokens, width C, 4 heads), forward and whole backward, for
  * slices of l tokens after ctx earlier ones on a grid of (l, ctx) (median of reps each), fit
  * t(l, ctx) and print the fit and its relative error to f ('#' lines). */
-int bench_tera_fit(int T, int C, int B, FILE *f, dl_tera_latency *model);
+int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model);
 
 /* TeraPipe's dynamic program for K stages over that model (slices in whole units of T/32
  * tokens, or 1 for T < 32): the lengths in lens (room for T), their number in *n, and per
  * micro-batch of nseq sequences its time over an equal split's (t(l_i, ctx_i) / (t(T, 0) / n)),
  * malloc'd in *scale. Prints the lengths to f. */
-int bench_tera_plan(const dl_tera_latency *model, int T, int K, int nseq, FILE *f, int *lens,
-                    int *n, double **scale);
+int tera_fit_plan(const dl_tera_latency *model, int T, int K, int nseq, FILE *f, int *lens, int *n,
+                  double **scale);
 
 #endif

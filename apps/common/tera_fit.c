@@ -1,10 +1,10 @@
-/* distlab-bench pipeline --token-chunks auto (apps/bench/bench_tera.h): a transformer layer's
+/* --token-chunks auto (apps/common/tera_fit.h; distlab-bench pipeline, distlab-train): a transformer layer's
  * forward and backward timed on token slices through the model's own sublayers, the latency
  * model fitted to them, and TeraPipe's dynamic program over it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "bench_tera.h"
+#include "tera_fit.h"
 #include "core/stats.h"
 #include "model/sublayer.h"
 
@@ -111,7 +111,7 @@ static int time_slice(layer_bufs *b, int B, int T, int C, int l, int ctx, double
     return DL_OK;
 }
 
-int bench_tera_fit(int T, int C, int B, FILE *f, dl_tera_latency *model)
+int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model)
 {
     enum { MAXPTS = 32 };
     int l[MAXPTS], ctx[MAXPTS], n = 0, rc;
@@ -152,8 +152,8 @@ static double model_cost(void *arg, int l, int ctx)
     return t > 0 ? t : 1e-12; /* a fit may go negative far from its points */
 }
 
-int bench_tera_plan(const dl_tera_latency *model, int T, int K, int nseq, FILE *f, int *lens,
-                    int *n, double **scale)
+int tera_fit_plan(const dl_tera_latency *model, int T, int K, int nseq, FILE *f, int *lens, int *n,
+                  double **scale)
 {
     int gran = T % 32 == 0 ? T / 32 : 1, rc;
     if ((rc = dl_tera_slices(T, K, gran, model_cost, (void *)model, lens, n, NULL)) != DL_OK)
