@@ -808,6 +808,7 @@ static void prun_free(prun *r)
 typedef struct pres {
     int sched, p, v, m, c, over, skipped; /* c: TeraPipe's token chunks per sequence (m of them) */
     int autoc; /* TeraPipe's chunks chosen by its dynamic program (--token-chunks auto) */
+    double lens[32], fit[5]; /* auto: the lengths (up to 32) and the fit: a, b, c, rms, worst */
     char why[160];
     double step_ms, bubble, bubble_trace, formula, sim, engine_us;
     /* async's continuous pipeline: the whole run's bubble measured and simulated (warm-up and
@@ -973,6 +974,7 @@ static int chunk_scale(const pcfg *c, const pres *o, double **scale)
 typedef struct tera_state {
     int fitted;
     dl_tera_latency model;
+    double err[2];
 } tera_state;
 
 static int chunks_auto(const pcfg *c, pres *o, tera_state *t, FILE *f, double **scale)
@@ -981,12 +983,15 @@ static int chunks_auto(const pcfg *c, pres *o, tera_state *t, FILE *f, double **
     int rc = DL_OK, *lens = malloc(sizeof(int) * (size_t)c->seq);
     if (!lens)
         return dl_error(DL_ENOMEM, "out of memory");
-    if (!t->fitted &&
-        (rc = tera_fit_latency(c->seq, c->d_model, c->micro_batch, note, &t->model)) == DL_OK)
+    if (!t->fitted && (rc = tera_fit_latency(c->seq, c->d_model, c->micro_batch, note, &t->model,
+                                             t->err)) == DL_OK)
         t->fitted = 1;
     if (rc == DL_OK)
         rc = tera_fit_plan(&t->model, c->seq, o->p, o->m, note, lens, &o->c, scale);
     o->autoc = 1;
+    for (int k = 0; rc == DL_OK && k < o->c && k < 32; k++) o->lens[k] = lens[k];
+    double fit[5] = {t->model.a, t->model.b, t->model.c, t->err[0], t->err[1]};
+    memcpy(o->fit, fit, sizeof fit);
     free(lens);
     return rc;
 }
@@ -1136,6 +1141,10 @@ static void print_row(FILE *f, const pcfg *c, const pres *o)
                         o->autoc         ? "measured"
                         : c->chunk_flops ? "flops"
                                          : "equal");
+            if (o->autoc && o->c <= 32) { /* what the '#' lines print (stderr under --json) */
+                json_array(f, "token_lens", o->lens, o->c, 1);
+                json_array(f, "fit_abc_rms_max", o->fit, 5, 1);
+            }
         }
         bu_json_str(f, "work", work_name[c->work]);
         bu_json_bool(f, "oversubscribed", o->over);
@@ -1328,7 +1337,7 @@ int bench_pipeline_main(int argc, char **argv)
                     "slots (sim)", "(arena)", "(limit)");
     }
     int status = CLI_EXIT_OK, rows = 0, skipped = 0, warned = 0;
-    tera_state tera = {0, {0, 0, 0}};
+    tera_state tera = {0, {0, 0, 0}, {0, 0}};
     double worst_dpp = 0;
     char *dat = NULL;
     size_t datlen = 0;

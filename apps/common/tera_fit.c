@@ -111,7 +111,7 @@ static int time_slice(layer_bufs *b, int B, int T, int C, int l, int ctx, double
     return DL_OK;
 }
 
-int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model)
+int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model, double err[2])
 {
     enum { MAXPTS = 32 };
     int l[MAXPTS], ctx[MAXPTS], n = 0, rc;
@@ -143,6 +143,8 @@ int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model)
                 "%d slices timed: t(l, ctx) = %.3g + %.3g l + %.3g l (ctx + (l+1)/2) s; "
                 "fit error %.1f%% rms, %.1f%% worst\n",
                 B, T, C, n, model->a, model->b, model->c, 100 * rms, 100 * mx);
+    if (rc == DL_OK && err)
+        err[0] = rms, err[1] = mx;
     return rc;
 }
 

@@ -9,8 +9,9 @@
 /* Time one transformer layer (the attention sublayer over a key/value cache, then the dense MLP;
  * f32, one rank, B sequences of T tokens, width C, 4 heads), forward and whole backward, for
  * slices of l tokens after ctx earlier ones on a grid of (l, ctx) (median of reps each), fit
- * t(l, ctx) and print the fit and its relative error to f ('#' lines). */
-int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model);
+ * t(l, ctx) and print the fit and its relative error to f ('#' lines); err (may be NULL) gets the
+ * error, root-mean-square and worst (relative), for the JSON records. */
+int tera_fit_latency(int T, int C, int B, FILE *f, dl_tera_latency *model, double err[2]);
 
 /* TeraPipe's dynamic program for K stages over that model (slices in whole units of T/32
  * tokens, or 1 for T < 32): the lengths in lens (room for T), their number in *n, and per

@@ -18,6 +18,8 @@ static const char *write_path; /* --write-schedule */
 static double costs[MAX_LAYERS];
 static int tokens_auto, *auto_lens; /* --token-chunks auto: the slices chosen here */
 static char *auto_note;             /* its fit and slices, printed after the banner */
+static dl_tera_latency auto_fit;    /* the fit and its relative error (rms, worst), for JSON */
+static double auto_err[2];
 static size_t auto_note_len;
 
 static int p_sched(tg_run *r, const char *a)
@@ -106,16 +108,15 @@ static int plan_auto(tg_run *r)
     dl_train_opts *o = &r->o;
     if (!tokens_auto || o->layout.pp < 2)
         return TG_NEXT;
-    dl_tera_latency model;
     double *scale = NULL;
     int n = 0, rc;
     FILE *f = open_memstream(&auto_note, &auto_note_len);
     if (!f)
         return tg_refuse(r, "--token-chunks auto: out of memory");
-    rc = tera_fit_latency(o->model.seq, o->model.d_model, o->batch.micro, f, &model);
+    rc = tera_fit_latency(o->model.seq, o->model.d_model, o->batch.micro, f, &auto_fit, auto_err);
     if (rc == DL_OK)
-        rc = tera_fit_plan(&model, o->model.seq, o->layout.pp, o->batch.microbatches, f, auto_lens,
-                           &n, &scale);
+        rc = tera_fit_plan(&auto_fit, o->model.seq, o->layout.pp, o->batch.microbatches, f,
+                           auto_lens, &n, &scale);
     fclose(f);
     free(scale);
     o->pipeline.token_chunks = n > 1 ? n : 1;
@@ -318,6 +319,28 @@ static void put_ints(FILE *f, const char *key, const int *v, int n)
     fputs("],", f);
 }
 
+/* --token-chunks: the slices' lengths, and auto's latency fit with its error */
+static void put_tokens(FILE *f, const dl_train_opts *o)
+{
+    int c = o->pipeline.token_chunks;
+    if (c <= 1)
+        return;
+    fputs("\"token_lens\":[", f);
+    for (int k = 0; k < c; k++)
+        fprintf(f, "%s%d", k ? "," : "",
+                o->pipeline.token_lens ? o->pipeline.token_lens[k] : o->model.seq / c);
+    fputs("],", f);
+    if (!tokens_auto)
+        return;
+    fputs("\"token_fit\":{", f);
+    tg_put_keynum(f, "a_s", auto_fit.a, 1);
+    tg_put_keynum(f, "b_s_per_token", auto_fit.b, 1);
+    tg_put_keynum(f, "c_s_per_token_pair", auto_fit.c, 1);
+    tg_put_keynum(f, "rel_rms", auto_err[0], 1);
+    tg_put_keynum(f, "rel_max", auto_err[1], 0);
+    fputs("},", f);
+}
+
 /* every figure of the text summary's pipeline lines */
 static int has_pipe(const tg_run *r) { return r->r->pipeline.stages > 1; }
 static void j_pipe(FILE *f, const tg_run *run)
@@ -343,6 +366,7 @@ static void j_pipe(FILE *f, const tg_run *run)
         tg_put_keynum(f, "bubble_window", p->bubble_window, 1);
         tg_put_keynum(f, "bubble_1f1b", p->bubble_1f1b, 1);
     }
+    put_tokens(f, &run->o);
     tg_put_keynum(f, "handoff_bytes_per_step", p->bytes_per_step, 1);
     tg_put_keynum(f, "engine_us_per_action", p->engine_us, 1);
     tg_put_keynum(f, "engine_us_p90", p->engine_p90_us, 0);

@@ -274,6 +274,8 @@ if [ $HAVE_PY = 1 ]; then
 import json, sys
 r = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "row"][0]
 assert r["schedule"] == "terapipe/auto%d" % r["token_chunks"] and r["chunk_costs"] == "measured", r
+assert len(r["token_lens"]) == r["token_chunks"] and sum(r["token_lens"]) == 32, r  # the '#' lines' figures
+assert len(r["fit_abc_rms_max"]) == 5 and 0 <= r["fit_abc_rms_max"][3] <= r["fit_abc_rms_max"][4], r
 assert 1 <= r["token_chunks"] <= 32 and 0 <= r["sim_pct"] <= 100, r
 PY
 fi

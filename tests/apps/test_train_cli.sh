@@ -456,6 +456,17 @@ has "check pp 2 token chunks 4 f64" "kvcache MiB"
 check_run "check pp 2 token chunks auto f64" 0 PASS --dp 1 --pp 2 --token-chunks auto \
   --microbatches 2 $TINY --layers 2 --seq 32 --steps 2 --log-every 0 --dtype f64 --check
 has "check pp 2 token chunks auto f64" "# token-chunks auto, 2 stages: "
+# the JSON summary holds what the text prints: the slices (adding up to --seq) and the fit
+if [ -s "$TMP/chk.jsonl" ] && command -v python3 >/dev/null; then
+  python3 - "$TMP/chk.jsonl" <<'PY' || fail "token chunks auto: JSON lacks the slices or the fit"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])][-1]["pipeline"]
+assert sum(s["token_lens"]) == 32 and len(s["token_lens"]) >= 1, s
+f = s["token_fit"]
+assert set(f) == {"a_s", "b_s_per_token", "c_s_per_token_pair", "rel_rms", "rel_max"}, f
+assert 0 <= f["rel_rms"] <= f["rel_max"], f
+PY
+fi
 # the timeline shows every action of every stage: pp 4 1F1B with 8 micro-batches, each stage's
 # forwards 0-7 and backwards a-h in its grid row or (cells merged) in its list row; the legend
 if run "timeline pp 4" 0 --dp 1 --pp 4 --schedule 1f1b --microbatches 8 $TINY --layers 4 \
