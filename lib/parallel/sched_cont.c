@@ -47,54 +47,49 @@ int dl_sched_async_step(int p, int m, int n, int t, int stash, dl_sched **out)
     return dl__gen_finish(&g, out);
 }
 
-/* Per step t and stage s of the simulated window: the step's span (from the end of the stage's
- * previous step, or 0, to the end of its last OPT) and busy time; the step's total bubble is
- * 1 - sum busy / (p x the longest span), as the trainer measures it. */
-static void step_bubbles(const dl_sched *s, const dl_sched_sim *sim, int m, int n, double *x)
+/* Stage q's steps in the simulated window: each one's busy time and span (from the end of the
+ * stage's previous step, or 0, to the end of its last OPT), busy[0 .. n-1] and span[0 .. n-1]. */
+static void stage_spans(const dl_sched *s, const dl_sched_sim *sim, int m, int q, double *busy,
+                        double *span)
 {
-    int p = s->p;
-    for (int t = 0; t < n; t++) x[t] = 0;
-    double *wall = calloc((size_t)n, sizeof *wall);
-    if (!wall) {
-        for (int t = 0; t < n; t++) x[t] = NAN;
-        return;
-    }
-    for (int q = 0; q < p; q++) {
-        double from = 0;
-        int t = 0;
-        for (int i = 0; i < s->len[q]; i++) {
-            const dl_sched_action *a = &s->act[q][i];
-            x[t] += sim->end[q][i] - sim->start[q][i]; /* busy, summed over the stages */
-            if (a->op == DL_SCHED_OPT && a->mb == (t + 1) * m - 1) {
-                if (sim->end[q][i] - from > wall[t])
-                    wall[t] = sim->end[q][i] - from;
-                from = sim->end[q][i];
-                t++;
-            }
-        }
-    }
-    for (int t = 0; t < n; t++) x[t] = wall[t] > 0 ? 1.0 - x[t] / (p * wall[t]) : NAN;
-    free(wall);
-}
-
-/* Stage q's steps in the simulated window: 1 - busy / span each (x[0 .. n-1]). */
-static void stage_steps(const dl_sched *s, const dl_sched_sim *sim, int m, int q, double *x)
-{
-    double from = 0, busy = 0;
+    double from = 0, b = 0;
     int t = 0;
     for (int i = 0; i < s->len[q]; i++) {
         const dl_sched_action *a = &s->act[q][i];
-        busy += sim->end[q][i] - sim->start[q][i];
+        b += sim->end[q][i] - sim->start[q][i];
         if (a->op == DL_SCHED_OPT && a->mb == (t + 1) * m - 1) {
-            double span = sim->end[q][i] - from;
-            x[t++] = span > 0 ? 1.0 - busy / span : NAN;
-            from = sim->end[q][i];
-            busy = 0;
+            busy[t] = b, span[t] = sim->end[q][i] - from;
+            from = sim->end[q][i], b = 0;
+            t++;
         }
     }
 }
 
-/* The window of n steps simulated: its schedule and simulation, and n doubles of scratch. */
+/* Each step's total bubble, 1 - sum busy / (p x the longest span), as the trainer measures it,
+ * into x[0 .. n-1]; x[n .. 4n-1] is scratch. */
+static void step_bubbles(const dl_sched *s, const dl_sched_sim *sim, int m, int n, double *x)
+{
+    double *busy = x + n, *span = x + 2 * n, *longest = x + 3 * n;
+    for (int t = 0; t < n; t++) x[t] = longest[t] = 0;
+    for (int q = 0; q < s->p; q++) {
+        stage_spans(s, sim, m, q, busy, span);
+        for (int t = 0; t < n; t++) {
+            x[t] += busy[t];
+            longest[t] = span[t] > longest[t] ? span[t] : longest[t];
+        }
+    }
+    for (int t = 0; t < n; t++) x[t] = longest[t] > 0 ? 1.0 - x[t] / (s->p * longest[t]) : NAN;
+}
+
+/* Stage q's steps: 1 - busy / span each, into x[0 .. n-1]; x[n .. 4n-1] is scratch. */
+static void stage_steps(const dl_sched *s, const dl_sched_sim *sim, int m, int n, int q, double *x)
+{
+    stage_spans(s, sim, m, q, x + n, x + 2 * n);
+    for (int t = 0; t < n; t++) x[t] = x[2 * n + t] > 0 ? 1.0 - x[n + t] / x[2 * n + t] : NAN;
+}
+
+/* The window of n steps simulated: its schedule and simulation, and 4n doubles (a step figure
+ * each, and the scratch step_bubbles and stage_steps use). */
 static int window(int p, int m, int n, const dl_sched_costs *c, const double *const *dur,
                   dl_sched **s, dl_sched_sim **sim, double **x)
 {
@@ -108,7 +103,7 @@ static int window(int p, int m, int n, const dl_sched_costs *c, const double *co
     int st = dl_sched_async(p, m > 0 ? n * m : m, 0, s);
     if (st == DL_OK)
         st = dur ? dl_sched_simulate_times(*s, dur, sim) : dl_sched_simulate(*s, c, sim);
-    if (st == DL_OK && !(*x = malloc(sizeof **x * (size_t)n)))
+    if (st == DL_OK && !(*x = malloc(sizeof **x * 4 * (size_t)n)))
         st = dl_error(DL_ENOMEM, "continuous pipeline: out of memory");
     return st;
 }
@@ -154,7 +149,7 @@ int dl_sched_async_continuous_stages(int p, int m, int n, const dl_sched_costs *
     double *x = NULL;
     int st = window(p, m, n, c, NULL, &s, &sim, &x);
     for (int q = 0; st == DL_OK && q < p; q++) {
-        stage_steps(s, sim, m, q, x);
+        stage_steps(s, sim, m, n, q, x);
         stage[q] = dl__median(x + (n > 1), (size_t)(n - (n > 1)));
     }
     free(x);
