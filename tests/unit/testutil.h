@@ -423,6 +423,20 @@ static inline int tu_stop_at(const dl_train_step *s, void *arg)
     return DL_OK;
 }
 
+/* Runs o with a stop requested once step *stop_step has finished (o's step callback is set to
+ * tu_stop_at for the run and cleared after) and checks what a stop owes: the run returned after
+ * SIGTERM's request with one checkpoint, of its last step. The steps it ran are a->nsteps. */
+static inline void tu_run_stopped(dl_train_opts *o, const int *stop_step, dl_train_result *a)
+{
+    o->output.on_step = tu_stop_at, o->output.on_step_arg = (void *)stop_step;
+    ck_assert_msg(dl_train_run(o, a) == DL_OK, "%s", dl_errmsg());
+    dl_train_request_stop(0);
+    o->output.on_step = NULL, o->output.on_step_arg = NULL;
+    ck_assert_int_eq(a->ckpt.stopped, SIGTERM);
+    ck_assert_int_eq(a->ckpt.saves, 1);
+    ck_assert_int_eq(a->nsteps, a->ckpt.last_saved);
+}
+
 /* Full-state checkpoint tests: 1 when b's steps from b's first run step and its final parameters equal a's, bit for bit */
 static inline int tu_same_bits(const dl_train_result *a, const dl_train_result *b, char *why,
                                size_t wn)
