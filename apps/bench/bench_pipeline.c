@@ -88,14 +88,6 @@ static double pb_bubble_total(const double *busy_ns, const double *t0, const dou
     return pb_bubble_stage(sum, (double)p * (hi - lo));
 }
 
-/* An absolute CLOCK_MONOTONIC deadline `ns` after `start_ns` (both dl_now_ns). */
-static struct timespec pb_deadline(uint64_t start_ns, uint64_t ns)
-{
-    uint64_t d = start_ns + ns;
-    struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-    return ts;
-}
-
 /* A comma-separated list of integers in [lo, hi] (at most MAXL); 0 or -1 (message printed). */
 static int parse_int_list(const char *what, const char *s, int lo, int hi, int *out, int *n)
 {
@@ -161,9 +153,9 @@ static int selftest(FILE *f)
     CHECK(pb_bubble_stage(0, 5) == 1);
     CHECK(isnan(pb_bubble_total(busy, t0, t1, 0)));
     /* deadlines carry into seconds */
-    struct timespec ts = pb_deadline(1999999999ull, 2);
+    struct timespec ts = bu_deadline(1999999999ull, 2);
     CHECK(ts.tv_sec == 2 && ts.tv_nsec == 1);
-    ts = pb_deadline(5000000000ull, 4000000);
+    ts = bu_deadline(5000000000ull, 4000000);
     CHECK(ts.tv_sec == 5 && ts.tv_nsec == 4000000);
     /* the lecture's numbers through the schedules' own formula and simulator */
     dl_sched *s = NULL;
@@ -634,11 +626,8 @@ static void do_work(const prun *r, uint64_t start, uint64_t ns)
 {
     if (ns == 0 || r->work < 0)
         return;
-    if (r->work == WORK_SLEEP && ns > r->tail_ns) {
-        struct timespec ts = pb_deadline(start, ns - r->tail_ns);
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-        }
-    }
+    if (r->work == WORK_SLEEP && ns > r->tail_ns)
+        bu_sleep_until(start, ns - r->tail_ns);
     if (r->work != WORK_SLEEP || r->tail_ns > 0)
         bu_spin_until(start, ns);
 }

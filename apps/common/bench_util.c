@@ -1,6 +1,7 @@
 /* Shared pieces of the distlab-bench subcommands (see bench_util.h). */
 #define _GNU_SOURCE
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -228,6 +229,19 @@ void bu_spin_until(uint64_t start, uint64_t ns)
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+    }
+}
+
+struct timespec bu_deadline(uint64_t start, uint64_t ns)
+{
+    uint64_t d = start + ns;
+    return (struct timespec){(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+}
+
+void bu_sleep_until(uint64_t start, uint64_t ns)
+{
+    struct timespec ts = bu_deadline(start, ns);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
 }
 

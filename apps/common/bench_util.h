@@ -99,6 +99,12 @@ int bu_plot_to(const char *file, const char *data, const char *script, FILE *say
  * occupies a core, for the harness's emulated work. */
 void bu_spin_until(uint64_t start, uint64_t ns);
 
+/* Sleep until `ns` nanoseconds after `start` (dl_now_ns clock, an absolute CLOCK_MONOTONIC
+ * deadline, so a late start does not lengthen it): emulated work that needs no core. */
+void bu_sleep_until(uint64_t start, uint64_t ns);
+/* That deadline as a timespec (carrying into seconds). */
+struct timespec bu_deadline(uint64_t start, uint64_t ns);
+
 /* The subcommands: argv[0] is the subcommand's name; return the exit status (0 ok, 1 a failed
  * run, 2 bad usage). */
 int bench_gemm_main(int argc, char **argv);

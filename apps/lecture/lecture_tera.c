@@ -6,12 +6,12 @@
  * loaded 2-core machine. The bubble is the trainer's: 1 - Σ busy / (p × the longest stage's
  * step), busy the time inside the callbacks, the median of STEPS steps. */
 #define _GNU_SOURCE
-#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "distlab.h"
 #include "distlab/pipe.h"
+#include "bench_util.h"
 #include "lecture.h"
 
 enum { TP_S = 4, STEPS = 3, FWD_MS = 8, HAND = 16 };
@@ -30,13 +30,8 @@ typedef struct tp_stage {
 /* sleep ms x the chunk's factor / c from now */
 static void work(const tp_stage *t, int mb, double ms)
 {
-    double ns = ms * 1e6 * t->J->scale[mb] / t->J->s->seq_chunks;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long at = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec + (long long)ns;
-    ts.tv_sec = (time_t)(at / 1000000000ll), ts.tv_nsec = (long)(at % 1000000000ll);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
+    bu_sleep_until(dl_now_ns(),
+                   (uint64_t)llround(ms * 1e6 * t->J->scale[mb] / t->J->s->seq_chunks));
 }
 
 static void *tp_in(void *arg, int mb, int ch)
