@@ -26,6 +26,7 @@ RUNS="--dp 2 --steps 3 --check
 --dp 1 --tp 2 --steps 2 --dtype f64 --tie-embeddings --recompute full
 --pp 2 --microbatches 2 --schedule 1f1b --steps 2
 --pp 2 --microbatches 2 --schedule async --weight-stashing --steps 2
+--pp 2 --microbatches 2 --token-chunks auto --steps 2
 --dp 2 --ep 2 --experts 4 --top-k 2 --steps 2
 --dp 2 --zero 1 --steps 2 --ckpt-dir $TMP/ck --save-every 1"
 args=
